@@ -1,0 +1,74 @@
+"""The model catalog: canonical ids and aliases, and the public views of a model.
+
+Pure: built once from the config. A name matches in any letter case with surrounding
+spaces ignored (api-reference: "ModelName"); responses echo the name exactly as sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from ezat_compat.config import Model
+
+
+def _key(name: str) -> str:
+    return name.strip().lower()
+
+
+class Catalog:
+    def __init__(self, models: Iterable[Model], *, created: int = 0) -> None:
+        self.models: tuple[Model, ...] = tuple(models)
+        self.created = created
+        self._by_name: dict[str, Model] = {}
+        for model in self.models:
+            for name in (model.id, *model.aliases):
+                self._by_name[_key(name)] = model
+
+    def resolve(self, name: str) -> Model | None:
+        """The model a client's name refers to, or None (the caller answers 404)."""
+        model = self._by_name.get(name)
+        if model is None:
+            model = self._by_name.get(_key(name))
+        return model
+
+    def openai_object(self, model: Model) -> dict[str, Any]:
+        """OpenAI's ``model`` object (GET /openai/v1/models)."""
+        return {"id": model.id, "object": "model", "created": self.created, "owned_by": "anthropic"}
+
+    def openai_list(self, models: Iterable[Model]) -> dict[str, Any]:
+        return {"object": "list", "data": [self.openai_object(m) for m in models]}
+
+    def public_entry(self, model: Model) -> dict[str, Any]:
+        """One model of GET /api/models: ids, limits, capabilities and prices."""
+        price = model.price
+        return {
+            "id": model.id,
+            "aliases": list(model.aliases),
+            "contextWindow": model.context_window,
+            "maxOutputTokens": model.max_output_tokens,
+            "capabilities": {
+                "sampling": model.sampling,
+                "caching": model.caching,
+                "minCacheTokens": model.min_cache_tokens,
+                "vision": model.vision,
+                "pdf": model.pdf,
+                "tools": model.tools,
+                "efforts": list(model.efforts),
+                "forcedToolChoice": model.forced_tool_choice,
+                "thinking": model.thinking,
+                "prefill": model.prefill,
+                "structuredOutput": model.structured_output,
+            },
+            "pricing": {
+                "currency": "USD",
+                "unit": "1M tokens",
+                "input": str(price.input),
+                "output": str(price.output),
+                "cacheWrite": str(price.cache_write),
+                "cacheRead": str(price.cache_read),
+            },
+        }
+
+    def public_catalog(self) -> dict[str, Any]:
+        return {"object": "list", "data": [self.public_entry(m) for m in self.models]}

@@ -1,0 +1,279 @@
+"""The configuration: one TOML file, validated once, turned into frozen dataclasses.
+
+Named by ``--config PATH`` or ``EZAT_CONFIG``; ``EZAT_DATABASE_URL`` and ``EZAT_REDIS_URL``
+override the file's URLs. Every key beyond ``id``, ``aliases``, ``price`` and a deployment's
+``name``/``base_url``/``upstream_model`` has a default; unknown keys are errors that name them.
+A bad file raises ``ConfigError`` whose message names the file and the key path
+(``ezat.toml: models[0].price.input: Not a valid number.``).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from marshmallow import RAISE, Schema, ValidationError, fields, validate, validates_schema
+
+from ezat_compat.wire.paths import flatten_errors, format_error
+
+EFFORTS = ("low", "medium", "high", "xhigh", "max")
+THINKING_STYLES = ("adaptive", "budget", "always", "none")
+DEFAULT_CONFIG_NAME = "ezat.toml"
+
+
+class ConfigError(Exception):
+    """The configuration can't be used; the message says which file and key, and why."""
+
+
+# ---------------------------------------------------------------- dataclasses
+
+
+@dataclass(frozen=True)
+class Price:
+    """USD per million tokens (equivalently: micro-USD per token)."""
+
+    input: Decimal
+    output: Decimal
+    cache_write: Decimal
+    cache_read: Decimal
+
+
+@dataclass(frozen=True)
+class Deployment:
+    name: str
+    base_url: str
+    upstream_model: str
+    api_key_env: str = "ANTHROPIC_API_KEY"
+    api_key: str = field(default="", repr=False)
+    anthropic_version: str = "2023-06-01"
+    priority: int = 0
+    weight: float = 1.0
+
+
+@dataclass(frozen=True)
+class Model:
+    id: str
+    aliases: tuple[str, ...]
+    price: Price
+    deployments: tuple[Deployment, ...]
+    context_window: int = 200_000
+    max_output_tokens: int = 64_000
+    sampling: bool = False
+    caching: bool = True
+    min_cache_tokens: int = 1024
+    efforts: tuple[str, ...] = EFFORTS
+    thinking: str = "adaptive"
+    forced_tool_choice: bool = True
+    prefill: bool = False
+    structured_output: bool = True
+    vision: bool = True
+    pdf: bool = True
+    tools: bool = True
+
+
+@dataclass(frozen=True)
+class Gateway:
+    database_url: str = "sqlite:///ezat.db"
+    redis_url: str = ""
+    upstream_timeout_s: float = 590.0
+    connect_timeout_s: float = 10.0
+    keepalive_s: float = 15.0
+    max_body_mb: float = 32.0
+    allow_private_image_hosts: bool = False
+    image_fetch_threads: int = 64
+    cooldown_failures: int = 3
+    cooldown_s: float = 30.0
+    max_cooldown_s: float = 300.0
+
+
+@dataclass(frozen=True)
+class Server:
+    bind: str = "127.0.0.1:8080"
+    workers: int = 2
+    worker_connections: int = 4000
+    timeout_s: int = 30
+    graceful_timeout_s: int = 30
+    http_keepalive_s: int = 5
+    log_level: str = "info"
+
+
+@dataclass(frozen=True)
+class Config:
+    gateway: Gateway
+    server: Server
+    models: tuple[Model, ...]
+    path: str = ""
+
+    @property
+    def max_body_bytes(self) -> int:
+        return int(self.gateway.max_body_mb * 1024 * 1024)
+
+
+# ---------------------------------------------------------------- schemas
+
+
+class _Strict(Schema):
+    class Meta:
+        unknown = RAISE
+
+
+class _PriceSchema(_Strict):
+    input = fields.Decimal(required=True, validate=validate.Range(min=0))
+    output = fields.Decimal(required=True, validate=validate.Range(min=0))
+    cache_write = fields.Decimal(load_default=None, validate=validate.Range(min=0))
+    cache_read = fields.Decimal(load_default=None, validate=validate.Range(min=0))
+
+
+class _DeploymentSchema(_Strict):
+    name = fields.Str(required=True, validate=validate.Length(min=1, max=128))
+    base_url = fields.Url(required=True, require_tld=False, schemes={"http", "https"})
+    upstream_model = fields.Str(required=True, validate=validate.Length(min=1))
+    api_key_env = fields.Str(load_default="ANTHROPIC_API_KEY")
+    anthropic_version = fields.Str(load_default="2023-06-01")
+    priority = fields.Int(load_default=0, strict=True)
+    weight = fields.Float(load_default=1.0, validate=validate.Range(min=0, min_inclusive=False))
+
+
+class _ModelSchema(_Strict):
+    id = fields.Str(required=True, validate=validate.Length(min=1, max=128))
+    aliases = fields.List(fields.Str(validate=validate.Length(min=1, max=128)), required=True)
+    price = fields.Nested(_PriceSchema, required=True)
+    deployments = fields.List(fields.Nested(_DeploymentSchema), required=True, validate=validate.Length(min=1))
+    context_window = fields.Int(load_default=200_000, strict=True, validate=validate.Range(min=1))
+    max_output_tokens = fields.Int(load_default=64_000, strict=True, validate=validate.Range(min=1))
+    sampling = fields.Bool(load_default=False)
+    caching = fields.Bool(load_default=True)
+    min_cache_tokens = fields.Int(load_default=1024, strict=True, validate=validate.Range(min=0))
+    efforts = fields.List(fields.Str(validate=validate.OneOf(EFFORTS)), load_default=list(EFFORTS))
+    thinking = fields.Str(load_default="adaptive", validate=validate.OneOf(THINKING_STYLES))
+    forced_tool_choice = fields.Bool(load_default=True)
+    prefill = fields.Bool(load_default=False)
+    structured_output = fields.Bool(load_default=True)
+    vision = fields.Bool(load_default=True)
+    pdf = fields.Bool(load_default=True)
+    tools = fields.Bool(load_default=True)
+
+    @validates_schema
+    def _names_unique(self, data: dict[str, Any], **_: Any) -> None:
+        names = [d["name"] for d in data.get("deployments", [])]
+        for i, name in enumerate(names):
+            if name in names[:i]:
+                raise ValidationError({"deployments": {i: {"name": [f"Duplicate deployment name {name!r}."]}}})
+
+
+class _GatewaySchema(_Strict):
+    database_url = fields.Str(load_default="sqlite:///ezat.db", validate=validate.Length(min=1))
+    redis_url = fields.Str(load_default="")
+    upstream_timeout_s = fields.Float(load_default=590.0, validate=validate.Range(min=0, min_inclusive=False))
+    connect_timeout_s = fields.Float(load_default=10.0, validate=validate.Range(min=0, min_inclusive=False))
+    keepalive_s = fields.Float(load_default=15.0, validate=validate.Range(min=0, min_inclusive=False))
+    max_body_mb = fields.Float(load_default=32.0, validate=validate.Range(min=0, min_inclusive=False))
+    allow_private_image_hosts = fields.Bool(load_default=False)
+    image_fetch_threads = fields.Int(load_default=64, strict=True, validate=validate.Range(min=1, max=1024))
+    cooldown_failures = fields.Int(load_default=3, strict=True, validate=validate.Range(min=1))
+    cooldown_s = fields.Float(load_default=30.0, validate=validate.Range(min=0))
+    max_cooldown_s = fields.Float(load_default=300.0, validate=validate.Range(min=0))
+
+
+class _ServerSchema(_Strict):
+    bind = fields.Str(load_default="127.0.0.1:8080")
+    workers = fields.Int(load_default=2, strict=True, validate=validate.Range(min=1, max=256))
+    worker_connections = fields.Int(load_default=4000, strict=True, validate=validate.Range(min=1))
+    timeout_s = fields.Int(load_default=30, strict=True, validate=validate.Range(min=1))
+    graceful_timeout_s = fields.Int(load_default=30, strict=True, validate=validate.Range(min=1))
+    http_keepalive_s = fields.Int(load_default=5, strict=True, validate=validate.Range(min=0))
+    log_level = fields.Str(load_default="info", validate=validate.OneOf(["debug", "info", "warning", "error"]))
+
+
+class _ConfigSchema(_Strict):
+    gateway = fields.Nested(_GatewaySchema, load_default=dict)
+    server = fields.Nested(_ServerSchema, load_default=dict)
+    models = fields.List(fields.Nested(_ModelSchema), required=True, validate=validate.Length(min=1))
+
+    @validates_schema
+    def _model_names_unique(self, data: dict[str, Any], **_: Any) -> None:
+        seen: dict[str, str] = {}
+        for i, model in enumerate(data.get("models", [])):
+            for j, name in enumerate([model["id"], *model["aliases"]]):
+                key = name.strip().lower()
+                where = "id" if j == 0 else f"aliases[{j - 1}]"
+                if key in seen:
+                    raise ValidationError(f"models[{i}].{where}: {name!r} is already used by {seen[key]}.")
+                seen[key] = model["id"]
+
+
+_SCHEMA = _ConfigSchema()
+
+
+# ---------------------------------------------------------------- loading
+
+
+def _build_model(raw: Mapping[str, Any], environ: Mapping[str, str]) -> Model:
+    price = raw["price"]
+    cache_write = price["cache_write"] if price["cache_write"] is not None else price["input"] * Decimal("1.25")
+    cache_read = price["cache_read"] if price["cache_read"] is not None else price["input"] * Decimal("0.1")
+    deployments = tuple(
+        Deployment(**{k: v for k, v in d.items()}, api_key=environ.get(d["api_key_env"], ""))
+        for d in raw["deployments"]
+    )
+    simple = {k: v for k, v in raw.items() if k not in {"price", "deployments", "aliases", "efforts"}}
+    return Model(
+        **simple,
+        aliases=tuple(raw["aliases"]),
+        efforts=tuple(e for e in EFFORTS if e in raw["efforts"]),
+        price=Price(input=price["input"], output=price["output"], cache_write=cache_write, cache_read=cache_read),
+        deployments=deployments,
+    )
+
+
+def parse_config(data: Mapping[str, Any], *, path: str = DEFAULT_CONFIG_NAME,
+                 environ: Mapping[str, str] | None = None) -> Config:
+    """Validate already-parsed TOML data and build the frozen ``Config``."""
+    environ = os.environ if environ is None else environ
+    label = os.path.basename(path) or path
+    try:
+        loaded = _SCHEMA.load(data)
+    except ValidationError as exc:
+        problems = [format_error(p, m) for p, m in flatten_errors(exc.messages)]
+        raise ConfigError("\n".join(f"{label}: {p}" for p in problems)) from None
+    gateway = dict(loaded["gateway"])
+    if environ.get("EZAT_DATABASE_URL"):
+        gateway["database_url"] = environ["EZAT_DATABASE_URL"]
+    if "EZAT_REDIS_URL" in environ:
+        gateway["redis_url"] = environ["EZAT_REDIS_URL"]
+    return Config(
+        gateway=Gateway(**gateway),
+        server=Server(**loaded["server"]),
+        models=tuple(_build_model(m, environ) for m in loaded["models"]),
+        path=path,
+    )
+
+
+def resolve_config_path(cli_path: str | None, environ: Mapping[str, str] | None = None) -> str:
+    """``--config`` wins, then ``EZAT_CONFIG``, then ``./ezat.toml``."""
+    environ = os.environ if environ is None else environ
+    return cli_path or environ.get("EZAT_CONFIG") or DEFAULT_CONFIG_NAME
+
+
+def load_config(path: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> Config:
+    """Read and validate the TOML file at ``path``; raise ``ConfigError`` naming the file."""
+    label = os.path.basename(os.fspath(path))
+    try:
+        raw = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"{label}: no such configuration file ({os.path.abspath(path)}); "
+                          "pass --config PATH or set EZAT_CONFIG") from None
+    except OSError as exc:
+        raise ConfigError(f"{label}: cannot read the file: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"{label}: the file is not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{label}: invalid TOML: {exc}") from None
+    return parse_config(data, path=os.fspath(path), environ=environ)

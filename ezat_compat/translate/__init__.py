@@ -1,0 +1,1 @@
+"""Pure translation between OpenAI Chat Completions and Anthropic Messages (see README.md)."""

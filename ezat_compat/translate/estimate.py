@@ -1,0 +1,56 @@
+"""An upper bound of a request's input tokens, for reserving credit before it runs
+(issue: admission reserves the worst case, so no balance is ever overdrawn).
+
+A token covers at least one byte of text, so UTF-8 bytes bound text tokens; an image costs
+at most ``IMAGE_TOKENS``; a document (PDF) may fill the context window; nothing exceeds the
+context window, which the upstream enforces. Works on Anthropic request bodies, so both
+dialects share it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+IMAGE_TOKENS = 6_000
+REQUEST_OVERHEAD_TOKENS = 1_000   # tool-use system prompt and per-message framing
+
+
+def _text_bytes(value: Any) -> tuple[int, int, int]:
+    """(text bytes, images, documents) under ``value``."""
+    if isinstance(value, str):
+        return (len(value) if value.isascii() else len(value.encode("utf-8"))), 0, 0
+    total = images = documents = 0
+    if isinstance(value, Mapping):
+        kind = value.get("type")
+        if kind == "image":
+            return 0, 1, 0
+        if kind == "document":
+            return 0, 0, 1
+        items: Any = value.values()
+    elif isinstance(value, list | tuple):
+        items = value
+    else:
+        return (len(str(value)) if value is not None else 0), 0, 0
+    for item in items:
+        t, i, d = _text_bytes(item)
+        total += t
+        images += i
+        documents += d
+    return total, images, documents
+
+
+def input_tokens_upper_bound(body: Mapping[str, Any], context_window: int) -> int:
+    """Tokens the request's input can cost at most (system, messages and tools)."""
+    total = REQUEST_OVERHEAD_TOKENS
+    for key in ("system", "messages", "tools"):
+        part = body.get(key)
+        if part is None:
+            continue
+        text, images, documents = _text_bytes(part)
+        if documents:
+            return context_window
+        total += text + images * IMAGE_TOKENS
+        if total >= context_window:
+            return context_window
+    return total

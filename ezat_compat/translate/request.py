@@ -1,0 +1,554 @@
+"""OpenAI Chat Completions request -> Anthropic Messages request (spec: chat-completions.md).
+
+``openai_to_anthropic`` takes a request already validated by ``wire.openai`` and the model's
+capabilities, and returns the Anthropic body plus what the pipeline needs around it (image
+URLs to download, the session name, a map from Anthropic paths back to the client's paths).
+Each wire concept has its own small function; each rule cites the spec section it implements.
+Semantic problems raise ``InvalidRequestError`` naming the client's path.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from ezat_compat.config import Model
+from ezat_compat.errors import InvalidRequestError
+from ezat_compat.translate.ids import encode_tool_id
+from ezat_compat.translate.tables import (
+    DEFAULT_MAX_TOKENS,
+    EFFORT_TO_THINKING_BUDGET,
+    IMAGE_MEDIA_TYPES,
+    MAX_CACHE_BREAKPOINTS,
+    MIN_THINKING_BUDGET,
+    REASONING_EFFORT_TO_EFFORT,
+    TOOL_CHOICE_TO_ANTHROPIC,
+)
+
+TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,128}")
+_IMAGE_TYPES_TEXT = "image/jpeg, image/png, image/gif or image/webp"
+
+
+@dataclass(slots=True)
+class ImageSlot:
+    """An http(s) image URL to download; ``block["source"]`` is filled once it is fetched."""
+
+    path: str
+    url: str
+    block: dict[str, Any]
+
+
+@dataclass(slots=True)
+class Translation:
+    body: dict[str, Any]                      # Anthropic body, without "model" and "stream"
+    stream: bool = False
+    include_usage: bool = False
+    session: str | None = None                # prompt_cache_key: reaches the router only
+    thinking: bool = False
+    image_slots: list[ImageSlot] = field(default_factory=list)
+    # Anthropic location -> client path: ("messages", k) / ("messages", k, m) / ("system", k) / ("tools", t)
+    source_map: dict[tuple[Any, ...], str] = field(default_factory=dict)
+
+
+def _bad(path: str, message: str) -> InvalidRequestError:
+    return InvalidRequestError(f"{path}: {message}" if path else message, param=path or None)
+
+
+# ---------------------------------------------------------------- content parts
+
+
+def _blank(text: str) -> bool:
+    return not text or text.isspace()
+
+
+def _text_block(text: str, cache_control: dict[str, Any] | None = None) -> dict[str, Any]:
+    block: dict[str, Any] = {"type": "text", "text": text}
+    if cache_control:
+        block["cache_control"] = cache_control
+    return block
+
+
+def _parse_data_url(url: str, path: str) -> tuple[str, str]:
+    """``data:<type>;base64,<data>`` -> (media type, data). Spec: "Images and PDFs"."""
+    comma = url.find(",")
+    if comma < 0:
+        raise _bad(path, "data URLs must be base64: data:<type>;base64,<data>")
+    params = url[5:comma].split(";")
+    media_type = params[0].strip().lower()
+    if not any(p.strip().lower() == "base64" for p in params[1:]):
+        raise _bad(path, "data URLs must be base64: data:<type>;base64,<data>")
+    data = url[comma + 1:]
+    if not data:
+        raise _bad(path, "the data URL holds no data")
+    return media_type, data
+
+
+def _image_part(part: dict[str, Any], path: str, model: Model, model_name: str,
+                slots: list[ImageSlot]) -> dict[str, Any]:
+    """``image_url`` -> an Anthropic image block; ``detail`` is ignored."""
+    if not model.vision:
+        raise _bad(path, f"model {model_name} does not accept images")
+    url: str = part["image_url"]["url"]
+    url_path = f"{path}.image_url.url"
+    block: dict[str, Any] = {"type": "image", "source": None}
+    lowered = url[:8].lower()
+    if lowered.startswith("data:"):
+        media_type, data = _parse_data_url(url, url_path)
+        if media_type not in IMAGE_MEDIA_TYPES:
+            raise _bad(url_path, f'image type "{media_type}" is not supported; use {_IMAGE_TYPES_TEXT}')
+        block["source"] = {"type": "base64", "media_type": media_type, "data": data}
+    elif lowered.startswith(("http://", "https://")):
+        slots.append(ImageSlot(path=url_path, url=url, block=block))
+    else:
+        raise _bad(url_path, "must be an http(s) URL or a base64 data URL (data:<type>;base64,<data>)")
+    if part.get("cache_control"):
+        block["cache_control"] = part["cache_control"]
+    return block
+
+
+def _file_part(part: dict[str, Any], path: str, model: Model, model_name: str) -> dict[str, Any]:
+    """``file`` with a PDF ``file_data`` -> an Anthropic document block."""
+    if not model.pdf:
+        raise _bad(path, f"model {model_name} does not accept PDF files")
+    data_path = f"{path}.file.file_data"
+    file_data: str = part["file"]["file_data"]
+    if not file_data[:5].lower().startswith("data:"):
+        raise _bad(data_path, "send the PDF as a base64 data URL (data:application/pdf;base64,…)")
+    media_type, data = _parse_data_url(file_data, data_path)
+    if media_type != "application/pdf":
+        raise _bad(data_path, f'only PDF files are supported (got "{media_type}"); '
+                              "send data:application/pdf;base64,…")
+    block: dict[str, Any] = {"type": "document",
+                             "source": {"type": "base64", "media_type": "application/pdf", "data": data}}
+    if part.get("file", {}).get("filename"):
+        block["title"] = part["file"]["filename"]
+    if part.get("cache_control"):
+        block["cache_control"] = part["cache_control"]
+    return block
+
+
+def _content_blocks(content: str | list[dict[str, Any]], path: str, model: Model, model_name: str,
+                    slots: list[ImageSlot]) -> list[tuple[dict[str, Any], str]]:
+    """A message's content -> (block, client path) pairs. Empty text is never sent;
+    ``refusal`` parts are dropped."""
+    if isinstance(content, str):
+        return [] if _blank(content) else [(_text_block(content), path)]
+    out: list[tuple[dict[str, Any], str]] = []
+    for j, part in enumerate(content):
+        part_path = f"{path}[{j}]"
+        kind = part["type"]
+        if kind == "text":
+            if not _blank(part["text"]):
+                out.append((_text_block(part["text"], part.get("cache_control")), part_path))
+        elif kind == "image_url":
+            out.append((_image_part(part, part_path, model, model_name, slots), part_path))
+        elif kind == "file":
+            out.append((_file_part(part, part_path, model, model_name), part_path))
+        # "refusal" parts: dropped (spec: Messages, assistant)
+    return out
+
+
+# ---------------------------------------------------------------- tool calls and results
+
+
+def _tool_use(call: dict[str, Any], path: str) -> dict[str, Any]:
+    """An assistant ``tool_calls[j]`` -> a ``tool_use`` block; "" or null arguments -> {}."""
+    arguments = call["function"].get("arguments")
+    if arguments is None or arguments.strip() == "":
+        tool_input: Any = {}
+    else:
+        try:
+            tool_input = json.loads(arguments)
+        except ValueError:
+            raise _bad(f"{path}.function.arguments", "is not valid JSON") from None
+        if not isinstance(tool_input, dict):
+            raise _bad(f"{path}.function.arguments", "must be a JSON object")
+    return {"type": "tool_use", "id": encode_tool_id(call["id"]), "name": call["function"]["name"],
+            "input": tool_input}
+
+
+def _tool_result(message: dict[str, Any], path: str) -> dict[str, Any]:
+    """A ``tool`` message -> a ``tool_result`` block (text parts kept as text blocks)."""
+    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": encode_tool_id(message["tool_call_id"])}
+    content = message["content"]
+    if isinstance(content, str):
+        if content:
+            block["content"] = content
+        return block
+    texts = []
+    for part in content:
+        if not _blank(part["text"]):
+            texts.append(_text_block(part["text"]))
+        if part.get("cache_control"):
+            block["cache_control"] = part["cache_control"]
+    if texts:
+        block["content"] = texts
+    return block
+
+
+# ---------------------------------------------------------------- messages
+
+
+@dataclass(slots=True)
+class _Turn:
+    role: str
+    results: list[tuple[dict[str, Any], str]] = field(default_factory=list)
+    blocks: list[tuple[dict[str, Any], str]] = field(default_factory=list)
+    first_message: int = 0
+    last_message: int = 0
+
+    def ordered(self) -> list[tuple[dict[str, Any], str]]:
+        # Spec "Messages": tool results come first in their user turn, before any user text.
+        return self.results + self.blocks if self.results else self.blocks
+
+
+@dataclass(slots=True)
+class _Conversation:
+    system: list[tuple[dict[str, Any], str]] = field(default_factory=list)
+    turns: list[_Turn] = field(default_factory=list)
+    pending: dict[str, str] = field(default_factory=dict)      # open tool call id -> its path
+    answered: set[str] = field(default_factory=set)
+    seen_turn_message: bool = False
+
+
+def _check_pending(conv: _Conversation) -> None:
+    for call_id, path in conv.pending.items():
+        raise _bad(path, f'tool call "{call_id}" has no result; send a tool message with this '
+                         "tool_call_id right after the assistant message")
+
+
+def _turn(conv: _Conversation, role: str, index: int) -> _Turn:
+    if conv.turns and conv.turns[-1].role == role:
+        turn = conv.turns[-1]          # consecutive messages from one side are merged
+    else:
+        if role == "assistant":
+            _check_pending(conv)
+        turn = _Turn(role, first_message=index)
+        conv.turns.append(turn)
+    turn.last_message = index
+    return turn
+
+
+def _messages(messages: list[dict[str, Any]], model: Model, model_name: str,
+              slots: list[ImageSlot]) -> _Conversation:
+    conv = _Conversation()
+    last_empty_user: int | None = None
+    for i, message in enumerate(messages):
+        role = message["role"]
+        path = f"messages[{i}]"
+        content = message.get("content")
+        content_path = path if isinstance(content, str) else f"{path}.content"
+        if role in ("system", "developer"):
+            # Joined into the system prompt wherever they appear; one text block per part.
+            conv.system.extend(_content_blocks(content, content_path, model, model_name, slots))
+            continue
+        conv.seen_turn_message = True
+        if role == "tool":
+            call_id = message["tool_call_id"]
+            if call_id not in conv.pending:
+                if call_id in conv.answered:
+                    raise _bad(f"{path}.tool_call_id", f'tool call "{call_id}" already has a result')
+                raise _bad(f"{path}.tool_call_id",
+                           f'no tool call with id "{call_id}" in the assistant message before this one')
+            del conv.pending[call_id]
+            conv.answered.add(call_id)
+            _turn(conv, "user", i).results.append((_tool_result(message, path), path))
+            last_empty_user = None
+            continue
+        blocks = _content_blocks(content, content_path, model, model_name, slots) if content is not None else []
+        if role == "assistant":
+            calls: dict[str, str] = {}
+            for j, call in enumerate(message.get("tool_calls") or ()):
+                call_path = f"{path}.tool_calls[{j}]"
+                call_id = call["id"]
+                if call_id in calls or call_id in conv.pending or call_id in conv.answered:
+                    raise _bad(f"{call_path}.id", f'tool call id "{call_id}" is used twice')
+                blocks.append((_tool_use(call, call_path), call_path))
+                calls[call_id] = call_path
+            if blocks:
+                _turn(conv, "assistant", i).blocks.extend(blocks)
+                conv.pending.update(calls)
+            continue
+        if blocks:
+            _turn(conv, "user", i).blocks.extend(blocks)
+            last_empty_user = None
+        else:
+            last_empty_user = i
+    if last_empty_user is not None:
+        raise _bad(f"messages[{last_empty_user}].content", "must not be empty")
+    return conv
+
+
+def _finish_conversation(conv: _Conversation, model: Model, model_name: str) -> None:
+    if not conv.turns:
+        raise _bad("messages", "must contain at least one user message")
+    last = conv.turns[-1]
+    if last.role == "assistant":
+        if conv.pending:
+            _check_pending(conv)
+        if not model.prefill:
+            raise _bad(f"messages[{last.last_message}]",
+                       f"model {model_name} does not support assistant message prefill; "
+                       "the conversation must end with a user or tool message")
+        # Prefill: Anthropic refuses a final assistant text that ends with whitespace.
+        block = last.blocks[-1][0]
+        if block["type"] == "text":
+            block["text"] = block["text"].rstrip()
+    elif conv.pending:
+        _check_pending(conv)
+
+
+# ---------------------------------------------------------------- tools
+
+
+def _tools(tools: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str]]:
+    """Function tools -> Anthropic tools: name, description, schema, strict, cache_control."""
+    out: list[tuple[dict[str, Any], str]] = []
+    names: set[str] = set()
+    for t, tool in enumerate(tools):
+        fn = tool["function"]
+        name = fn["name"]
+        path = f"tools[{t}].function.name"
+        if not TOOL_NAME.fullmatch(name):
+            raise _bad(path, "must be 1 to 128 characters from a-z, A-Z, 0-9, _ and - "
+                             "(^[a-zA-Z0-9_-]{1,128}$)")
+        if name in names:
+            raise _bad(path, f'duplicate tool name "{name}"')
+        names.add(name)
+        schema = fn.get("parameters")
+        if schema is None:
+            schema = {"type": "object", "properties": {}}
+        elif "type" not in schema:
+            schema = {"type": "object", **schema}
+        elif schema["type"] != "object":
+            raise _bad(f"tools[{t}].function.parameters.type", 'must be "object"')
+        block: dict[str, Any] = {"name": name}
+        if fn.get("description"):
+            block["description"] = fn["description"]
+        block["input_schema"] = schema
+        if fn.get("strict") is not None:
+            block["strict"] = fn["strict"]
+        if tool.get("cache_control"):
+            block["cache_control"] = tool["cache_control"]
+        out.append((block, f"tools[{t}]"))
+    return out
+
+
+def _tool_choice(value: Any, names: set[str], parallel: bool | None, model: Model,
+                 model_name: str) -> dict[str, Any] | None:
+    """auto/none/required/named -> auto/none/any/tool; ``parallel_tool_calls: false`` ->
+    ``disable_parallel_tool_use`` (not with none). Spec: "Tools"."""
+    choice: dict[str, Any] | None
+    if value is None:
+        choice = None
+    elif isinstance(value, str) and value in TOOL_CHOICE_TO_ANTHROPIC:
+        choice = {"type": TOOL_CHOICE_TO_ANTHROPIC[value]}
+    elif (isinstance(value, dict) and value.get("type") == "function"
+          and isinstance(value.get("function"), dict) and isinstance(value["function"].get("name"), str)):
+        name = value["function"]["name"]
+        if name not in names:
+            raise _bad("tool_choice.function.name", f'no tool named "{name}" in tools')
+        choice = {"type": "tool", "name": name}
+    else:
+        raise _bad("tool_choice", 'must be "auto", "none", "required" or '
+                                  '{"type": "function", "function": {"name": …}}')
+    if choice is not None and choice["type"] in ("any", "tool") and not model.forced_tool_choice:
+        raise _bad("tool_choice", f'model {model_name} does not support a forced tool choice '
+                                  '("required" or a named function); use "auto"')
+    if parallel is False and (choice is None or choice["type"] != "none"):
+        choice = dict(choice or {"type": "auto"}, disable_parallel_tool_use=True)
+    return choice
+
+
+# ---------------------------------------------------------------- reasoning and sampling
+
+
+def _max_tokens(req: dict[str, Any], model: Model, model_name: str) -> int:
+    """``max_completion_tokens`` beats ``max_tokens``; default 32,000 or the model's maximum."""
+    for name in ("max_completion_tokens", "max_tokens"):
+        value = req.get(name)
+        if value is not None:
+            if value > model.max_output_tokens:
+                raise _bad(name, f"must be at most {model.max_output_tokens} for model {model_name}")
+            return int(value)
+    return min(DEFAULT_MAX_TOKENS, model.max_output_tokens)
+
+
+def _reasoning(effort_name: str | None, forced_tool: bool, max_tokens: int, model: Model,
+               model_name: str) -> tuple[str | None, dict[str, Any] | None]:
+    """``reasoning_effort`` -> (output_config.effort, thinking). Spec: "Reasoning".
+
+    none/minimal: effort low, no thinking requested (``thinking`` omitted, never "disabled").
+    low…max: that effort with adaptive thinking (budget thinking on older models). A level
+    the model doesn't offer is refused; thinking isn't requested when a tool is forced.
+    """
+    if effort_name is None:
+        return None, None
+    effort, think = REASONING_EFFORT_TO_EFFORT[effort_name]
+    if think and effort not in model.efforts:
+        offered = ", ".join(["none", "minimal", *model.efforts]) if "low" in model.efforts else "none, minimal"
+        raise _bad("reasoning_effort", f'"{effort_name}" is not supported by model {model_name}; '
+                                       f"supported values: {offered}")
+    sent_effort = effort if effort in model.efforts and model.thinking != "budget" else None
+    if not think or forced_tool or model.thinking == "none":
+        return sent_effort, None
+    if model.thinking == "budget":
+        budget = min(EFFORT_TO_THINKING_BUDGET[effort], max_tokens - 1)
+        if budget < MIN_THINKING_BUDGET:
+            return None, None
+        return None, {"type": "enabled", "budget_tokens": budget}
+    return sent_effort, {"type": "adaptive"}
+
+
+def _sampling(req: dict[str, Any], model: Model, thinking: bool) -> dict[str, Any]:
+    """temperature (capped at 1) or top_p (only below 1), never both; only for models with
+    ``sampling`` and only while thinking is off. Otherwise dropped silently."""
+    if not model.sampling or thinking or model.thinking == "always":
+        return {}
+    temperature = req.get("temperature")
+    if temperature is not None:
+        return {"temperature": min(temperature, 1)}
+    top_p = req.get("top_p")
+    if top_p is not None and top_p < 1:
+        return {"top_p": top_p}
+    return {}
+
+
+def _stop_sequences(stop: str | list[str] | None) -> list[str]:
+    if stop is None:
+        return []
+    items = [stop] if isinstance(stop, str) else stop
+    return [s for s in items if not _blank(s)]
+
+
+def _output_format(response_format: dict[str, Any] | None, model: Model, model_name: str) -> dict[str, Any] | None:
+    """``json_schema`` -> native structured output; ``text`` -> nothing."""
+    if not response_format or response_format["type"] != "json_schema":
+        return None
+    if not model.structured_output:
+        raise _bad("response_format", f"model {model_name} does not support structured output (json_schema)")
+    return {"type": "json_schema", "schema": response_format["json_schema"]["schema"]}
+
+
+# ---------------------------------------------------------------- prompt caching
+
+
+def _client_breakpoints(pairs: list[tuple[dict[str, Any], str]]) -> list[str]:
+    found = []
+    for block, path in pairs:
+        if block.get("cache_control"):
+            found.append(path)
+        if block.get("type") == "tool_result" and isinstance(block.get("content"), list):
+            found.extend(path for inner in block["content"] if inner.get("cache_control"))
+    return found
+
+
+def _non_empty(block: dict[str, Any]) -> bool:
+    return block["type"] != "tool_result" or bool(block.get("content"))
+
+
+def _auto_breakpoints(system: list[dict[str, Any]], tools: list[dict[str, Any]],
+                      messages: list[dict[str, Any]]) -> None:
+    """Spec "Prompt caching": one 5-minute breakpoint after the stable prefix (system, or the
+    tools without a system prompt) and one on the newest message; never on an empty block."""
+    if system:
+        system[-1]["cache_control"] = {"type": "ephemeral"}
+    elif tools:
+        tools[-1]["cache_control"] = {"type": "ephemeral"}
+    for block in reversed(messages[-1]["content"]):
+        if _non_empty(block):
+            block["cache_control"] = {"type": "ephemeral"}
+            break
+
+
+# ---------------------------------------------------------------- the request
+
+
+def openai_to_anthropic(req: dict[str, Any], model: Model, *, auto_cache: bool = True) -> Translation:
+    """Translate a validated Chat Completions request for ``model``.
+
+    ``auto_cache`` is False when the client sent ``x-ezat-cache: off``. The model name in
+    messages is the one the client sent (``req["model"]``).
+    """
+    name = req["model"]
+    slots: list[ImageSlot] = []
+    conv = _messages(req["messages"], model, name, slots)
+    if not conv.seen_turn_message:
+        raise _bad("messages", "must contain at least one user message")
+    _finish_conversation(conv, model, name)
+
+    tool_pairs = _tools(req["tools"]) if req.get("tools") else []
+    if tool_pairs and not model.tools:
+        raise _bad("tools", f"model {name} does not support tools")
+    choice = None
+    if tool_pairs:
+        choice = _tool_choice(req.get("tool_choice"), {b["name"] for b, _ in tool_pairs},
+                              req.get("parallel_tool_calls"), model, name)
+    forced = choice is not None and choice["type"] in ("any", "tool")
+    max_tokens = _max_tokens(req, model, name)
+    effort, thinking = _reasoning(req.get("reasoning_effort"), forced, max_tokens, model, name)
+    output_format = _output_format(req.get("response_format"), model, name)
+
+    source_map: dict[tuple[Any, ...], str] = {}
+    system = []
+    for k, (block, path) in enumerate(conv.system):
+        system.append(block)
+        source_map[("system", k)] = path
+    messages = []
+    message_pairs: list[tuple[dict[str, Any], str]] = []
+    for k, turn in enumerate(conv.turns):
+        ordered = turn.ordered()
+        message_pairs.extend(ordered)
+        content = []
+        for m, (block, path) in enumerate(ordered):
+            content.append(block)
+            source_map[("messages", k, m)] = path
+        source_map[("messages", k)] = f"messages[{turn.first_message}]"
+        messages.append({"role": turn.role, "content": content})
+    tools = []
+    for t, (block, path) in enumerate(tool_pairs):
+        tools.append(block)
+        source_map[("tools", t)] = path
+
+    client_marks = _client_breakpoints(conv.system) + _client_breakpoints(message_pairs) + [
+        path for block, path in tool_pairs if block.get("cache_control")]
+    if len(client_marks) > MAX_CACHE_BREAKPOINTS:
+        raise _bad(f"{client_marks[MAX_CACHE_BREAKPOINTS]}.cache_control",
+                   f"at most {MAX_CACHE_BREAKPOINTS} cache_control breakpoints per request")
+    if not client_marks and auto_cache and model.caching:
+        _auto_breakpoints(system, tools, messages)
+
+    body: dict[str, Any] = {"max_tokens": max_tokens}
+    if system:
+        body["system"] = system
+    body["messages"] = messages
+    if tools:
+        body["tools"] = tools
+        if choice is not None:
+            body["tool_choice"] = choice
+    if thinking is not None:
+        body["thinking"] = thinking
+    output_config: dict[str, Any] = {}
+    if effort is not None:
+        output_config["effort"] = effort
+    if output_format is not None:
+        output_config["format"] = output_format
+    if output_config:
+        body["output_config"] = output_config
+    body.update(_sampling(req, model, thinking is not None))
+    stops = _stop_sequences(req.get("stop"))
+    if stops:
+        body["stop_sequences"] = stops
+
+    options = req.get("stream_options") or {}
+    return Translation(
+        body=body,
+        stream=bool(req.get("stream")),
+        include_usage=bool(req.get("stream") and options.get("include_usage")),
+        session=req.get("prompt_cache_key"),
+        thinking=thinking is not None,
+        image_slots=slots,
+        source_map=source_map,
+    )

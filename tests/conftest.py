@@ -1,0 +1,48 @@
+"""Shared fixtures: free ports, service availability (PostgreSQL, Redis) with CI enforcement."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+POSTGRES_URL = os.environ.get("EZAT_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("EZAT_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _reachable(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def require_service(name: str, host: str, port: int) -> None:
+    """Skip with a clear reason when a scale-out service is absent; in CI, fail instead."""
+    if _reachable(host, port):
+        return
+    reason = f"{name} is not reachable on {host}:{port}"
+    if IN_CI:
+        pytest.fail(f"{reason}, and CI=true requires it (the CI machines start it before a session)")
+    pytest.skip(f"{reason}; these tests run against the real {name} of the CI machines")
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    require_service("PostgreSQL", "127.0.0.1", 5432)
+    return POSTGRES_URL
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    require_service("Redis", "127.0.0.1", 6379)
+    return REDIS_URL
