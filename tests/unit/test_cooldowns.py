@@ -1,0 +1,363 @@
+"""Cooldowns with an injected clock: the same suite for LocalCooldowns and RedisCooldowns (issue 6)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from ezat_compat.cooldowns import Cooldowns, LocalCooldowns, Policy, RedisCooldowns, make_cooldowns
+from tests.conftest import free_port
+
+T0 = 1_000.0
+POLICY = {"failures": 3, "cooldown_s": 30.0, "max_cooldown_s": 300.0}
+
+Factory = Callable[..., Cooldowns]
+
+
+@pytest.fixture
+def redis_client(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+    client.connection_pool.disconnect()
+
+
+@pytest.fixture
+def redis_prefix(redis_client: redis.Redis) -> Iterator[str]:
+    prefix = f"test:cd:{uuid.uuid4().hex}:"
+    yield prefix
+    keys = list(redis_client.scan_iter(match=prefix + "*"))
+    if keys:
+        redis_client.delete(*keys)
+
+
+@pytest.fixture
+def make_redis(redis_client: redis.Redis, redis_prefix: str) -> Factory:
+    """Each call is another gateway node sharing the same Redis and prefix."""
+
+    def factory(*, healthy_cache_s: float = 1.0, **policy: Any) -> Cooldowns:
+        return RedisCooldowns(redis_client, Policy.make(**{**POLICY, **policy}), prefix=redis_prefix,
+                              healthy_cache_s=healthy_cache_s)
+
+    return factory
+
+
+@pytest.fixture(params=["local", "redis"])
+def make(request: pytest.FixtureRequest) -> Factory:
+    if request.param == "redis":
+        return request.getfixturevalue("make_redis")
+
+    def factory(**policy: Any) -> Cooldowns:
+        return LocalCooldowns(Policy.make(**{**POLICY, **policy}))
+
+    return factory
+
+
+def cool_down(cd: Cooldowns, name: str = "a", now: float = T0) -> float:
+    for _ in range(2):
+        assert cd.failure(name, now) is None
+    until = cd.failure(name, now)
+    assert until is not None
+    return until
+
+
+# ---------------------------------------------------------------- the shared suite
+
+
+def test_a_healthy_deployment_is_acquired(make):
+    cd = make()
+    assert all(cd.acquire("a", T0 + i) for i in range(5))
+    cd.success("a")
+    assert cd.cooling(T0) == []
+
+
+def test_n_consecutive_failures_start_a_cooldown(make):
+    cd = make()
+    assert cd.acquire("a", T0)
+    assert cd.failure("a", T0) is None
+    assert cd.failure("a", T0 + 1) is None
+    assert cd.acquire("a", T0 + 1)  # two failures: still healthy
+    assert cd.failure("a", T0 + 2) == T0 + 32
+    assert not cd.acquire("a", T0 + 2)
+    assert cd.cooling(T0 + 2) == ["a"]
+
+
+def test_no_traffic_during_the_cooldown(make):
+    cd = make()
+    until = cool_down(cd)
+    assert until == T0 + 30
+    assert not any(cd.acquire("a", T0 + t / 10) for t in range(300))
+
+
+def test_exactly_one_probe_after_the_cooldown(make):
+    cd = make()
+    cool_down(cd)
+    assert cd.acquire("a", T0 + 30)  # the probe
+    assert not cd.acquire("a", T0 + 30)
+    assert not any(cd.acquire("a", T0 + 31 + t) for t in range(20))
+    assert cd.cooling(T0 + 31) == ["a"]  # refused while the probe is out
+
+
+def test_exactly_one_probe_among_many_concurrent_acquirers(make):
+    cd = make()
+    cool_down(cd)
+    threads = 32
+    barrier = threading.Barrier(threads)
+    results: list[bool] = []
+
+    def worker() -> None:
+        barrier.wait()
+        results.append(cd.acquire("a", T0 + 30.5))
+
+    pool = [threading.Thread(target=worker) for _ in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join(timeout=10)
+    assert len(results) == threads
+    assert results.count(True) == 1
+
+
+def test_probe_success_makes_the_deployment_healthy(make):
+    cd = make()
+    cool_down(cd)
+    assert cd.acquire("a", T0 + 30)
+    cd.success("a")
+    assert all(cd.acquire("a", T0 + 31 + t) for t in range(5))
+    assert cd.cooling(T0 + 31) == []
+    # The count starts over: two failures don't cool it down again.
+    assert cd.failure("a", T0 + 40) is None
+    assert cd.failure("a", T0 + 41) is None
+    assert cd.acquire("a", T0 + 42)
+
+
+def test_probe_failure_cools_down_again_growing_to_the_cap(make):
+    cd = make()
+    now = cool_down(cd)
+    for expected in (60, 120, 240, 300, 300):
+        assert cd.acquire("a", now)
+        until = cd.failure("a", now)
+        assert until == now + expected
+        assert not cd.acquire("a", now + expected - 0.5)
+        now = until
+
+
+def test_probe_success_resets_the_backoff(make):
+    cd = make()
+    now = cool_down(cd)
+    assert cd.acquire("a", now)
+    assert cd.failure("a", now) == now + 60
+    now += 60
+    assert cd.acquire("a", now)
+    cd.success("a")
+    assert cool_down(cd, now=now + 1) == now + 31
+
+
+def test_retry_after_starts_a_cooldown_at_once(make):
+    cd = make()
+    assert cd.failure("a", T0, retry_after=7) == T0 + 7
+    assert not cd.acquire("a", T0 + 6.9)
+    assert cd.acquire("a", T0 + 7)  # the probe
+
+
+def test_retry_after_is_capped(make):
+    cd = make()
+    assert cd.failure("a", T0, retry_after=86_400) == T0 + 300
+
+
+@pytest.mark.parametrize("retry_after", [0.0, -5.0, float("nan")], ids=["zero", "negative", "nan"])
+def test_retry_after_without_a_positive_delay_is_a_plain_failure(make, retry_after):
+    cd = make()
+    assert cd.failure("a", T0, retry_after=retry_after) is None
+    assert cd.acquire("a", T0)
+
+
+def test_a_probe_that_never_reports_back_is_released(make):
+    cd = make()
+    cool_down(cd)
+    assert cd.acquire("a", T0 + 30)  # this probe's worker crashes
+    assert not cd.acquire("a", T0 + 59.9)
+    assert cd.acquire("a", T0 + 60)  # probe_timeout_s (= cooldown_s) later: a new probe
+    assert not cd.acquire("a", T0 + 60)
+    cd.success("a")
+    assert cd.acquire("a", T0 + 61)
+
+
+def test_success_resets_the_failure_count(make):
+    cd = make()
+    for t in range(10):  # never three in a row
+        assert cd.failure("a", T0 + t) is None
+        if t % 2:
+            cd.success("a")
+    assert cd.acquire("a", T0 + 10)
+
+
+def test_a_late_success_does_not_end_a_cooldown(make):
+    cd = make()
+    cool_down(cd)
+    cd.success("a")  # a request that started before the cooldown
+    assert not cd.acquire("a", T0 + 1)
+    assert cd.acquire("a", T0 + 30)
+
+
+def test_a_late_failure_extends_a_cooldown_only_with_a_longer_retry_after(make):
+    cd = make()
+    cool_down(cd)
+    assert cd.failure("a", T0 + 1) is None
+    assert cd.failure("a", T0 + 1, retry_after=10) is None
+    assert cd.failure("a", T0 + 1, retry_after=60) == T0 + 61
+    assert not cd.acquire("a", T0 + 60)
+    assert cd.acquire("a", T0 + 61)
+
+
+def test_deployments_are_independent(make):
+    cd = make()
+    cool_down(cd, "a")
+    assert cd.acquire("b", T0)
+    assert cd.failure("b", T0) is None
+    assert cd.cooling(T0) == ["a"]
+    cool_down(cd, "c")
+    assert cd.cooling(T0 + 1) == ["a", "c"]
+
+
+def test_failures_far_apart_are_forgotten(make):
+    cd = make()  # the default forget_s is 600 s
+    assert cd.failure("a", T0) is None
+    assert cd.failure("a", T0 + 1) is None
+    assert cd.failure("a", T0 + 700) is None  # the first two are forgotten
+    assert cd.acquire("a", T0 + 700)
+
+
+def test_cooling_ends_with_the_cooldown(make):
+    cd = make()
+    cool_down(cd)
+    assert cd.cooling(T0 + 29) == ["a"]
+    assert cd.cooling(T0 + 30) == []  # over: the next acquire may probe
+    assert cd.acquire("a", T0 + 30)
+    assert cd.cooling(T0 + 30) == ["a"]
+    cd.failure("a", T0 + 31)
+    assert cd.cooling(T0 + 31) == ["a"]
+
+
+# ---------------------------------------------------------------- Redis: shared by nodes
+
+
+def test_a_cooldown_set_by_one_node_is_seen_by_another(make_redis):
+    node_a, node_b = make_redis(), make_redis()
+    assert node_b.acquire("a", T0)  # node B trusts "healthy" for up to a second
+    cool_down(node_a, now=T0 + 0.1)
+    assert node_b.cooling(T0 + 0.2) == ["a"]
+    assert node_b.acquire("a", T0 + 0.5)  # the documented staleness: < healthy_cache_s
+    assert not node_b.acquire("a", T0 + 1.0)
+    assert not node_b.acquire("a", T0 + 20)
+
+
+def test_without_the_healthy_cache_another_node_stops_at_once(make_redis):
+    node_a, node_b = make_redis(healthy_cache_s=0), make_redis(healthy_cache_s=0)
+    assert node_b.acquire("a", T0)
+    cool_down(node_a, now=T0)
+    assert not node_b.acquire("a", T0)
+
+
+def test_one_probe_across_nodes_and_threads(make_redis):
+    nodes = [make_redis() for _ in range(4)]
+    cool_down(nodes[0])
+    for node in nodes:  # every node has seen the cooldown
+        assert not node.acquire("a", T0 + 1)
+    barrier = threading.Barrier(32)
+    results: list[bool] = []
+
+    def worker(node: Cooldowns) -> None:
+        barrier.wait()
+        results.append(node.acquire("a", T0 + 30))
+
+    pool = [threading.Thread(target=worker, args=(nodes[i % 4],)) for i in range(32)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join(timeout=10)
+    assert results.count(True) == 1 and len(results) == 32
+
+
+def test_a_probe_success_on_one_node_heals_every_node(make_redis):
+    node_a, node_b = make_redis(), make_redis()
+    cool_down(node_b)
+    assert node_a.acquire("a", T0 + 30)
+    assert not node_b.acquire("a", T0 + 30)
+    node_a.success("a")
+    assert node_b.acquire("a", T0 + 31)
+
+
+def test_failures_count_across_nodes(make_redis):
+    nodes = [make_redis() for _ in range(3)]
+    assert nodes[0].failure("a", T0) is None
+    assert nodes[1].failure("a", T0) is None
+    assert nodes[2].failure("a", T0) == T0 + 30
+    assert not nodes[0].acquire("a", T0 + 1)
+
+
+def test_prefixes_isolate(make_redis, redis_client, redis_prefix):
+    cool_down(make_redis())
+    other = RedisCooldowns(redis_client, Policy.make(**POLICY), prefix=redis_prefix + "other:")
+    assert other.acquire("a", T0 + 1)
+    assert other.cooling(T0 + 1) == []
+
+
+def test_redis_keys_expire(make_redis, redis_client, redis_prefix):
+    cd = make_redis()
+    cool_down(cd)
+    assert isinstance(cd, RedisCooldowns)
+    assert 0 < redis_client.pttl(cd.key("a")) <= (30 + 30 + 600 + 60) * 1000
+    assert redis_client.pttl(redis_prefix + "names") > 0
+    cd.failure("b", T0)
+    assert 0 < redis_client.pttl(cd.key("b")) <= (600 + 60) * 1000
+
+
+def test_the_hot_path_of_a_healthy_deployment_skips_redis(make_redis, monkeypatch):
+    cd = make_redis()
+    assert cd.acquire("a", T0)  # one round trip: clean
+
+    def no_round_trip(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a clean deployment needs no round trip")
+
+    monkeypatch.setattr(cd, "_acquire", no_round_trip)
+    monkeypatch.setattr(cd, "_success", no_round_trip)
+    for i in range(10):
+        assert cd.acquire("a", T0 + i / 10)
+        cd.success("a")
+
+
+def test_unreachable_redis_fails_open(caplog):
+    cd = make_cooldowns(f"redis://127.0.0.1:{free_port()}/15", **POLICY, prefix="test:cd:down:")
+    with caplog.at_level(logging.WARNING, logger="ezat_compat.cooldowns"):
+        assert cd.acquire("a", T0)
+        assert cd.acquire("a", T0 + 0.5)  # cached: no second timeout
+        assert cd.failure("a", T0) is None
+        cd.success("a")
+        assert cd.cooling(T0) == []
+    assert "Redis unreachable" in caplog.text
+    assert caplog.text.count("treating a as healthy") == 1
+
+
+# ---------------------------------------------------------------- construction
+
+
+def test_make_cooldowns_picks_the_backend():
+    local = make_cooldowns("", failures=3, cooldown_s=30, max_cooldown_s=300)
+    assert isinstance(local, LocalCooldowns)
+    shared = make_cooldowns("redis://127.0.0.1:1/15", failures=3, cooldown_s=30, max_cooldown_s=300,
+                            prefix="x:")  # connects lazily: nothing happens here
+    assert isinstance(shared, RedisCooldowns)
+    assert shared.key("dep") == "x:d:dep"
+
+
+def test_probe_timeout_defaults_to_the_cooldown_with_a_floor():
+    assert Policy.make(failures=3, cooldown_s=30, max_cooldown_s=300).probe_timeout_s == 30
+    assert Policy.make(failures=3, cooldown_s=0, max_cooldown_s=300).probe_timeout_s == 1
+    assert Policy.make(failures=3, cooldown_s=30, max_cooldown_s=300, probe_timeout_s=5).probe_timeout_s == 5
