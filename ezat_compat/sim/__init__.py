@@ -1,0 +1,20 @@
+"""The Anthropic-compatible simulator: a Messages API server for the demo, tests and benchmarks.
+
+Run it with ``python -m ezat_compat.sim --bind 127.0.0.1:0`` (flags: ``server.build_parser``)
+or embed it: ``make_app(SimConfig(...))`` is a plain WSGI app.
+
+Markers in the last user message steer one request: ``[[sim:key=value,flag]]``, several
+allowed, never echoed. ``status=N`` (answer that error; overrides the instance's
+``--fail-status``), ``retry_after=S``, ``delay=S`` (wait before answering), ``stall=S``,
+``cut=N``, ``error_after=N`` (stream: an ``overloaded_error`` event after N events, no
+message_stop), ``token_delay_ms=N``, ``tools=N`` (N tool calls), ``words=N`` (reply of N
+filler words), ``thinking_tokens=N`` (N thinking tokens even without ``thinking``),
+``refusal``, ``pause``, ``context`` (stop reasons refusal, pause_turn,
+model_context_window_exceeded).
+
+This package imports nothing that opens sockets, so ``__main__`` can patch gevent first.
+"""
+
+from ezat_compat.sim.app import SimConfig, Simulator, Stats, make_app
+
+__all__ = ["SimConfig", "Simulator", "Stats", "make_app"]

@@ -1,0 +1,400 @@
+"""The simulator's WSGI app: routes, auth, fault injection, request recording, SSE writing.
+
+A plain WSGI callable (no framework: it is the "direct call" floor of the benchmarks). It
+sleeps with ``time.sleep``, so serve it with gevent's server in a monkey-patched process
+(``server.main`` does both) to hold thousands of slow streams; embedded in a threaded server it
+still works, one thread per open stream.
+
+Routes:
+
+    POST   /v1/messages               JSON or "stream": true (SSE)
+    POST   /v1/messages/count_tokens  {"input_tokens": N}
+    GET    /healthz                   {"status": "ok", "name": NAME}
+    GET    /_sim/requests             {"requests": [{path, method, headers, body, time, name}]}
+    DELETE /_sim/requests             forget the recorded requests
+    GET    /_sim/stats                stream and request counters (see ``Stats``)
+    DELETE /_sim/stats                reset the counters (``open_streams`` is a live gauge: kept)
+    DELETE /_sim/cache                empty the prompt cache
+
+Every answer carries ``request-id: req_…`` and ``x-sim-name``; errors use Anthropic's envelope.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import random
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, fields
+from http import HTTPStatus
+from typing import Any
+
+from ezat_compat.sim import replies
+from ezat_compat.sim.replies import InvalidRequestError, Markers, SimError
+
+StartResponse = Callable[..., Any]
+Environ = dict[str, Any]
+Handler = Callable[[Environ, StartResponse, str], Iterable[bytes]]
+
+RETRY_AFTER_STATUSES = frozenset({429, 503, 529})
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """One simulator instance's behaviour; every default means "behave, and answer at once".
+
+    ``fail_status`` answers that status (Anthropic's envelope) to a ``fail_rate`` share of
+    ``/v1/messages`` requests, drawn from a ``random.Random(seed)`` so runs repeat;
+    ``retry_after`` (seconds) goes with injected 429/503/529. ``latency_ms`` is waited before
+    any ``/v1/messages`` answer. Streams: ``cut_after`` closes the connection after N events,
+    ``stall_s`` waits after message_start and the ping, ``token_delay_ms`` between content
+    deltas. ``api_key`` set: any other ``x-api-key`` gets 401. ``prefill=False`` refuses a
+    trailing assistant message. Markers in a request override these per request.
+    """
+
+    name: str = "sim"
+    fail_status: int | None = None
+    fail_rate: float = 1.0
+    seed: int = 0
+    retry_after: float | None = None
+    latency_ms: int = 0
+    cut_after: int | None = None
+    stall_s: float = 0.0
+    token_delay_ms: int = 0
+    min_cache_tokens: int = 1024
+    api_key: str | None = None
+    prefill: bool = True
+    max_recorded: int = 500
+    max_recorded_body_bytes: int = 8 * MIB
+    max_body_bytes: int = 32 * MIB
+    cache_entries: int = 4096
+
+    def __post_init__(self) -> None:
+        if self.fail_status is not None and not 400 <= self.fail_status <= 599:
+            raise ValueError(f"fail_status must be between 400 and 599, not {self.fail_status}")
+        if not 0.0 <= self.fail_rate <= 1.0:
+            raise ValueError(f"fail_rate must be between 0 and 1, not {self.fail_rate}")
+        for name in ("latency_ms", "stall_s", "token_delay_ms", "min_cache_tokens", "max_recorded"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must not be negative")
+        if self.cut_after is not None and self.cut_after < 0:
+            raise ValueError("cut_after must not be negative")
+        if self.retry_after is not None and self.retry_after < 0:
+            raise ValueError("retry_after must not be negative")
+
+
+@dataclass
+class Stats:
+    """Counters of ``GET /_sim/stats``.
+
+    ``streams_completed``: the stream reached its planned end; ``streams_aborted``: the client
+    went away first (the server closed the generator); ``streams_faulted``: ended by an injected
+    cut or error event; ``open_streams``: streams being written now.
+    """
+
+    requests: int = 0
+    streams_started: int = 0
+    streams_completed: int = 0
+    streams_aborted: int = 0
+    streams_faulted: int = 0
+    open_streams: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        """The counters as a JSON-ready dict."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def reset(self) -> None:
+        """Zero every counter but the live ``open_streams`` gauge."""
+        for f in fields(self):
+            if f.name != "open_streams":
+                setattr(self, f.name, 0)
+
+
+@dataclass(frozen=True)
+class StreamPlan:
+    """The faults and delays of one stream (None / 0: none)."""
+
+    cut_after: int | None = None
+    error_after: int | None = None
+    stall_s: float = 0.0
+    token_delay_s: float = 0.0
+
+    @property
+    def fast(self) -> bool:
+        """True when the whole stream can be written at once."""
+        return self.cut_after is None and self.error_after is None and not self.stall_s and not self.token_delay_s
+
+
+def _status_line(status: int) -> str:
+    try:
+        phrase = HTTPStatus(status).phrase
+    except ValueError:
+        phrase = {529: "Overloaded"}.get(status, "Error")
+    return f"{status} {phrase}"
+
+
+_STATUS_LINES = {status: _status_line(status) for status in (*replies.STATUS_TO_ERROR_TYPE, 200)}
+_JSON = "application/json"
+
+
+def _dumps(payload: Any) -> bytes:
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _new_id(prefix: str) -> str:
+    return prefix + os.urandom(12).hex()
+
+
+def _headers(environ: Environ) -> dict[str, str]:
+    headers = {key[5:].replace("_", "-").lower(): value for key, value in environ.items() if key.startswith("HTTP_")}
+    if environ.get("CONTENT_TYPE"):
+        headers["content-type"] = environ["CONTENT_TYPE"]
+    if environ.get("CONTENT_LENGTH"):
+        headers["content-length"] = environ["CONTENT_LENGTH"]
+    return headers
+
+
+def _sleep(seconds: float) -> None:
+    time.sleep(seconds)  # looked up per call: gevent may patch ``time`` after this module is imported
+
+
+def _api_key(environ: Environ) -> str:
+    """The caller's key: ``x-api-key``, else an ``Authorization: Bearer`` token (the form the
+    anthropic SDK 2.x sends); "" when neither is there."""
+    key = environ.get("HTTP_X_API_KEY", "").strip()
+    if key:
+        return key
+    scheme, _, token = environ.get("HTTP_AUTHORIZATION", "").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
+
+
+class Simulator:
+    """The WSGI callable; its state (records, counters, prompt cache) lives for the process.
+
+    Use one instance per simulated upstream. ``sleep`` is injectable for tests; by default it is
+    ``time.sleep`` as patched (or not) when called.
+    """
+
+    def __init__(self, config: SimConfig, *, sleep: Callable[[float], None] | None = None) -> None:
+        self.config = config
+        self.stats = Stats()
+        self.cache = replies.PromptCache(config.cache_entries)
+        self.requests: deque[dict[str, Any]] = deque(maxlen=config.max_recorded)
+        self._rng = random.Random(config.seed)
+        self._sleep = sleep or _sleep
+        self._routes: dict[tuple[str, str], Handler] = {
+            ("POST", "/v1/messages"): self._messages,
+            ("POST", "/v1/messages/count_tokens"): self._count_tokens,
+            ("GET", "/healthz"): self._healthz,
+            ("GET", "/_sim/requests"): self._get_requests,
+            ("DELETE", "/_sim/requests"): self._clear_requests,
+            ("GET", "/_sim/stats"): self._get_stats,
+            ("DELETE", "/_sim/stats"): self._reset_stats,
+            ("DELETE", "/_sim/cache"): self._clear_cache,
+        }
+        self._paths = frozenset(path for _, path in self._routes)
+        self._identity = ("x-sim-name", config.name)
+
+    # -- WSGI entry ---------------------------------------------------------------------------
+
+    def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        request_id = _new_id("req_")
+        method = environ.get("REQUEST_METHOD", "GET")
+        path = environ.get("PATH_INFO") or "/"
+        handler = self._routes.get((method, path))
+        try:
+            if handler is None:
+                if path in self._paths:
+                    raise SimError(405, f"Method {method} is not allowed for {path}")
+                raise SimError(404, f"Not found: {method} {path}")
+            return handler(environ, start_response, request_id)
+        except SimError as error:
+            return self._error(start_response, error, request_id)
+
+    def _respond(
+        self, start_response: StartResponse, status: int, payload: Any, request_id: str,
+        extra: tuple[tuple[str, str], ...] = (),
+    ) -> list[bytes]:
+        data = _dumps(payload)
+        start_response(_STATUS_LINES.get(status) or _status_line(status), [
+            ("content-type", _JSON), ("content-length", str(len(data))),
+            ("request-id", request_id), self._identity, *extra,
+        ])
+        return [data]
+
+    def _error(self, start_response: StartResponse, error: SimError, request_id: str) -> list[bytes]:
+        extra: tuple[tuple[str, str], ...] = ()
+        if error.retry_after is not None:
+            extra = (("retry-after", f"{error.retry_after:g}"),)
+        return self._respond(start_response, error.status, replies.error_body(error, request_id), request_id, extra)
+
+    # -- request reading ----------------------------------------------------------------------
+
+    def _read_body(self, environ: Environ) -> bytes:
+        stream = environ["wsgi.input"]
+        limit = self.config.max_body_bytes
+        length_text = environ.get("CONTENT_LENGTH")
+        if length_text:
+            try:
+                length = int(length_text)
+            except ValueError:
+                raise InvalidRequestError("Invalid Content-Length header") from None
+            if length > limit:
+                raise SimError(413)
+            return stream.read(length) if length > 0 else b""
+        if environ.get("HTTP_TRANSFER_ENCODING", "").lower() == "chunked":
+            data = stream.read(limit + 1)
+            if len(data) > limit:
+                raise SimError(413)
+            return data
+        return b""
+
+    def _receive(self, environ: Environ, path: str) -> Any:
+        """Read, parse, record and authenticate an API request; return its parsed body."""
+        raw = self._read_body(environ)
+        parse_error: str | None = None
+        try:
+            body: Any = json.loads(raw)
+        except ValueError as exc:
+            body, parse_error = None, str(exc)
+        self.stats.requests += 1
+        recorded = body if len(raw) <= self.config.max_recorded_body_bytes else {"_sim_truncated": len(raw)}
+        self.requests.append({
+            "path": path, "method": environ.get("REQUEST_METHOD", "POST"), "headers": _headers(environ),
+            "body": recorded, "time": time.time(), "name": self.config.name,
+        })
+        if path == "/v1/messages" and self.config.latency_ms:
+            self._sleep(self.config.latency_ms / 1000)
+        api_key = _api_key(environ)
+        if not api_key:
+            raise SimError(401, "x-api-key header is required")
+        if self.config.api_key is not None and api_key != self.config.api_key:
+            raise SimError(401, "invalid x-api-key")
+        if parse_error is not None:
+            raise InvalidRequestError(f"There was an error parsing the body of your request: {parse_error}")
+        return body
+
+    # -- API routes ---------------------------------------------------------------------------
+
+    def _messages(self, environ: Environ, start_response: StartResponse, request_id: str) -> Iterable[bytes]:
+        body = self._receive(environ, "/v1/messages")
+        replies.validate_request(body, allow_prefill=self.config.prefill)
+        clean_text, markers = replies.parse_markers(replies.last_user_text(body))
+        if markers.delay:
+            self._sleep(markers.delay)
+        self._inject_fault(markers)
+        usage = self.cache.account(body["model"], replies.prompt_units(body), self.config.min_cache_tokens)
+        reply = replies.build_reply(body, clean_text, markers)
+        message = replies.message_json(body["model"], _new_id("msg_"), reply, usage)
+        if body.get("stream"):
+            return self._stream(start_response, request_id, message, self._plan(markers))
+        return self._respond(start_response, 200, message, request_id)
+
+    def _count_tokens(self, environ: Environ, start_response: StartResponse, request_id: str) -> list[bytes]:
+        body = self._receive(environ, "/v1/messages/count_tokens")
+        replies.validate_request(body, count_only=True, allow_prefill=self.config.prefill)
+        return self._respond(start_response, 200, {"input_tokens": replies.count_input_tokens(body)}, request_id)
+
+    def _inject_fault(self, markers: Markers) -> None:
+        status = markers.status
+        if status is not None:
+            if not 400 <= status <= 599:
+                raise InvalidRequestError("[[sim:…]] marker: status must be between 400 and 599")
+            retry_after = markers.retry_after
+        else:
+            status = self.config.fail_status
+            if status is None or (self.config.fail_rate < 1.0 and self._rng.random() >= self.config.fail_rate):
+                return
+            retry_after = None
+        if retry_after is None and status in RETRY_AFTER_STATUSES:
+            retry_after = self.config.retry_after
+        raise SimError(status, retry_after=retry_after)
+
+    def _plan(self, markers: Markers) -> StreamPlan:
+        config = self.config
+        delay_ms = markers.token_delay_ms if markers.token_delay_ms is not None else config.token_delay_ms
+        return StreamPlan(
+            cut_after=markers.cut if markers.cut is not None else config.cut_after,
+            error_after=markers.error_after,
+            stall_s=markers.stall if markers.stall is not None else config.stall_s,
+            token_delay_s=delay_ms / 1000,
+        )
+
+    def _stream(
+        self, start_response: StartResponse, request_id: str, message: dict[str, Any], plan: StreamPlan,
+    ) -> Iterator[bytes]:
+        start_response("200 OK", [
+            ("content-type", "text/event-stream; charset=utf-8"), ("cache-control", "no-cache"),
+            ("request-id", request_id), self._identity,
+        ])
+        return self._stream_body(replies.message_events(message), plan)
+
+    def _stream_body(self, events: list[tuple[str, dict[str, Any]]], plan: StreamPlan) -> Iterator[bytes]:
+        """Write the events; count the stream's outcome once, whichever way it ends.
+
+        A client that leaves makes the server close this generator (GeneratorExit at a
+        ``yield``): counted as aborted. An injected cut raises ECONNRESET, which gevent's
+        server treats as a dropped connection: it closes the socket without ending the chunked
+        body, so the client sees the stream break.
+        """
+        stats = self.stats
+        stats.streams_started += 1
+        stats.open_streams += 1
+        outcome = "streams_aborted"
+        try:
+            if plan.fast:
+                yield b"".join(replies.encode_event(name, data) for name, data in events)
+                outcome = "streams_completed"
+                return
+            deltas = 0
+            for number, (name, data) in enumerate(events, 1):
+                if plan.error_after is not None and number > plan.error_after:
+                    outcome = "streams_faulted"
+                    yield replies.OVERLOADED_EVENT
+                    return
+                if plan.cut_after is not None and number > plan.cut_after:
+                    outcome = "streams_faulted"
+                    raise ConnectionResetError(errno.ECONNRESET, "ezat-sim: injected stream cut")
+                if name == "content_block_delta":
+                    if deltas and plan.token_delay_s:
+                        self._sleep(plan.token_delay_s)
+                    deltas += 1
+                yield replies.encode_event(name, data)
+                if number == 2 and plan.stall_s:
+                    self._sleep(plan.stall_s)
+            outcome = "streams_completed"
+        finally:
+            stats.open_streams -= 1
+            setattr(stats, outcome, getattr(stats, outcome) + 1)
+
+    # -- health and test hooks ----------------------------------------------------------------
+
+    def _healthz(self, environ: Environ, start_response: StartResponse, request_id: str) -> list[bytes]:
+        return self._respond(start_response, 200, {"status": "ok", "name": self.config.name}, request_id)
+
+    def _get_requests(self, environ: Environ, start_response: StartResponse, request_id: str) -> list[bytes]:
+        return self._respond(start_response, 200, {"requests": list(self.requests)}, request_id)
+
+    def _clear_requests(self, environ: Environ, start_response: StartResponse, request_id: str) -> list[bytes]:
+        self.requests.clear()
+        return self._respond(start_response, 200, {"requests": []}, request_id)
+
+    def _get_stats(self, environ: Environ, start_response: StartResponse, request_id: str) -> list[bytes]:
+        return self._respond(start_response, 200, self.stats.as_dict(), request_id)
+
+    def _reset_stats(self, environ: Environ, start_response: StartResponse, request_id: str) -> list[bytes]:
+        self.stats.reset()
+        return self._respond(start_response, 200, self.stats.as_dict(), request_id)
+
+    def _clear_cache(self, environ: Environ, start_response: StartResponse, request_id: str) -> list[bytes]:
+        self.cache.clear()
+        return self._respond(start_response, 200, {"cleared": True}, request_id)
+
+
+def make_app(config: SimConfig | None = None) -> Simulator:
+    """A new simulator WSGI app (with its own records, counters and prompt cache)."""
+    return Simulator(config or SimConfig())
