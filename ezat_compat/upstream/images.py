@@ -1,0 +1,617 @@
+"""The image downloader: a request's http(s) image URLs, fetched in parallel, inlined as base64.
+
+Spec: chat-completions.md, "Images and PDFs": the models take images only inline, so EZAT
+downloads http(s) URLs itself. Limits: 10 MB per image, 20 image URLs and 32 MB of downloads
+per request, 15 seconds per download (redirects included), 3 redirects; the host must be a
+public address; the file must be a JPEG, PNG, GIF or WebP image, judged by its bytes.
+
+How a download stays inside those bounds:
+
+- one ``ThreadPoolExecutor`` per process (created on first use, so after gunicorn's fork;
+  greenlets under gevent) runs a request's downloads side by side;
+- every hop (redirects are followed here, at most ``max_redirects``) resolves its host once,
+  refuses non-public addresses (``netguard``) and connects to exactly that address, with the
+  ``Host`` header, TLS SNI and certificate check for the name (no DNS-rebinding window);
+- bodies are read in chunks against the per-image cap, a byte budget shared by the request's
+  downloads and one wall-clock deadline; at the deadline, or when any download fails, the
+  request's sockets are shut down from the waiting thread so no worker reads on for nobody.
+
+Errors: ``fetch_all`` raises only ``ImageFetchError`` (``.index``, ``.reason``). The caller
+prefixes ``reason`` with the path of the part that holds URL ``index`` and answers 400 —
+``messages[0].content[2].image_url.url: could not download the image (HTTP 404)``.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+import requests
+import urllib3.exceptions
+from requests.adapters import HTTPAdapter
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+
+from ezat_compat.upstream.netguard import HostResolutionError, NonPublicAddressError, Resolver, resolve_public
+
+logger = logging.getLogger(__name__)
+
+_MB = 1024 * 1024
+_CHUNK = 64 * 1024
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+_REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+# The four types the models take, named so content negotiation doesn't pick AVIF/JPEG XL.
+_ACCEPT = "image/png,image/jpeg,image/gif,image/webp,*/*;q=0.1"
+
+
+@dataclass(frozen=True)
+class ImageLimits:
+    """Per-request limits of "Images and PDFs"; the defaults are the spec's numbers."""
+
+    max_image_bytes: int = 10 * _MB
+    max_urls: int = 20
+    max_total_bytes: int = 32 * _MB
+    timeout_s: float = 15.0  # wall clock for the whole download, redirects included
+    max_redirects: int = 3
+
+
+@dataclass(frozen=True)
+class FetchedImage:
+    """One downloaded image, ready for an Anthropic ``{"type": "base64"}`` image source."""
+
+    media_type: str  # from the bytes' signature, never from content-type
+    data_b64: str
+
+
+class ImageFetchError(Exception):
+    """Image URL number ``index`` of the batch can't be used; ``reason`` says why, in the spec's words.
+
+    The client's request is at fault (or the image host): answer 400 with
+    ``f"{path_of_url[index]}: {reason}"`` (an ``InvalidRequestError``). Retrying the same
+    request as is won't help, except after a timeout or a failed connection.
+    """
+
+    def __init__(self, index: int, reason: str) -> None:
+        super().__init__(f"image URL {index}: {reason}")
+        self.index = index
+        self.reason = reason
+
+
+class _Refused(Exception):
+    """A download failed with a client-facing ``reason`` (internal; becomes ImageFetchError)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class _Cancelled(Exception):
+    """The batch was stopped (another download failed, or the deadline passed): nobody waits."""
+
+
+# ---------------------------------------------------------------- reasons (the spec's texts)
+
+
+def _number(value: float) -> str:
+    """``15.0`` -> ``15``, ``0.5`` -> ``0.5``."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def _could_not(why: str) -> str:
+    return f"could not download the image ({why})"
+
+
+CONNECTION_FAILED = _could_not("connection failed")
+NOT_RESOLVED = _could_not("the host name could not be resolved")
+NOT_HTTP = _could_not("only http and https URLs are supported")
+NOT_PUBLIC = _could_not("the host is not a public address")
+INVALID_URL = _could_not("the URL is not valid")
+UNEXPECTED = _could_not("unexpected error")
+NOT_AN_IMAGE = "the file is not a JPEG, PNG, GIF or WebP image"
+
+
+def _timed_out(limits: ImageLimits) -> str:
+    return _could_not(f"timed out after {_number(limits.timeout_s)} s")
+
+
+def _too_many_redirects(limits: ImageLimits) -> str:
+    return _could_not(f"more than {limits.max_redirects} redirects")
+
+
+def _too_large(limits: ImageLimits) -> str:
+    return f"the image is larger than {_number(limits.max_image_bytes / _MB)} MB"
+
+
+def _too_many_urls(limits: ImageLimits) -> str:
+    return f"too many image URLs (at most {limits.max_urls} per request)"
+
+
+def _over_total(limits: ImageLimits) -> str:
+    return f"the image downloads of this request exceed {_number(limits.max_total_bytes / _MB)} MB in total"
+
+
+def _reason_for(err: BaseException, limits: ImageLimits) -> str:
+    """The one map from low-level failures to reasons; order matters (ConnectTimeout is both)."""
+    if isinstance(err, requests.Timeout | urllib3.exceptions.TimeoutError | TimeoutError):
+        return _timed_out(limits)
+    if isinstance(err, requests.exceptions.InvalidURL | urllib3.exceptions.LocationValueError):
+        return INVALID_URL
+    if isinstance(err, requests.RequestException | urllib3.exceptions.HTTPError | http.client.HTTPException | OSError):
+        return CONNECTION_FAILED
+    logger.warning("unexpected error while downloading an image", exc_info=err)
+    return UNEXPECTED
+
+
+# ---------------------------------------------------------------- sniffing
+
+
+def sniff_image_type(data: bytes) -> str | None:
+    """The media type that ``data``'s signature shows — JPEG, PNG, GIF (87a/89a) or WebP — else None."""
+    if data.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if data.startswith((b"GIF87a", b"GIF89a")):
+        return "image/gif"
+    if len(data) >= 12 and data.startswith(b"RIFF") and data[8:12] == b"WEBP":
+        return "image/webp"
+    return None
+
+
+# ---------------------------------------------------------------- URLs
+
+
+def _url_problem(url: str) -> str | None:
+    """The refusal reason for a URL that can't be fetched at all, before any I/O; else None."""
+    try:
+        parts = urlsplit(url)
+        if parts.scheme.lower() not in _DEFAULT_PORTS:
+            return NOT_HTTP
+        port = parts.port  # raises ValueError when not a number in 0-65535
+    except ValueError:
+        return INVALID_URL
+    return None if parts.hostname and port != 0 else INVALID_URL
+
+
+@dataclass(frozen=True)
+class _Target:
+    """Where one hop goes: the URL's scheme, host name and port, and the checked IP to dial."""
+
+    scheme: str
+    host: str  # as in the URL (IDNA-encoded), without brackets
+    port: int
+    explicit_port: bool
+    ip: str
+
+    @property
+    def host_header(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}" if self.explicit_port else host
+
+
+def _redirect_location(response: requests.Response) -> str | None:
+    """The ``Location`` of a redirect response (decoded as requests does), else None."""
+    if response.status_code not in _REDIRECT_STATUSES or "location" not in response.headers:
+        return None
+    location = response.headers["location"]
+    try:  # servers send UTF-8 bytes; http.client decoded them as Latin-1
+        return location.encode("latin1").decode("utf8")
+    except UnicodeError:
+        return location
+
+
+def _content_length(response: requests.Response) -> int | None:
+    try:
+        length = int(response.headers.get("content-length", ""))
+    except ValueError:
+        return None
+    return length if length >= 0 else None
+
+
+# ---------------------------------------------------------------- cutting sockets from outside
+
+
+def _shutdown(sock: socket.socket) -> None:
+    with suppress(OSError, ValueError):
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+class _Watch:
+    """The sockets of one HTTP exchange, so that another thread can cut them at any phase.
+
+    Each socket is kept as a ``dup()`` taken right after the TCP connect: shutting the dup
+    down wakes a read blocked in the TLS handshake, the status line, the headers or the body
+    (thread or greenlet), which the deadline alone would not, since a server can drip.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._socks: list[socket.socket] = []
+        self._aborted = False
+
+    def register(self, sock: socket.socket) -> None:
+        dup = sock.dup()
+        with self._lock:
+            self._socks.append(dup)
+            aborted = self._aborted
+        if aborted:
+            _shutdown(dup)
+
+    def abort(self) -> None:
+        with self._lock:
+            self._aborted = True
+            socks = list(self._socks)
+        for sock in socks:
+            _shutdown(sock)
+
+    def release(self) -> None:
+        with self._lock:
+            socks, self._socks = self._socks, []
+        for sock in socks:
+            sock.close()
+
+
+class _WatchedHTTPConnection(HTTPConnection):
+    def __init__(self, *args: Any, watch: _Watch, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._watch = watch
+
+    def _new_conn(self) -> socket.socket:
+        sock = super()._new_conn()
+        self._watch.register(sock)
+        return sock
+
+
+class _WatchedHTTPSConnection(HTTPSConnection):
+    def __init__(self, *args: Any, watch: _Watch, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._watch = watch
+
+    def _new_conn(self) -> socket.socket:
+        sock = super()._new_conn()
+        self._watch.register(sock)
+        return sock
+
+
+class _PinnedHTTPPool(HTTPConnectionPool):
+    ConnectionCls = _WatchedHTTPConnection
+
+
+class _PinnedHTTPSPool(HTTPSConnectionPool):
+    ConnectionCls = _WatchedHTTPSConnection
+
+
+class _PinnedAdapter(HTTPAdapter):
+    """Sends one exchange to ``target.ip``, never to a new DNS answer for ``target.host``.
+
+    The pool is keyed by the checked IP; ``server_hostname`` gives TLS its SNI and certificate
+    check for the name; the caller sets the ``Host`` header. One adapter per exchange: its
+    connection is closed with the response, so a connection never outlives its watch.
+    """
+
+    def __init__(self, target: _Target, watch: _Watch) -> None:
+        super().__init__(max_retries=0)
+        self._target = target
+        self._pinned: HTTPConnectionPool
+        if target.scheme == "https":
+            self._pinned = _PinnedHTTPSPool(target.ip, target.port, maxsize=1, server_hostname=target.host, watch=watch)
+        else:
+            self._pinned = _PinnedHTTPPool(target.ip, target.port, maxsize=1, watch=watch)
+
+    def get_connection_with_tls_context(
+        self,
+        request: requests.PreparedRequest,
+        verify: bool | str | None,
+        proxies: dict[str, str] | None = None,
+        cert: Any = None,
+    ) -> HTTPConnectionPool:
+        return self._pool_for(request.url or "")
+
+    # requests before 2.32.2 calls one of these instead: they must pin too, never fall back.
+    def get_connection(self, url: str, proxies: dict[str, str] | None = None) -> HTTPConnectionPool:
+        return self._pool_for(url)
+
+    def _get_connection(self, request: requests.PreparedRequest, *args: Any, **kwargs: Any) -> HTTPConnectionPool:
+        return self._pool_for(request.url or "")
+
+    def _pool_for(self, url: str) -> HTTPConnectionPool:
+        parts = urlsplit(url)
+        if (parts.scheme, parts.hostname) != (self._target.scheme, self._target.host):
+            raise requests.exceptions.InvalidURL(f"{url} is not the pinned target")
+        return self._pinned
+
+    def close(self) -> None:
+        super().close()
+        self._pinned.close()
+
+
+# ---------------------------------------------------------------- one request's batch
+
+
+class _Batch:
+    """What a request's downloads share: the deadline, the byte budget and the stop switch."""
+
+    def __init__(self, limits: ImageLimits) -> None:
+        self.limits = limits
+        self.deadline = time.monotonic() + limits.timeout_s
+        self._lock = threading.Lock()
+        self._total = 0
+        self._stopped = False
+        self._watches: set[_Watch] = set()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped
+
+    def remaining(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def check(self) -> None:
+        """Raise when the download should end now: stopped, or past the deadline."""
+        if self._stopped:
+            raise _Cancelled
+        if self.remaining() <= 0:
+            raise _Refused(_timed_out(self.limits))
+
+    def fits(self, size: int) -> bool:
+        with self._lock:
+            return self._total + size <= self.limits.max_total_bytes
+
+    def reserve(self, size: int) -> bool:
+        """Count ``size`` more bytes; False once the request's total is over its cap."""
+        with self._lock:
+            self._total += size
+            return self._total <= self.limits.max_total_bytes
+
+    @contextmanager
+    def watch(self) -> Iterator[_Watch]:
+        watch = _Watch()
+        with self._lock:
+            if self._stopped:
+                raise _Cancelled
+            self._watches.add(watch)
+        try:
+            yield watch
+        finally:
+            with self._lock:
+                self._watches.discard(watch)
+            watch.release()
+
+    def stop(self) -> None:
+        """End every download of the batch now: later checks raise, open sockets are cut."""
+        with self._lock:
+            self._stopped = True
+            watches = list(self._watches)
+        for watch in watches:
+            watch.abort()
+
+
+# ---------------------------------------------------------------- the fetcher
+
+
+class ImageFetcher:
+    """Downloads the image URLs of a request: one per process, shared by all requests.
+
+    ``threads`` bounds the downloads running at once in this process (config
+    ``image_fetch_threads``); ``allow_private`` (config ``allow_private_image_hosts``, tests
+    only) lets URLs reach loopback and private hosts, still pinned to the checked address.
+    ``resolver`` replaces ``socket.getaddrinfo`` (tests); ``ca_certs`` names a CA bundle to
+    trust instead of certifi's (tests, or an on-prem CA). Call ``close()`` at shutdown.
+    """
+
+    def __init__(
+        self,
+        *,
+        threads: int,
+        allow_private: bool,
+        limits: ImageLimits = ImageLimits(),
+        resolver: Resolver | None = None,
+        user_agent: str = "ezat-compat-image-fetcher",
+        ca_certs: str | None = None,
+    ) -> None:
+        if threads < 1:
+            raise ValueError("threads must be at least 1")
+        self._threads = threads
+        self._allow_private = allow_private
+        self._limits = limits
+        self._resolver = resolver
+        self._user_agent = user_agent
+        self._verify: bool | str = ca_certs or True
+        self._lock = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None
+        self._executor_pid = 0
+
+    @property
+    def limits(self) -> ImageLimits:
+        return self._limits
+
+    def fetch_all(self, urls: Sequence[str]) -> list[FetchedImage]:
+        """Download every URL in parallel; return the images in the order of ``urls``.
+
+        Raises ``ImageFetchError`` — and no other exception — for the first URL that fails
+        (the lowest index among the failures seen when the first one arrives); the other
+        downloads are stopped at once. More than ``max_urls`` URLs fail before any download,
+        on index ``max_urls``; a URL that isn't http(s) or can't be parsed fails before any
+        download too. All downloads share one deadline (``timeout_s`` from this call).
+        """
+        urls = list(urls)
+        limits = self._limits
+        if len(urls) > limits.max_urls:
+            raise ImageFetchError(limits.max_urls, _too_many_urls(limits))
+        for index, url in enumerate(urls):
+            problem = _url_problem(url)
+            if problem is not None:
+                raise ImageFetchError(index, problem)
+        if not urls:
+            return []
+        batch = _Batch(limits)
+        futures: list[Future[FetchedImage]] = []
+        try:
+            executor = self._executor_for_this_process()
+            for index, url in enumerate(urls):
+                futures.append(executor.submit(self._download, batch, index, url))
+            return self._collect(batch, futures)
+        except ImageFetchError:
+            raise
+        except Exception as err:  # e.g. the executor was shut down under us
+            logger.warning("image fetch failed unexpectedly", exc_info=err)
+            raise ImageFetchError(0, UNEXPECTED) from err
+        finally:
+            for future in futures:
+                future.cancel()
+            batch.stop()
+
+    def close(self) -> None:
+        """Stop this process's download threads (queued downloads are dropped); a later
+        ``fetch_all`` starts new ones."""
+        with self._lock:
+            executor, self._executor = self._executor, None
+            owned = self._executor_pid == os.getpid()
+        if executor is not None and owned:
+            executor.shutdown(wait=False, cancel_futures=True)
+
+    # ------------------------------------------------------------ coordination
+
+    def _executor_for_this_process(self) -> ThreadPoolExecutor:
+        """Create the pool on first use in each process: threads don't survive gunicorn's fork."""
+        pid = os.getpid()
+        with self._lock:
+            if self._executor is None or self._executor_pid != pid:
+                self._executor = ThreadPoolExecutor(max_workers=self._threads, thread_name_prefix="ezat-images")
+                self._executor_pid = pid
+            return self._executor
+
+    def _collect(self, batch: _Batch, futures: list[Future[FetchedImage]]) -> list[FetchedImage]:
+        """Wait for every download, failing at the first error or at the deadline."""
+        index_of = {future: index for index, future in enumerate(futures)}
+        pending = set(futures)
+        while pending:
+            remaining = batch.remaining()
+            if remaining <= 0:
+                batch.stop()
+                raise ImageFetchError(min(index_of[f] for f in pending), _timed_out(batch.limits))
+            done, pending = wait(pending, timeout=remaining, return_when=FIRST_COMPLETED)
+            if any(future.exception() is not None for future in done):
+                batch.stop()
+                raise self._lowest_failure(futures)
+        return [future.result() for future in futures]
+
+    def _lowest_failure(self, futures: list[Future[FetchedImage]]) -> ImageFetchError:
+        for index, future in enumerate(futures):
+            if not future.done() or future.cancelled():
+                continue
+            err = future.exception()
+            if isinstance(err, ImageFetchError):
+                return err
+            if err is not None and not isinstance(err, _Cancelled):
+                return ImageFetchError(index, UNEXPECTED)
+        return ImageFetchError(0, UNEXPECTED)  # unreachable: a failure was seen
+
+    # ------------------------------------------------------------ one download (worker side)
+
+    def _download(self, batch: _Batch, index: int, url: str) -> FetchedImage:
+        """Runs on the pool: one URL, redirects included. Raises ImageFetchError or _Cancelled."""
+        try:
+            batch.check()
+            data = self._download_bytes(batch, url)
+            media_type = sniff_image_type(data)
+            if media_type is None:
+                raise _Refused(NOT_AN_IMAGE)
+            return FetchedImage(media_type=media_type, data_b64=base64.b64encode(data).decode("ascii"))
+        except _Cancelled:
+            raise
+        except Exception as err:
+            if batch.stopped:  # our own shutdown of the socket, not the host's fault
+                raise _Cancelled from err
+            if isinstance(err, _Refused):
+                raise ImageFetchError(index, err.reason) from None
+            raise ImageFetchError(index, _reason_for(err, batch.limits)) from err
+
+    def _download_bytes(self, batch: _Batch, url: str) -> bytes:
+        for _hop in range(batch.limits.max_redirects + 1):
+            with self._exchange(batch, url) as response:
+                location = _redirect_location(response)
+                if location is not None:
+                    url = urljoin(response.url, location)
+                    continue
+                if response.status_code != 200:
+                    raise _Refused(_could_not(f"HTTP {response.status_code}"))
+                return self._read_body(batch, response)
+        raise _Refused(_too_many_redirects(batch.limits))
+
+    @contextmanager
+    def _exchange(self, batch: _Batch, url: str) -> Iterator[requests.Response]:
+        """GET ``url`` on a connection to its checked address; yields the response (headers read)."""
+        target, request = self._prepare(url)
+        batch.check()
+        remaining = batch.remaining()
+        with batch.watch() as watch:
+            adapter = _PinnedAdapter(target, watch)
+            try:
+                response = adapter.send(request, stream=True, timeout=(remaining, remaining), verify=self._verify)
+                try:
+                    yield response
+                finally:
+                    response.close()
+            finally:
+                adapter.close()
+
+    def _prepare(self, url: str) -> tuple[_Target, requests.PreparedRequest]:
+        """Check the URL, resolve and check its host, and build the GET for it."""
+        problem = _url_problem(url)  # redirect targets get the same checks as the client's URLs
+        if problem is not None:
+            raise _Refused(problem)
+        request = requests.PreparedRequest()
+        request.prepare(
+            method="GET",
+            url=url,
+            headers={
+                "User-Agent": self._user_agent,
+                "Accept": _ACCEPT,
+                "Accept-Encoding": "identity",  # the byte caps count what we sniff and send
+                "Connection": "close",
+            },
+        )
+        parts = urlsplit(request.url or "")  # IDNA-encoded: what we resolve is what we name
+        scheme, host = parts.scheme.lower(), parts.hostname or ""
+        port = parts.port or _DEFAULT_PORTS[scheme]
+        try:
+            ip = resolve_public(host, port, allow_private=self._allow_private, resolver=self._resolver)
+        except HostResolutionError:
+            raise _Refused(NOT_RESOLVED) from None
+        except NonPublicAddressError:
+            raise _Refused(NOT_PUBLIC) from None
+        target = _Target(scheme=scheme, host=host, port=port, explicit_port=parts.port is not None, ip=ip)
+        request.headers["Host"] = target.host_header
+        return target, request
+
+    def _read_body(self, batch: _Batch, response: requests.Response) -> bytes:
+        """Read the body in chunks, stopping as soon as a cap or the deadline is passed."""
+        limits = batch.limits
+        length = _content_length(response)
+        if length is not None and length > limits.max_image_bytes:
+            raise _Refused(_too_large(limits))
+        if length is not None and not batch.fits(length):
+            raise _Refused(_over_total(limits))
+        body = bytearray()
+        while True:
+            batch.check()
+            chunk = response.raw.read1(_CHUNK, decode_content=False)  # returns what one read gives
+            if not chunk:
+                return bytes(body)
+            if len(body) + len(chunk) > limits.max_image_bytes:
+                raise _Refused(_too_large(limits))
+            if not batch.reserve(len(chunk)):
+                raise _Refused(_over_total(limits))
+            body += chunk
