@@ -1,0 +1,272 @@
+"""Per-key rate limits: requests per minute and tokens per minute (issue 7), with ``limits``.
+
+The strategy is the package's ``FixedWindowRateLimiter``: each key has one counter per
+window, incremented atomically, so admissions are exact — a key with ``rpm = 10`` hit by 30
+parallel requests gets exactly 10 through, whichever workers serve them.
+
+- With ``redis_url``: the package's Redis storage, exact across every worker of every node.
+- Without: ``SQLiteCounterStorage`` (scheme ``ezat-sqlite://``), counters in a small SQLite
+  file of their own shared by every gunicorn worker of the machine (the package's memory
+  storage would count per process). Each increment is one ``BEGIN IMMEDIATE`` upsert.
+
+Call ``admit(ctx)`` after authentication and before any work: it raises ``RateLimitError``
+(429, with ``retry_after`` in whole seconds) when the key's request budget for this minute is
+spent or its token budget is already used up. Tokens are known only when a request ends, so
+call ``record_tokens(ctx, prompt + completion)`` then; a request admitted with tokens left may
+overrun the budget, and the next one waits for the window to reset. Keys without ``rpm`` and
+``tpm`` cost nothing: no storage round trip at all.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sqlite3
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from functools import lru_cache
+from typing import Any
+
+from limits import RateLimitItem, RateLimitItemPerSecond
+from limits.errors import StorageError
+from limits.storage import RedisStorage, Storage
+from limits.strategies import FixedWindowRateLimiter
+
+from ezat_compat.errors import GatewayError, RateLimitError
+from ezat_compat.store.accounts import AuthContext
+from ezat_compat.store.db import enable_wal
+
+SCHEME = "ezat-sqlite"
+REDIS_TIMEOUT_S = 2.0
+SQLITE_BUSY_TIMEOUT_S = 10.0
+
+_UPSERT = """
+INSERT INTO counters (key, value, expires_at) VALUES (?1, ?2, ?3)
+ON CONFLICT (key) DO UPDATE SET
+    value = CASE WHEN counters.expires_at <= ?4 THEN excluded.value ELSE counters.value + excluded.value END,
+    expires_at = CASE WHEN counters.expires_at <= ?4 THEN excluded.expires_at ELSE counters.expires_at END
+RETURNING value
+"""
+
+
+class SQLiteCounterStorage(Storage):
+    """A ``limits`` storage for fixed windows in a SQLite file, shared by every process that
+    opens the same file: ``SQLiteCounterStorage("ezat-sqlite:///var/lib/ezat/limits.db")``.
+
+    Implements what ``FixedWindowRateLimiter`` needs (``incr``, ``get``, ``get_expiry``,
+    ``clear``, ``reset``, ``check``). ``clock`` (seconds since
+    the epoch) decides when windows expire; tests inject one to skip time.
+    Each process opens its own connection on first use; a forked child drops the one it
+    inherited. Threads of a process share the connection under a lock.
+    """
+
+    STORAGE_SCHEME = [SCHEME]
+
+    def __init__(self, uri: str, wrap_exceptions: bool = False, clock: Callable[[], float] = time.time,
+                 **options: float | str | bool) -> None:
+        super().__init__(uri, wrap_exceptions=wrap_exceptions, **options)
+        prefix = f"{SCHEME}://"
+        if not uri.startswith(prefix) or len(uri) == len(prefix):
+            raise ValueError(f"expected {prefix}/PATH/TO/FILE, got {uri!r}")
+        self.path = uri[len(prefix):]
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+        self._inherited: list[sqlite3.Connection] = []  # never closed: a fork's child must not touch them
+        _reset_after_fork(self)
+
+    @property
+    def base_exceptions(self) -> type[Exception] | tuple[type[Exception], ...]:
+        return sqlite3.Error
+
+    def _after_fork(self) -> None:
+        # Runs in a forked child before any other thread exists: the parent's connection and
+        # lock (maybe held by a parent thread at the fork) are left alone.
+        if self._conn is not None:
+            self._inherited.append(self._conn)
+        self._conn = None
+        self._lock = threading.Lock()
+
+    def _connection(self) -> sqlite3.Connection:
+        """This process's connection; call with ``self._lock`` held."""
+        if self._conn is None:
+            conn = sqlite3.connect(self.path, timeout=SQLITE_BUSY_TIMEOUT_S, isolation_level=None,
+                                   check_same_thread=False)
+            try:
+                enable_wal(conn)
+                conn.execute("PRAGMA synchronous=OFF")  # counters: losing the last writes on power loss is fine
+                conn.execute("CREATE TABLE IF NOT EXISTS counters (key TEXT PRIMARY KEY, value INTEGER NOT NULL,"
+                             " expires_at REAL NOT NULL) WITHOUT ROWID")
+            except BaseException:
+                conn.close()
+                raise
+            self._conn = conn
+        return self._conn
+
+    def incr(self, key: str, expiry: int, amount: int = 1) -> int:
+        """Add ``amount`` to the key's counter, starting a new window of ``expiry`` seconds if
+        the last one is over; returns the new count. Atomic across processes."""
+        now = self._clock()
+        with self._lock:
+            conn = self._connection()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                (value,) = conn.execute(_UPSERT, (key, amount, now + expiry, now)).fetchone()
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        return int(value)
+
+    def get(self, key: str) -> int:
+        """The key's count in its current window (0 when there is none)."""
+        with self._lock:
+            row = self._connection().execute(
+                "SELECT value FROM counters WHERE key = ? AND expires_at > ?", (key, self._clock())).fetchone()
+        return int(row[0]) if row else 0
+
+    def get_expiry(self, key: str) -> float:
+        """When the key's current window ends (epoch seconds); now if there is none."""
+        now = self._clock()
+        with self._lock:
+            row = self._connection().execute(
+                "SELECT expires_at FROM counters WHERE key = ? AND expires_at > ?", (key, now)).fetchone()
+        return float(row[0]) if row else now
+
+    def check(self) -> bool:
+        try:
+            with self._lock:
+                self._connection().execute("SELECT 1").fetchone()
+        except sqlite3.Error:
+            return False
+        return True
+
+    def reset(self) -> int | None:
+        """Forget every counter; returns how many there were."""
+        with self._lock:
+            return self._connection().execute("DELETE FROM counters").rowcount
+
+    def clear(self, key: str) -> None:
+        with self._lock:
+            self._connection().execute("DELETE FROM counters WHERE key = ?", (key,))
+
+    def close(self) -> None:
+        """Close this process's connection (it reopens on next use)."""
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+            self._conn = None
+
+
+def _reset_after_fork(storage: SQLiteCounterStorage) -> None:
+    """Have a forked child drop ``storage``'s inherited connection (without keeping it alive)."""
+    ref = weakref.ref(storage)
+
+    def after_in_child() -> None:
+        alive = ref()
+        if alive is not None:
+            alive._after_fork()
+
+    os.register_at_fork(after_in_child=after_in_child)
+
+
+@lru_cache(maxsize=4096)
+def _item(kind: str, amount: int, window_s: int) -> RateLimitItem:
+    return RateLimitItemPerSecond(amount, window_s, namespace=kind)
+
+
+class RateLimits:
+    """The per-key rpm/tpm limiter of one process. Create it once per process (after the fork).
+
+    ``redis_url`` (or None/"" for the embedded SQLite counters at ``embedded_path``). The
+    keyword arguments are test hooks: ``window_s`` shortens the minute, ``clock`` drives the
+    embedded storage's windows and the ``retry_after`` arithmetic, ``key_prefix`` namespaces
+    the Redis keys.
+    """
+
+    def __init__(self, redis_url: str | None, embedded_path: str, *, window_s: int = 60,
+                 clock: Callable[[], float] = time.time, key_prefix: str = "ezat") -> None:
+        self.redis_url = redis_url or None
+        self.embedded_path = embedded_path
+        self.window_s = window_s
+        self._clock = clock
+        self._key_prefix = key_prefix
+        self._storage: Storage | None = None
+        self._limiter: FixedWindowRateLimiter | None = None
+        self._init_lock = threading.Lock()
+
+    @property
+    def storage(self) -> Storage | None:
+        """The storage, once the first limited key has used it (None before)."""
+        return self._storage
+
+    def _get_limiter(self) -> FixedWindowRateLimiter:
+        if self._limiter is None:
+            with self._init_lock:
+                if self._limiter is None:
+                    storage: Storage
+                    if self.redis_url:
+                        storage = RedisStorage(self.redis_url, key_prefix=self._key_prefix, wrap_exceptions=True,
+                                               socket_timeout=REDIS_TIMEOUT_S,
+                                               socket_connect_timeout=REDIS_TIMEOUT_S)
+                    else:
+                        storage = SQLiteCounterStorage(f"{SCHEME}://{self.embedded_path}", wrap_exceptions=True,
+                                                       clock=self._clock)
+                    self._storage = storage
+                    self._limiter = FixedWindowRateLimiter(storage)
+        return self._limiter
+
+    def admit(self, ctx: AuthContext) -> None:
+        """Count one request against the key's rpm, after checking its tpm budget.
+
+        Raises ``RateLimitError`` (429) with ``retry_after`` (whole seconds, at least 1) when
+        the key has used its requests or its tokens for this minute, and ``GatewayError``
+        (500) when the limit storage can't be reached. Returns at once for unlimited keys.
+        """
+        if ctx.rpm is None and ctx.tpm is None:
+            return
+        ident = str(ctx.key_id)
+        try:
+            limiter = self._get_limiter()
+            if ctx.tpm is not None:
+                item = _item("tpm", ctx.tpm, self.window_s)
+                if not limiter.test(item, ident):
+                    wait = self._retry_after(item, ident)
+                    raise RateLimitError(
+                        f"Rate limit reached for tokens per minute ({ctx.tpm}): key {ctx.key_public_id} has used "
+                        f"its {ctx.tpm} tokens for this minute. Try again in {wait} s.", retry_after=wait)
+            if ctx.rpm is not None:
+                item = _item("rpm", ctx.rpm, self.window_s)
+                if not limiter.hit(item, ident):
+                    wait = self._retry_after(item, ident)
+                    raise RateLimitError(
+                        f"Rate limit reached for requests per minute ({ctx.rpm}): key {ctx.key_public_id} may send "
+                        f"{ctx.rpm} requests per minute. Try again in {wait} s.", retry_after=wait)
+        except StorageError as exc:
+            raise GatewayError("The rate-limit store is unreachable; try again shortly.") from exc
+
+    def record_tokens(self, ctx: AuthContext, tokens: int) -> None:
+        """Count a finished request's tokens (prompt + completion) toward the key's tpm.
+        No-op for keys without ``tpm`` or when ``tokens`` is 0."""
+        if ctx.tpm is None or tokens <= 0:
+            return
+        try:
+            self._get_limiter().hit(_item("tpm", ctx.tpm, self.window_s), str(ctx.key_id), cost=tokens)
+        except StorageError as exc:
+            raise GatewayError("The rate-limit store is unreachable; try again shortly.") from exc
+
+    def _retry_after(self, item: RateLimitItem, ident: str) -> int:
+        assert self._storage is not None
+        reset = self._storage.get_expiry(item.key_for(ident))
+        return max(1, math.ceil(reset - self._clock()))
+
+    def close(self) -> None:
+        """Release the storage's connections (tests, shutdown)."""
+        storage: Any = self._storage
+        if isinstance(storage, SQLiteCounterStorage):
+            storage.close()
+        elif isinstance(storage, RedisStorage):
+            storage.get_connection().close()

@@ -1,0 +1,323 @@
+"""Reservations and the ledger: billing that never overshoots, one transaction per step (issue 7).
+
+Every billed request goes through two short transactions:
+
+1. ``reserve(ctx, request_id, worst_case)`` before the request is sent upstream. It moves the
+   request's worst-case cost (``pricing.worst_case_micros``) into the org's and the key's
+   ``reserved_micros`` only if the org's available balance (balance − reserved) and the key's
+   spend limit (spent + reserved) both still cover it; otherwise nothing changes and it
+   raises ``InsufficientQuotaError`` (402). Both checks are conditional UPDATEs, so concurrent
+   requests — threads, gunicorn workers, nodes on one PostgreSQL — can never overshoot.
+2. ``settle(request_id, entry)`` when the request ends, however it ends (``finally``): writes
+   the ledger row, releases the reservation and debits the real cost, all in one transaction,
+   so the sum of the ledger's costs always equals what was debited. A second settle of the
+   same request is a no-op. Failed requests are settled with cost 0 (spec chat-completions.md,
+   "Errors": failed requests aren't billed); a client that closed a stream early pays for what
+   was produced (status 499, ``estimated=True``).
+
+``sweep_stale`` releases reservations that a crashed worker never settled; run it now and then
+with a threshold well above the longest request (``upstream_timeout_s`` plus a margin).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Select,
+    bindparam,
+    delete,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+
+from ezat_compat.errors import InsufficientQuotaError
+from ezat_compat.pricing import micros_to_usd
+from ezat_compat.store.accounts import AuthContext, StoreError, iso
+from ezat_compat.store.db import write_engine
+from ezat_compat.store.tables import MODEL_MAX, api_keys, ledger, orgs, reservations
+from ezat_compat.translate.response import Usage
+
+ENDPOINTS = ("chat.completions", "messages")
+CLIENT_CLOSED = 499  # the status of a request whose client left early (still billed)
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    """What ``settle`` records for one request.
+
+    ``model`` is the name the client sent, ``canonical_model`` and ``deployment`` what served it
+    (empty strings when the request failed before routing). ``status`` is the HTTP status the
+    client got: 200, 499 for an early close, or the error's status. ``cost_micros`` must be 0
+    for a failed request (status ≥ 400 other than 499). ``estimated`` is True when the output
+    tokens were estimated because the stream was closed early.
+    """
+
+    created_at: datetime
+    org_id: int
+    key_id: int
+    endpoint: str
+    model: str
+    canonical_model: str
+    deployment: str
+    usage: Usage = field(default_factory=Usage)
+    cost_micros: int = 0
+    status: int = 200
+    estimated: bool = False
+
+    def __post_init__(self) -> None:
+        if self.endpoint not in ENDPOINTS:
+            raise ValueError(f"endpoint must be one of {ENDPOINTS}, got {self.endpoint!r}")
+        if self.cost_micros < 0:
+            raise ValueError(f"cost_micros must not be negative, got {self.cost_micros}")
+        if not 100 <= self.status <= 599:
+            raise ValueError(f"status must be an HTTP status, got {self.status}")
+        if self.status >= 400 and self.status != CLIENT_CLOSED and self.cost_micros:
+            raise ValueError(f"a failed request (status {self.status}) is not billed: settle it with cost 0")
+
+
+# ------------------------------------------------------------ statements, built once
+
+_RESERVE_ORG = (
+    update(orgs)
+    .where(orgs.c.id == bindparam("b_org"),
+           orgs.c.balance_micros - orgs.c.reserved_micros >= bindparam("b_amount"))
+    .values(reserved_micros=orgs.c.reserved_micros + bindparam("b_amount"))
+)
+_RESERVE_KEY = (
+    update(api_keys)
+    .where(api_keys.c.id == bindparam("b_key"),
+           or_(api_keys.c.spend_limit_micros.is_(None),
+               api_keys.c.spent_micros + api_keys.c.reserved_micros + bindparam("b_amount")
+               <= api_keys.c.spend_limit_micros))
+    .values(reserved_micros=api_keys.c.reserved_micros + bindparam("b_amount"))
+)
+_INSERT_RESERVATION = insert(reservations)
+_TAKE_RESERVATION = (
+    delete(reservations).where(reservations.c.request_id == bindparam("b_request"))
+    .returning(reservations.c.amount_micros)
+)
+_SETTLE_ORG = (
+    update(orgs).where(orgs.c.id == bindparam("b_org"))
+    .values(balance_micros=orgs.c.balance_micros - bindparam("b_cost"),
+            reserved_micros=orgs.c.reserved_micros - bindparam("b_amount"))
+)
+_SETTLE_KEY = (
+    update(api_keys).where(api_keys.c.id == bindparam("b_key"))
+    .values(spent_micros=api_keys.c.spent_micros + bindparam("b_cost"),
+            reserved_micros=api_keys.c.reserved_micros - bindparam("b_amount"))
+)
+_RELEASE_ORG = (
+    update(orgs).where(orgs.c.id == bindparam("b_org"))
+    .values(reserved_micros=orgs.c.reserved_micros - bindparam("b_amount"))
+)
+_RELEASE_KEY = (
+    update(api_keys).where(api_keys.c.id == bindparam("b_key"))
+    .values(reserved_micros=api_keys.c.reserved_micros - bindparam("b_amount"))
+)
+_ORG_FUNDS = select(orgs.c.name, orgs.c.balance_micros, orgs.c.reserved_micros).where(
+    orgs.c.id == bindparam("b_org"))
+_KEY_FUNDS = select(api_keys.c.public_id, api_keys.c.spend_limit_micros, api_keys.c.spent_micros,
+                    api_keys.c.reserved_micros).where(api_keys.c.id == bindparam("b_key"))
+
+_TOKENS = ("input_tokens", "cache_write_tokens", "cache_read_tokens", "output_tokens", "reasoning_tokens")
+_ROWS = (
+    select(
+        ledger.c.request_id, ledger.c.created_at, orgs.c.name.label("org"), api_keys.c.public_id.label("key_id"),
+        ledger.c.endpoint, ledger.c.model, ledger.c.canonical_model, ledger.c.deployment,
+        *(ledger.c[name] for name in _TOKENS), ledger.c.cost_micros, ledger.c.status, ledger.c.estimated,
+    )
+    .select_from(ledger.join(orgs, ledger.c.org_id == orgs.c.id).join(api_keys, ledger.c.key_id == api_keys.c.id))
+    .order_by(ledger.c.created_at, ledger.c.id)
+)
+_SUMMARY = (
+    select(
+        orgs.c.name.label("org"), api_keys.c.public_id.label("key_id"), ledger.c.canonical_model.label("model"),
+        func.count().label("requests"), *(func.sum(ledger.c[name]).label(name) for name in _TOKENS),
+        func.sum(ledger.c.cost_micros).label("cost_micros"),
+    )
+    .select_from(ledger.join(orgs, ledger.c.org_id == orgs.c.id).join(api_keys, ledger.c.key_id == api_keys.c.id))
+    .group_by(orgs.c.name, api_keys.c.public_id, ledger.c.canonical_model)
+    .order_by(orgs.c.name, api_keys.c.public_id, ledger.c.canonical_model)
+)
+
+
+def _usd(micros: int) -> str:
+    return "$" + micros_to_usd(micros)
+
+
+class Ledger:
+    """Reservations, settlement and usage reports on the database behind ``engine``.
+
+    Thread-safe; create one per process and share it.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._writer = write_engine(engine)
+        dialect = postgresql if engine.dialect.name == "postgresql" else sqlite
+        self._insert_ledger = (dialect.insert(ledger).on_conflict_do_nothing(index_elements=["request_id"])
+                              .returning(ledger.c.id))
+
+    # ------------------------------------------------------------ the hot path
+
+    def reserve(self, ctx: AuthContext, request_id: str, amount_micros: int, *, now: datetime | None = None) -> None:
+        """Hold ``amount_micros`` (the request's worst case) against the org's balance and the
+        key's spend limit, in one short transaction.
+
+        Raises ``InsufficientQuotaError`` (402) when either can't cover it; nothing is held
+        then. Call ``settle(request_id, …)`` exactly once afterwards, whatever happens.
+        ``request_id`` must be new (a duplicate raises the database's IntegrityError).
+        """
+        if isinstance(amount_micros, bool) or not isinstance(amount_micros, int) or amount_micros < 0:
+            raise ValueError(f"amount_micros must be a non-negative int, got {amount_micros!r}")
+        params = {"b_org": ctx.org_id, "b_key": ctx.key_id, "b_amount": amount_micros}
+        with self._writer.begin() as conn:
+            if not conn.execute(_RESERVE_ORG, params).rowcount:
+                raise self._org_refusal(conn, ctx, amount_micros)
+            if not conn.execute(_RESERVE_KEY, params).rowcount:
+                raise self._key_refusal(conn, ctx, amount_micros)
+            conn.execute(_INSERT_RESERVATION, {
+                "request_id": request_id, "org_id": ctx.org_id, "key_id": ctx.key_id,
+                "amount_micros": amount_micros, "created_at": now or datetime.now(UTC),
+            })
+
+    def settle(self, request_id: str, entry: LedgerEntry) -> bool:
+        """Record the request and debit its real cost, in one transaction; returns True.
+
+        Releases the reservation (if ``sweep_stale`` hasn't already) and debits
+        ``entry.cost_micros`` from the org's balance and onto the key's spend, even when the
+        reservation is gone. Returns False and changes nothing when ``request_id`` is already
+        in the ledger, so retrying a settle never debits twice.
+        """
+        u = entry.usage
+        row = {
+            "request_id": request_id, "created_at": entry.created_at, "org_id": entry.org_id,
+            "key_id": entry.key_id, "endpoint": entry.endpoint, "model": entry.model[:MODEL_MAX],
+            "canonical_model": entry.canonical_model, "deployment": entry.deployment,
+            "input_tokens": u.input_tokens, "cache_write_tokens": u.cache_write_tokens,
+            "cache_read_tokens": u.cache_read_tokens, "output_tokens": u.output_tokens,
+            "reasoning_tokens": u.reasoning_tokens, "cost_micros": entry.cost_micros,
+            "status": entry.status, "estimated": entry.estimated,
+        }
+        with self._writer.begin() as conn:
+            if conn.execute(self._insert_ledger, row).first() is None:
+                return False  # already settled: the ledger row exists, nothing else changes
+            held = conn.execute(_TAKE_RESERVATION, {"b_request": request_id}).scalar() or 0
+            params = {"b_org": entry.org_id, "b_key": entry.key_id, "b_cost": entry.cost_micros, "b_amount": held}
+            conn.execute(_SETTLE_ORG, params)
+            conn.execute(_SETTLE_KEY, params)
+        return True
+
+    def sweep_stale(self, older_than: timedelta, now: datetime) -> int:
+        """Release reservations made before ``now - older_than`` (their worker crashed);
+        returns how many. A late ``settle`` of a swept request still debits its cost."""
+        cutoff = now - older_than
+        with self._writer.begin() as conn:
+            taken = conn.execute(
+                delete(reservations).where(reservations.c.created_at < cutoff)
+                .returning(reservations.c.org_id, reservations.c.key_id, reservations.c.amount_micros)
+            ).all()
+            by_org: dict[int, int] = defaultdict(int)
+            by_key: dict[int, int] = defaultdict(int)
+            for org_id, key_id, amount in taken:
+                by_org[org_id] += amount
+                by_key[key_id] += amount
+            # Lock order: orgs, then keys, each by id (the same order as reserve and settle).
+            for org_id in sorted(by_org):
+                conn.execute(_RELEASE_ORG, {"b_org": org_id, "b_amount": by_org[org_id]})
+            for key_id in sorted(by_key):
+                conn.execute(_RELEASE_KEY, {"b_key": key_id, "b_amount": by_key[key_id]})
+        return len(taken)
+
+    # ------------------------------------------------------------ refusals (402)
+
+    @staticmethod
+    def _org_refusal(conn: Connection, ctx: AuthContext, amount: int) -> InsufficientQuotaError:
+        row = conn.execute(_ORG_FUNDS, {"b_org": ctx.org_id}).first()
+        if row is None:
+            return InsufficientQuotaError(f"The organization '{ctx.org_name}' has no balance.")
+        available = row.balance_micros - row.reserved_micros
+        return InsufficientQuotaError(
+            f"Insufficient balance: this request may cost up to {_usd(amount)} (its input plus max_tokens "
+            f"of output), but the organization '{row.name}' has {_usd(max(available, 0))} available "
+            f"({_usd(row.balance_micros)} balance, {_usd(row.reserved_micros)} held by requests in flight). "
+            "Ask your administrator to top up the balance, or lower max_tokens."
+        )
+
+    @staticmethod
+    def _key_refusal(conn: Connection, ctx: AuthContext, amount: int) -> InsufficientQuotaError:
+        row = conn.execute(_KEY_FUNDS, {"b_key": ctx.key_id}).first()
+        if row is None or row.spend_limit_micros is None:
+            return InsufficientQuotaError("This API key can't be charged.")
+        left = row.spend_limit_micros - row.spent_micros - row.reserved_micros
+        return InsufficientQuotaError(
+            f"This API key has reached its spend limit: this request may cost up to {_usd(amount)} (its input "
+            f"plus max_tokens of output), but key {row.public_id} has {_usd(max(left, 0))} left of its "
+            f"{_usd(row.spend_limit_micros)} limit ({_usd(row.spent_micros)} spent, "
+            f"{_usd(row.reserved_micros)} held by requests in flight). "
+            "Ask your administrator to raise the key's spend limit, or lower max_tokens."
+        )
+
+    # ------------------------------------------------------------ reports (`ezat-compat usage`)
+
+    def usage_rows(self, org: str | None = None, key_public_id: str | None = None,
+                   since: datetime | None = None) -> list[dict[str, Any]]:
+        """One dict per request, oldest first, with the fields of ``usage --json`` (design.md).
+
+        Filters by organisation name, key public id (``key_…``) and/or a start time (aware
+        datetime, inclusive). ``StoreError`` names an unknown org or key.
+        """
+        with self._engine.connect() as conn:
+            query = self._filtered(conn, _ROWS, org, key_public_id, since)
+            return [
+                {
+                    "request_id": r.request_id, "created_at": iso(r.created_at), "org": r.org, "key_id": r.key_id,
+                    "endpoint": r.endpoint, "model": r.model, "canonical_model": r.canonical_model,
+                    "deployment": r.deployment, **{name: r._mapping[name] for name in _TOKENS},
+                    "cost_usd": micros_to_usd(r.cost_micros), "status": r.status, "estimated": bool(r.estimated),
+                }
+                for r in conn.execute(query)
+            ]
+
+    def usage_summary(self, org: str | None = None, key_public_id: str | None = None,
+                      since: datetime | None = None) -> list[dict[str, Any]]:
+        """Totals per (org, key, canonical model): ``org``, ``key_id``, ``model``, ``requests``,
+        the five token sums and ``cost_usd``; the same filters as ``usage_rows``."""
+        with self._engine.connect() as conn:
+            query = self._filtered(conn, _SUMMARY, org, key_public_id, since)
+            return [
+                {
+                    "org": r.org, "key_id": r.key_id, "model": r.model, "requests": int(r.requests),
+                    **{name: int(r._mapping[name] or 0) for name in _TOKENS},
+                    "cost_usd": micros_to_usd(int(r.cost_micros or 0)),
+                }
+                for r in conn.execute(query)
+            ]
+
+    @staticmethod
+    def _filtered(conn: Connection, query: Select[Any], org: str | None, key_public_id: str | None,
+                  since: datetime | None) -> Select[Any]:
+        if org is not None:
+            org_id = conn.execute(select(orgs.c.id).where(orgs.c.name == org)).scalar()
+            if org_id is None:
+                raise StoreError(f"There is no organization named {org!r}.")
+            query = query.where(ledger.c.org_id == org_id)
+        if key_public_id is not None:
+            key_id = conn.execute(select(api_keys.c.id).where(api_keys.c.public_id == key_public_id)).scalar()
+            if key_id is None:
+                raise StoreError(f"There is no key {key_public_id!r}; `keys list` shows the ids (key_…).")
+            query = query.where(ledger.c.key_id == key_id)
+        if since is not None:
+            query = query.where(ledger.c.created_at >= since)
+        return query
+

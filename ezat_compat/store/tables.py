@@ -1,0 +1,137 @@
+"""The schema: organisations, API keys, open reservations and the ledger (SQLAlchemy Core).
+
+Money columns are integer micro-USD (``BigInteger``). Times are stored as integer epoch
+microseconds (UTC) through ``UtcMicros``, so every backend compares and indexes them the
+same way and ledger rows stay narrow; Python code sees aware UTC ``datetime`` objects.
+
+The migrations in ``store/migrations/versions`` create exactly these tables: when you change a
+table here, add a migration script too (a test compares the two).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    Dialect,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    SmallInteger,
+    String,
+    Table,
+    TypeDecorator,
+)
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ONE_MICRO = timedelta(microseconds=1)
+
+# An INTEGER PRIMARY KEY is SQLite's autoincrementing rowid; a BIGINT one is not.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+MODEL_MAX = 200  # the model name as sent by the client is cut to this many characters
+
+
+def to_epoch_micros(moment: datetime) -> int:
+    """An aware ``datetime`` as integer microseconds since the epoch. Naive values are refused:
+    pass ``datetime.now(UTC)`` or another aware value."""
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise ValueError(f"{moment!r} has no time zone; pass an aware datetime such as datetime.now(UTC)")
+    return (moment - _EPOCH) // _ONE_MICRO
+
+
+def from_epoch_micros(micros: int) -> datetime:
+    """Integer epoch microseconds as an aware UTC ``datetime``."""
+    return _EPOCH + timedelta(microseconds=micros)
+
+
+class UtcMicros(TypeDecorator[datetime]):
+    """An aware ``datetime`` stored as a BIGINT of epoch microseconds (UTC)."""
+
+    impl = BigInteger
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> int | None:
+        return None if value is None else to_epoch_micros(value)
+
+    def process_result_value(self, value: int | None, dialect: Dialect) -> datetime | None:
+        return None if value is None else from_epoch_micros(value)
+
+
+metadata = MetaData(naming_convention={
+    "ix": "ix_%(table_name)s_%(column_0_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s",
+})
+
+orgs = Table(
+    "orgs",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("name", String(128), nullable=False, unique=True),
+    Column("balance_micros", BigInteger, nullable=False, default=0),
+    Column("reserved_micros", BigInteger, nullable=False, default=0),
+    Column("suspended", Boolean, nullable=False, default=False),
+    Column("created_at", UtcMicros, nullable=False),
+)
+
+api_keys = Table(
+    "api_keys",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("public_id", String(32), nullable=False, unique=True),
+    Column("org_id", Integer, ForeignKey("orgs.id"), nullable=False, index=True),
+    Column("name", String(128), nullable=False, default=""),
+    Column("prefix", String(16), nullable=False),
+    Column("key_hash", String(64), nullable=False),
+    Column("models", String(2048), nullable=False, default=""),
+    Column("spend_limit_micros", BigInteger, nullable=True),
+    Column("spent_micros", BigInteger, nullable=False, default=0),
+    Column("reserved_micros", BigInteger, nullable=False, default=0),
+    Column("rpm", Integer, nullable=True),
+    Column("tpm", Integer, nullable=True),
+    Column("created_at", UtcMicros, nullable=False),
+    Column("expires_at", UtcMicros, nullable=True),
+    Column("revoked_at", UtcMicros, nullable=True),
+    Index("ix_api_keys_key_hash", "key_hash", unique=True),
+)
+
+reservations = Table(
+    "reservations",
+    metadata,
+    Column("request_id", String(64), primary_key=True),
+    Column("org_id", Integer, ForeignKey("orgs.id"), nullable=False),
+    Column("key_id", Integer, ForeignKey("api_keys.id"), nullable=False),
+    Column("amount_micros", BigInteger, nullable=False),
+    Column("created_at", UtcMicros, nullable=False),
+    Index("ix_reservations_created_at", "created_at"),
+)
+
+ledger = Table(
+    "ledger",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("request_id", String(64), nullable=False),
+    Column("created_at", UtcMicros, nullable=False),
+    Column("org_id", Integer, ForeignKey("orgs.id"), nullable=False),
+    Column("key_id", Integer, ForeignKey("api_keys.id"), nullable=False),
+    Column("endpoint", String(32), nullable=False),
+    Column("model", String(MODEL_MAX), nullable=False),
+    Column("canonical_model", String(128), nullable=False),
+    Column("deployment", String(128), nullable=False),
+    Column("input_tokens", Integer, nullable=False),
+    Column("cache_write_tokens", Integer, nullable=False),
+    Column("cache_read_tokens", Integer, nullable=False),
+    Column("output_tokens", Integer, nullable=False),
+    Column("reasoning_tokens", Integer, nullable=False),
+    Column("cost_micros", BigInteger, nullable=False),
+    Column("status", SmallInteger, nullable=False),
+    Column("estimated", Boolean, nullable=False),
+    Index("ux_ledger_request_id", "request_id", unique=True),
+    Index("ix_ledger_org_created", "org_id", "created_at"),
+    Index("ix_ledger_key_created", "key_id", "created_at"),
+)
