@@ -65,13 +65,14 @@ class StreamTranslator:
     ``finish_reason`` is set from ``message_delta``'s ``stop_reason`` (and is ``"stop"`` at
     ``message_stop`` if none came); ``usage`` merges ``message_start`` and ``message_delta``.
 
-    ``produced_chars`` (text plus tool-call arguments, thinking excluded) lets the caller
-    estimate output tokens when the client leaves early.
+    ``produced_chars`` (text plus tool-call arguments, thinking excluded) and ``thinking_chars``
+    let the caller estimate output tokens when the client leaves early.
     """
 
     __slots__ = (
         "_base", "_open_tools", "_tool_count", "completion_id", "created", "done",
-        "error", "finish_reason", "include_usage", "model", "produced_chars", "started", "usage",
+        "error", "finish_reason", "include_usage", "model", "produced_chars", "started", "thinking_chars",
+        "usage",
     )
 
     def __init__(self, *, completion_id: str, created: int, model: str, include_usage: bool) -> None:
@@ -85,6 +86,7 @@ class StreamTranslator:
         self.error: dict[str, Any] | None = None
         self.started = False
         self.produced_chars = 0
+        self.thinking_chars = 0   # thinking is billed as output too: counted for early-close estimates
         # Anthropic block index -> OpenAI tool_calls index, for tool_use blocks still open.
         self._open_tools: dict[int | None, int] = {}
         self._tool_count = 0
@@ -182,7 +184,11 @@ class StreamTranslator:
             call = {"index": tool_index, "function": {"arguments": part}}
             chunks.append(self._chunk({"tool_calls": [call]}))
             return chunks
-        return []  # thinking_delta, signature_delta, citations_delta, unknown
+        if kind == "thinking_delta":
+            thinking = delta.get("thinking")
+            if isinstance(thinking, str):
+                self.thinking_chars += len(thinking)
+        return []  # thinking_delta, signature_delta, citations_delta, unknown: nothing is sent
 
     def _block_start(self, data: Mapping[str, Any]) -> list[dict[str, Any]]:
         block = _obj(data.get("content_block"))

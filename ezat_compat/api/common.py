@@ -1,0 +1,94 @@
+"""What both dialects' blueprints share: request ids, keys, bodies, JSON responses."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+from flask import Request, Response, current_app, g
+
+from ezat_compat.errors import InvalidRequestError, RequestTooLargeError
+from ezat_compat.pipeline import Gateway
+
+JSON_TYPE = "application/json"
+
+
+def new_request_id() -> str:
+    """A UUIDv7 string: time-ordered, 74 random bits (RFC 9562)."""
+    ms = time.time_ns() // 1_000_000
+    rand = int.from_bytes(os.urandom(10), "big")
+    value = ((ms & 0xFFFFFFFFFFFF) << 80) | (0x7 << 76) | (((rand >> 62) & 0xFFF) << 64) | (0b10 << 62) | (
+        rand & ((1 << 62) - 1))
+    h = f"{value:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def gateway() -> Gateway:
+    gw: Gateway = current_app.extensions["ezat"]
+    return gw
+
+
+def request_id() -> str:
+    rid: str = g.request_id
+    return rid
+
+
+def api_key(request: Request) -> str | None:
+    """The key from ``x-api-key`` or ``Authorization: Bearer``."""
+    key = request.headers.get("x-api-key")
+    if key:
+        return key.strip()
+    auth = request.headers.get("authorization", "")
+    scheme, _, token = auth.partition(" ")
+    if scheme.lower() == "bearer" and token.strip():
+        return token.strip()
+    return None
+
+
+def too_large() -> RequestTooLargeError:
+    limit = gateway().config.gateway.max_body_mb
+    return RequestTooLargeError(f"The request body is larger than {limit:g} MB.")
+
+
+def read_body(request: Request) -> bytes:
+    """The raw body, refused with 413 as soon as it passes ``max_body_mb``: from the
+    content-length before anything is read, or while reading a chunked body."""
+    max_bytes = gateway().config.max_body_bytes
+    length = request.content_length
+    if length is not None:
+        if length > max_bytes:
+            raise too_large()
+        return request.get_data(cache=False)
+    stream = request.environ.get("wsgi.input")
+    if stream is None:
+        return b""
+    chunks: list[bytes] = []
+    total = 0
+    while chunk := stream.read(64 * 1024):
+        total += len(chunk)
+        if total > max_bytes:
+            raise too_large()
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def read_json(request: Request) -> Any:
+    """The parsed JSON body (400 if it isn't JSON, 413 if it is too large)."""
+    raw = read_body(request)
+    if not raw:
+        raise InvalidRequestError("The request body is empty; send a JSON object.")
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise InvalidRequestError(f"The request body is not valid JSON: {exc}.") from None
+
+
+def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    data = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+    return Response(data, status=status, mimetype=JSON_TYPE, headers=headers)
+
+
+def raw_json_response(data: bytes, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(data, status=status, mimetype=JSON_TYPE, headers=headers)

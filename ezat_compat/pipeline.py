@@ -1,0 +1,487 @@
+"""The gateway core shared by both dialects:
+auth -> limits -> (validate -> translate, in the blueprints) -> route -> upstream -> bill.
+
+``Gateway`` holds the process's collaborators (stores, limits, cooldowns, upstream client,
+image fetcher, metrics) and exposes one method per phase. The blueprints call the phases in
+order; stream generators (``openai_stream``, ``anthropic_stream``) bill before ``[DONE]`` and
+in ``finally`` when the client leaves early. Spec: chat-completions.md "Streaming", "Errors";
+issues 6 (routing, failover) and 7 (billing, limits).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from ezat_compat.api.sse import PING, pump
+from ezat_compat.catalog import Catalog
+from ezat_compat.config import Config, Deployment, Model
+from ezat_compat.cooldowns import Cooldowns
+from ezat_compat.errors import (
+    AuthenticationError,
+    GatewayError,
+    InvalidRequestError,
+    ModelNotFoundError,
+    OverloadedError,
+    PermissionDeniedError,
+    RateLimitError,
+    RequestTooLargeError,
+    UpstreamTimeoutError,
+)
+from ezat_compat.limits import RateLimits
+from ezat_compat.metrics import Metrics
+from ezat_compat.pricing import cost_micros, worst_case_micros
+from ezat_compat.routing import plan
+from ezat_compat.store.accounts import Accounts, AuthContext
+from ezat_compat.store.ledger import Ledger, LedgerEntry
+from ezat_compat.translate.estimate import input_tokens_upper_bound
+from ezat_compat.translate.request import ImageSlot
+from ezat_compat.translate.response import Usage, merge_usage, usage_from_anthropic
+from ezat_compat.translate.stream import DONE, StreamTranslator, encode_chunk, encode_error
+from ezat_compat.translate.upstream_errors import rewrite_upstream_message
+from ezat_compat.upstream.client import (
+    UpstreamClient,
+    UpstreamConnectError,
+    UpstreamError,
+    UpstreamStatusError,
+    UpstreamStream,
+    UpstreamStreamError,
+    with_model,
+)
+from ezat_compat.upstream.client import (
+    UpstreamTimeoutError as UpstreamTimeout,
+)
+from ezat_compat.upstream.images import ImageFetcher, ImageFetchError
+
+log = logging.getLogger("ezat_compat")
+
+STATUS_OK = 200
+STATUS_CLIENT_CLOSED = 499
+CHARS_PER_TOKEN = 4
+ANTHROPIC_PING = b'event: ping\ndata: {"type": "ping"}\n\n'
+OPENAI_PING = b": ping\n\n"
+
+
+# ---------------------------------------------------------------- upstream errors -> client errors
+
+
+def _retry_after(seconds: float | None) -> int | None:
+    return None if seconds is None else max(1, math.ceil(seconds))
+
+
+def upstream_to_gateway_error(exc: UpstreamError, *, source_map: Mapping[tuple[Any, ...], str] | None = None,
+                              timeout_s: float = 590) -> GatewayError:
+    """The one upstream-failure table (spec "Errors": the Anthropic statuses, 529 -> 503)."""
+    retry = _retry_after(exc.retry_after)
+    if isinstance(exc, UpstreamTimeout):
+        return UpstreamTimeoutError(f"The request took longer than {timeout_s:g} seconds; stream it instead "
+                                    '("stream": true).')
+    if isinstance(exc, UpstreamConnectError):
+        return GatewayError("The upstream provider could not be reached; try again shortly.", retry_after=retry)
+    if isinstance(exc, UpstreamStreamError):
+        return GatewayError("The upstream stream broke off before the reply was complete.")
+    if not isinstance(exc, UpstreamStatusError):
+        return GatewayError("The upstream provider failed.")
+    status = exc.status
+    if status == 400 or (400 <= status < 500 and status not in (401, 402, 403, 404, 413, 429)):
+        message, param = rewrite_upstream_message(exc.message or "invalid request", source_map or {})
+        return InvalidRequestError(message, param=param)
+    if status in (401, 402, 403, 404):
+        return GatewayError(f"The upstream deployment refused the gateway's request (HTTP {status}); "
+                            "this is a gateway configuration problem, not yours.", retry_after=retry)
+    if status == 413:
+        return RequestTooLargeError(exc.message or "The request is too large for the upstream provider.")
+    if status == 429:
+        return RateLimitError(exc.message or "The upstream provider is rate limiting; retry later.",
+                              retry_after=retry or 1)
+    if status in (503, 529):
+        return OverloadedError(exc.message or "The upstream provider is overloaded; retry later.",
+                               retry_after=retry or 1)
+    if status == 504:
+        return UpstreamTimeoutError(exc.message or "The upstream provider timed out.")
+    return GatewayError(exc.message or f"The upstream provider failed (HTTP {status}).", retry_after=retry)
+
+
+def stream_error_to_gateway_error(error: Mapping[str, Any]) -> GatewayError:
+    """An Anthropic ``error`` event mid-stream -> the error sent as ``data: {"error": …}``."""
+    kind = error.get("type")
+    message = str(error.get("message") or "The upstream stream failed.")
+    if kind == "overloaded_error":
+        return OverloadedError(message, retry_after=1)
+    if kind == "rate_limit_error":
+        return RateLimitError(message, retry_after=1)
+    if kind == "invalid_request_error":
+        return InvalidRequestError(message)
+    if kind == "timeout_error":
+        return UpstreamTimeoutError(message)
+    return GatewayError(message)
+
+
+# ---------------------------------------------------------------- one admitted request
+
+
+def health_key(model: Model, deployment: Deployment) -> str:
+    """Cooldowns are per model and deployment: one model's overload says nothing of another's."""
+    return f"{model.id}/{deployment.name}"
+
+
+@dataclass(slots=True)
+class Call:
+    """One admitted request, from its reservation to its ledger row."""
+
+    request_id: str
+    endpoint: str
+    auth: AuthContext
+    model: Model
+    model_name: str
+    session: str | None
+    reserved_micros: int
+    started: float
+    deployment: str = ""
+    settled: bool = False
+    attempts: list[str] = field(default_factory=list)
+
+
+def estimated_usage(usage: Usage, produced_chars: int) -> Usage:
+    """Usage of a stream the client closed early: output estimated from what was produced."""
+    estimate = math.ceil(produced_chars / CHARS_PER_TOKEN)
+    return Usage(input_tokens=usage.input_tokens, cache_write_tokens=usage.cache_write_tokens,
+                 cache_read_tokens=usage.cache_read_tokens, output_tokens=max(usage.output_tokens, estimate),
+                 reasoning_tokens=usage.reasoning_tokens)
+
+
+class Gateway:
+    """The process's gateway core; built once by ``create_app``."""
+
+    def __init__(self, config: Config, *, catalog: Catalog, accounts: Accounts, ledger: Ledger,
+                 limits: RateLimits, cooldowns: Cooldowns, upstream: UpstreamClient, images: ImageFetcher,
+                 metrics: Metrics, clock: Callable[[], float] = time.time,
+                 rand: Callable[[], float] = random.random) -> None:
+        self.config = config
+        self.catalog = catalog
+        self.accounts = accounts
+        self.ledger = ledger
+        self.limits = limits
+        self.cooldowns = cooldowns
+        self.upstream = upstream
+        self.images = images
+        self.metrics = metrics
+        self.clock = clock
+        self.rand = rand
+        self.timeout_s = config.gateway.upstream_timeout_s
+        self.keepalive_s = config.gateway.keepalive_s
+
+    # ------------------------------------------------------------ auth, model, admission
+
+    def authenticate(self, secret: str | None) -> AuthContext:
+        if not secret:
+            raise AuthenticationError("Missing API key: send it as 'Authorization: Bearer ezat_sk_…' "
+                                      "or in the 'x-api-key' header.")
+        return self.accounts.authenticate(secret, datetime.now(UTC))
+
+    def resolve(self, auth: AuthContext, name: Any) -> Model:
+        """The model named by the client; 404 if unknown, 403 if the key may not use it."""
+        model = self.catalog.resolve(name) if isinstance(name, str) else None
+        if model is None:
+            raise ModelNotFoundError(str(name))
+        if not auth.allows(model.id, model.aliases):
+            raise PermissionDeniedError(f"This key may not use the model `{name}`.", param="model")
+        return model
+
+    def admit(self, *, request_id: str, endpoint: str, auth: AuthContext, model: Model, model_name: str,
+              session: str | None, body: Mapping[str, Any], max_tokens: int) -> Call:
+        """Rate limits, then reserve the worst-case cost (429 / 402)."""
+        self.limits.admit(auth)
+        bound = input_tokens_upper_bound(body, model.context_window)
+        reserve = worst_case_micros(bound, max_tokens, model.price)
+        self.ledger.reserve(auth, request_id, reserve)
+        return Call(request_id=request_id, endpoint=endpoint, auth=auth, model=model, model_name=model_name,
+                    session=session, reserved_micros=reserve, started=time.monotonic())
+
+    def fetch_images(self, slots: list[ImageSlot]) -> None:
+        """Download http(s) image URLs into their blocks (400 naming the part on failure)."""
+        if not slots:
+            return
+        try:
+            fetched = self.images.fetch_all([slot.url for slot in slots])
+        except ImageFetchError as exc:
+            index = min(max(exc.index, 0), len(slots) - 1)
+            path = slots[index].path
+            raise InvalidRequestError(f"{path}: {exc.reason}", param=path) from None
+        for slot, image in zip(slots, fetched, strict=True):
+            slot.block["source"] = {"type": "base64", "media_type": image.media_type, "data": image.data_b64}
+
+    # ------------------------------------------------------------ billing
+
+    def settle(self, call: Call, usage: Usage | None, status: int, *, estimated: bool = False) -> None:
+        """Write the ledger row and move the money, once. Failed requests cost nothing."""
+        if call.settled:
+            return
+        call.settled = True
+        billed = status in (STATUS_OK, STATUS_CLIENT_CLOSED) and usage is not None
+        usage = usage if billed and usage is not None else Usage()
+        cost = cost_micros(usage, call.model.price) if billed else 0
+        entry = LedgerEntry(created_at=datetime.now(UTC), org_id=call.auth.org_id, key_id=call.auth.key_id,
+                            endpoint=call.endpoint, model=call.model_name, canonical_model=call.model.id,
+                            deployment=call.deployment, usage=usage, cost_micros=cost, status=status,
+                            estimated=estimated)
+        try:
+            self.ledger.settle(call.request_id, entry)
+        except Exception:
+            self.metrics.billing_errors.inc()
+            log.exception("could not record usage of request %s", call.request_id)
+        if billed:
+            try:
+                self.limits.record_tokens(call.auth, usage.prompt_tokens + usage.output_tokens)
+            except Exception:
+                log.exception("could not count tokens of request %s", call.request_id)
+        self.metrics.requests.labels(call.endpoint, call.model.id, call.deployment or "-", str(status)).inc()
+
+    # ------------------------------------------------------------ routing and failover
+
+    def _attempts(self, call: Call) -> Iterator[Deployment]:
+        deployments = call.model.deployments
+        order = deployments if len(deployments) == 1 else plan(deployments, session=call.session, rand=self.rand)
+        for deployment in order:
+            if self.cooldowns.acquire(health_key(call.model, deployment), self.clock()):
+                yield deployment
+
+    def _failed(self, call: Call, deployment: Deployment, exc: UpstreamError) -> None:
+        if isinstance(exc, UpstreamStatusError) and not exc.failover:
+            self.cooldowns.success(health_key(call.model, deployment))   # it answered: the client's fault
+            return
+        self.cooldowns.failure(health_key(call.model, deployment), self.clock(), exc.retry_after)
+        reason = str(exc.status) if isinstance(exc, UpstreamStatusError) else type(exc).__name__
+        self.metrics.failovers.labels(call.model.id, deployment.name, reason).inc()
+        log.warning("deployment %s failed for request %s: %s", deployment.name, call.request_id, exc.message)
+
+    def _exhausted(self, call: Call, last: UpstreamError | None) -> UpstreamError:
+        if last is not None:
+            return last
+        return UpstreamStatusError(529, json.dumps({"type": "error", "error": {
+            "type": "overloaded_error",
+            "message": f"No deployment of model {call.model.id} is available right now; retry shortly."}}).encode(),
+            {"retry-after": str(max(1, int(self.config.gateway.cooldown_s)))})
+
+    def complete(self, call: Call, path: str, body: bytes, *, stream_flag: bool | None = False,
+                 headers: Mapping[str, str] | None = None) -> tuple[bytes, Mapping[str, str]]:
+        """A non-streaming upstream call with failover; raises the last ``UpstreamError``."""
+        deadline = call.started + self.timeout_s
+        last: UpstreamError | None = None
+        for deployment in self._attempts(call):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            call.deployment = deployment.name
+            call.attempts.append(deployment.name)
+            started = time.monotonic()
+            try:
+                data, response_headers = self.upstream.complete(
+                    deployment, path, with_model(body, deployment.upstream_model, stream=stream_flag),
+                    timeout_s=remaining, headers=headers)
+            except UpstreamError as exc:
+                self._failed(call, deployment, exc)
+                if not exc.failover:
+                    raise
+                last = exc
+                continue
+            self.cooldowns.success(health_key(call.model, deployment))
+            self.metrics.upstream_latency.labels(deployment.name, "false").observe(time.monotonic() - started)
+            return data, response_headers
+        if last is None and time.monotonic() >= deadline:
+            last = UpstreamTimeout("no deployment answered in time")
+        raise self._exhausted(call, last)
+
+    def open_stream(self, call: Call, path: str, body: bytes, *,
+                    headers: Mapping[str, str] | None = None) -> tuple[UpstreamStream, Iterator[tuple[str, str]],
+                                                                       tuple[str, str]]:
+        """Open a stream with failover until its first event arrives (nothing has reached the
+        client yet, so another deployment may still take it). Returns the stream, its event
+        iterator and the first event."""
+        last: UpstreamError | None = None
+        for deployment in self._attempts(call):
+            call.deployment = deployment.name
+            call.attempts.append(deployment.name)
+            started = time.monotonic()
+            stream: UpstreamStream | None = None
+            try:
+                stream = self.upstream.open_stream(deployment, path,
+                                                   with_model(body, deployment.upstream_model, stream=True),
+                                                   headers=headers)
+                events = stream.events()
+                first = next(events, None)
+                if first is None:
+                    raise UpstreamStreamError("the upstream stream ended before its first event")
+                if first[0] == "error":
+                    raise _first_event_error(first[1])
+            except UpstreamError as exc:
+                if stream is not None:
+                    stream.close()
+                if isinstance(exc, UpstreamStreamError):
+                    exc.failover = True        # nothing reached the client yet
+                self._failed(call, deployment, exc)
+                if not exc.failover:
+                    raise
+                last = exc
+                continue
+            self.metrics.ttfb.labels(deployment.name).observe(time.monotonic() - started)
+            return stream, events, first
+        raise self._exhausted(call, last)
+
+    # ------------------------------------------------------------ stream writers
+
+    def openai_stream(self, call: Call, stream: UpstreamStream, events: Iterator[tuple[str, str]],
+                      first: tuple[str, str], translator: StreamTranslator, include_usage: bool) -> Iterator[bytes]:
+        """chat.completion.chunk events, ``: ping`` while the upstream is silent, usage recorded
+        before ``[DONE]``; an error after the start is sent as ``data: {"error": …}``."""
+        self.metrics.streams_open.inc()
+        deployment = stream.deployment
+        started = time.monotonic()
+        items = _chain_first(first, pump(events, self.keepalive_s))
+        try:
+            failure: GatewayError | None = None
+            try:
+                for item in items:
+                    if item is PING:
+                        yield OPENAI_PING
+                        continue
+                    event, data = item
+                    chunks = translator.feed(event, _parse_event(data))
+                    if translator.error is not None:
+                        failure = stream_error_to_gateway_error(translator.error)
+                        break
+                    if chunks:
+                        yield b"".join(encode_chunk(chunk) for chunk in chunks)
+                    if translator.done:
+                        break
+                else:
+                    failure = GatewayError("The upstream stream ended before the reply was complete.")
+            except UpstreamStreamError as exc:
+                failure = upstream_to_gateway_error(exc)
+            stream.close()
+            if failure is not None:
+                self._stream_failed(call, deployment, failure)
+                yield encode_error({"error": _openai_error_body(failure)})
+                yield DONE
+                return
+            self.cooldowns.success(health_key(call.model, deployment))
+            self.metrics.upstream_latency.labels(deployment.name, "true").observe(time.monotonic() - started)
+            self.settle(call, translator.usage, STATUS_OK)
+            if include_usage:
+                yield encode_chunk(translator.usage_chunk())
+            yield DONE
+        finally:
+            items.close()
+            stream.close()
+            self.metrics.streams_open.dec()
+            if not call.settled:     # the client went away: bill what was produced, estimated
+                self.settle(call, estimated_usage(translator.usage,
+                                                  translator.produced_chars + translator.thinking_chars),
+                            STATUS_CLIENT_CLOSED, estimated=True)
+
+    def anthropic_stream(self, call: Call, stream: UpstreamStream, events: Iterator[tuple[str, str]],
+                         first: tuple[str, str]) -> Iterator[bytes]:
+        """Anthropic's events passed through one by one (``event: ping`` while silent);
+        usage read on the way for billing."""
+        self.metrics.streams_open.inc()
+        deployment = stream.deployment
+        meter = AnthropicStreamMeter()
+        started = time.monotonic()
+        items = _chain_first(first, pump(events, self.keepalive_s))
+        try:
+            failed = False
+            try:
+                for item in items:
+                    if item is PING:
+                        yield ANTHROPIC_PING
+                        continue
+                    event, data = item
+                    meter.feed(event, data)
+                    yield b"event: " + event.encode() + b"\ndata: " + data.encode() + b"\n\n"
+                    if meter.error or meter.done:
+                        break
+                failed = not meter.done
+            except UpstreamStreamError:
+                failed = True
+                yield (b'event: error\ndata: {"type":"error","error":{"type":"api_error",'
+                       b'"message":"The upstream stream broke off before the reply was complete."}}\n\n')
+            stream.close()
+            if failed:
+                self._stream_failed(call, deployment, GatewayError("stream failed"))
+                return
+            self.cooldowns.success(health_key(call.model, deployment))
+            self.metrics.upstream_latency.labels(deployment.name, "true").observe(time.monotonic() - started)
+            self.settle(call, meter.usage, STATUS_OK)
+        finally:
+            items.close()
+            stream.close()
+            self.metrics.streams_open.dec()
+            if not call.settled:
+                self.settle(call, estimated_usage(meter.usage, meter.produced_chars), STATUS_CLIENT_CLOSED,
+                            estimated=True)
+
+    def _stream_failed(self, call: Call, deployment: Deployment, failure: GatewayError) -> None:
+        self.cooldowns.failure(health_key(call.model, deployment), self.clock(), None)
+        self.settle(call, None, failure.status)
+
+
+def _first_event_error(data: str) -> UpstreamStatusError:
+    """An ``error`` event as the very first event: treated like the matching HTTP status."""
+    payload = _parse_event(data)
+    error = payload.get("error") if isinstance(payload.get("error"), dict) else {}
+    status = {"overloaded_error": 529, "rate_limit_error": 429, "api_error": 500,
+              "invalid_request_error": 400, "timeout_error": 504}.get(str(error.get("type")), 500)
+    return UpstreamStatusError(status, json.dumps({"type": "error", "error": error}).encode(), {})
+
+
+def _openai_error_body(err: GatewayError) -> dict[str, Any]:
+    return {"message": err.message, "type": err.openai_type, "param": err.param, "code": err.code}
+
+
+def _parse_event(data: str) -> dict[str, Any]:
+    try:
+        parsed = json.loads(data)
+    except ValueError:
+        raise UpstreamStreamError("the upstream sent an event that is not JSON") from None
+    return parsed if isinstance(parsed, dict) else {}
+
+
+def _chain_first(first: tuple[str, str], rest: Iterator[Any]) -> Iterator[Any]:
+    yield first
+    yield from rest
+
+
+class AnthropicStreamMeter:
+    """Reads a native stream on the way through: usage, produced characters, end, error."""
+
+    __slots__ = ("done", "error", "produced_chars", "usage")
+
+    def __init__(self) -> None:
+        self.usage = Usage()
+        self.produced_chars = 0
+        self.done = False
+        self.error = False
+
+    def feed(self, event: str, data: str) -> None:
+        if event == "content_block_delta":
+            delta = _parse_event(data).get("delta") or {}
+            for key in ("text", "partial_json", "thinking"):
+                value = delta.get(key)
+                if isinstance(value, str):
+                    self.produced_chars += len(value)
+        elif event == "message_start":
+            message = _parse_event(data).get("message") or {}
+            self.usage = usage_from_anthropic(message.get("usage"))
+        elif event == "message_delta":
+            self.usage = merge_usage(self.usage, _parse_event(data).get("usage"))
+        elif event == "message_stop":
+            self.done = True
+        elif event == "error":
+            self.error = True

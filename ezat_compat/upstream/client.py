@@ -1,0 +1,231 @@
+"""The upstream client: one pooled ``requests`` session per process, one exception map.
+
+    UpstreamError                 base; ``failover`` says whether another deployment may try
+    ├── UpstreamConnectError      connection refused / reset before an answer: fail over
+    ├── UpstreamTimeoutError      no answer within the deadline: fail over (non-stream: 504)
+    ├── UpstreamStatusError       a non-2xx answer; ``status``, ``retry_after``, the parsed
+    │                             Anthropic error (``error_type``, ``message``) and raw ``body``
+    └── UpstreamStreamError       the stream broke after it started: never fail over
+
+Gunicorn forks after import, so the session is created lazily in each process.
+Spec: chat-completions.md "Errors"; issue 6 (failover on refused connections, timeouts,
+429/500/502/503/504/529; never on other 4xx).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import requests
+from requests.adapters import HTTPAdapter
+
+from ezat_compat import __version__
+from ezat_compat.config import Deployment
+from ezat_compat.upstream.sse import SSEDecoder
+
+# Statuses after which another deployment may be tried (the request was not the client's fault).
+FAILOVER_STATUSES = frozenset({429, 500, 502, 503, 504, 529})
+# The deployment's own key or model is wrong: the gateway's fault, also worth another deployment.
+DEPLOYMENT_FAULT_STATUSES = frozenset({401, 402, 403, 404})
+USER_AGENT = f"ezat-compat/{__version__}"
+READ_CHUNK = 64 * 1024
+
+
+class UpstreamError(Exception):
+    """Base of upstream failures. ``failover``: another deployment may be tried."""
+
+    failover = True
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retry_after = retry_after
+
+
+class UpstreamConnectError(UpstreamError):
+    """The deployment could not be reached (refused, reset, DNS). Safe to fail over."""
+
+
+class UpstreamTimeoutError(UpstreamError):
+    """No complete answer before the deadline. Fail over if nothing reached the client."""
+
+
+class UpstreamStreamError(UpstreamError):
+    """The upstream stream broke after it started. The client must be told mid-stream."""
+
+    failover = False
+
+
+class UpstreamStatusError(UpstreamError):
+    """A non-2xx answer. Fail over on 429/5xx/529 and on the deployment's own 401-404."""
+
+    def __init__(self, status: int, body: bytes, headers: Mapping[str, str]) -> None:
+        self.status = status
+        self.body = body
+        self.headers = dict(headers)
+        self.error_type, message = _parse_error(body)
+        super().__init__(message or f"upstream answered HTTP {status}", retry_after=parse_retry_after(headers))
+        self.failover = status in FAILOVER_STATUSES or status in DEPLOYMENT_FAULT_STATUSES
+
+
+def _parse_error(body: bytes) -> tuple[str | None, str]:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None, ""
+    if isinstance(data, dict) and isinstance(data.get("error"), dict):
+        err = data["error"]
+        return (err.get("type") if isinstance(err.get("type"), str) else None,
+                err.get("message") if isinstance(err.get("message"), str) else "")
+    return None, ""
+
+
+def parse_retry_after(headers: Mapping[str, str]) -> float | None:
+    """``retry-after`` in seconds (numeric form; HTTP dates are ignored)."""
+    value = headers.get("retry-after") or headers.get("Retry-After")
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    return seconds if seconds >= 0 else None
+
+
+class UpstreamStream:
+    """An open upstream SSE response: iterate ``events()``; always ``close()`` it."""
+
+    def __init__(self, response: requests.Response, deployment: Deployment) -> None:
+        self.response = response
+        self.deployment = deployment
+        self._closed = False
+
+    def events(self) -> Iterator[tuple[str, str]]:
+        """(event type, data) pairs. Raises ``UpstreamStreamError`` if the connection breaks
+        or ends before ``message_stop``."""
+        decoder = SSEDecoder()
+        try:
+            for chunk in self.response.iter_content(chunk_size=None):
+                yield from decoder.feed(chunk)
+            yield from decoder.flush()
+        except (requests.RequestException, OSError, ValueError) as exc:
+            if self._closed:
+                return
+            raise UpstreamStreamError(f"the upstream stream broke: {type(exc).__name__}") from None
+        except Exception as exc:  # urllib3 ProtocolError and friends
+            if self._closed:
+                return
+            raise UpstreamStreamError(f"the upstream stream broke: {type(exc).__name__}") from None
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            with contextlib.suppress(Exception):   # closing must never raise
+                self.response.close()
+
+
+class UpstreamClient:
+    """Sends Anthropic requests to deployments over pooled keep-alive connections."""
+
+    def __init__(self, *, connect_timeout_s: float, read_timeout_s: float, pool_size: int = 1000) -> None:
+        self.connect_timeout_s = connect_timeout_s
+        self.read_timeout_s = read_timeout_s
+        self.pool_size = pool_size
+        self._session: requests.Session | None = None
+        self._pid = 0
+
+    @property
+    def session(self) -> requests.Session:
+        if self._session is None or self._pid != os.getpid():
+            session = requests.Session()
+            adapter = HTTPAdapter(pool_connections=16, pool_maxsize=self.pool_size, max_retries=0)
+            session.mount("http://", adapter)
+            session.mount("https://", adapter)
+            session.trust_env = False
+            self._session, self._pid = session, os.getpid()
+        return self._session
+
+    def _headers(self, deployment: Deployment, extra: Mapping[str, str] | None) -> dict[str, str]:
+        headers = {
+            "content-type": "application/json",
+            "accept": "application/json",
+            "user-agent": USER_AGENT,
+            "anthropic-version": deployment.anthropic_version,
+            "x-api-key": deployment.api_key,
+        }
+        if extra:
+            headers.update(extra)
+        return headers
+
+    def _post(self, deployment: Deployment, path: str, body: bytes, headers: dict[str, str],
+              read_timeout: float) -> requests.Response:
+        url = deployment.base_url.rstrip("/") + path
+        try:
+            response = self.session.post(url, data=body, headers=headers, stream=True,
+                                         timeout=(self.connect_timeout_s, read_timeout))
+        except requests.ConnectTimeout:
+            raise UpstreamConnectError(f"timed out connecting to {deployment.name}") from None
+        except requests.Timeout:
+            raise UpstreamTimeoutError(f"{deployment.name} did not answer in time") from None
+        except (requests.ConnectionError, OSError) as exc:
+            raise UpstreamConnectError(f"could not reach {deployment.name}: {type(exc).__name__}") from None
+        except requests.RequestException as exc:
+            raise UpstreamConnectError(f"request to {deployment.name} failed: {type(exc).__name__}") from None
+        if response.status_code >= 300:
+            try:
+                body_bytes = self._read(response, time.monotonic() + read_timeout, deployment)
+            except UpstreamError:
+                body_bytes = b""
+            raise UpstreamStatusError(response.status_code, body_bytes, response.headers)
+        return response
+
+    def _read(self, response: requests.Response, deadline: float, deployment: Deployment) -> bytes:
+        chunks = []
+        try:
+            for chunk in response.iter_content(READ_CHUNK):
+                chunks.append(chunk)
+                if time.monotonic() > deadline:
+                    raise UpstreamTimeoutError(f"{deployment.name} did not answer in time")
+        except requests.Timeout:
+            raise UpstreamTimeoutError(f"{deployment.name} did not answer in time") from None
+        except (requests.RequestException, OSError) as exc:
+            raise UpstreamConnectError(f"{deployment.name} broke the connection: {type(exc).__name__}") from None
+        finally:
+            response.close()
+        return b"".join(chunks)
+
+    def complete(self, deployment: Deployment, path: str, body: bytes, *, timeout_s: float,
+                 headers: Mapping[str, str] | None = None) -> tuple[bytes, Mapping[str, str]]:
+        """A non-streaming call: the whole body within ``timeout_s`` (wall clock)."""
+        deadline = time.monotonic() + timeout_s
+        response = self._post(deployment, path, body, self._headers(deployment, headers), timeout_s)
+        return self._read(response, deadline, deployment), response.headers
+
+    def open_stream(self, deployment: Deployment, path: str, body: bytes, *,
+                    headers: Mapping[str, str] | None = None) -> UpstreamStream:
+        """A streaming call: returns once the upstream answered 2xx; read ``events()``."""
+        all_headers = self._headers(deployment, headers)
+        all_headers["accept"] = "text/event-stream"
+        response = self._post(deployment, path, body, all_headers, self.read_timeout_s)
+        return UpstreamStream(response, deployment)
+
+
+def with_model(body_without_model: bytes, model: str, *, stream: bool | None = None) -> bytes:
+    """Prefix an already serialized JSON object with ``"model"`` (and ``"stream"``), so a
+    failover to another deployment doesn't re-serialize the whole body."""
+    head = b'{"model":' + json.dumps(model).encode()
+    if stream is not None:
+        head += b',"stream":' + (b"true" if stream else b"false")
+    if body_without_model == b"{}":
+        return head + b"}"
+    return head + b"," + body_without_model[1:]
+
+
+def encode_body(body: Mapping[str, Any]) -> bytes:
+    """Compact UTF-8 JSON, as sent upstream."""
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
