@@ -1,0 +1,291 @@
+"""``ezat-compat``: the operator interface of ../shared/design.md (a contract: keep the names).
+
+    ezat-compat [--config PATH] demo | serve | sim | orgs … | keys … | usage …
+
+Tables for people by default; ``--json`` for scripts. Money is US dollars as decimal strings.
+Errors print one line on stderr and exit with status 1 (2 for usage errors), never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from ezat_compat import __version__
+from ezat_compat.config import Config, ConfigError, load_config, resolve_config_path
+
+
+class CLIError(Exception):
+    """A problem to report on one line (exit status 1)."""
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _config(args: argparse.Namespace) -> Config:
+    return load_config(resolve_config_path(args.config))
+
+
+def _database_url(args: argparse.Namespace) -> str:
+    """The database of the admin commands: the config's, or ``EZAT_DATABASE_URL`` alone."""
+    path = resolve_config_path(args.config)
+    if not os.path.exists(path) and os.environ.get("EZAT_DATABASE_URL") and not args.config:
+        return os.environ["EZAT_DATABASE_URL"]
+    return load_config(path).gateway.database_url
+
+
+def _stores(args: argparse.Namespace) -> tuple[Any, Any]:
+    from ezat_compat.store.accounts import Accounts
+    from ezat_compat.store.db import make_engine, migrate
+    from ezat_compat.store.ledger import Ledger
+
+    engine = make_engine(_database_url(args))
+    migrate(engine)
+    return Accounts(engine), Ledger(engine)
+
+
+def _usd(text: str) -> int:
+    from ezat_compat.pricing import usd_to_micros
+
+    try:
+        return usd_to_micros(text)
+    except ValueError as exc:
+        raise CLIError(f"invalid amount {text!r}: {exc}") from None
+
+
+def _money(micros: int | None) -> str | None:
+    from ezat_compat.pricing import micros_to_usd
+
+    return None if micros is None else micros_to_usd(micros)
+
+
+def _iso(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    return str(value)
+
+
+def _parse_time(text: str | None, flag: str) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise CLIError(f"{flag}: {text!r} is not an ISO 8601 date or time (e.g. 2027-01-31 or "
+                       "2027-01-31T12:00:00Z)") from None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be 1 or more")
+    return value
+
+
+def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
+    """A plain text table for people."""
+    cells = [[("" if c is None else str(c)) for c in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(headers)]
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
+    out = [line.rstrip(), "  ".join("-" * w for w in widths)]
+    out += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------- orgs and keys
+
+
+def cmd_orgs(args: argparse.Namespace) -> int:
+    accounts, _ = _stores(args)
+    if args.orgs_command == "create":
+        accounts.create_org(args.name, _usd(args.balance) if args.balance is not None else 0)
+        org = accounts.get_org(args.name)
+        print(f"created organization {args.name} with a balance of ${_money(org.balance_micros)}")
+    elif args.orgs_command == "top-up":
+        accounts.top_up(args.name, _usd(args.usd))
+        org = accounts.get_org(args.name)
+        print(f"organization {args.name}: balance ${_money(org.balance_micros)}")
+    elif args.orgs_command in ("suspend", "resume"):
+        accounts.set_suspended(args.name, args.orgs_command == "suspend")
+        print(f"organization {args.name} {'suspended' if args.orgs_command == 'suspend' else 'resumed'}")
+    return 0
+
+
+def _key_json(key: Any) -> dict[str, Any]:
+    return {
+        "id": key.id,
+        "prefix": key.prefix,
+        "org": key.org,
+        "name": key.name,
+        "models": list(key.models),
+        "spend_limit_usd": _money(key.spend_limit_micros),
+        "spent_usd": _money(key.spent_micros),
+        "rpm": key.rpm,
+        "tpm": key.tpm,
+        "created_at": _iso(key.created_at),
+        "expires_at": _iso(key.expires_at),
+        "revoked_at": _iso(key.revoked_at),
+    }
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    accounts, _ = _stores(args)
+    if args.keys_command == "create":
+        models = [p.strip() for p in (args.models or "").split(",") if p.strip()]
+        expires = _parse_time(args.expires, "--expires")
+        info, secret = accounts.create_key(
+            args.org, name=args.name or "", models=models,
+            spend_limit_micros=_usd(args.spend_limit) if args.spend_limit is not None else None,
+            rpm=args.rpm, tpm=args.tpm, expires_at=expires)
+        print(f"created key {info.id} for organization {args.org} (shown once; store it now):",
+              file=sys.stderr)
+        print(secret)
+    elif args.keys_command == "list":
+        keys = [_key_json(k) for k in accounts.list_keys(args.org)]
+        if args.json:
+            print(json.dumps(keys, indent=2))
+        else:
+            rows = [[k["id"], k["prefix"] + "…", k["org"], k["name"], ",".join(k["models"]) or "*",
+                     k["spent_usd"], k["spend_limit_usd"] or "-", k["rpm"] or "-", k["tpm"] or "-",
+                     k["expires_at"] or "-", "revoked" if k["revoked_at"] else "active"] for k in keys]
+            print(table(rows, ["ID", "PREFIX", "ORG", "NAME", "MODELS", "SPENT_USD", "LIMIT_USD", "RPM", "TPM",
+                               "EXPIRES", "STATUS"]))
+    elif args.keys_command == "revoke":
+        accounts.revoke_key(args.key_id)
+        print(f"revoked key {args.key_id}")
+    return 0
+
+
+def cmd_usage(args: argparse.Namespace) -> int:
+    _, ledger = _stores(args)
+    since = _parse_time(args.since, "--since")
+    if args.json:
+        rows = ledger.usage_rows(org=args.org, key_public_id=args.key, since=since)
+        print(json.dumps(rows, indent=2))
+        return 0
+    summary = ledger.usage_summary(org=args.org, key_public_id=args.key, since=since)
+    rows = [[s["org"], s["key_id"], s["model"], s["requests"], s["input_tokens"], s["cache_write_tokens"],
+             s["cache_read_tokens"], s["output_tokens"], s["reasoning_tokens"], s["cost_usd"]] for s in summary]
+    print(table(rows, ["ORG", "KEY", "MODEL", "REQUESTS", "INPUT", "CACHE_WRITE", "CACHE_READ", "OUTPUT",
+                       "REASONING", "COST_USD"]))
+    return 0
+
+
+# ---------------------------------------------------------------- serving
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from ezat_compat.serving import serve
+
+    config = _config(args)
+    return serve(config, bind=args.bind, workers=args.workers)
+
+
+def cmd_sim(args: argparse.Namespace, extra: list[str]) -> int:
+    from ezat_compat.sim.server import main as sim_main
+
+    argv = ["--bind", args.bind] if args.bind else []
+    return int(sim_main(argv + extra) or 0)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from ezat_compat.demo import run_demo
+
+    return run_demo(bind=args.bind, directory=args.dir)
+
+
+# ---------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ezat-compat", description="On-prem gateway: OpenAI Chat Completions "
+                                     "and Anthropic Messages in front of Claude deployments.")
+    parser.add_argument("--config", metavar="PATH", help="the TOML configuration (default: $EZAT_CONFIG, "
+                        "then ./ezat.toml)")
+    parser.add_argument("--version", action="version", version=f"ezat-compat {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    demo = sub.add_parser("demo", help="run the gateway with the simulator, no configuration needed")
+    demo.add_argument("--bind", default="127.0.0.1:8080", metavar="HOST:PORT")
+    demo.add_argument("--dir", default="ezat-demo", metavar="PATH", help="the demo's data folder")
+
+    serve = sub.add_parser("serve", help="run the gateway under gunicorn (gevent workers)")
+    serve.add_argument("--bind", metavar="HOST:PORT")
+    serve.add_argument("--workers", type=_positive_int, metavar="N")
+
+    sim = sub.add_parser("sim", help="run the Anthropic-compatible simulator (other flags: sim --help)",
+                         add_help=False)
+    sim.add_argument("--bind", metavar="HOST:PORT")
+
+    orgs = sub.add_parser("orgs", help="organizations: create, top-up, suspend, resume")
+    orgs_sub = orgs.add_subparsers(dest="orgs_command", metavar="ACTION", required=True)
+    create = orgs_sub.add_parser("create")
+    create.add_argument("name")
+    create.add_argument("--balance", metavar="USD")
+    top_up = orgs_sub.add_parser("top-up")
+    top_up.add_argument("name")
+    top_up.add_argument("usd", metavar="USD")
+    for action in ("suspend", "resume"):
+        orgs_sub.add_parser(action).add_argument("name")
+
+    keys = sub.add_parser("keys", help="API keys: create, list, revoke")
+    keys_sub = keys.add_subparsers(dest="keys_command", metavar="ACTION", required=True)
+    kc = keys_sub.add_parser("create")
+    kc.add_argument("--org", required=True, metavar="NAME")
+    kc.add_argument("--name", metavar="LABEL")
+    kc.add_argument("--models", metavar="PATTERN,...", help="glob patterns of allowed models (default: all)")
+    kc.add_argument("--spend-limit", metavar="USD")
+    kc.add_argument("--rpm", type=_positive_int, metavar="N")
+    kc.add_argument("--tpm", type=_positive_int, metavar="N")
+    kc.add_argument("--expires", metavar="ISO8601")
+    kl = keys_sub.add_parser("list")
+    kl.add_argument("--org", metavar="NAME")
+    kl.add_argument("--json", action="store_true")
+    kr = keys_sub.add_parser("revoke")
+    kr.add_argument("key_id", metavar="KEY_ID")
+
+    usage = sub.add_parser("usage", help="requests, tokens and cost per org, key and model")
+    usage.add_argument("--org", metavar="NAME")
+    usage.add_argument("--key", metavar="KEY_ID")
+    usage.add_argument("--since", metavar="ISO8601")
+    usage.add_argument("--json", action="store_true")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command != "sim":
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    from ezat_compat.demo import DemoError
+    from ezat_compat.store.accounts import StoreError
+
+    try:
+        if args.command == "sim":
+            return cmd_sim(args, extra)
+        handler = {"demo": cmd_demo, "serve": cmd_serve, "orgs": cmd_orgs, "keys": cmd_keys,
+                   "usage": cmd_usage}[args.command]
+        return handler(args)
+    except (CLIError, ConfigError, StoreError, DemoError) as exc:
+        print(f"ezat-compat: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

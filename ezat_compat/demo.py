@@ -1,0 +1,199 @@
+"""``ezat-compat demo``: the newcomer's command. No configuration, no network needed.
+
+It makes a data folder with a SQLite database and a config file, starts the simulator as the
+upstream (or uses Anthropic itself when ``ANTHROPIC_API_KEY`` is set), creates a demo
+organisation and key, serves the gateway under gunicorn and prints a curl line that works
+as pasted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from ezat_compat.config import load_config
+from ezat_compat.serving import gunicorn_argv, serving_environment
+
+DEMO_MODEL = "anthropic/claude-sonnet-5-5"
+DEMO_ORG = "demo"
+DEMO_BALANCE_MICROS = 100_000_000   # $100 of simulated credit
+
+CATALOG = """\
+# Written by `ezat-compat demo`; a complete example of the configuration file.
+[gateway]
+database_url = "sqlite:///{db}"
+keepalive_s = 15
+
+[server]
+bind = "{bind}"
+workers = 1
+
+[[models]]
+id = "anthropic/claude-sonnet-5-5"
+aliases = ["claude-sonnet-5-5", "claude-sonnet-5.5"]
+context_window = 200000
+max_output_tokens = 64000
+sampling = false
+efforts = ["low", "medium", "high", "xhigh", "max"]
+thinking = "adaptive"
+prefill = false
+price = {{ input = 3.0, output = 15.0, cache_write = 3.75, cache_read = 0.30 }}
+
+[[models.deployments]]
+name = "{deployment}"
+base_url = "{base_url}"
+upstream_model = "claude-sonnet-5-5"
+
+[[models]]
+id = "anthropic/claude-opus-5-5"
+aliases = ["claude-opus-5-5", "claude-opus-5.5"]
+context_window = 200000
+max_output_tokens = 128000
+efforts = ["low", "medium", "high", "xhigh", "max"]
+price = {{ input = 5.0, output = 25.0, cache_write = 6.25, cache_read = 0.50 }}
+
+[[models.deployments]]
+name = "{deployment}"
+base_url = "{base_url}"
+upstream_model = "claude-opus-5-5"
+
+[[models]]
+id = "anthropic/claude-haiku-4-5"
+aliases = ["claude-haiku-4-5", "claude-haiku-4.5"]
+context_window = 200000
+max_output_tokens = 64000
+sampling = true
+efforts = ["low", "medium", "high"]
+thinking = "budget"
+prefill = true
+price = {{ input = 1.0, output = 5.0, cache_write = 1.25, cache_read = 0.10 }}
+
+[[models.deployments]]
+name = "{deployment}"
+base_url = "{base_url}"
+upstream_model = "claude-haiku-4-5"
+"""
+
+
+class DemoError(Exception):
+    """The demo could not start; the message says why and what to do."""
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def start_simulator(*extra: str) -> tuple[subprocess.Popen[str], str]:
+    """Start ``python -m ezat_compat.sim`` on a free loopback port; returns (process, base URL)."""
+    proc = subprocess.Popen([sys.executable, "-m", "ezat_compat.sim", "--bind", "127.0.0.1:0", *extra],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline().strip()
+    if "listening on " not in line:
+        proc.kill()
+        raise DemoError(f"the simulator did not start: {line or 'no output'}")
+    return proc, line.rsplit("listening on ", 1)[1]
+
+
+def wait_healthy(url: str, proc: subprocess.Popen[str] | subprocess.Popen[bytes], timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise DemoError("the gateway exited during start-up (see the messages above)")
+        try:
+            with urllib.request.urlopen(url + "/healthz", timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.2)
+    raise DemoError(f"the gateway did not answer on {url} within {timeout_s:g} s")
+
+
+def curl_line(base: str, key: str) -> str:
+    body = json.dumps({"model": DEMO_MODEL, "max_completion_tokens": 64,
+                       "messages": [{"role": "user", "content": "What is a prompt cache?"}]})
+    return (f"curl {base}/openai/v1/chat/completions -H 'Authorization: Bearer {key}' "
+            f"-H 'content-type: application/json' -d '{body}'")
+
+
+def run_demo(*, bind: str, directory: str) -> int:
+    host, _, port_text = bind.rpartition(":")
+    if not host or not port_text.isdigit():
+        raise DemoError(f"--bind {bind!r}: use HOST:PORT, e.g. 127.0.0.1:8080")
+    if not _port_free(host, int(port_text)):
+        raise DemoError(f"{bind} is already in use; pass --bind 127.0.0.1:PORT with a free port")
+    root = Path(directory).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+
+    sim: subprocess.Popen[str] | None = None
+    if os.environ.get("ANTHROPIC_API_KEY"):
+        base_url, deployment = "https://api.anthropic.com", "anthropic"
+    else:
+        sim, base_url = start_simulator("--name", "demo-sim", "--token-delay-ms", "15")
+        deployment = "simulator"
+    gateway: subprocess.Popen[bytes] | None = None
+    try:
+        config_path = root / "ezat.toml"
+        config_path.write_text(CATALOG.format(db=(root / "ezat.db").as_posix(), bind=bind, base_url=base_url,
+                                              deployment=deployment))
+        config = load_config(config_path)
+        key = _demo_key(config.gateway.database_url)
+        gateway = subprocess.Popen(gunicorn_argv(config), env=serving_environment(config, bind=bind))
+        base = f"http://{bind}"
+        wait_healthy(base, gateway)
+        upstream = "Anthropic's API" if sim is None else f"the simulator at {base_url}"
+        print(f"""
+ezat-compat demo: the gateway is serving on {base}, with {upstream} as its upstream.
+
+  API key (organization "{DEMO_ORG}"):  {key}
+
+Try it:
+
+  {curl_line(base, key)}
+
+Or with the OpenAI SDK: OpenAI(base_url="{base}/openai/v1", api_key="{key}")
+Admin commands use this demo's config:  ezat-compat --config {config_path} usage
+Press Ctrl-C to stop.
+""", flush=True)
+        return gateway.wait()
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        for proc in (gateway, sim):
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+
+
+def _demo_key(database_url: str) -> str:
+    from ezat_compat.store.accounts import Accounts, StoreError
+    from ezat_compat.store.db import make_engine, migrate
+
+    engine = make_engine(database_url)
+    try:
+        migrate(engine)
+        accounts = Accounts(engine)
+        try:
+            accounts.get_org(DEMO_ORG)
+        except StoreError:
+            accounts.create_org(DEMO_ORG, DEMO_BALANCE_MICROS)
+        _, secret = accounts.create_key(DEMO_ORG, name="demo")
+        return secret
+    finally:
+        engine.dispose()

@@ -1,0 +1,4 @@
+"""Run the gateway directly with gunicorn: ``gunicorn -c gunicorn.conf.py wsgi:app``
+(``ezat-compat serve`` does the same). The settings live in ezat_compat/gunicorn_conf.py."""
+
+from ezat_compat.gunicorn_conf import *  # noqa: F403
