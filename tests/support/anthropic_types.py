@@ -59,7 +59,7 @@ THINKING = {"adaptive": ThinkingConfigAdaptiveParam, "enabled": ThinkingConfigEn
 def _consume(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _consume(v) for k, v in value.items()}
-    if isinstance(value, list | tuple) or isinstance(value, collections.abc.Iterator):
+    if isinstance(value, list | tuple | collections.abc.Iterator):
         return [_consume(v) for v in value]
     return value
 

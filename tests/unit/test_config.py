@@ -51,7 +51,8 @@ def test_environment_overrides_urls(tmp_path: Path) -> None:
 @pytest.mark.parametrize("change, message", [
     (('input = 3.0', 'input = "three"'), "ezat.toml: models[0].price.input: Not a valid number."),
     (('[[models]]', '[gateway]\ndatabse_url = "x"\n[[models]]'), "ezat.toml: gateway.databse_url: Unknown field."),
-    (('name = "primary"', 'name = "primary"\nweigth = 2'), "ezat.toml: models[0].deployments[0].weigth: Unknown field."),
+    (('name = "primary"', 'name = "primary"\nweigth = 2'),
+     "ezat.toml: models[0].deployments[0].weigth: Unknown field."),
     (('upstream_model = "claude-sonnet-5-5"', ''),
      "ezat.toml: models[0].deployments[0].upstream_model: Missing data for required field."),
     (('aliases = ["claude-sonnet-5-5", "claude-sonnet-5.5"]', 'aliases = ["anthropic/CLAUDE-sonnet-5-5"]'),
@@ -65,7 +66,7 @@ def test_errors_name_the_file_and_the_key_path(tmp_path: Path, change: tuple[str
 
 
 def test_missing_file_says_what_to_do(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="no such configuration file.*--config PATH or set EZAT_CONFIG"):
+    with pytest.raises(ConfigError, match=r"no such configuration file.*--config PATH or set EZAT_CONFIG"):
         load_config(tmp_path / "nope.toml")
 
 

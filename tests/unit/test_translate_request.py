@@ -19,7 +19,8 @@ from ezat_compat.translate.request import Translation, openai_to_anthropic
 from ezat_compat.wire.openai import RequestValidationError, load_chat_request
 from tests.support.anthropic_types import validate_anthropic_request
 
-PNG_URL = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+PNG_URL = ("data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJ"
+           "RU5ErkJggg==")
 PDF_URL = "data:application/pdf;base64,JVBERi0xLjQKJcOkw7zDtsOfCjIgMCBvYmoK"
 USER = {"role": "user", "content": "Hi"}
 WEATHER_TOOL = {"type": "function", "function": {"name": "get_weather", "description": "Weather",
@@ -188,7 +189,7 @@ def test_tool_call_ids_outside_the_alphabet_are_mapped_the_same_on_both_sides() 
 @pytest.mark.parametrize("tool_id", ["call_1", "toolu_01ABC-x", "ezat-abc", "a:b", "日本", "a b/c"])
 def test_tool_id_mapping_is_reversible(tool_id: str) -> None:
     encoded = encode_tool_id(tool_id)
-    assert all(c.isalnum() and c.isascii() or c in "_-" for c in encoded)
+    assert all((c.isalnum() and c.isascii()) or c in "_-" for c in encoded)
     assert decode_tool_id(encoded) == tool_id
 
 
@@ -214,7 +215,8 @@ def test_tool_call_left_without_result_is_refused(tail: list[dict[str, Any]]) ->
     assert message.startswith('messages[1].tool_calls[0]: tool call "call_1" has no result')
 
 
-@pytest.mark.parametrize("messages", [[{"role": "system", "content": "S"}], [{"role": "developer", "content": "D"}], []],
+@pytest.mark.parametrize("messages", [[{"role": "system", "content": "S"}],
+                                      [{"role": "developer", "content": "D"}], []],
                          ids=["only-system", "only-developer", "empty"])
 def test_no_message_but_system_is_refused(messages: list[dict[str, Any]]) -> None:
     # Messages: "messages: must contain at least one user message".
@@ -459,7 +461,8 @@ def _marks(body: dict[str, Any]) -> list[str]:
 
 def test_automatic_breakpoints_end_of_system_and_newest_message() -> None:
     t = translate(messages=[{"role": "system", "content": "S"}, USER, {"role": "assistant", "content": "A"},
-                            {"role": "user", "content": [{"type": "text", "text": "B"}, {"type": "text", "text": "C"}]}],
+                            {"role": "user", "content": [{"type": "text", "text": "B"},
+                                                         {"type": "text", "text": "C"}]}],
                   auto_cache=True)
     assert _marks(t.body) == ["system[0]", "messages[2][1]"]
     assert t.body["messages"][2]["content"][1]["cache_control"] == {"type": "ephemeral"}
@@ -567,13 +570,15 @@ def test_refused_parts_and_roles_table(messages: list[dict[str, Any]], message: 
 
 def test_refused_indexes_point_at_the_clients_request() -> None:
     messages = [{"role": "system", "content": "S"}, USER, {"role": "assistant", "content": "a"},
-                {"role": "user", "content": [{"type": "text", "text": "x"}, {"type": "input_audio", "input_audio": {}}]}]
+                {"role": "user", "content": [{"type": "text", "text": "x"},
+                                             {"type": "input_audio", "input_audio": {}}]}]
     assert refused(messages=messages)[0] == "messages[3].content[1]: audio input is not supported"
 
 
 @pytest.mark.parametrize("extra, path", [
     ({"max_tokens": "64"}, "max_tokens"), ({"max_tokens": 0}, "max_tokens"), ({"temperature": 3}, "temperature"),
-    ({"top_p": -0.1}, "top_p"), ({"stream": "yes"}, "stream"), ({"model": ""}, "model"), ({"messages": "hi"}, "messages"),
+    ({"top_p": -0.1}, "top_p"), ({"stream": "yes"}, "stream"), ({"model": ""}, "model"),
+    ({"messages": "hi"}, "messages"),
 ], ids=["string-int", "zero", "temperature-range", "top-p-range", "stream-not-bool", "empty-model", "messages-string"])
 def test_wrong_types_refused_naming_the_field(extra: dict[str, Any], path: str) -> None:
     assert refused(extra)[1] == path

@@ -55,7 +55,8 @@ def test_only_tool_calls_gives_null_content_and_json_arguments() -> None:
     reply = out["choices"][0]["message"]
     assert reply["content"] is None and reply["refusal"] is None
     assert reply["tool_calls"] == [
-        {"id": "toolu_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Oslo","n":1}'}},
+        {"id": "toolu_1", "type": "function",
+         "function": {"name": "get_weather", "arguments": '{"city":"Oslo","n":1}'}},
         {"id": "call:7", "type": "function", "function": {"name": "b", "arguments": "{}"}},
     ]
     assert "secret" not in str(out)   # thinking text is never returned
@@ -90,7 +91,8 @@ def test_message_delta_usage_merges_over_message_start() -> None:
         10, 5, 30, 8)
 
 
-SOURCE_MAP = {("system", 0): "messages[0]", ("messages", 0): "messages[1]", ("messages", 0, 1): "messages[1].content[2]",
+SOURCE_MAP = {("system", 0): "messages[0]", ("messages", 0): "messages[1]",
+              ("messages", 0, 1): "messages[1].content[2]",
               ("messages", 1, 0): "messages[2].tool_calls[0]", ("tools", 0): "tools[3]"}
 
 
@@ -102,7 +104,8 @@ SOURCE_MAP = {("system", 0): "messages[0]", ("messages", 0): "messages[1]", ("me
     ("messages.0: bad turn", ("messages[1]: bad turn", "messages[1]")),
     ("system.0.text: too long", ("messages[0]: too long", "messages[0]")),
     ("tools.0.input_schema: bad", ("tools[3]: bad", "tools[3]")),
-    ("messages: text content blocks must be non-empty", ("messages: text content blocks must be non-empty", "messages")),
+    ("messages: text content blocks must be non-empty",
+     ("messages: text content blocks must be non-empty", "messages")),
     ("messages.7.content.0: no such turn", ("no such turn", None)),
     ("output_config.format.schema: invalid", ("invalid", None)),
     ("Overloaded", ("Overloaded", None)),

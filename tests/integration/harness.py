@@ -1,0 +1,194 @@
+"""Real servers on loopback for integration tests: simulators and the gateway under gunicorn.
+
+Everything runs as separate processes on free 127.0.0.1 ports, as in production: the
+gateway with gevent workers and its SQLite ledger, the simulator as the upstream.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from tests.conftest import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _wait(url: str, proc: subprocess.Popen[Any], timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url}: the process exited with status {proc.returncode}")
+        try:
+            if requests.get(url + "/healthz", timeout=1).status_code == 200:
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"{url} did not become healthy in {timeout_s} s")
+
+
+def _stop(proc: subprocess.Popen[Any], timeout_s: float = 10) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@dataclass
+class Sim:
+    """One simulator process (``python -m ezat_compat.sim``)."""
+
+    name: str = "sim"
+    flags: Sequence[str] = ()
+    url: str = ""
+    proc: subprocess.Popen[str] | None = None
+
+    def start(self) -> Sim:
+        port = free_port()
+        self.proc = subprocess.Popen([sys.executable, "-m", "ezat_compat.sim", "--bind", f"127.0.0.1:{port}",
+                                      "--name", self.name, *self.flags], stdout=subprocess.PIPE, text=True)
+        self.url = f"http://127.0.0.1:{port}"
+        _wait(self.url, self.proc)
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            _stop(self.proc)
+            if self.proc.stdout:
+                self.proc.stdout.close()
+
+    def requests(self) -> list[dict[str, Any]]:
+        return requests.get(self.url + "/_sim/requests", timeout=5).json()["requests"]
+
+    def bodies(self) -> list[dict[str, Any]]:
+        return [r["body"] for r in self.requests() if r["path"] == "/v1/messages"]
+
+    def clear(self) -> None:
+        requests.delete(self.url + "/_sim/requests", timeout=5)
+        requests.delete(self.url + "/_sim/stats", timeout=5)
+
+    def stats(self) -> dict[str, int]:
+        return requests.get(self.url + "/_sim/stats", timeout=5).json()
+
+
+MODEL_TOML = """
+[[models]]
+id = "{id}"
+aliases = {aliases}
+context_window = 200000
+max_output_tokens = {max_output_tokens}
+sampling = {sampling}
+thinking = "{thinking}"
+efforts = {efforts}
+forced_tool_choice = {forced_tool_choice}
+prefill = {prefill}
+min_cache_tokens = 16
+price = {{ input = 3.0, output = 15.0, cache_write = 3.75, cache_read = 0.30 }}
+"""
+
+DEPLOYMENT_TOML = """
+[[models.deployments]]
+name = "{name}"
+base_url = "{base_url}"
+upstream_model = "{upstream_model}"
+priority = {priority}
+weight = {weight}
+"""
+
+
+@dataclass
+class ModelSpec:
+    id: str = "anthropic/claude-sonnet-5-5"
+    aliases: Sequence[str] = ("claude-sonnet-5-5", "claude-sonnet-5.5")
+    deployments: Sequence[dict[str, Any]] = ()
+    max_output_tokens: int = 64000
+    sampling: bool = False
+    thinking: str = "adaptive"
+    efforts: Sequence[str] = ("low", "medium", "high", "xhigh", "max")
+    forced_tool_choice: bool = True
+    prefill: bool = False
+
+    def toml(self) -> str:
+        text = MODEL_TOML.format(id=self.id, aliases=json.dumps(list(self.aliases)),
+                                 max_output_tokens=self.max_output_tokens, sampling=str(self.sampling).lower(),
+                                 thinking=self.thinking, efforts=json.dumps(list(self.efforts)),
+                                 forced_tool_choice=str(self.forced_tool_choice).lower(),
+                                 prefill=str(self.prefill).lower())
+        for d in self.deployments:
+            text += DEPLOYMENT_TOML.format(name=d["name"], base_url=d["base_url"],
+                                           upstream_model=d.get("upstream_model", "claude-sonnet-5-5"),
+                                           priority=d.get("priority", 0), weight=d.get("weight", 1))
+        return text
+
+
+@dataclass
+class Gateway:
+    """The gateway under gunicorn with gevent workers, its own data folder and config."""
+
+    root: Path
+    models: Sequence[ModelSpec]
+    workers: int = 1
+    gateway_settings: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    url: str = ""
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def config_path(self) -> Path:
+        return self.root / "ezat.toml"
+
+    def write_config(self) -> None:
+        settings = {"database_url": f"sqlite:///{(self.root / 'ezat.db').as_posix()}", "keepalive_s": 15,
+                    "allow_private_image_hosts": True, "cooldown_s": 30, **self.gateway_settings}
+        lines = ["[gateway]"] + [f"{k} = {json.dumps(v)}" for k, v in settings.items()]
+        lines += ["", "[server]", f"workers = {self.workers}", 'log_level = "warning"', "timeout_s = 60"]
+        self.config_path.write_text("\n".join(lines) + "\n" + "".join(m.toml() for m in self.models))
+
+    def start(self) -> Gateway:
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.write_config()
+        port = free_port()
+        env = {**os.environ, "EZAT_CONFIG": str(self.config_path), "EZAT_BIND": f"127.0.0.1:{port}",
+               "EZAT_WORKERS": str(self.workers), "ANTHROPIC_API_KEY": "sk-ant-test", **self.env}
+        env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+        self.proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "-c", str(REPO / "gunicorn.conf.py"),
+                                      "wsgi:app"], cwd=REPO, env=env)
+        self.url = f"http://127.0.0.1:{port}"
+        _wait(self.url, self.proc, timeout_s=60)
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            _stop(self.proc, timeout_s=20)
+
+    def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run ``ezat-compat --config <this config> ARGS`` and return the finished process."""
+        env = {**os.environ, **self.env}
+        result = subprocess.run([sys.executable, "-m", "ezat_compat.cli", "--config", str(self.config_path), *args],
+                                capture_output=True, text=True, env=env, timeout=60)
+        if check and result.returncode != 0:
+            raise AssertionError(f"ezat-compat {' '.join(args)} failed: {result.stderr}")
+        return result
+
+    def new_key(self, org: str = "acme", *key_args: str, balance: str = "100") -> str:
+        """A fresh key (the org is created with ``balance`` on first use)."""
+        if self.cli("orgs", "create", org, "--balance", balance, check=False).returncode not in (0, 1):
+            raise AssertionError("orgs create failed")
+        return self.cli("keys", "create", "--org", org, *key_args).stdout.strip().splitlines()[-1]
+
+    def usage(self, *args: str) -> list[dict[str, Any]]:
+        return json.loads(self.cli("usage", "--json", *args).stdout)
