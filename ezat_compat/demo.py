@@ -24,6 +24,7 @@ from ezat_compat.serving import gunicorn_argv, serving_environment
 DEMO_MODEL = "anthropic/claude-sonnet-5-5"
 DEMO_ORG = "demo"
 DEMO_BALANCE_MICROS = 100_000_000   # $100 of simulated credit
+SIM_KEY_ENV = "EZAT_DEMO_UPSTREAM_KEY"   # the simulator accepts any non-empty key
 
 CATALOG = """\
 # Written by `ezat-compat demo`; a complete example of the configuration file.
@@ -49,6 +50,7 @@ price = {{ input = 3.0, output = 15.0, cache_write = 3.75, cache_read = 0.30 }}
 [[models.deployments]]
 name = "{deployment}"
 base_url = "{base_url}"
+api_key_env = "{key_env}"
 upstream_model = "claude-sonnet-5-5"
 
 [[models]]
@@ -62,6 +64,7 @@ price = {{ input = 5.0, output = 25.0, cache_write = 6.25, cache_read = 0.50 }}
 [[models.deployments]]
 name = "{deployment}"
 base_url = "{base_url}"
+api_key_env = "{key_env}"
 upstream_model = "claude-opus-5-5"
 
 [[models]]
@@ -78,6 +81,7 @@ price = {{ input = 1.0, output = 5.0, cache_write = 1.25, cache_read = 0.10 }}
 [[models.deployments]]
 name = "{deployment}"
 base_url = "{base_url}"
+api_key_env = "{key_env}"
 upstream_model = "claude-haiku-4-5"
 """
 
@@ -139,19 +143,21 @@ def run_demo(*, bind: str, directory: str) -> int:
     root.mkdir(parents=True, exist_ok=True)
 
     sim: subprocess.Popen[str] | None = None
+    env: dict[str, str] = {}
     if os.environ.get("ANTHROPIC_API_KEY"):
-        base_url, deployment = "https://api.anthropic.com", "anthropic"
+        base_url, deployment, key_env = "https://api.anthropic.com", "anthropic", "ANTHROPIC_API_KEY"
     else:
         sim, base_url = start_simulator("--name", "demo-sim", "--token-delay-ms", "15")
-        deployment = "simulator"
+        deployment, key_env = "simulator", SIM_KEY_ENV
+        env[SIM_KEY_ENV] = "demo-upstream-key"
     gateway: subprocess.Popen[bytes] | None = None
     try:
         config_path = root / "ezat.toml"
         config_path.write_text(CATALOG.format(db=(root / "ezat.db").as_posix(), bind=bind, base_url=base_url,
-                                              deployment=deployment))
-        config = load_config(config_path)
+                                              deployment=deployment, key_env=key_env))
+        config = load_config(config_path, environ={**os.environ, **env})
         key = _demo_key(config.gateway.database_url)
-        gateway = subprocess.Popen(gunicorn_argv(config), env=serving_environment(config, bind=bind))
+        gateway = subprocess.Popen(gunicorn_argv(config), env={**serving_environment(config, bind=bind), **env})
         base = f"http://{bind}"
         wait_healthy(base, gateway)
         upstream = "Anthropic's API" if sim is None else f"the simulator at {base_url}"

@@ -34,6 +34,9 @@ loglevel = _config.server.log_level
 accesslog = os.environ.get("EZAT_ACCESS_LOG") or None
 errorlog = "-"
 proc_name = "ezat-compat"
+# gunicorn >= 25 opens a control socket at one fixed path per user; several gateways on one
+# machine (tests, benchmarks, nodes of a demo) would fight over it.
+control_socket_disable = True
 # SSE must not be buffered; the body cap is the app's (max_body_mb), not gunicorn's.
 limit_request_line = 8190
 
@@ -45,15 +48,15 @@ else:
 
 
 def on_starting(server: Any) -> None:
-    from datetime import UTC, datetime, timedelta
+    from datetime import UTC, datetime
 
     from ezat_compat.store.db import make_engine, migrate
-    from ezat_compat.store.ledger import Ledger
+    from ezat_compat.store.ledger import STALE_RESERVATION, Ledger
 
     engine = make_engine(_config.gateway.database_url)
     try:
         migrate(engine)
-        Ledger(engine).sweep_stale(timedelta(hours=6), datetime.now(UTC))
+        Ledger(engine).sweep_stale(STALE_RESERVATION, datetime.now(UTC))
     finally:
         engine.dispose()
 

@@ -40,7 +40,7 @@ from ezat_compat.metrics import Metrics
 from ezat_compat.pricing import cost_micros, worst_case_micros
 from ezat_compat.routing import plan
 from ezat_compat.store.accounts import Accounts, AuthContext
-from ezat_compat.store.ledger import Ledger, LedgerEntry
+from ezat_compat.store.ledger import CLIENT_CLOSED, STALE_RESERVATION, Ledger, LedgerEntry
 from ezat_compat.translate.estimate import input_tokens_upper_bound
 from ezat_compat.translate.request import ImageSlot
 from ezat_compat.translate.response import Usage, merge_usage, usage_from_anthropic
@@ -63,8 +63,9 @@ from ezat_compat.upstream.images import ImageFetcher, ImageFetchError
 log = logging.getLogger("ezat_compat")
 
 STATUS_OK = 200
-STATUS_CLIENT_CLOSED = 499
+
 CHARS_PER_TOKEN = 4
+SWEEP_EVERY_S = 600.0   # how often a worker releases reservations of workers that died
 ANTHROPIC_PING = b'event: ping\ndata: {"type": "ping"}\n\n'
 OPENAI_PING = b": ping\n\n"
 
@@ -177,6 +178,7 @@ class Gateway:
         self.rand = rand
         self.timeout_s = config.gateway.upstream_timeout_s
         self.keepalive_s = config.gateway.keepalive_s
+        self._next_sweep = time.monotonic() + SWEEP_EVERY_S
 
     # ------------------------------------------------------------ auth, model, admission
 
@@ -198,12 +200,25 @@ class Gateway:
     def admit(self, *, request_id: str, endpoint: str, auth: AuthContext, model: Model, model_name: str,
               session: str | None, body: Mapping[str, Any], max_tokens: int) -> Call:
         """Rate limits, then reserve the worst-case cost (429 / 402)."""
+        if time.monotonic() >= self._next_sweep:
+            self._sweep_stale_reservations()
         self.limits.admit(auth)
         bound = input_tokens_upper_bound(body, model.context_window)
         reserve = worst_case_micros(bound, max_tokens, model.price)
         self.ledger.reserve(auth, request_id, reserve)
         return Call(request_id=request_id, endpoint=endpoint, auth=auth, model=model, model_name=model_name,
                     session=session, reserved_micros=reserve, started=time.monotonic())
+
+    def _sweep_stale_reservations(self) -> None:
+        self._next_sweep = time.monotonic() + SWEEP_EVERY_S
+        try:
+            released = self.ledger.sweep_stale(STALE_RESERVATION, datetime.now(UTC))
+        except Exception:
+            log.exception("could not release stale reservations")
+            return
+        if released:
+            log.warning("released %d reservations older than %s (a worker died mid-request)", released,
+                        STALE_RESERVATION)
 
     def fetch_images(self, slots: list[ImageSlot]) -> None:
         """Download http(s) image URLs into their blocks (400 naming the part on failure)."""
@@ -225,7 +240,7 @@ class Gateway:
         if call.settled:
             return
         call.settled = True
-        billed = status in (STATUS_OK, STATUS_CLIENT_CLOSED) and usage is not None
+        billed = status in (STATUS_OK, CLIENT_CLOSED) and usage is not None
         usage = usage if billed and usage is not None else Usage()
         cost = cost_micros(usage, call.model.price) if billed else 0
         entry = LedgerEntry(created_at=datetime.now(UTC), org_id=call.auth.org_id, key_id=call.auth.key_id,
@@ -384,7 +399,7 @@ class Gateway:
             if not call.settled:     # the client went away: bill what was produced, estimated
                 self.settle(call, estimated_usage(translator.usage,
                                                   translator.produced_chars + translator.thinking_chars),
-                            STATUS_CLIENT_CLOSED, estimated=True)
+                            CLIENT_CLOSED, estimated=True)
 
     def anthropic_stream(self, call: Call, stream: UpstreamStream, events: Iterator[tuple[str, str]],
                          first: tuple[str, str]) -> Iterator[bytes]:
@@ -424,7 +439,7 @@ class Gateway:
             stream.close()
             self.metrics.streams_open.dec()
             if not call.settled:
-                self.settle(call, estimated_usage(meter.usage, meter.produced_chars), STATUS_CLIENT_CLOSED,
+                self.settle(call, estimated_usage(meter.usage, meter.produced_chars), CLIENT_CLOSED,
                             estimated=True)
 
     def _stream_failed(self, call: Call, deployment: Deployment, failure: GatewayError) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from flask import Blueprint, Response, request
@@ -20,48 +21,90 @@ from ezat_compat.errors import GatewayError, InvalidRequestError
 from ezat_compat.pipeline import Call, Gateway, upstream_to_gateway_error
 from ezat_compat.store.accounts import AuthContext
 from ezat_compat.translate.response import usage_from_anthropic
-from ezat_compat.upstream.client import UpstreamError, UpstreamStatusError, encode_body
+from ezat_compat.upstream.client import DEPLOYMENT_FAULT_STATUSES, UpstreamError, UpstreamStatusError, encode_body
 
 bp = Blueprint("anthropic", __name__, url_prefix="/v1")
 FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta")
+# Anthropic's error.type by status (their errors page); other 4xx: invalid_request_error, 5xx: api_error.
+STATUS_TO_ERROR_TYPE = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
+                        403: "permission_error", 404: "not_found_error", 413: "request_too_large",
+                        429: "rate_limit_error", 500: "api_error", 504: "timeout_error", 529: "overloaded_error"}
 
 
 class UpstreamPassthrough(Exception):
-    """An upstream error answer returned to a native client as it came (status and body)."""
+    """An upstream error answer returned to a native client as it came (status and body).
+
+    Only for answers that are the client's business: its own request refused (400, 413, other
+    4xx) or no capacity (429, 5xx, 529). The deployment's own 401-404 are the gateway's
+    configuration problem and go through ``upstream_to_gateway_error`` instead (see
+    ``_client_error``). A body that isn't Anthropic's error envelope (a proxy's HTML page)
+    is replaced by one, so the client always gets ``{"type": "error", "error": {…}}``.
+    """
 
     def __init__(self, error: UpstreamStatusError) -> None:
         super().__init__(error.message)
         self.error = error
 
     def response(self, rid: str) -> Response:
-        headers = {"retry-after": self.error.headers["retry-after"]} if "retry-after" in self.error.headers else {}
+        retry_after = _header(self.error.headers, "retry-after")
+        headers = {"retry-after": retry_after} if retry_after else {}
         body = self.error.body
-        if not body:
-            body = json.dumps({"type": "error", "error": {"type": "api_error", "message": self.error.message},
+        if self.error.error_type is None:     # not Anthropic's envelope: make one
+            body = json.dumps({"type": "error", "error": {"type": _error_type(self.error.status),
+                                                          "message": self.error.message},
                                "request_id": rid}).encode()
         return raw_json_response(body, self.error.status, headers)
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    """A header of an upstream answer, whatever the case the upstream wrote its name in."""
+    return next((value for key, value in headers.items() if key.lower() == name), None)
+
+
+def _error_type(status: int) -> str:
+    return STATUS_TO_ERROR_TYPE.get(status) or ("invalid_request_error" if status < 500 else "api_error")
 
 
 def _forwarded() -> dict[str, str]:
     return {name: request.headers[name] for name in FORWARDED_HEADERS if request.headers.get(name)}
 
 
-def _resolve(gw: Gateway, body: Any) -> tuple[AuthContext, Model, str]:
+def _authenticated(gw: Gateway) -> tuple[AuthContext, Any]:
+    """The key first (401 before anything about the body), then the JSON body."""
     auth = gw.authenticate(api_key(request))
+    return auth, read_json(request)
+
+
+def _resolve(gw: Gateway, auth: AuthContext, body: Any) -> tuple[Model, str]:
     if not isinstance(body, dict):
         raise InvalidRequestError("The request body must be a JSON object.")
     name = body.get("model")
     if not isinstance(name, str) or not name.strip():
         raise InvalidRequestError("model: Field required", param="model")
-    return auth, gw.resolve(auth, name), name
+    return gw.resolve(auth, name), name
+
+
+def _client_error(exc: UpstreamError, timeout_s: float) -> Exception:
+    """What the native client gets for an upstream failure: the upstream's answer as it came,
+    except the deployment's own 401-404 (the gateway's key or model is wrong: a 500 that says
+    so, never the client's 401) and failures without an answer (timeouts, refused connections)."""
+    if isinstance(exc, UpstreamStatusError) and exc.status not in DEPLOYMENT_FAULT_STATUSES:
+        return UpstreamPassthrough(exc)
+    return upstream_to_gateway_error(exc, timeout_s=timeout_s)
+
+
+def _status_of(err: Exception) -> int:
+    """The status the native client gets for ``err`` (for the ledger and the metrics)."""
+    if isinstance(err, UpstreamPassthrough):
+        return err.error.status
+    if isinstance(err, GatewayError):
+        return err.anthropic_status or err.status
+    return 500
 
 
 def _upstream_failure(gw: Gateway, call: Call, exc: UpstreamError) -> Exception:
-    if isinstance(exc, UpstreamStatusError):
-        gw.settle(call, None, exc.status)
-        return UpstreamPassthrough(exc)
-    err = upstream_to_gateway_error(exc, timeout_s=gw.timeout_s)
-    gw.settle(call, None, err.status)
+    err = _client_error(exc, gw.timeout_s)
+    gw.settle(call, None, _status_of(err))
     return err
 
 
@@ -69,15 +112,17 @@ def _upstream_failure(gw: Gateway, call: Call, exc: UpstreamError) -> Exception:
 def messages() -> Response:
     gw = gateway()
     rid = request_id()
-    body = read_json(request)
-    auth, model, name = _resolve(gw, body)
+    auth, body = _authenticated(gw)
+    model, name = _resolve(gw, auth, body)
     stream = body.get("stream") is True
     max_tokens = body.get("max_tokens")
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         max_tokens = model.max_output_tokens
     call = gw.admit(request_id=rid, endpoint="messages", auth=auth, model=model, model_name=name,
                     session=request.headers.get("x-ezat-session"), body=body, max_tokens=max_tokens)
-    upstream_body = encode_body({k: v for k, v in body.items() if k not in ("model", "stream")})
+    # with_model puts "model" (and, for streams, "stream") back in front; every other field,
+    # an explicit "stream": false included, goes upstream as the client sent it.
+    upstream_body = encode_body({k: v for k, v in body.items() if k != "model" and not (stream and k == "stream")})
     try:
         if stream:
             upstream, events, first = gw.open_stream(call, "/v1/messages", upstream_body, headers=_forwarded())
@@ -105,20 +150,24 @@ def messages() -> Response:
 def count_tokens() -> Response:
     """Passed to the upstream (routing and failover apply; nothing is billed)."""
     gw = gateway()
-    body = read_json(request)
-    auth, model, name = _resolve(gw, body)
+    auth, body = _authenticated(gw)
+    model, name = _resolve(gw, auth, body)
     gw.limits.admit(auth)
     call = Call(request_id=request_id(), endpoint="count_tokens", auth=auth, model=model, model_name=name,
                 session=request.headers.get("x-ezat-session"), reserved_micros=0, started=time.monotonic(),
                 settled=True)
     upstream_body = encode_body({k: v for k, v in body.items() if k != "model"})
+    status = 500
     try:
         data, _ = gw.complete(call, "/v1/messages/count_tokens", upstream_body, stream_flag=None,
                               headers=_forwarded())
-    except UpstreamStatusError as exc:
-        raise UpstreamPassthrough(exc) from None
+        status = 200
     except UpstreamError as exc:
-        raise upstream_to_gateway_error(exc, timeout_s=gw.timeout_s) from None
+        err = _client_error(exc, gw.timeout_s)
+        status = _status_of(err)
+        raise err from None
+    finally:   # not billed, so settle() never counts it: count the request here
+        gw.metrics.requests.labels(call.endpoint, model.id, call.deployment or "-", str(status)).inc()
     return raw_json_response(data)
 
 

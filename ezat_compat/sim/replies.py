@@ -44,8 +44,8 @@ STATUS_TO_ERROR_TYPE: dict[int, str] = {
     413: "request_too_large",
     429: "rate_limit_error",
     500: "api_error",
-    502: "overloaded_error",
-    503: "api_error",
+    502: "api_error",
+    503: "overloaded_error",
     504: "timeout_error",
     529: "overloaded_error",
 }

@@ -49,6 +49,9 @@ from ezat_compat.translate.response import Usage
 
 ENDPOINTS = ("chat.completions", "messages")
 CLIENT_CLOSED = 499  # the status of a request whose client left early (still billed)
+# Reservations of workers that died are released after this long: streams can run for hours,
+# and a swept reservation is still debited when its request settles.
+STALE_RESERVATION = timedelta(hours=6)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,56 @@
+"""``ezat-compat demo`` on a machine with no configuration: it prints a key and a curl line,
+and pasting that curl returns a completion from the simulator through the whole gateway."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import free_port
+
+pytestmark = pytest.mark.integration
+
+
+def test_demo_prints_a_curl_line_that_works_as_pasted(tmp_path: Path) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "EZAT_CONFIG", "EZAT_DATABASE_URL")}
+    proc = subprocess.Popen([sys.executable, "-m", "ezat_compat.cli", "demo", "--bind", f"127.0.0.1:{port}"],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout is not None
+        curl = key = None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and curl is None:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            if "API key" in line:
+                key = line.split()[-1]
+            if line.strip().startswith("curl "):
+                curl = line.strip()
+        assert key and key.startswith("ezat_sk_") and curl and key in curl
+        done = subprocess.run(["bash", "-c", curl], capture_output=True, text=True, timeout=30)
+        answer = json.loads(done.stdout)
+        assert answer["object"] == "chat.completion" and answer["choices"][0]["message"]["content"]
+        assert answer["model"] == "anthropic/claude-sonnet-5-5"
+        assert (tmp_path / "ezat-demo" / "ezat.toml").exists() and (tmp_path / "ezat-demo" / "ezat.db").exists()
+        usage = subprocess.run([sys.executable, "-m", "ezat_compat.cli", "--config",
+                                str(tmp_path / "ezat-demo" / "ezat.toml"), "usage", "--json"],
+                               capture_output=True, text=True, timeout=30, env=env)
+        assert json.loads(usage.stdout)[0]["request_id"] == answer["id"].removeprefix("chatcmpl-")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+        if proc.stdout:
+            proc.stdout.close()

@@ -1,0 +1,21 @@
+"""``ruff check`` is part of the test suite, so CI keeps the code lint-clean."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_ruff_is_clean() -> None:
+    if shutil.which("ruff") is None and subprocess.run([sys.executable, "-m", "ruff", "--version"],
+                                                       capture_output=True).returncode != 0:
+        pytest.skip("ruff is not installed (pip install -e '.[test]')")
+    done = subprocess.run([sys.executable, "-m", "ruff", "check", "--output-format", "concise", "."], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
