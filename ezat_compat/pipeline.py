@@ -360,12 +360,15 @@ class Gateway:
         deployment = stream.deployment
         started = time.monotonic()
         items = _chain_first(first, pump(events, self.keepalive_s))
+        keepalive_s = self.keepalive_s
         try:
             failure: GatewayError | None = None
+            last_write = time.monotonic()
             try:
                 for item in items:
-                    if item is PING:
+                    if item is PING:       # the upstream is silent
                         yield OPENAI_PING
+                        last_write = time.monotonic()
                         continue
                     event, data = item
                     chunks = translator.feed(event, _parse_event(data))
@@ -374,6 +377,10 @@ class Gateway:
                         break
                     if chunks:
                         yield b"".join(encode_chunk(chunk) for chunk in chunks)
+                        last_write = time.monotonic()
+                    elif time.monotonic() - last_write >= keepalive_s:   # the model is thinking
+                        yield OPENAI_PING
+                        last_write = time.monotonic()
                     if translator.done:
                         break
                 else:

@@ -172,3 +172,14 @@ def test_client_closing_early_closes_the_upstream_and_bills_an_estimate(gateway:
     assert 0 < row["output_tokens"] < 400 and float(row["cost_usd"]) > 0
     assert sim.stats()["streams_aborted"] == 1       # the upstream connection was closed at once
     assert sim.stats()["open_streams"] == 0
+
+
+def test_keepalive_pings_while_the_model_is_thinking(gateway: Gateway, key: str) -> None:
+    # The upstream is not silent (thinking deltas keep coming) but nothing reaches the client.
+    started = time.monotonic()
+    _, lines = stream_lines(gateway, key, body("Ponder [[sim:thinking_tokens=100,token_delay_ms=150]]",
+                                               reasoning_effort="high", max_tokens=2000))
+    elapsed = time.monotonic() - started
+    first_content = next(i for i, line in enumerate(lines) if '"content":"' in line and '"content":""' not in line)
+    pings_before_text = lines[:first_content].count(": ping")
+    assert elapsed > 2 and pings_before_text >= int(elapsed * 0.4), (elapsed, lines[:first_content])
