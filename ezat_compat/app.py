@@ -70,7 +70,8 @@ def build_gateway(config: Config) -> Gateway:
         ledger=Ledger(engine),
         limits=RateLimits(redis_url, embedded_limits_path(gw_cfg.database_url)),
         cooldowns=cooldowns,
-        upstream=UpstreamClient(connect_timeout_s=gw_cfg.connect_timeout_s, read_timeout_s=gw_cfg.upstream_timeout_s),
+        upstream=UpstreamClient(connect_timeout_s=gw_cfg.connect_timeout_s,
+                                stream_idle_timeout_s=gw_cfg.stream_idle_timeout_s),
         images=ImageFetcher(threads=gw_cfg.image_fetch_threads, allow_private=gw_cfg.allow_private_image_hosts),
         metrics=metrics,
     )

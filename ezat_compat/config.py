@@ -81,6 +81,7 @@ class Gateway:
     database_url: str = "sqlite:///ezat.db"
     redis_url: str = ""
     upstream_timeout_s: float = 590.0
+    stream_idle_timeout_s: float = 600.0
     connect_timeout_s: float = 10.0
     keepalive_s: float = 15.0
     max_body_mb: float = 32.0
@@ -170,6 +171,7 @@ class _GatewaySchema(_Strict):
     database_url = fields.Str(load_default="sqlite:///ezat.db", validate=validate.Length(min=1))
     redis_url = fields.Str(load_default="")
     upstream_timeout_s = fields.Float(load_default=590.0, validate=validate.Range(min=0, min_inclusive=False))
+    stream_idle_timeout_s = fields.Float(load_default=600.0, validate=validate.Range(min=0, min_inclusive=False))
     connect_timeout_s = fields.Float(load_default=10.0, validate=validate.Range(min=0, min_inclusive=False))
     keepalive_s = fields.Float(load_default=15.0, validate=validate.Range(min=0, min_inclusive=False))
     max_body_mb = fields.Float(load_default=32.0, validate=validate.Range(min=0, min_inclusive=False))

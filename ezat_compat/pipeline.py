@@ -67,6 +67,10 @@ STATUS_OK = 200
 CHARS_PER_TOKEN = 4
 SWEEP_EVERY_S = 600.0   # how often a worker releases reservations of workers that died
 ANTHROPIC_PING = b'event: ping\ndata: {"type": "ping"}\n\n'
+STREAM_BROKE = (b'event: error\ndata: {"type":"error","error":{"type":"api_error",'
+                b'"message":"The upstream stream broke off before the reply was complete."}}\n\n')
+STREAM_ENDED_EARLY = (b'event: error\ndata: {"type":"error","error":{"type":"api_error",'
+                      b'"message":"The upstream stream ended before the reply was complete."}}\n\n')
 OPENAI_PING = b": ping\n\n"
 
 
@@ -430,10 +434,11 @@ class Gateway:
                     if meter.error or meter.done:
                         break
                 failed = not meter.done
+                if failed and not meter.error:   # ended cleanly, but before message_stop
+                    yield STREAM_ENDED_EARLY
             except UpstreamStreamError:
                 failed = True
-                yield (b'event: error\ndata: {"type":"error","error":{"type":"api_error",'
-                       b'"message":"The upstream stream broke off before the reply was complete."}}\n\n')
+                yield STREAM_BROKE
             stream.close()
             if failed:
                 self._stream_failed(call, deployment, GatewayError("stream failed"))

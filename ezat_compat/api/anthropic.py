@@ -46,14 +46,15 @@ class UpstreamPassthrough(Exception):
         self.error = error
 
     def response(self, rid: str) -> Response:
+        """The upstream's status, ``retry-after`` and error object; ``request_id`` is ours (the
+        one in the ``request-id`` header, which the client quotes to support)."""
         retry_after = _header(self.error.headers, "retry-after")
         headers = {"retry-after": retry_after} if retry_after else {}
-        body = self.error.body
-        if self.error.error_type is None:     # not Anthropic's envelope: make one
-            body = json.dumps({"type": "error", "error": {"type": _error_type(self.error.status),
-                                                          "message": self.error.message},
-                               "request_id": rid}).encode()
-        return raw_json_response(body, self.error.status, headers)
+        if self.error.error_type is None:     # not Anthropic's envelope (a proxy's page): make one
+            error = {"type": _error_type(self.error.status), "message": self.error.message}
+        else:
+            error = json.loads(self.error.body)["error"]
+        return json_response({"type": "error", "error": error, "request_id": rid}, self.error.status, headers)
 
 
 def _header(headers: Mapping[str, str], name: str) -> str | None:
@@ -110,6 +111,7 @@ def _upstream_failure(gw: Gateway, call: Call, exc: UpstreamError) -> Exception:
 
 @bp.post("/messages")
 def messages() -> Response:
+    """Anthropic's Messages API, JSON or ``"stream": true`` (events passed through one by one)."""
     gw = gateway()
     rid = request_id()
     auth, body = _authenticated(gw)
@@ -139,7 +141,7 @@ def messages() -> Response:
     except UpstreamError as exc:
         raise _upstream_failure(gw, call, exc) from None
     except GatewayError as err:
-        gw.settle(call, None, err.status)
+        gw.settle(call, None, _status_of(err))
         raise
     except BaseException:
         gw.settle(call, None, 500)

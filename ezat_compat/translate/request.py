@@ -17,6 +17,7 @@ from typing import Any
 from ezat_compat.config import Model
 from ezat_compat.errors import InvalidRequestError
 from ezat_compat.translate.ids import encode_tool_id
+from ezat_compat.translate.media import PDF_MEDIA_TYPE, decode_base64, is_pdf, sniff_image_type
 from ezat_compat.translate.tables import (
     DEFAULT_MAX_TOKENS,
     EFFORT_TO_THINKING_BUDGET,
@@ -98,7 +99,14 @@ def _image_part(part: dict[str, Any], path: str, model: Model, model_name: str,
         media_type, data = _parse_data_url(url, url_path)
         if media_type not in IMAGE_MEDIA_TYPES:
             raise _bad(url_path, f'image type "{media_type}" is not supported; use {_IMAGE_TYPES_TEXT}')
-        block["source"] = {"type": "base64", "media_type": media_type, "data": data}
+        raw = decode_base64(data)
+        if raw is None:
+            raise _bad(url_path, "the data is not valid base64")
+        # The type comes from the bytes: a PNG labelled image/jpeg is sent as the PNG it is.
+        sniffed = sniff_image_type(raw[:16])
+        if sniffed is None:
+            raise _bad(url_path, "the data is not a JPEG, PNG, GIF or WebP image")
+        block["source"] = {"type": "base64", "media_type": sniffed, "data": data}
     elif lowered.startswith(("http://", "https://")):
         slots.append(ImageSlot(path=url_path, url=url, block=block))
     else:
@@ -117,11 +125,16 @@ def _file_part(part: dict[str, Any], path: str, model: Model, model_name: str) -
     if not file_data[:5].lower().startswith("data:"):
         raise _bad(data_path, "send the PDF as a base64 data URL (data:application/pdf;base64,…)")
     media_type, data = _parse_data_url(file_data, data_path)
-    if media_type != "application/pdf":
+    if media_type != PDF_MEDIA_TYPE:
         raise _bad(data_path, f'only PDF files are supported (got "{media_type}"); '
                               "send data:application/pdf;base64,…")
+    raw = decode_base64(data)
+    if raw is None:
+        raise _bad(data_path, "the data is not valid base64")
+    if not is_pdf(raw[:8]):
+        raise _bad(data_path, "the data is not a PDF file")
     block: dict[str, Any] = {"type": "document",
-                             "source": {"type": "base64", "media_type": "application/pdf", "data": data}}
+                             "source": {"type": "base64", "media_type": PDF_MEDIA_TYPE, "data": data}}
     if part.get("file", {}).get("filename"):
         block["title"] = part["file"]["filename"]
     if part.get("cache_control"):

@@ -132,9 +132,9 @@ class UpstreamStream:
 class UpstreamClient:
     """Sends Anthropic requests to deployments over pooled keep-alive connections."""
 
-    def __init__(self, *, connect_timeout_s: float, read_timeout_s: float, pool_size: int = 1000) -> None:
+    def __init__(self, *, connect_timeout_s: float, stream_idle_timeout_s: float, pool_size: int = 1000) -> None:
         self.connect_timeout_s = connect_timeout_s
-        self.read_timeout_s = read_timeout_s
+        self.stream_idle_timeout_s = stream_idle_timeout_s
         self.pool_size = pool_size
         self._session: requests.Session | None = None
         self._pid = 0
@@ -208,10 +208,12 @@ class UpstreamClient:
 
     def open_stream(self, deployment: Deployment, path: str, body: bytes, *,
                     headers: Mapping[str, str] | None = None) -> UpstreamStream:
-        """A streaming call: returns once the upstream answered 2xx; read ``events()``."""
+        """A streaming call: returns once the upstream answered 2xx; read ``events()``. Streams
+        have no total limit; a socket silent for ``stream_idle_timeout_s`` counts as broken
+        (Anthropic pings every few seconds)."""
         all_headers = self._headers(deployment, headers)
         all_headers["accept"] = "text/event-stream"
-        response = self._post(deployment, path, body, all_headers, self.read_timeout_s)
+        response = self._post(deployment, path, body, all_headers, self.stream_idle_timeout_s)
         return UpstreamStream(response, deployment)
 
 

@@ -43,6 +43,7 @@ from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
+from ezat_compat.translate.media import sniff_image_type
 from ezat_compat.upstream.netguard import HostResolutionError, NonPublicAddressError, Resolver, resolve_public
 
 logger = logging.getLogger(__name__)
@@ -154,19 +155,6 @@ def _reason_for(err: BaseException, limits: ImageLimits) -> str:
 
 
 # ---------------------------------------------------------------- sniffing
-
-
-def sniff_image_type(data: bytes) -> str | None:
-    """The media type that ``data``'s signature shows — JPEG, PNG, GIF (87a/89a) or WebP — else None."""
-    if data.startswith(b"\xff\xd8\xff"):
-        return "image/jpeg"
-    if data.startswith(b"\x89PNG\r\n\x1a\n"):
-        return "image/png"
-    if data.startswith((b"GIF87a", b"GIF89a")):
-        return "image/gif"
-    if len(data) >= 12 and data.startswith(b"RIFF") and data[8:12] == b"WEBP":
-        return "image/webp"
-    return None
 
 
 # ---------------------------------------------------------------- URLs

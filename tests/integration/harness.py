@@ -13,9 +13,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import requests
 
@@ -38,6 +39,25 @@ def _wait(url: str, proc: subprocess.Popen[Any], timeout_s: float = 30) -> None:
     raise RuntimeError(f"{url} did not become healthy in {timeout_s} s")
 
 
+def listening_ports(pid: int) -> set[int]:
+    """The TCP ports that process ``pid`` listens on (Linux ``/proc``)."""
+    inodes = set()
+    with suppress(OSError):
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with suppress(OSError):
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes.add(target[len("socket:["):-1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
 def _stop(proc: subprocess.Popen[Any], timeout_s: float = 10) -> None:
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
@@ -58,10 +78,13 @@ class Sim:
     proc: subprocess.Popen[str] | None = None
 
     def start(self) -> Sim:
-        port = free_port()
-        self.proc = subprocess.Popen([sys.executable, "-m", "ezat_compat.sim", "--bind", f"127.0.0.1:{port}",
+        self.proc = subprocess.Popen([sys.executable, "-m", "ezat_compat.sim", "--bind", "127.0.0.1:0",
                                       "--name", self.name, *self.flags], stdout=subprocess.PIPE, text=True)
-        self.url = f"http://127.0.0.1:{port}"
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if "listening on " not in line:
+            raise RuntimeError(f"the simulator did not start: {line!r}")
+        self.url = line.strip().rsplit("listening on ", 1)[1]
         _wait(self.url, self.proc)
         return self
 
@@ -146,10 +169,19 @@ class Gateway:
     env: dict[str, str] = field(default_factory=dict)
     url: str = ""
     proc: subprocess.Popen[bytes] | None = None
+    log: IO[bytes] | None = None
 
     @property
     def config_path(self) -> Path:
         return self.root / "ezat.toml"
+
+    @property
+    def log_path(self) -> Path:
+        """gunicorn's stderr (the gateway's log)."""
+        return self.root / "gunicorn.log"
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
 
     def write_config(self) -> None:
         settings = {"database_url": f"sqlite:///{(self.root / 'ezat.db').as_posix()}", "keepalive_s": 15,
@@ -159,21 +191,31 @@ class Gateway:
         self.config_path.write_text("\n".join(lines) + "\n" + "".join(m.toml() for m in self.models))
 
     def start(self) -> Gateway:
+        """Start gunicorn on a free port; again on another one if the port turned out to be
+        taken (another server answered the health check: only trust a port gunicorn holds)."""
         self.root.mkdir(parents=True, exist_ok=True)
         self.write_config()
-        port = free_port()
-        env = {**os.environ, "EZAT_CONFIG": str(self.config_path), "EZAT_BIND": f"127.0.0.1:{port}",
-               "EZAT_WORKERS": str(self.workers), "ANTHROPIC_API_KEY": "sk-ant-test", **self.env}
-        env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-        self.proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "-c", str(REPO / "gunicorn.conf.py"),
-                                      "wsgi:app"], cwd=REPO, env=env)
-        self.url = f"http://127.0.0.1:{port}"
-        _wait(self.url, self.proc, timeout_s=60)
-        return self
+        for _attempt in range(3):
+            port = free_port()
+            env = {**os.environ, "EZAT_CONFIG": str(self.config_path), "EZAT_BIND": f"127.0.0.1:{port}",
+                   "EZAT_WORKERS": str(self.workers), "ANTHROPIC_API_KEY": "sk-ant-test", **self.env}
+            env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+            self.log = self.log_path.open("ab")
+            self.proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "-c", str(REPO / "gunicorn.conf.py"),
+                                          "wsgi:app"], cwd=REPO, env=env, stderr=self.log)
+            self.url = f"http://127.0.0.1:{port}"
+            _wait(self.url, self.proc, timeout_s=60)
+            if port in listening_ports(self.proc.pid):
+                return self
+            self.stop()
+        raise RuntimeError(f"gunicorn could not bind a free port; see {self.log_path}")
 
     def stop(self) -> None:
         if self.proc is not None:
             _stop(self.proc, timeout_s=20)
+        if self.log is not None:
+            self.log.close()
+            self.log = None
 
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """Run ``ezat-compat --config <this config> ARGS`` and return the finished process."""

@@ -22,9 +22,9 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "description":
 
 
 def stream_lines(gateway: Gateway, key: str, body: dict[str, Any]) -> tuple[requests.Response, list[str]]:
-    resp = requests.post(gateway.url + "/openai/v1/chat/completions", json={**body, "stream": True},
-                         headers={"authorization": f"Bearer {key}"}, stream=True, timeout=60)
-    lines = [line for line in resp.iter_lines(decode_unicode=True) if line]
+    with requests.post(gateway.url + "/openai/v1/chat/completions", json={**body, "stream": True},
+                       headers={"authorization": f"Bearer {key}"}, stream=True, timeout=60) as resp:
+        lines = [line for line in resp.iter_lines(decode_unicode=True) if line]
     return resp, lines
 
 

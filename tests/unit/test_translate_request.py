@@ -247,6 +247,35 @@ def test_bad_image_urls_refused_naming_the_part(url: str, reason: str) -> None:
                                           "messages[0].content[1].image_url.url")
 
 
+JPEG_B64 = "/9j/4AAQSkZJRgABAQAAAQABAAD/2wBDAAgGBgcGBQgHBwcJCQgKDBQNDAsLDBkSEw8U"
+
+
+@pytest.mark.parametrize("url, reason", [
+    ("data:image/png;base64,!!not base64!!", "the data is not valid base64"),
+    ("data:image/png;base64,aGVsbG8gd29ybGQ=", "the data is not a JPEG, PNG, GIF or WebP image"),
+], ids=["not-base64", "not-an-image"])
+def test_data_url_bytes_are_checked(url: str, reason: str) -> None:
+    messages = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}]}]
+    assert refused(messages=messages) == (f"messages[0].content[0].image_url.url: {reason}",
+                                          "messages[0].content[0].image_url.url")
+
+
+def test_data_url_media_type_comes_from_the_bytes() -> None:
+    # Spec "Images and PDFs": the bytes decide, not the label (a JPEG labelled image/png).
+    t = translate(messages=[{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{JPEG_B64}"}}]}])
+    assert t.body["messages"][0]["content"][0]["source"]["media_type"] == "image/jpeg"
+
+
+@pytest.mark.parametrize("data, reason", [("!!", "the data is not valid base64"),
+                                          ("aGVsbG8gd29ybGQ=", "the data is not a PDF file")],
+                         ids=["not-base64", "not-a-pdf"])
+def test_pdf_bytes_are_checked(data: str, reason: str) -> None:
+    assert refused(messages=[{"role": "user", "content": [
+        {"type": "file", "file": {"file_data": f"data:application/pdf;base64,{data}"}}]}]) == (
+        f"messages[0].content[0].file.file_data: {reason}", "messages[0].content[0].file.file_data")
+
+
 def test_pdf_must_be_a_pdf_data_url() -> None:
     message, param = refused(messages=[{"role": "user", "content": [
         {"type": "file", "file": {"file_data": "data:text/plain;base64,aGk="}}]}])

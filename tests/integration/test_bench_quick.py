@@ -1,0 +1,114 @@
+"""The benchmark never rots: ``python bench/run.py --quick --skip-litellm`` runs end to end.
+
+It starts the simulator, the gateway under gunicorn and the slow image server, drives them with
+the load generator and writes its JSON. Machines are noisy, so nothing here judges a timing:
+only that every section and metric is there, that no request failed and that the counts add up.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from tests.integration.harness import REPO
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+SCENARIOS = ("nonstream_c1", "nonstream_c32", "stream_c1", "stream_c32")
+JSON_METRICS = ("rps", "p50_ms", "p99_ms", "cpu_ms_per_request")
+STREAM_METRICS = ("ttfb_p50_ms", "ttfb_p99_ms", "done_p50_ms", "done_p99_ms")
+GOALS = ("rps_vs_litellm", "added_p50", "added_ttfb", "cpu_per_request", "idle_streams", "images")
+
+
+def positive(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
+    out = tmp_path_factory.mktemp("bench") / "quick.json"
+    done = subprocess.run([sys.executable, str(REPO / "bench" / "run.py"), "--quick", "--skip-litellm",
+                           "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 0, f"bench/run.py --quick failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return json.loads(out.read_text()), done.stdout
+
+
+def test_meta_names_the_machine_and_mode(quick: tuple[dict[str, Any], str]) -> None:
+    results, _ = quick
+    meta = results["meta"]
+    assert meta["mode"] == "quick"
+    assert meta["workers"] == 1
+    assert meta["machine"]["cores"] >= 1 and meta["machine"]["cpu_model"]
+    assert meta["litellm"]["used"] is False and "skip-litellm" in meta["litellm"]["note"]
+    assert positive(meta["run_s"])
+
+
+@pytest.mark.parametrize("target", ["ours", "direct"])
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_every_scenario_has_its_metrics_and_no_errors(quick: tuple[dict[str, Any], str], target: str,
+                                                      scenario: str) -> None:
+    results, _ = quick
+    m = results["targets"][target][scenario]
+    assert m["errors"] == 0 and m["warmup_errors"] == 0, m["raw"]["error_samples"]
+    assert m["requests"] == m["ok"] > 0
+    assert m["raw"]["status_counts"] == {"200": m["requests"]}
+    for metric in JSON_METRICS + (STREAM_METRICS if scenario.startswith("stream") else ()):
+        assert positive(m[metric]), (metric, m[metric])
+    assert m["p99_ms"] >= m["p50_ms"]
+    assert m["foreign_cpu_pct"] >= 0
+
+
+def test_litellm_is_absent_when_skipped(quick: tuple[dict[str, Any], str]) -> None:
+    results, _ = quick
+    assert "litellm" not in results["targets"]
+    row = results["comparisons"]["nonstream_c32"]["rps"]
+    assert row["litellm"] is None and row["ours_over_litellm"] is None
+    assert positive(row["ours_over_direct"])
+
+
+def test_comparisons_subtract_the_floor(quick: tuple[dict[str, Any], str]) -> None:
+    results, _ = quick
+    row = results["comparisons"]["nonstream_c1"]["p50_ms"]
+    assert row["ours_minus_direct"] == pytest.approx(row["ours"] - row["direct"])
+    ttfb = results["comparisons"]["stream_c1"]["ttfb_p50_ms"]
+    assert ttfb["ours_minus_direct"] == pytest.approx(ttfb["ours"] - ttfb["direct"])
+
+
+def test_idle_streams_all_opened_and_pinged(quick: tuple[dict[str, Any], str]) -> None:
+    results, _ = quick
+    slow = results["slow_streams"]
+    assert slow["streams"] == 100
+    assert slow["opened"] == slow["ok"] == 100 and slow["errors"] == 0
+    assert slow["keepalive_s"] == 1.0
+    assert slow["pings_min_per_stream"] >= 1 and slow["pings"] >= 100
+    for metric in ("rss_before_mb", "rss_open_mb", "max_gap_s", "steady_max_gap_s", "worker_cpu_ms_per_stream"):
+        assert positive(slow[metric]), metric
+    assert isinstance(slow["rss_per_stream_kb"], float)
+    assert isinstance(slow["pings_on_time"], bool)
+
+
+def test_twenty_image_urls_in_one_request(quick: tuple[dict[str, Any], str]) -> None:
+    results, _ = quick
+    img = results["images"]["ours"]
+    assert img["urls"] == 20 and img["requests"] == img["ok"] == 1 and img["errors"] == 0
+    assert img["image_server_requests"] == 20
+    assert img["max_parallel_downloads"] >= 2
+    assert positive(img["total_s_max"])
+
+
+def test_goals_and_table(quick: tuple[dict[str, Any], str]) -> None:
+    results, stdout = quick
+    assert [g["id"] for g in results["goals"]] == list(GOALS)
+    by_id = {g["id"]: g for g in results["goals"]}
+    assert by_id["rps_vs_litellm"]["met"] is None  # LiteLLM skipped
+    for goal in GOALS[1:]:
+        assert isinstance(by_id[goal]["met"], bool), goal
+        assert positive(by_id[goal]["measured"]), goal
+    for text in ("non-stream c=1", "stream c=32", "idle streams on ONE gateway worker", "image URLs",
+                 "targets (issue 8)", "ours/LiteLLM", "ours/direct", "ours−direct"):
+        assert text in stdout
