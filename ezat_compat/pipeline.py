@@ -10,6 +10,7 @@ issues 6 (routing, failover) and 7 (billing, limits).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -112,6 +113,11 @@ def upstream_to_gateway_error(exc: UpstreamError, *, source_map: Mapping[tuple[A
     if status == 504:
         return UpstreamTimeoutError(exc.message or "The upstream provider timed out.")
     return GatewayError(exc.message or f"The upstream provider failed (HTTP {status}).", retry_after=retry)
+
+
+def client_status(err: BaseException) -> int:
+    """The status an OpenAI client gets for ``err`` (for the ledger and the metrics)."""
+    return err.status if isinstance(err, GatewayError) else 500
 
 
 def stream_error_to_gateway_error(error: Mapping[str, Any]) -> GatewayError:
@@ -262,6 +268,22 @@ class Gateway:
             except Exception:
                 log.exception("could not count tokens of request %s", call.request_id)
         self.metrics.requests.labels(call.endpoint, call.model.id, call.deployment or "-", str(status)).inc()
+
+    @contextlib.contextmanager
+    def settling_failures(self, call: Call, upstream_error: Callable[[UpstreamError], Exception],
+                          status_of: Callable[[BaseException], int] | None = None) -> Iterator[None]:
+        """Inside this block a failure is settled at no cost, with the status the client gets,
+        then raised: upstream failures as ``upstream_error`` maps them, the rest as they are."""
+        status_of = status_of or client_status
+        try:
+            yield
+        except UpstreamError as exc:
+            err = upstream_error(exc)
+            self.settle(call, None, status_of(err))
+            raise err from None
+        except BaseException as err:
+            self.settle(call, None, status_of(err))
+            raise
 
     # ------------------------------------------------------------ routing and failover
 

@@ -94,19 +94,13 @@ def _client_error(exc: UpstreamError, timeout_s: float) -> Exception:
     return upstream_to_gateway_error(exc, timeout_s=timeout_s)
 
 
-def _status_of(err: Exception) -> int:
+def _status_of(err: BaseException) -> int:
     """The status the native client gets for ``err`` (for the ledger and the metrics)."""
     if isinstance(err, UpstreamPassthrough):
         return err.error.status
     if isinstance(err, GatewayError):
         return err.anthropic_status or err.status
     return 500
-
-
-def _upstream_failure(gw: Gateway, call: Call, exc: UpstreamError) -> Exception:
-    err = _client_error(exc, gw.timeout_s)
-    gw.settle(call, None, _status_of(err))
-    return err
 
 
 @bp.post("/messages")
@@ -125,7 +119,7 @@ def messages() -> Response:
     # with_model puts "model" (and, for streams, "stream") back in front; every other field,
     # an explicit "stream": false included, goes upstream as the client sent it.
     upstream_body = encode_body({k: v for k, v in body.items() if k != "model" and not (stream and k == "stream")})
-    try:
+    with gw.settling_failures(call, lambda exc: _client_error(exc, gw.timeout_s), _status_of):
         if stream:
             upstream, events, first = gw.open_stream(call, "/v1/messages", upstream_body, headers=_forwarded())
             generator = gw.anthropic_stream(call, upstream, events, first)
@@ -138,14 +132,6 @@ def messages() -> Response:
             raise GatewayError("The upstream provider sent a reply that is not JSON.") from None
         gw.settle(call, usage_from_anthropic(message.get("usage") if isinstance(message, dict) else None), 200)
         return raw_json_response(data)
-    except UpstreamError as exc:
-        raise _upstream_failure(gw, call, exc) from None
-    except GatewayError as err:
-        gw.settle(call, None, _status_of(err))
-        raise
-    except BaseException:
-        gw.settle(call, None, 500)
-        raise
 
 
 @bp.post("/messages/count_tokens")

@@ -15,7 +15,7 @@ from ezat_compat.pipeline import Call, upstream_to_gateway_error
 from ezat_compat.translate.request import openai_to_anthropic
 from ezat_compat.translate.response import anthropic_to_openai, usage_from_anthropic
 from ezat_compat.translate.stream import StreamTranslator
-from ezat_compat.upstream.client import UpstreamError, encode_body
+from ezat_compat.upstream.client import encode_body
 from ezat_compat.wire.openai import RequestValidationError, load_chat_request
 
 bp = Blueprint("openai", __name__, url_prefix="/openai/v1")
@@ -65,7 +65,8 @@ def chat_completions() -> Response:
     session = request.headers.get("x-ezat-session") or translation.session
     call = gw.admit(request_id=rid, endpoint="chat.completions", auth=auth, model=model, model_name=req["model"],
                     session=session, body=translation.body, max_tokens=translation.body["max_tokens"])
-    try:
+    with gw.settling_failures(call, lambda exc: upstream_to_gateway_error(
+            exc, source_map=translation.source_map, timeout_s=gw.timeout_s)):
         gw.fetch_images(translation.image_slots)
         upstream_body = encode_body(translation.body)
         completion_id = "chatcmpl-" + rid
@@ -85,16 +86,6 @@ def chat_completions() -> Response:
         completion = anthropic_to_openai(message, completion_id=completion_id, created=created, model=req["model"])
         gw.settle(call, usage_from_anthropic(message.get("usage")), 200)
         return json_response(completion)
-    except UpstreamError as exc:
-        err = upstream_to_gateway_error(exc, source_map=translation.source_map, timeout_s=gw.timeout_s)
-        gw.settle(call, None, err.status)
-        raise err from None
-    except GatewayError as err:
-        gw.settle(call, None, err.status)
-        raise
-    except BaseException:
-        gw.settle(call, None, 500)
-        raise
 
 
 def _abandon(call: Call, stream: Any) -> None:

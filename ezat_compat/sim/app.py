@@ -300,6 +300,8 @@ class Simulator:
         return self._respond(start_response, 200, {"input_tokens": replies.count_input_tokens(body)}, request_id)
 
     def _inject_fault(self, markers: Markers) -> None:
+        if markers.reject is not None:   # an Anthropic-style 400 naming a path of this request
+            raise InvalidRequestError(f"{markers.reject}: rejected by the simulator")
         status = markers.status
         if status is not None:
             if not 400 <= status <= 599:

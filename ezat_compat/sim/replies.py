@@ -120,6 +120,7 @@ MARKER_RE = re.compile(r"\[\[sim:([^\]]*)\]\]")
 _INT_MARKERS = frozenset({"status", "cut", "error_after", "token_delay_ms", "tools", "words", "thinking_tokens"})
 _FLOAT_MARKERS = frozenset({"retry_after", "delay", "stall"})
 _FLAG_MARKERS = frozenset({"refusal", "pause", "context"})
+_STR_MARKERS = frozenset({"reject"})   # reject=<path>: a 400 whose message starts with that path
 
 
 @dataclass(frozen=True)
@@ -139,6 +140,7 @@ class Markers:
     refusal: bool = False
     pause: bool = False
     context: bool = False
+    reject: str | None = None
 
 
 NO_MARKERS = Markers()
@@ -166,6 +168,8 @@ def parse_markers(text: str) -> tuple[str, Markers]:
 
 
 def _marker_value(key: str, raw: str | None) -> Any:
+    if key in _STR_MARKERS and raw:
+        return raw
     try:
         if key in _FLAG_MARKERS and raw is None:
             return True

@@ -222,12 +222,12 @@ def test_upstream_statuses_mapped_by_the_table(no_cooldown_gateway: Gateway, mar
 def test_upstream_400_is_the_clients_fault_with_paths_into_its_request(gateway: Gateway, key: str) -> None:
     body = simple()
     body["messages"] = [{"role": "system", "content": "S"}, {"role": "user", "content": [
-        {"type": "text", "text": "x"},
-        {"type": "image_url", "image_url": {"url": "data:image/png;base64,!!notbase64"}}]}]
+        {"type": "text", "text": "x [[sim:reject=messages.0.content.1.image.source]]"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgoAAAAN"}}]}]
     error = assert_envelope(post(gateway, body, key), 400, "invalid_request_error", None)
-    # The simulator names messages.0.content.1 (system removed); the client gets its own path.
-    assert error["param"] == "messages[1].content[1]"
-    assert error["message"].startswith("messages[1].content[1]: ")
+    # The upstream names messages.0.content.1 (system removed); the client gets its own path.
+    assert error == {"message": "messages[1].content[1]: rejected by the simulator", "type": "invalid_request_error",
+                     "param": "messages[1].content[1]", "code": None}
 
 
 def test_deployment_credentials_refused_is_not_the_clients_401(tmp_path: Any) -> None:
