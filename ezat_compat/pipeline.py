@@ -155,14 +155,18 @@ class Call:
     session: str | None
     reserved_micros: int
     started: float
+    max_tokens: int = 0
     deployment: str = ""
     settled: bool = False
     attempts: list[str] = field(default_factory=list)
 
 
-def estimated_usage(usage: Usage, produced_chars: int) -> Usage:
-    """Usage of a stream the client closed early: output estimated from what was produced."""
+def estimated_usage(usage: Usage, produced_chars: int, max_tokens: int) -> Usage:
+    """Usage of a stream the client closed early: output estimated from what was produced,
+    never above the output limit (the reservation covers that much, no more)."""
     estimate = math.ceil(produced_chars / CHARS_PER_TOKEN)
+    if max_tokens > 0:
+        estimate = min(estimate, max_tokens)
     return Usage(input_tokens=usage.input_tokens, cache_write_tokens=usage.cache_write_tokens,
                  cache_read_tokens=usage.cache_read_tokens, output_tokens=max(usage.output_tokens, estimate),
                  reasoning_tokens=usage.reasoning_tokens)
@@ -217,7 +221,7 @@ class Gateway:
         reserve = worst_case_micros(bound, max_tokens, model.price)
         self.ledger.reserve(auth, request_id, reserve)
         return Call(request_id=request_id, endpoint=endpoint, auth=auth, model=model, model_name=model_name,
-                    session=session, reserved_micros=reserve, started=time.monotonic())
+                    session=session, reserved_micros=reserve, started=time.monotonic(), max_tokens=max_tokens)
 
     def _sweep_stale_reservations(self) -> None:
         self._next_sweep = time.monotonic() + SWEEP_EVERY_S
@@ -431,7 +435,8 @@ class Gateway:
             self.metrics.streams_open.dec()
             if not call.settled:     # the client went away: bill what was produced, estimated
                 self.settle(call, estimated_usage(translator.usage,
-                                                  translator.produced_chars + translator.thinking_chars),
+                                                  translator.produced_chars + translator.thinking_chars,
+                                                  call.max_tokens),
                             CLIENT_CLOSED, estimated=True)
 
     def anthropic_stream(self, call: Call, stream: UpstreamStream, events: Iterator[tuple[str, str]],
@@ -473,8 +478,16 @@ class Gateway:
             stream.close()
             self.metrics.streams_open.dec()
             if not call.settled:
-                self.settle(call, estimated_usage(meter.usage, meter.produced_chars), CLIENT_CLOSED,
+                self.settle(call, estimated_usage(meter.usage, meter.produced_chars, call.max_tokens), CLIENT_CLOSED,
                             estimated=True)
+
+    def abandoned(self, call: Call, stream: UpstreamStream, first: tuple[str, str]) -> None:
+        """The client left before the stream's first chunk was sent: close the upstream and
+        bill the input the upstream already counted (``message_start``), estimated."""
+        stream.close()
+        message = _parse_event(first[1]).get("message") if first[0] == "message_start" else None
+        usage = usage_from_anthropic(message.get("usage") if isinstance(message, dict) else None)
+        self.settle(call, usage, CLIENT_CLOSED, estimated=True)
 
     def _stream_failed(self, call: Call, deployment: Deployment, failure: GatewayError) -> None:
         self.cooldowns.failure(health_key(call.model, deployment), self.clock(), None)

@@ -123,7 +123,7 @@ def messages() -> Response:
         if stream:
             upstream, events, first = gw.open_stream(call, "/v1/messages", upstream_body, headers=_forwarded())
             generator = gw.anthropic_stream(call, upstream, events, first)
-            return Response(StreamBody(generator, lambda: (upstream.close(), gw.settle(call, None, 499))),
+            return Response(StreamBody(generator, lambda: gw.abandoned(call, upstream, first)),
                             mimetype="text/event-stream", headers=SSE_HEADERS)
         data, _ = gw.complete(call, "/v1/messages", upstream_body, stream_flag=None, headers=_forwarded())
         try:

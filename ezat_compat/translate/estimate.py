@@ -28,6 +28,8 @@ def _text_bytes(value: Any) -> tuple[int, int, int]:
         if kind == "document":
             return 0, 0, 1
         items: Any = value.values()
+        # Keys count too (tool schemas are mostly property names), with their quotes and colon.
+        total += sum((len(k) if k.isascii() else len(k.encode("utf-8"))) + 4 for k in value if isinstance(k, str))
     elif isinstance(value, list | tuple):
         items = value
     else:
