@@ -24,13 +24,14 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Engine, Row, bindparam, insert, select, update
+from sqlalchemy import Engine, Row, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from ezat_compat.errors import AuthenticationError, PermissionDeniedError
 from ezat_compat.pricing import micros_to_usd
 from ezat_compat.store.db import write_engine
-from ezat_compat.store.tables import api_keys, orgs
+from ezat_compat.store.hotpath import make_hot_path
+from ezat_compat.store.tables import api_keys, orgs, to_epoch_micros
 
 KEY_PREFIX = "ezat_sk_"
 _KEY_ALPHABET = string.ascii_letters + string.digits
@@ -168,15 +169,6 @@ def _check_positive(name: str, value: int | None, *, zero_ok: bool = False) -> N
         raise StoreError(f"{name}: must be a whole number of at least {least}, got {value!r}")
 
 
-_AUTH = (
-    select(
-        api_keys.c.id, api_keys.c.public_id, api_keys.c.models, api_keys.c.spend_limit_micros,
-        api_keys.c.rpm, api_keys.c.tpm, api_keys.c.expires_at, api_keys.c.revoked_at,
-        orgs.c.id.label("org_id"), orgs.c.name.label("org_name"), orgs.c.suspended,
-    )
-    .select_from(api_keys.join(orgs, api_keys.c.org_id == orgs.c.id))
-    .where(api_keys.c.key_hash == bindparam("key_hash"))
-)
 
 _KEY_COLUMNS = (
     api_keys.c.public_id, api_keys.c.prefix, orgs.c.name.label("org"), api_keys.c.name, api_keys.c.models,
@@ -208,6 +200,7 @@ class Accounts:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
         self._writer = write_engine(engine)
+        self._hot = make_hot_path(engine)
 
     # ------------------------------------------------------------ organisations
 
@@ -334,19 +327,18 @@ class Accounts:
         """
         if not secret or not secret.startswith(KEY_PREFIX):
             raise AuthenticationError("Invalid API key.")
-        with self._engine.connect() as conn:
-            row = conn.execute(_AUTH, {"key_hash": hash_key(secret)}).first()
+        row = self._hot.auth_row(hash_key(secret))
         if row is None:
             raise AuthenticationError("Invalid API key.")
-        if row.revoked_at is not None:
+        key_id, public_id, models, spend_limit, rpm, tpm, expires_at, revoked_at, org_id, org_name, suspended = row
+        if revoked_at is not None:
             raise AuthenticationError("This API key has been revoked.")
-        if row.expires_at is not None and row.expires_at <= now:
+        if expires_at is not None and expires_at <= to_epoch_micros(now):
             raise AuthenticationError("This API key has expired.")
-        if row.suspended:
-            raise PermissionDeniedError(f"The organization '{row.org_name}' is suspended; "
+        if suspended:
+            raise PermissionDeniedError(f"The organization '{org_name}' is suspended; "
                                         "ask your administrator to resume it.")
         return AuthContext(
-            key_id=row.id, key_public_id=row.public_id, org_id=row.org_id, org_name=row.org_name,
-            model_patterns=_split_patterns(row.models), spend_limit_micros=row.spend_limit_micros,
-            rpm=row.rpm, tpm=row.tpm,
+            key_id=key_id, key_public_id=public_id, org_id=org_id, org_name=org_name,
+            model_patterns=_split_patterns(models), spend_limit_micros=spend_limit, rpm=rpm, tpm=tpm,
         )

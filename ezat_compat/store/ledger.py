@@ -33,18 +33,16 @@ from sqlalchemy import (
     bindparam,
     delete,
     func,
-    insert,
-    or_,
     select,
     update,
 )
-from sqlalchemy.dialects import postgresql, sqlite
 
 from ezat_compat.errors import InsufficientQuotaError
 from ezat_compat.pricing import micros_to_usd
 from ezat_compat.store.accounts import AuthContext, StoreError, iso
 from ezat_compat.store.db import write_engine
-from ezat_compat.store.tables import MODEL_MAX, api_keys, ledger, orgs, reservations
+from ezat_compat.store.hotpath import REFUSED_BY_ORG, make_hot_path
+from ezat_compat.store.tables import MODEL_MAX, api_keys, ledger, orgs, reservations, to_epoch_micros
 from ezat_compat.translate.response import Usage
 
 ENDPOINTS = ("chat.completions", "messages")
@@ -90,35 +88,6 @@ class LedgerEntry:
 
 # ------------------------------------------------------------ statements, built once
 
-_RESERVE_ORG = (
-    update(orgs)
-    .where(orgs.c.id == bindparam("b_org"),
-           orgs.c.balance_micros - orgs.c.reserved_micros >= bindparam("b_amount"))
-    .values(reserved_micros=orgs.c.reserved_micros + bindparam("b_amount"))
-)
-_RESERVE_KEY = (
-    update(api_keys)
-    .where(api_keys.c.id == bindparam("b_key"),
-           or_(api_keys.c.spend_limit_micros.is_(None),
-               api_keys.c.spent_micros + api_keys.c.reserved_micros + bindparam("b_amount")
-               <= api_keys.c.spend_limit_micros))
-    .values(reserved_micros=api_keys.c.reserved_micros + bindparam("b_amount"))
-)
-_INSERT_RESERVATION = insert(reservations)
-_TAKE_RESERVATION = (
-    delete(reservations).where(reservations.c.request_id == bindparam("b_request"))
-    .returning(reservations.c.amount_micros)
-)
-_SETTLE_ORG = (
-    update(orgs).where(orgs.c.id == bindparam("b_org"))
-    .values(balance_micros=orgs.c.balance_micros - bindparam("b_cost"),
-            reserved_micros=orgs.c.reserved_micros - bindparam("b_amount"))
-)
-_SETTLE_KEY = (
-    update(api_keys).where(api_keys.c.id == bindparam("b_key"))
-    .values(spent_micros=api_keys.c.spent_micros + bindparam("b_cost"),
-            reserved_micros=api_keys.c.reserved_micros - bindparam("b_amount"))
-)
 _RELEASE_ORG = (
     update(orgs).where(orgs.c.id == bindparam("b_org"))
     .values(reserved_micros=orgs.c.reserved_micros - bindparam("b_amount"))
@@ -167,9 +136,7 @@ class Ledger:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
         self._writer = write_engine(engine)
-        dialect = postgresql if engine.dialect.name == "postgresql" else sqlite
-        self._insert_ledger = (dialect.insert(ledger).on_conflict_do_nothing(index_elements=["request_id"])
-                              .returning(ledger.c.id))
+        self._hot = make_hot_path(engine)
 
     # ------------------------------------------------------------ the hot path
 
@@ -183,16 +150,13 @@ class Ledger:
         """
         if isinstance(amount_micros, bool) or not isinstance(amount_micros, int) or amount_micros < 0:
             raise ValueError(f"amount_micros must be a non-negative int, got {amount_micros!r}")
-        params = {"b_org": ctx.org_id, "b_key": ctx.key_id, "b_amount": amount_micros}
-        with self._writer.begin() as conn:
-            if not conn.execute(_RESERVE_ORG, params).rowcount:
-                raise self._org_refusal(conn, ctx, amount_micros)
-            if not conn.execute(_RESERVE_KEY, params).rowcount:
+        refused = self._hot.reserve({"org": ctx.org_id, "key": ctx.key_id, "amount": amount_micros,
+                                     "request_id": request_id, "created_at": to_epoch_micros(now or datetime.now(UTC))})
+        if refused is not None:
+            with self._engine.connect() as conn:
+                if refused == REFUSED_BY_ORG:
+                    raise self._org_refusal(conn, ctx, amount_micros)
                 raise self._key_refusal(conn, ctx, amount_micros)
-            conn.execute(_INSERT_RESERVATION, {
-                "request_id": request_id, "org_id": ctx.org_id, "key_id": ctx.key_id,
-                "amount_micros": amount_micros, "created_at": now or datetime.now(UTC),
-            })
 
     def settle(self, request_id: str, entry: LedgerEntry) -> bool:
         """Record the request and debit its real cost, in one transaction; returns True.
@@ -204,7 +168,7 @@ class Ledger:
         """
         u = entry.usage
         row = {
-            "request_id": request_id, "created_at": entry.created_at, "org_id": entry.org_id,
+            "request_id": request_id, "created_at": to_epoch_micros(entry.created_at), "org_id": entry.org_id,
             "key_id": entry.key_id, "endpoint": entry.endpoint, "model": entry.model[:MODEL_MAX],
             "canonical_model": entry.canonical_model, "deployment": entry.deployment,
             "input_tokens": u.input_tokens, "cache_write_tokens": u.cache_write_tokens,
@@ -212,14 +176,7 @@ class Ledger:
             "reasoning_tokens": u.reasoning_tokens, "cost_micros": entry.cost_micros,
             "status": entry.status, "estimated": entry.estimated,
         }
-        with self._writer.begin() as conn:
-            if conn.execute(self._insert_ledger, row).first() is None:
-                return False  # already settled: the ledger row exists, nothing else changes
-            held = conn.execute(_TAKE_RESERVATION, {"b_request": request_id}).scalar() or 0
-            params = {"b_org": entry.org_id, "b_key": entry.key_id, "b_cost": entry.cost_micros, "b_amount": held}
-            conn.execute(_SETTLE_ORG, params)
-            conn.execute(_SETTLE_KEY, params)
-        return True
+        return self._hot.settle(row, entry.cost_micros)
 
     def sweep_stale(self, older_than: timedelta, now: datetime) -> int:
         """Release reservations made before ``now - older_than`` (their worker crashed);

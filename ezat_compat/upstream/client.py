@@ -1,4 +1,4 @@
-"""The upstream client: one pooled ``requests`` session per process, one exception map.
+"""The upstream client: one urllib3 connection pool per process, one exception map.
 
     UpstreamError                 base; ``failover`` says whether another deployment may try
     ├── UpstreamConnectError      connection refused / reset before an answer: fail over
@@ -7,9 +7,13 @@
     │                             Anthropic error (``error_type``, ``message``) and raw ``body``
     └── UpstreamStreamError       the stream broke after it started: never fail over
 
-Gunicorn forks after import, so the session is created lazily in each process.
+Gunicorn forks after import, so the pool is created lazily in each process.
 Spec: chat-completions.md "Errors"; issue 6 (failover on refused connections, timeouts,
 429/500/502/503/504/529; never on other 4xx).
+
+urllib3, the transport under ``requests``, is used directly on this path: ``requests``' own
+layer (settings merging, cookie jar, hooks) cost half the upstream call's CPU, about 0.2 ms
+per request (bench/RESULTS.md). The image downloader keeps ``requests``.
 """
 
 from __future__ import annotations
@@ -21,8 +25,14 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-import requests
-from requests.adapters import HTTPAdapter
+import urllib3
+from urllib3.exceptions import (
+    ConnectTimeoutError,
+    HTTPError,
+    NewConnectionError,
+    ProtocolError,
+    ReadTimeoutError,
+)
 
 from ezat_compat import __version__
 from ezat_compat.config import Deployment
@@ -100,32 +110,43 @@ def parse_retry_after(headers: Mapping[str, str]) -> float | None:
 class UpstreamStream:
     """An open upstream SSE response: iterate ``events()``; always ``close()`` it."""
 
-    def __init__(self, response: requests.Response, deployment: Deployment) -> None:
+    def __init__(self, response: urllib3.BaseHTTPResponse, deployment: Deployment) -> None:
         self.response = response
         self.deployment = deployment
         self._closed = False
+        self._complete = False
+
+    def _chunks(self) -> Iterator[bytes]:
+        response = self.response
+        if response.chunked:   # what upstreams send for a stream: each HTTP chunk as it arrives
+            yield from response.read_chunked(None, decode_content=True)  # type: ignore[attr-defined]
+        else:
+            while chunk := response.read1(READ_CHUNK):  # type: ignore[attr-defined]
+                yield chunk
 
     def events(self) -> Iterator[tuple[str, str]]:
-        """(event type, data) pairs. Raises ``UpstreamStreamError`` if the connection breaks
-        or ends before ``message_stop``."""
+        """(event type, data) pairs. Raises ``UpstreamStreamError`` if the connection breaks;
+        ends when the upstream ends the body."""
         decoder = SSEDecoder()
         try:
-            for chunk in self.response.iter_content(chunk_size=None):
+            for chunk in self._chunks():
                 yield from decoder.feed(chunk)
             yield from decoder.flush()
-        except (requests.RequestException, OSError, ValueError) as exc:
-            if self._closed:
-                return
-            raise UpstreamStreamError(f"the upstream stream broke: {type(exc).__name__}") from None
-        except Exception as exc:  # urllib3 ProtocolError and friends
+            self._complete = True   # the whole body was read: the connection can be reused
+        except Exception as exc:   # socket errors, urllib3's ProtocolError, a broken chunk
             if self._closed:
                 return
             raise UpstreamStreamError(f"the upstream stream broke: {type(exc).__name__}") from None
 
     def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            with contextlib.suppress(Exception):   # closing must never raise
+        """Give the connection back to the pool when the body was read to its end, else drop it."""
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(Exception):   # closing must never raise
+            if self._complete:
+                self.response.release_conn()
+            else:
                 self.response.close()
 
 
@@ -136,19 +157,16 @@ class UpstreamClient:
         self.connect_timeout_s = connect_timeout_s
         self.stream_idle_timeout_s = stream_idle_timeout_s
         self.pool_size = pool_size
-        self._session: requests.Session | None = None
+        self._pool: urllib3.PoolManager | None = None
         self._pid = 0
 
     @property
-    def session(self) -> requests.Session:
-        if self._session is None or self._pid != os.getpid():
-            session = requests.Session()
-            adapter = HTTPAdapter(pool_connections=16, pool_maxsize=self.pool_size, max_retries=0)
-            session.mount("http://", adapter)
-            session.mount("https://", adapter)
-            session.trust_env = False
-            self._session, self._pid = session, os.getpid()
-        return self._session
+    def pool(self) -> urllib3.PoolManager:
+        if self._pool is None or self._pid != os.getpid():
+            self._pool = urllib3.PoolManager(num_pools=64, maxsize=self.pool_size, block=False, retries=False,
+                                             ca_certs=_ca_bundle())
+            self._pid = os.getpid()
+        return self._pool
 
     def _headers(self, deployment: Deployment, extra: Mapping[str, str] | None) -> dict[str, str]:
         headers = {
@@ -163,40 +181,47 @@ class UpstreamClient:
         return headers
 
     def _post(self, deployment: Deployment, path: str, body: bytes, headers: dict[str, str],
-              read_timeout: float) -> requests.Response:
+              read_timeout: float) -> urllib3.BaseHTTPResponse:
         url = deployment.base_url.rstrip("/") + path
         try:
-            response = self.session.post(url, data=body, headers=headers, stream=True,
-                                         timeout=(self.connect_timeout_s, read_timeout))
-        except requests.ConnectTimeout:
-            raise UpstreamConnectError(f"timed out connecting to {deployment.name}") from None
-        except requests.Timeout:
-            raise UpstreamTimeoutError(f"{deployment.name} did not answer in time") from None
-        except (requests.ConnectionError, OSError) as exc:
+            response = self.pool.urlopen("POST", url, body=body, headers=headers, preload_content=False,
+                                         retries=False, redirect=False,
+                                         timeout=urllib3.Timeout(connect=self.connect_timeout_s, read=read_timeout))
+        except NewConnectionError as exc:   # refused, unreachable (a subclass of ConnectTimeoutError)
             raise UpstreamConnectError(f"could not reach {deployment.name}: {type(exc).__name__}") from None
-        except requests.RequestException as exc:
+        except ConnectTimeoutError:
+            raise UpstreamConnectError(f"timed out connecting to {deployment.name}") from None
+        except ReadTimeoutError:
+            raise UpstreamTimeoutError(f"{deployment.name} did not answer in time") from None
+        except (HTTPError, OSError) as exc:
             raise UpstreamConnectError(f"request to {deployment.name} failed: {type(exc).__name__}") from None
-        if response.status_code >= 300:
+        if response.status >= 300:
             try:
                 body_bytes = self._read(response, time.monotonic() + read_timeout, deployment)
             except UpstreamError:
                 body_bytes = b""
-            raise UpstreamStatusError(response.status_code, body_bytes, response.headers)
+            raise UpstreamStatusError(response.status, body_bytes, response.headers)
         return response
 
-    def _read(self, response: requests.Response, deadline: float, deployment: Deployment) -> bytes:
+    def _read(self, response: urllib3.BaseHTTPResponse, deadline: float, deployment: Deployment) -> bytes:
+        """The whole body within the wall-clock ``deadline``; the connection goes back to the
+        pool only when the body was read to its end."""
         chunks = []
         try:
-            for chunk in response.iter_content(READ_CHUNK):
+            while chunk := response.read(READ_CHUNK):
                 chunks.append(chunk)
                 if time.monotonic() > deadline:
                     raise UpstreamTimeoutError(f"{deployment.name} did not answer in time")
-        except requests.Timeout:
-            raise UpstreamTimeoutError(f"{deployment.name} did not answer in time") from None
-        except (requests.RequestException, OSError) as exc:
-            raise UpstreamConnectError(f"{deployment.name} broke the connection: {type(exc).__name__}") from None
-        finally:
+        except ReadTimeoutError:
             response.close()
+            raise UpstreamTimeoutError(f"{deployment.name} did not answer in time") from None
+        except (ProtocolError, HTTPError, OSError) as exc:
+            response.close()
+            raise UpstreamConnectError(f"{deployment.name} broke the connection: {type(exc).__name__}") from None
+        except BaseException:
+            response.close()
+            raise
+        response.release_conn()
         return b"".join(chunks)
 
     def complete(self, deployment: Deployment, path: str, body: bytes, *, timeout_s: float,
@@ -215,6 +240,15 @@ class UpstreamClient:
         all_headers["accept"] = "text/event-stream"
         response = self._post(deployment, path, body, all_headers, self.stream_idle_timeout_s)
         return UpstreamStream(response, deployment)
+
+
+def _ca_bundle() -> str | None:
+    """certifi's bundle when installed (as with requests), else the system's."""
+    try:
+        import certifi
+    except ImportError:  # pragma: no cover - certifi comes with requests
+        return None
+    return str(certifi.where())
 
 
 def with_model(body_without_model: bytes, model: str, *, stream: bool | None = None) -> bytes:
