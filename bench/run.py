@@ -323,14 +323,13 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     started = time.monotonic()
     results: dict[str, Any] = {
         "meta": {"mode": plan.mode, "plan": asdict(plan), "workers": args.workers,
-                 "simulator": "stock (Nagle on)" if args.stock_sim else "TCP_NODELAY (bench/sim_nodelay.py)",
                  "started_at": datetime.now(UTC).isoformat(timespec="seconds"), "machine": procstats.machine(),
                  "load": "asyncio HTTP/1.1 keep-alive load generator in its own process, loopback only"},
         "targets": {}, "slow_streams": None, "images": {},
     }
     use_litellm, why_not = litellm_available(args, plan)
     with Fleet(workdir) as fleet:
-        sim, sim_url = fleet.start_sim(stock=args.stock_sim)
+        sim, sim_url = fleet.start_sim()
         _, image_url = fleet.start_images(IMAGE_DELAY_S)
         gw = fleet.start_gateway("gateway", sim_url, workers=args.workers, keepalive_s=1.0)
         text = f"{PROMPT} [[sim:words=12]]"
@@ -405,8 +404,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, help="seconds of load per measurement (default: 8, quick 1.5)")
     parser.add_argument("--streams", type=int, help="idle streams on one worker (default: 1000, quick 100)")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, databases)")
-    parser.add_argument("--stock-sim", action="store_true", help="run the simulator without TCP_NODELAY "
-                        "(its kept-alive JSON answers then take 40 ms more: see sim_nodelay.py)")
     args = parser.parse_args(argv)
     if not 1 <= args.workers <= 8:
         parser.error("--workers must be between 1 and 8")

@@ -128,11 +128,10 @@ class Fleet:
 
     # ------------------------------------------------------------ the servers
 
-    def start_sim(self, *, stock: bool = False) -> tuple[Proc, str]:
-        """The simulator in its fast mode (no delay, no stall unless a request asks); with
-        TCP_NODELAY (``sim_nodelay.py``) unless ``stock``."""
-        launcher = ["-m", "ezat_compat.sim"] if stock else [str(BENCH / "sim_nodelay.py")]
-        proc = self.spawn("sim", [sys.executable, *launcher, "--bind", "127.0.0.1:0", "--name", "bench-sim"], cwd=REPO)
+    def start_sim(self) -> tuple[Proc, str]:
+        """The simulator in its fast mode (no delay, no stall unless a request asks)."""
+        proc = self.spawn("sim", [sys.executable, "-m", "ezat_compat.sim", "--bind", "127.0.0.1:0", "--name",
+                                  "bench-sim"], cwd=REPO)
         url = _announced(proc, "ezat-sim listening on ")
         wait_healthy(url + "/healthz", proc)
         return proc, url
