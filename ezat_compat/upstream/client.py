@@ -207,8 +207,8 @@ class UpstreamClient:
         """The whole body within the wall-clock ``deadline``; the connection goes back to the
         pool only when the body was read to its end."""
         chunks = []
-        try:
-            while chunk := response.read(READ_CHUNK):
+        try:   # read1: whatever one socket read brings, so the deadline is checked as bytes trickle
+            while chunk := response.read1(READ_CHUNK):  # type: ignore[attr-defined]
                 chunks.append(chunk)
                 if time.monotonic() > deadline:
                     raise UpstreamTimeoutError(f"{deployment.name} did not answer in time")

@@ -1,0 +1,217 @@
+"""The upstream client's one exception map and its connection handling, against a scripted
+HTTP server on loopback (real sockets for protocol edges: refused connections, timeouts, a
+stream cut mid-way, connection reuse)."""
+
+from __future__ import annotations
+
+import socket
+import socketserver
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from ezat_compat.config import Deployment
+from ezat_compat.upstream.client import (
+    UpstreamClient,
+    UpstreamConnectError,
+    UpstreamStatusError,
+    UpstreamStreamError,
+    UpstreamTimeoutError,
+    encode_body,
+    with_model,
+)
+
+Script = Callable[[socket.socket, bytes], None]
+
+
+class _Handler(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        server: ScriptedServer = self.server  # type: ignore[assignment]
+        server.connections += 1
+        sock: socket.socket = self.request
+        buffer = b""
+        while True:
+            while b"\r\n\r\n" not in buffer:
+                data = sock.recv(65536)
+                if not data:
+                    return
+                buffer += data
+            head, _, buffer = buffer.partition(b"\r\n\r\n")
+            length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                           if line.lower().startswith(b"content-length:")), 0)
+            while len(buffer) < length:
+                buffer += sock.recv(65536)
+            body, buffer = buffer[:length], buffer[length:]
+            server.requests.append(head + b"\r\n\r\n" + body)
+            script = server.scripts.pop(0)
+            try:
+                script(sock, body)
+            except OSError:
+                return
+            if server.close_after:
+                return
+
+
+class ScriptedServer(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.scripts: list[Script] = []
+        self.requests: list[bytes] = []
+        self.connections = 0
+        self.close_after = False
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+def respond(status: int, body: bytes, headers: str = "") -> Script:
+    def script(sock: socket.socket, _: bytes) -> None:
+        sock.sendall(f"HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
+                     f"{headers}\r\n".encode() + body)
+    return script
+
+
+def chunked(*events: bytes, end: bool = True) -> Script:
+    def script(sock: socket.socket, _: bytes) -> None:
+        sock.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+        for event in events:
+            sock.sendall(f"{len(event):x}\r\n".encode() + event + b"\r\n")
+        if end:
+            sock.sendall(b"0\r\n\r\n")
+        else:
+            sock.shutdown(socket.SHUT_RDWR)
+    return script
+
+
+@pytest.fixture()
+def server() -> Iterator[ScriptedServer]:
+    srv = ScriptedServer()
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+    thread.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def deployment(url: str) -> Deployment:
+    return Deployment(name="d1", base_url=url, upstream_model="claude-x", api_key="sk-up")
+
+
+@pytest.fixture()
+def client() -> Iterator[UpstreamClient]:
+    c = UpstreamClient(connect_timeout_s=2, stream_idle_timeout_s=5)
+    yield c
+    c.pool.clear()
+
+
+def test_complete_sends_the_deployments_key_and_reuses_the_connection(server: ScriptedServer,
+                                                                     client: UpstreamClient) -> None:
+    server.scripts = [respond(200, b'{"ok":1}'), respond(200, b'{"ok":2}')]
+    body = with_model(encode_body({"max_tokens": 5}), "claude-x", stream=False)
+    assert client.complete(deployment(server.url), "/v1/messages", body, timeout_s=5)[0] == b'{"ok":1}'
+    assert client.complete(deployment(server.url), "/v1/messages", body, timeout_s=5)[0] == b'{"ok":2}'
+    assert server.connections == 1
+    request = server.requests[0].lower()
+    assert b"x-api-key: sk-up" in request and b"anthropic-version: 2023-06-01" in request
+    assert server.requests[0].endswith(b'{"model":"claude-x","stream":false,"max_tokens":5}')
+
+
+@pytest.mark.parametrize("status, failover", [(429, True), (500, True), (502, True), (503, True), (504, True),
+                                              (529, True), (401, True), (403, True), (404, True), (400, False),
+                                              (413, False), (422, False)])
+def test_status_errors_and_failover(server: ScriptedServer, client: UpstreamClient, status: int,
+                                    failover: bool) -> None:
+    body = b'{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}'
+    server.scripts = [respond(status, body, "Retry-After: 7\r\n")]
+    with pytest.raises(UpstreamStatusError) as info:
+        client.complete(deployment(server.url), "/v1/messages", b"{}", timeout_s=5)
+    err = info.value
+    assert (err.status, err.failover, err.retry_after, err.error_type, err.message) == (
+        status, failover, 7.0, "overloaded_error", "Overloaded")
+
+
+def test_connection_refused_fails_over(client: UpstreamClient) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))          # bound but not listening: refused
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+        with pytest.raises(UpstreamConnectError) as info:
+            client.complete(deployment(url), "/v1/messages", b"{}", timeout_s=5)
+    assert info.value.failover
+
+
+def test_no_answer_in_time_is_a_timeout(server: ScriptedServer, client: UpstreamClient) -> None:
+    server.scripts = [lambda sock, _: time.sleep(2)]
+    started = time.monotonic()
+    with pytest.raises(UpstreamTimeoutError) as info:
+        client.complete(deployment(server.url), "/v1/messages", b"{}", timeout_s=0.5)
+    assert info.value.failover and time.monotonic() - started < 1.5
+
+
+def test_a_drip_past_the_deadline_is_a_timeout(server: ScriptedServer, client: UpstreamClient) -> None:
+    def drip(sock: socket.socket, _: bytes) -> None:
+        sock.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n")
+        for _ in range(100):
+            sock.sendall(b" ")
+            time.sleep(0.05)
+    server.scripts = [drip]
+    started = time.monotonic()
+    with pytest.raises(UpstreamTimeoutError):
+        client.complete(deployment(server.url), "/v1/messages", b"{}", timeout_s=1)
+    assert time.monotonic() - started < 2     # wall clock, not a per-read timeout
+
+
+def test_a_chunked_json_answer_is_read_whole(server: ScriptedServer, client: UpstreamClient) -> None:
+    server.scripts = [chunked(b'{"content":', b' [], "usage": {}}')]
+    data, _ = client.complete(deployment(server.url), "/v1/messages", b"{}", timeout_s=5)
+    assert data == b'{"content": [], "usage": {}}'
+
+
+def test_a_complete_stream_gives_its_events_and_its_connection_back(server: ScriptedServer,
+                                                                   client: UpstreamClient) -> None:
+    events = [b'event: message_start\ndata: {"a":1}\n\n', b'event: ping\r\ndata: {}\r\n\r\n',
+              b'event: message_stop\ndata: {"type":"message_stop"}\n\n']
+    server.scripts = [chunked(*events), respond(200, b"{}")]
+    stream = client.open_stream(deployment(server.url), "/v1/messages", b"{}")
+    assert [e for e, _ in stream.events()] == ["message_start", "ping", "message_stop"]
+    stream.close()
+    client.complete(deployment(server.url), "/v1/messages", b"{}", timeout_s=5)
+    assert server.connections == 1
+    assert b"accept: text/event-stream" in server.requests[0].lower()
+
+
+def test_a_stream_cut_mid_way_is_a_stream_error(server: ScriptedServer, client: UpstreamClient) -> None:
+    server.scripts = [chunked(b'event: message_start\ndata: {}\n\n', end=False)]
+    server.close_after = True
+    stream = client.open_stream(deployment(server.url), "/v1/messages", b"{}")
+    events = stream.events()
+    assert next(events)[0] == "message_start"
+    with pytest.raises(UpstreamStreamError) as info:
+        list(events)
+    assert not info.value.failover
+    stream.close()
+
+
+def test_closing_a_stream_early_drops_its_connection(server: ScriptedServer, client: UpstreamClient) -> None:
+    server.scripts = [chunked(b'event: message_start\ndata: {}\n\n', b'event: ping\ndata: {}\n\n'),
+                      respond(200, b"{}")]
+    stream = client.open_stream(deployment(server.url), "/v1/messages", b"{}")
+    next(stream.events())
+    stream.close()
+    client.complete(deployment(server.url), "/v1/messages", b"{}", timeout_s=5)
+    assert server.connections == 2
+
+
+@pytest.mark.parametrize("body, model, stream, expected", [
+    (b'{"a":1}', "m", None, b'{"model":"m","a":1}'),
+    (b"{}", "m", True, b'{"model":"m","stream":true}'),
+    (b'{"a":"\\u00e9"}', 'x"y', False, b'{"model":"x\\"y","stream":false,"a":"\\u00e9"}'),
+])
+def test_with_model_splices_without_reserialising(body: bytes, model: str, stream: bool | None,
+                                                  expected: bytes) -> None:
+    assert with_model(body, model, stream=stream) == expected
