@@ -59,8 +59,10 @@ def listening_ports(pid: int) -> set[int]:
 
 
 def _stop(proc: subprocess.Popen[Any], timeout_s: float = 10) -> None:
+    """Quick shutdown (SIGINT): gunicorn's graceful SIGTERM would wait for the tests' idle
+    keep-alive connections."""
     if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signal.SIGINT)
         try:
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
