@@ -163,17 +163,20 @@ class StreamTranslator:
             return []
         return []  # ping, and event types added after this was written
 
+    def _text(self, text: Any) -> list[dict[str, Any]]:
+        """``delta.content`` chunks for a piece of text (none for empty text)."""
+        if not text or not isinstance(text, str):
+            return []
+        self.produced_chars += len(text)
+        chunks = self._opening()
+        chunks.append(self._chunk({"content": text}))
+        return chunks
+
     def _block_delta(self, data: Mapping[str, Any]) -> list[dict[str, Any]]:
         delta = _obj(data.get("delta"))
         kind = delta.get("type")
         if kind == "text_delta":
-            text = delta.get("text")
-            if not text or not isinstance(text, str):
-                return []
-            self.produced_chars += len(text)
-            chunks = self._opening()
-            chunks.append(self._chunk({"content": text}))
-            return chunks
+            return self._text(delta.get("text"))
         if kind == "input_json_delta":
             tool_index = self._open_tools.get(_index(data))
             part = delta.get("partial_json")
@@ -195,13 +198,7 @@ class StreamTranslator:
         kind = block.get("type")
         if kind == "text":
             # Anthropic starts text blocks empty; a server that doesn't still gets its text sent.
-            text = block.get("text")
-            if not text or not isinstance(text, str):
-                return []
-            self.produced_chars += len(text)
-            chunks = self._opening()
-            chunks.append(self._chunk({"content": text}))
-            return chunks
+            return self._text(block.get("text"))
         if kind == "tool_use":
             tool_index = self._tool_count
             self._tool_count += 1

@@ -250,26 +250,25 @@ class _Watch:
             sock.close()
 
 
-class _WatchedHTTPConnection(HTTPConnection):
+class _Watched:
+    """Registers every new socket with the download's watch (so the deadline can cut it)."""
+
     def __init__(self, *args: Any, watch: _Watch, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._watch = watch
 
     def _new_conn(self) -> socket.socket:
-        sock = super()._new_conn()
+        sock: socket.socket = super()._new_conn()  # type: ignore[misc]
         self._watch.register(sock)
         return sock
 
 
-class _WatchedHTTPSConnection(HTTPSConnection):
-    def __init__(self, *args: Any, watch: _Watch, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._watch = watch
+class _WatchedHTTPConnection(_Watched, HTTPConnection):
+    pass
 
-    def _new_conn(self) -> socket.socket:
-        sock = super()._new_conn()
-        self._watch.register(sock)
-        return sock
+
+class _WatchedHTTPSConnection(_Watched, HTTPSConnection):
+    pass
 
 
 class _PinnedHTTPPool(HTTPConnectionPool):

@@ -607,8 +607,9 @@ def test_refused_indexes_point_at_the_clients_request() -> None:
 @pytest.mark.parametrize("extra, path", [
     ({"max_tokens": "64"}, "max_tokens"), ({"max_tokens": 0}, "max_tokens"), ({"temperature": 3}, "temperature"),
     ({"top_p": -0.1}, "top_p"), ({"stream": "yes"}, "stream"), ({"model": ""}, "model"),
-    ({"messages": "hi"}, "messages"),
-], ids=["string-int", "zero", "temperature-range", "top-p-range", "stream-not-bool", "empty-model", "messages-string"])
+    ({"messages": "hi"}, "messages"), ({"model": "m" * 129}, "model"),
+], ids=["string-int", "zero", "temperature-range", "top-p-range", "stream-not-bool", "empty-model", "messages-string",
+        "model-too-long"])
 def test_wrong_types_refused_naming_the_field(extra: dict[str, Any], path: str) -> None:
     assert refused(extra)[1] == path
 
