@@ -3,9 +3,8 @@ auth -> limits -> (validate -> translate, in the blueprints) -> route -> upstrea
 
 ``Gateway`` holds the process's collaborators (stores, limits, cooldowns, upstream client,
 image fetcher, metrics) and exposes one method per phase. The blueprints call the phases in
-order; stream generators (``openai_stream``, ``anthropic_stream``) bill before ``[DONE]`` and
-in ``finally`` when the client leaves early. Spec: chat-completions.md "Streaming", "Errors";
-issues 6 (routing, failover) and 7 (billing, limits).
+order; the stream writers of ``streaming.py`` use ``settle`` and ``stream_failed`` too.
+Spec: chat-completions.md "Streaming", "Errors"; issues 6 (routing, failover) and 7 (billing, limits).
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from ezat_compat.api.sse import PING, pump
 from ezat_compat.catalog import Catalog
 from ezat_compat.config import Config, Deployment, Model
 from ezat_compat.cooldowns import Cooldowns
@@ -44,8 +42,7 @@ from ezat_compat.store.accounts import Accounts, AuthContext
 from ezat_compat.store.ledger import CLIENT_CLOSED, STALE_RESERVATION, Ledger, LedgerEntry
 from ezat_compat.translate.estimate import input_tokens_upper_bound
 from ezat_compat.translate.request import ImageSlot
-from ezat_compat.translate.response import Usage, merge_usage, usage_from_anthropic
-from ezat_compat.translate.stream import DONE, StreamTranslator, encode_chunk, encode_error
+from ezat_compat.translate.response import Usage, usage_from_anthropic
 from ezat_compat.translate.upstream_errors import rewrite_upstream_message
 from ezat_compat.upstream.client import (
     UpstreamClient,
@@ -67,17 +64,6 @@ STATUS_OK = 200
 
 CHARS_PER_TOKEN = 4
 SWEEP_EVERY_S = 600.0   # how often a worker releases reservations of workers that died
-ANTHROPIC_PING = b'event: ping\ndata: {"type": "ping"}\n\n'
-STREAM_BROKE = (b'event: error\ndata: {"type":"error","error":{"type":"api_error",'
-                b'"message":"The upstream stream broke off before the reply was complete."}}\n\n')
-STREAM_ENDED_EARLY = (b'event: error\ndata: {"type":"error","error":{"type":"api_error",'
-                      b'"message":"The upstream stream ended before the reply was complete."}}\n\n')
-OPENAI_PING = b": ping\n\n"
-
-
-# ---------------------------------------------------------------- upstream errors -> client errors
-
-
 def _retry_after(seconds: float | None) -> int | None:
     return None if seconds is None else max(1, math.ceil(seconds))
 
@@ -118,21 +104,6 @@ def upstream_to_gateway_error(exc: UpstreamError, *, source_map: Mapping[tuple[A
 def client_status(err: BaseException) -> int:
     """The status an OpenAI client gets for ``err`` (for the ledger and the metrics)."""
     return err.status if isinstance(err, GatewayError) else 500
-
-
-def stream_error_to_gateway_error(error: Mapping[str, Any]) -> GatewayError:
-    """An Anthropic ``error`` event mid-stream -> the error sent as ``data: {"error": …}``."""
-    kind = error.get("type")
-    message = str(error.get("message") or "The upstream stream failed.")
-    if kind == "overloaded_error":
-        return OverloadedError(message, retry_after=1)
-    if kind == "rate_limit_error":
-        return RateLimitError(message, retry_after=1)
-    if kind == "invalid_request_error":
-        return InvalidRequestError(message)
-    if kind == "timeout_error":
-        return UpstreamTimeoutError(message)
-    return GatewayError(message)
 
 
 # ---------------------------------------------------------------- one admitted request
@@ -382,168 +353,32 @@ class Gateway:
 
     # ------------------------------------------------------------ stream writers
 
-    def openai_stream(self, call: Call, stream: UpstreamStream, events: Iterator[tuple[str, str]],
-                      first: tuple[str, str], translator: StreamTranslator, include_usage: bool) -> Iterator[bytes]:
-        """chat.completion.chunk events, ``: ping`` while the upstream is silent, usage recorded
-        before ``[DONE]``; an error after the start is sent as ``data: {"error": …}``."""
-        self.metrics.streams_open.inc()
-        deployment = stream.deployment
-        started = time.monotonic()
-        items = _chain_first(first, pump(events, self.keepalive_s))
-        keepalive_s = self.keepalive_s
-        try:
-            failure: GatewayError | None = None
-            last_write = time.monotonic()
-            try:
-                for item in items:
-                    if item is PING:       # the upstream is silent
-                        yield OPENAI_PING
-                        last_write = time.monotonic()
-                        continue
-                    event, data = item
-                    chunks = translator.feed(event, _parse_event(data))
-                    if translator.error is not None:
-                        failure = stream_error_to_gateway_error(translator.error)
-                        break
-                    if chunks:
-                        yield b"".join(encode_chunk(chunk) for chunk in chunks)
-                        last_write = time.monotonic()
-                    elif time.monotonic() - last_write >= keepalive_s:   # the model is thinking
-                        yield OPENAI_PING
-                        last_write = time.monotonic()
-                    if translator.done:
-                        break
-                else:
-                    failure = GatewayError("The upstream stream ended before the reply was complete.")
-            except UpstreamStreamError as exc:
-                failure = upstream_to_gateway_error(exc)
-            stream.close()
-            if failure is not None:
-                self._stream_failed(call, deployment, failure)
-                yield encode_error({"error": _openai_error_body(failure)})
-                yield DONE
-                return
-            self.cooldowns.success(health_key(call.model, deployment))
-            self.metrics.upstream_latency.labels(deployment.name, "true").observe(time.monotonic() - started)
-            self.settle(call, translator.usage, STATUS_OK)
-            if include_usage:
-                yield encode_chunk(translator.usage_chunk())
-            yield DONE
-        finally:
-            items.close()
-            stream.close()
-            self.metrics.streams_open.dec()
-            if not call.settled:     # the client went away: bill what was produced, estimated
-                self.settle(call, estimated_usage(translator.usage,
-                                                  translator.produced_chars + translator.thinking_chars,
-                                                  call.max_tokens),
-                            CLIENT_CLOSED, estimated=True)
-
-    def anthropic_stream(self, call: Call, stream: UpstreamStream, events: Iterator[tuple[str, str]],
-                         first: tuple[str, str]) -> Iterator[bytes]:
-        """Anthropic's events passed through one by one (``event: ping`` while silent);
-        usage read on the way for billing."""
-        self.metrics.streams_open.inc()
-        deployment = stream.deployment
-        meter = AnthropicStreamMeter()
-        started = time.monotonic()
-        items = _chain_first(first, pump(events, self.keepalive_s))
-        try:
-            failed = False
-            try:
-                for item in items:
-                    if item is PING:
-                        yield ANTHROPIC_PING
-                        continue
-                    event, data = item
-                    meter.feed(event, data)
-                    yield b"event: " + event.encode() + b"\ndata: " + data.encode() + b"\n\n"
-                    if meter.error or meter.done:
-                        break
-                failed = not meter.done
-                if failed and not meter.error:   # ended cleanly, but before message_stop
-                    yield STREAM_ENDED_EARLY
-            except UpstreamStreamError:
-                failed = True
-                yield STREAM_BROKE
-            stream.close()
-            if failed:
-                self._stream_failed(call, deployment, GatewayError("stream failed"))
-                return
-            self.cooldowns.success(health_key(call.model, deployment))
-            self.metrics.upstream_latency.labels(deployment.name, "true").observe(time.monotonic() - started)
-            self.settle(call, meter.usage, STATUS_OK)
-        finally:
-            items.close()
-            stream.close()
-            self.metrics.streams_open.dec()
-            if not call.settled:
-                self.settle(call, estimated_usage(meter.usage, meter.produced_chars, call.max_tokens), CLIENT_CLOSED,
-                            estimated=True)
-
     def abandoned(self, call: Call, stream: UpstreamStream, first: tuple[str, str]) -> None:
         """The client left before the stream's first chunk was sent: close the upstream and
         bill the input the upstream already counted (``message_start``), estimated."""
         stream.close()
-        message = _parse_event(first[1]).get("message") if first[0] == "message_start" else None
+        message = parse_event(first[1]).get("message") if first[0] == "message_start" else None
         usage = usage_from_anthropic(message.get("usage") if isinstance(message, dict) else None)
         self.settle(call, usage, CLIENT_CLOSED, estimated=True)
 
-    def _stream_failed(self, call: Call, deployment: Deployment, failure: GatewayError) -> None:
+    def stream_failed(self, call: Call, deployment: Deployment, failure: GatewayError) -> None:
+        """A stream broke after it started: the deployment failed, the request costs nothing."""
         self.cooldowns.failure(health_key(call.model, deployment), self.clock(), None)
         self.settle(call, None, failure.status)
 
 
 def _first_event_error(data: str) -> UpstreamStatusError:
     """An ``error`` event as the very first event: treated like the matching HTTP status."""
-    payload = _parse_event(data)
+    payload = parse_event(data)
     error = payload.get("error") if isinstance(payload.get("error"), dict) else {}
     status = {"overloaded_error": 529, "rate_limit_error": 429, "api_error": 500,
               "invalid_request_error": 400, "timeout_error": 504}.get(str(error.get("type")), 500)
     return UpstreamStatusError(status, json.dumps({"type": "error", "error": error}).encode(), {})
 
 
-def _openai_error_body(err: GatewayError) -> dict[str, Any]:
-    return {"message": err.message, "type": err.openai_type, "param": err.param, "code": err.code}
-
-
-def _parse_event(data: str) -> dict[str, Any]:
+def parse_event(data: str) -> dict[str, Any]:
     try:
         parsed = json.loads(data)
     except ValueError:
         raise UpstreamStreamError("the upstream sent an event that is not JSON") from None
     return parsed if isinstance(parsed, dict) else {}
-
-
-def _chain_first(first: tuple[str, str], rest: Iterator[Any]) -> Iterator[Any]:
-    yield first
-    yield from rest
-
-
-class AnthropicStreamMeter:
-    """Reads a native stream on the way through: usage, produced characters, end, error."""
-
-    __slots__ = ("done", "error", "produced_chars", "usage")
-
-    def __init__(self) -> None:
-        self.usage = Usage()
-        self.produced_chars = 0
-        self.done = False
-        self.error = False
-
-    def feed(self, event: str, data: str) -> None:
-        if event == "content_block_delta":
-            delta = _parse_event(data).get("delta") or {}
-            for key in ("text", "partial_json", "thinking"):
-                value = delta.get(key)
-                if isinstance(value, str):
-                    self.produced_chars += len(value)
-        elif event == "message_start":
-            message = _parse_event(data).get("message") or {}
-            self.usage = usage_from_anthropic(message.get("usage"))
-        elif event == "message_delta":
-            self.usage = merge_usage(self.usage, _parse_event(data).get("usage"))
-        elif event == "message_stop":
-            self.done = True
-        elif event == "error":
-            self.error = True

@@ -20,6 +20,7 @@ from ezat_compat.config import Model
 from ezat_compat.errors import GatewayError, InvalidRequestError
 from ezat_compat.pipeline import Call, Gateway, upstream_to_gateway_error
 from ezat_compat.store.accounts import AuthContext
+from ezat_compat.streaming import anthropic_stream
 from ezat_compat.translate.response import usage_from_anthropic
 from ezat_compat.upstream.client import DEPLOYMENT_FAULT_STATUSES, UpstreamError, UpstreamStatusError, encode_body
 
@@ -122,7 +123,7 @@ def messages() -> Response:
     with gw.settling_failures(call, lambda exc: _client_error(exc, gw.timeout_s), _status_of):
         if stream:
             upstream, events, first = gw.open_stream(call, "/v1/messages", upstream_body, headers=_forwarded())
-            generator = gw.anthropic_stream(call, upstream, events, first)
+            generator = anthropic_stream(gw, call, upstream, events, first)
             return Response(StreamBody(generator, lambda: gw.abandoned(call, upstream, first)),
                             mimetype="text/event-stream", headers=SSE_HEADERS)
         data, _ = gw.complete(call, "/v1/messages", upstream_body, stream_flag=None, headers=_forwarded())

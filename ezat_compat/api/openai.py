@@ -12,6 +12,7 @@ from ezat_compat.api.common import api_key, gateway, json_response, read_json, r
 from ezat_compat.api.sse import SSE_HEADERS, StreamBody
 from ezat_compat.errors import GatewayError, InvalidRequestError, ModelNotFoundError
 from ezat_compat.pipeline import upstream_to_gateway_error
+from ezat_compat.streaming import openai_stream
 from ezat_compat.translate.request import openai_to_anthropic
 from ezat_compat.translate.response import anthropic_to_openai, usage_from_anthropic
 from ezat_compat.translate.stream import StreamTranslator
@@ -75,7 +76,7 @@ def chat_completions() -> Response:
             stream, events, first = gw.open_stream(call, MESSAGES_PATH, upstream_body)
             translator = StreamTranslator(completion_id=completion_id, created=created, model=req["model"],
                                           include_usage=translation.include_usage)
-            generator = gw.openai_stream(call, stream, events, first, translator, translation.include_usage)
+            generator = openai_stream(gw, call, stream, events, first, translator, translation.include_usage)
             return Response(StreamBody(generator, lambda: gw.abandoned(call, stream, first)),
                             mimetype="text/event-stream", headers=SSE_HEADERS)
         data, _ = gw.complete(call, MESSAGES_PATH, upstream_body)

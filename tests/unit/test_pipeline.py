@@ -17,6 +17,7 @@ from ezat_compat.errors import GatewayError
 from ezat_compat.metrics import Metrics
 from ezat_compat.pipeline import Call, Gateway, upstream_to_gateway_error
 from ezat_compat.store.accounts import AuthContext
+from ezat_compat.streaming import openai_stream
 from ezat_compat.translate.stream import StreamTranslator
 from ezat_compat.upstream.client import (
     UpstreamConnectError,
@@ -189,7 +190,7 @@ def run_openai_stream(script: list[Any], *, stop_after: int | None = None) -> tu
     call = admit(gw)
     stream, evs, first = gw.open_stream(call, "/v1/messages", b"{}")
     translator = StreamTranslator(completion_id="chatcmpl-r1", created=1, model="m", include_usage=True)
-    writer = gw.openai_stream(call, stream, evs, first, translator, True)
+    writer = openai_stream(gw, call, stream, evs, first, translator, True)
     out = []
     for chunk in writer:
         out.append(chunk)
