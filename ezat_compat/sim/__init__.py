@@ -12,6 +12,12 @@ filler words), ``thinking_tokens=N`` (N thinking tokens even without ``thinking`
 ``refusal``, ``pause``, ``context`` (stop reasons refusal, pause_turn,
 model_context_window_exceeded).
 
+Modules: ``app`` (the WSGI app, the I/O shell) and ``server`` (flags, gevent, binding) around
+a pure core that does no I/O, sleeps, reads no clock and draws no random number — ``errors``
+(``SimError``, Anthropic's envelope), ``request`` (reading a body, the token formula),
+``markers``, ``validate`` (Anthropic's 400s), ``cache`` (input tokens, the prompt cache),
+``schema_json``, ``replies`` and ``events`` (SSE).
+
 This package imports nothing that opens sockets, so ``__main__`` can patch gevent first.
 """
 

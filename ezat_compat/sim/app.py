@@ -32,8 +32,13 @@ from dataclasses import dataclass, fields
 from http import HTTPStatus
 from typing import Any
 
-from ezat_compat.sim import replies
-from ezat_compat.sim.replies import InvalidRequestError, Markers, SimError
+from ezat_compat.sim.cache import PromptCache, count_input_tokens, prompt_units
+from ezat_compat.sim.errors import STATUS_TO_ERROR_TYPE, InvalidRequestError, SimError, error_body
+from ezat_compat.sim.events import OVERLOADED_EVENT, encode_event, message_events
+from ezat_compat.sim.markers import Markers, parse_markers
+from ezat_compat.sim.replies import build_reply, message_json
+from ezat_compat.sim.request import last_user_text
+from ezat_compat.sim.validate import validate_request
 
 StartResponse = Callable[..., Any]
 Environ = dict[str, Any]
@@ -137,7 +142,7 @@ def _status_line(status: int) -> str:
     return f"{status} {phrase}"
 
 
-_STATUS_LINES = {status: _status_line(status) for status in (*replies.STATUS_TO_ERROR_TYPE, 200)}
+_STATUS_LINES = {status: _status_line(status) for status in (*STATUS_TO_ERROR_TYPE, 200)}
 _JSON = "application/json"
 
 
@@ -182,7 +187,7 @@ class Simulator:
     def __init__(self, config: SimConfig, *, sleep: Callable[[float], None] | None = None) -> None:
         self.config = config
         self.stats = Stats()
-        self.cache = replies.PromptCache(config.cache_entries)
+        self.cache = PromptCache(config.cache_entries)
         self.requests: deque[dict[str, Any]] = deque(maxlen=config.max_recorded)
         self._rng = random.Random(config.seed)
         self._sleep = sleep or _sleep
@@ -230,7 +235,7 @@ class Simulator:
         extra: tuple[tuple[str, str], ...] = ()
         if error.retry_after is not None:
             extra = (("retry-after", f"{error.retry_after:g}"),)
-        return self._respond(start_response, error.status, replies.error_body(error, request_id), request_id, extra)
+        return self._respond(start_response, error.status, error_body(error, request_id), request_id, extra)
 
     # -- request reading ----------------------------------------------------------------------
 
@@ -282,22 +287,22 @@ class Simulator:
 
     def _messages(self, environ: Environ, start_response: StartResponse, request_id: str) -> Iterable[bytes]:
         body = self._receive(environ, "/v1/messages")
-        replies.validate_request(body, allow_prefill=self.config.prefill)
-        clean_text, markers = replies.parse_markers(replies.last_user_text(body))
+        validate_request(body, allow_prefill=self.config.prefill)
+        clean_text, markers = parse_markers(last_user_text(body))
         if markers.delay:
             self._sleep(markers.delay)
         self._inject_fault(markers)
-        usage = self.cache.account(body["model"], replies.prompt_units(body), self.config.min_cache_tokens)
-        reply = replies.build_reply(body, clean_text, markers)
-        message = replies.message_json(body["model"], _new_id("msg_"), reply, usage)
+        usage = self.cache.account(body["model"], prompt_units(body), self.config.min_cache_tokens)
+        reply = build_reply(body, clean_text, markers)
+        message = message_json(body["model"], _new_id("msg_"), reply, usage)
         if body.get("stream"):
             return self._stream(start_response, request_id, message, self._plan(markers))
         return self._respond(start_response, 200, message, request_id)
 
     def _count_tokens(self, environ: Environ, start_response: StartResponse, request_id: str) -> list[bytes]:
         body = self._receive(environ, "/v1/messages/count_tokens")
-        replies.validate_request(body, count_only=True, allow_prefill=self.config.prefill)
-        return self._respond(start_response, 200, {"input_tokens": replies.count_input_tokens(body)}, request_id)
+        validate_request(body, count_only=True, allow_prefill=self.config.prefill)
+        return self._respond(start_response, 200, {"input_tokens": count_input_tokens(body)}, request_id)
 
     def _inject_fault(self, markers: Markers) -> None:
         if markers.reject is not None:   # an Anthropic-style 400 naming a path of this request
@@ -333,7 +338,7 @@ class Simulator:
             ("content-type", "text/event-stream; charset=utf-8"), ("cache-control", "no-cache"),
             ("request-id", request_id), self._identity,
         ])
-        return self._stream_body(replies.message_events(message), plan)
+        return self._stream_body(message_events(message), plan)
 
     def _stream_body(self, events: list[tuple[str, dict[str, Any]]], plan: StreamPlan) -> Iterator[bytes]:
         """Write the events; count the stream's outcome once, whichever way it ends.
@@ -349,14 +354,14 @@ class Simulator:
         outcome = "streams_aborted"
         try:
             if plan.fast:
-                yield b"".join(replies.encode_event(name, data) for name, data in events)
+                yield b"".join(encode_event(name, data) for name, data in events)
                 outcome = "streams_completed"
                 return
             deltas = 0
             for number, (name, data) in enumerate(events, 1):
                 if plan.error_after is not None and number > plan.error_after:
                     outcome = "streams_faulted"
-                    yield replies.OVERLOADED_EVENT
+                    yield OVERLOADED_EVENT
                     return
                 if plan.cut_after is not None and number > plan.cut_after:
                     outcome = "streams_faulted"
@@ -365,7 +370,7 @@ class Simulator:
                     if deltas and plan.token_delay_s:
                         self._sleep(plan.token_delay_s)
                     deltas += 1
-                yield replies.encode_event(name, data)
+                yield encode_event(name, data)
                 if number == 2 and plan.stall_s:
                     self._sleep(plan.stall_s)
             outcome = "streams_completed"

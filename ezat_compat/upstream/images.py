@@ -11,7 +11,8 @@ How a download stays inside those bounds:
   greenlets under gevent) runs a request's downloads side by side;
 - every hop (redirects are followed here, at most ``max_redirects``) resolves its host once,
   refuses non-public addresses (``netguard``) and connects to exactly that address, with the
-  ``Host`` header, TLS SNI and certificate check for the name (no DNS-rebinding window);
+  ``Host`` header, TLS SNI and certificate check for the name (no DNS-rebinding window;
+  ``pinning``);
 - bodies are read in chunks against the per-image cap, a byte budget shared by the request's
   downloads and one wall-clock deadline; at the deadline, or when any download fails, the
   request's sockets are shut down from the waiting thread so no worker reads on for nobody.
@@ -27,24 +28,20 @@ import base64
 import http.client
 import logging
 import os
-import socket
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 import requests
 import urllib3.exceptions
-from requests.adapters import HTTPAdapter
-from urllib3.connection import HTTPConnection, HTTPSConnection
-from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from ezat_compat.translate.media import sniff_image_type
 from ezat_compat.upstream.netguard import HostResolutionError, NonPublicAddressError, Resolver, resolve_public
+from ezat_compat.upstream.pinning import PinnedAdapter, Target, Watch
 
 logger = logging.getLogger(__name__)
 
@@ -154,9 +151,6 @@ def _reason_for(err: BaseException, limits: ImageLimits) -> str:
     return UNEXPECTED
 
 
-# ---------------------------------------------------------------- sniffing
-
-
 # ---------------------------------------------------------------- URLs
 
 
@@ -171,21 +165,6 @@ def _url_problem(url: str) -> str | None:
         return INVALID_URL
     return None if parts.hostname and port != 0 else INVALID_URL
 
-
-@dataclass(frozen=True)
-class _Target:
-    """Where one hop goes: the URL's scheme, host name and port, and the checked IP to dial."""
-
-    scheme: str
-    host: str  # as in the URL (IDNA-encoded), without brackets
-    port: int
-    explicit_port: bool
-    ip: str
-
-    @property
-    def host_header(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self.port}" if self.explicit_port else host
 
 
 def _redirect_location(response: requests.Response) -> str | None:
@@ -207,122 +186,6 @@ def _content_length(response: requests.Response) -> int | None:
     return length if length >= 0 else None
 
 
-# ---------------------------------------------------------------- cutting sockets from outside
-
-
-def _shutdown(sock: socket.socket) -> None:
-    with suppress(OSError, ValueError):
-        sock.shutdown(socket.SHUT_RDWR)
-
-
-class _Watch:
-    """The sockets of one HTTP exchange, so that another thread can cut them at any phase.
-
-    Each socket is kept as a ``dup()`` taken right after the TCP connect: shutting the dup
-    down wakes a read blocked in the TLS handshake, the status line, the headers or the body
-    (thread or greenlet), which the deadline alone would not, since a server can drip.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._socks: list[socket.socket] = []
-        self._aborted = False
-
-    def register(self, sock: socket.socket) -> None:
-        dup = sock.dup()
-        with self._lock:
-            self._socks.append(dup)
-            aborted = self._aborted
-        if aborted:
-            _shutdown(dup)
-
-    def abort(self) -> None:
-        with self._lock:
-            self._aborted = True
-            socks = list(self._socks)
-        for sock in socks:
-            _shutdown(sock)
-
-    def release(self) -> None:
-        with self._lock:
-            socks, self._socks = self._socks, []
-        for sock in socks:
-            sock.close()
-
-
-class _Watched:
-    """Registers every new socket with the download's watch (so the deadline can cut it)."""
-
-    def __init__(self, *args: Any, watch: _Watch, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._watch = watch
-
-    def _new_conn(self) -> socket.socket:
-        sock: socket.socket = super()._new_conn()  # type: ignore[misc]
-        self._watch.register(sock)
-        return sock
-
-
-class _WatchedHTTPConnection(_Watched, HTTPConnection):
-    pass
-
-
-class _WatchedHTTPSConnection(_Watched, HTTPSConnection):
-    pass
-
-
-class _PinnedHTTPPool(HTTPConnectionPool):
-    ConnectionCls = _WatchedHTTPConnection
-
-
-class _PinnedHTTPSPool(HTTPSConnectionPool):
-    ConnectionCls = _WatchedHTTPSConnection
-
-
-class _PinnedAdapter(HTTPAdapter):
-    """Sends one exchange to ``target.ip``, never to a new DNS answer for ``target.host``.
-
-    The pool is keyed by the checked IP; ``server_hostname`` gives TLS its SNI and certificate
-    check for the name; the caller sets the ``Host`` header. One adapter per exchange: its
-    connection is closed with the response, so a connection never outlives its watch.
-    """
-
-    def __init__(self, target: _Target, watch: _Watch) -> None:
-        super().__init__(max_retries=0)
-        self._target = target
-        self._pinned: HTTPConnectionPool
-        if target.scheme == "https":
-            self._pinned = _PinnedHTTPSPool(target.ip, target.port, maxsize=1, server_hostname=target.host, watch=watch)
-        else:
-            self._pinned = _PinnedHTTPPool(target.ip, target.port, maxsize=1, watch=watch)
-
-    def get_connection_with_tls_context(
-        self,
-        request: requests.PreparedRequest,
-        verify: bool | str | None,
-        proxies: dict[str, str] | None = None,
-        cert: Any = None,
-    ) -> HTTPConnectionPool:
-        return self._pool_for(request.url or "")
-
-    # requests before 2.32.2 calls one of these instead: they must pin too, never fall back.
-    def get_connection(self, url: str, proxies: dict[str, str] | None = None) -> HTTPConnectionPool:
-        return self._pool_for(url)
-
-    def _get_connection(self, request: requests.PreparedRequest, *args: Any, **kwargs: Any) -> HTTPConnectionPool:
-        return self._pool_for(request.url or "")
-
-    def _pool_for(self, url: str) -> HTTPConnectionPool:
-        parts = urlsplit(url)
-        if (parts.scheme, parts.hostname) != (self._target.scheme, self._target.host):
-            raise requests.exceptions.InvalidURL(f"{url} is not the pinned target")
-        return self._pinned
-
-    def close(self) -> None:
-        super().close()
-        self._pinned.close()
-
-
 # ---------------------------------------------------------------- one request's batch
 
 
@@ -335,7 +198,7 @@ class _Batch:
         self._lock = threading.Lock()
         self._total = 0
         self._stopped = False
-        self._watches: set[_Watch] = set()
+        self._watches: set[Watch] = set()
 
     @property
     def stopped(self) -> bool:
@@ -362,8 +225,8 @@ class _Batch:
             return self._total <= self.limits.max_total_bytes
 
     @contextmanager
-    def watch(self) -> Iterator[_Watch]:
-        watch = _Watch()
+    def watch(self) -> Iterator[Watch]:
+        watch = Watch()
         with self._lock:
             if self._stopped:
                 raise _Cancelled
@@ -544,7 +407,7 @@ class ImageFetcher:
         batch.check()
         remaining = batch.remaining()
         with batch.watch() as watch:
-            adapter = _PinnedAdapter(target, watch)
+            adapter = PinnedAdapter(target, watch)
             try:
                 response = adapter.send(request, stream=True, timeout=(remaining, remaining), verify=self._verify)
                 try:
@@ -554,7 +417,7 @@ class ImageFetcher:
             finally:
                 adapter.close()
 
-    def _prepare(self, url: str) -> tuple[_Target, requests.PreparedRequest]:
+    def _prepare(self, url: str) -> tuple[Target, requests.PreparedRequest]:
         """Check the URL, resolve and check its host, and build the GET for it."""
         problem = _url_problem(url)  # redirect targets get the same checks as the client's URLs
         if problem is not None:
@@ -579,7 +442,7 @@ class ImageFetcher:
             raise _Refused(NOT_RESOLVED) from None
         except NonPublicAddressError:
             raise _Refused(NOT_PUBLIC) from None
-        target = _Target(scheme=scheme, host=host, port=port, explicit_port=parts.port is not None, ip=ip)
+        target = Target(scheme=scheme, host=host, port=port, explicit_port=parts.port is not None, ip=ip)
         request.headers["Host"] = target.host_header
         return target, request
 

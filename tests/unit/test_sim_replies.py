@@ -1,4 +1,5 @@
-"""Table tests of the simulator's pure core (ezat_compat/sim/replies.py)."""
+"""Table tests of the simulator's pure core (ezat_compat/sim: errors, request, markers, validate,
+cache, schema_json, replies, events)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,14 @@ from typing import Any
 
 import pytest
 
-from ezat_compat.sim import replies
-from ezat_compat.sim.replies import InvalidRequestError, Markers, PromptCache, SimError
+from ezat_compat.sim.cache import InputUsage, PromptCache, count_input_tokens, prompt_units
+from ezat_compat.sim.errors import InvalidRequestError, SimError, error_body, error_type_for
+from ezat_compat.sim.events import encode_event, json_pieces, message_events, text_pieces
+from ezat_compat.sim.markers import Markers, parse_markers
+from ezat_compat.sim.replies import Reply, build_reply, message_json
+from ezat_compat.sim.request import last_user_text, tokens
+from ezat_compat.sim.schema_json import schema_value
+from ezat_compat.sim.validate import validate_request
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 16).decode()
 PDF = base64.b64encode(b"%PDF-1.4 tiny").decode()
@@ -76,7 +83,7 @@ CC = {"type": "ephemeral"}
     pytest.param("é" * 8, 2, id="counts-characters-not-bytes"),
 ])
 def test_tokens(value: str, expected: int) -> None:
-    assert replies.tokens(value) == expected
+    assert tokens(value) == expected
 
 
 @pytest.mark.parametrize(("value", "clean", "markers"), [
@@ -92,7 +99,7 @@ def test_tokens(value: str, expected: int) -> None:
                  Markers(tools=2, thinking_tokens=7, pause=True, context=True), id="reply-keys"),
 ])
 def test_parse_markers(value: str, clean: str, markers: Markers) -> None:
-    assert replies.parse_markers(value) == (clean, markers)
+    assert parse_markers(value) == (clean, markers)
 
 
 @pytest.mark.parametrize("value", [
@@ -104,17 +111,17 @@ def test_parse_markers(value: str, clean: str, markers: Markers) -> None:
 ])
 def test_bad_markers_are_refused(value: str) -> None:
     with pytest.raises(InvalidRequestError, match="marker"):
-        replies.parse_markers(value)
+        parse_markers(value)
 
 
 def test_error_types_follow_anthropic() -> None:
-    got = {status: replies.error_type_for(status) for status in (400, 401, 403, 404, 413, 429, 500, 504, 529, 418, 599)}
+    got = {status: error_type_for(status) for status in (400, 401, 403, 404, 413, 429, 500, 504, 529, 418, 599)}
     assert got == {
         400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
         404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 500: "api_error",
         504: "timeout_error", 529: "overloaded_error", 418: "invalid_request_error", 599: "api_error",
     }
-    body = replies.error_body(SimError(529), "req_1")
+    body = error_body(SimError(529), "req_1")
     assert body == {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"},
                     "request_id": "req_1"}
 
@@ -243,7 +250,7 @@ INVALID = [
 @pytest.mark.parametrize(("body", "message"), [pytest.param(b, m, id=i) for i, b, m in INVALID])
 def test_invalid_requests_are_refused_with_anthropic_wording(body: Any, message: str) -> None:
     with pytest.raises(InvalidRequestError) as caught:
-        replies.validate_request(body)
+        validate_request(body)
     assert caught.value.status == 400
     assert caught.value.error_type == "invalid_request_error"
     assert caught.value.message == message
@@ -274,21 +281,21 @@ VALID = [
 
 @pytest.mark.parametrize("body", [pytest.param(b, id=i) for i, b in VALID])
 def test_valid_requests_pass(body: dict[str, Any]) -> None:
-    replies.validate_request(body)
+    validate_request(body)
 
 
 def test_no_prefill_refuses_a_trailing_assistant_message() -> None:
     with pytest.raises(InvalidRequestError) as caught:
-        replies.validate_request(request(messages=[user("hi"), assistant("Sure")]), allow_prefill=False)
+        validate_request(request(messages=[user("hi"), assistant("Sure")]), allow_prefill=False)
     assert caught.value.message == (
         "This model does not support assistant message prefill. The conversation must end with a user message."
     )
 
 
 def test_count_tokens_needs_no_max_tokens_and_refuses_stream() -> None:
-    replies.validate_request({"model": "m", "messages": [user("hi")]}, count_only=True)
+    validate_request({"model": "m", "messages": [user("hi")]}, count_only=True)
     with pytest.raises(InvalidRequestError, match="stream: Extra inputs are not permitted"):
-        replies.validate_request({"model": "m", "messages": [user("hi")], "stream": True}, count_only=True)
+        validate_request({"model": "m", "messages": [user("hi")], "stream": True}, count_only=True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -308,8 +315,8 @@ def test_input_tokens_follow_the_formula() -> None:
         ],
     )
     tools_json = json.dumps(tools, separators=(",", ":"), ensure_ascii=False)
-    expected = 4 + replies.tokens(tools_json) + 5 + 4 + 4 + min(1000, len(PNG)) + 3 * 3
-    assert replies.count_input_tokens(body) == expected
+    expected = 4 + tokens(tools_json) + 5 + 4 + 4 + min(1000, len(PNG)) + 3 * 3
+    assert count_input_tokens(body) == expected
 
 
 @pytest.mark.parametrize("body", [
@@ -323,7 +330,7 @@ def test_input_tokens_follow_the_formula() -> None:
 ])
 def test_input_tokens_never_exceed_the_body_bytes(body: dict[str, Any]) -> None:
     for raw in (json.dumps(body, separators=(",", ":"), ensure_ascii=False), json.dumps(body)):
-        assert replies.count_input_tokens(body) <= len(raw.encode())
+        assert count_input_tokens(body) <= len(raw.encode())
 
 
 # --------------------------------------------------------------------------------------------
@@ -337,31 +344,31 @@ def cached_request(*messages: dict[str, Any]) -> dict[str, Any]:
     return request(system=[text(LONG, cache_control=CC)], messages=list(messages) or [user("Hello")])
 
 
-def account(cache: PromptCache, body: dict[str, Any], min_tokens: int = 1024) -> replies.InputUsage:
-    return cache.account(body["model"], replies.prompt_units(body), min_tokens)
+def account(cache: PromptCache, body: dict[str, Any], min_tokens: int = 1024) -> InputUsage:
+    return cache.account(body["model"], prompt_units(body), min_tokens)
 
 
 def test_cache_first_request_writes_second_reads() -> None:
     cache = PromptCache()
     body = cached_request()
-    total = replies.count_input_tokens(body)
+    total = count_input_tokens(body)
     first, second = account(cache, body), account(cache, copy.deepcopy(body))
-    assert first == replies.InputUsage(total - 1350, 1350, 0)
-    assert second == replies.InputUsage(total - 1350, 0, 1350)
+    assert first == InputUsage(total - 1350, 1350, 0)
+    assert second == InputUsage(total - 1350, 0, 1350)
 
 
 def test_cache_below_minimum_writes_nothing() -> None:
     cache = PromptCache()
     body = request(system=[text("short system prompt", cache_control=CC)])
-    total = replies.count_input_tokens(body)
-    assert account(cache, body) == replies.InputUsage(total)
-    assert account(cache, body) == replies.InputUsage(total)
+    total = count_input_tokens(body)
+    assert account(cache, body) == InputUsage(total)
+    assert account(cache, body) == InputUsage(total)
     assert len(cache) == 0
 
 
 def test_cache_without_breakpoints_is_plain_input() -> None:
     body = request(system=LONG)
-    assert account(PromptCache(), body) == replies.InputUsage(replies.count_input_tokens(body))
+    assert account(PromptCache(), body) == InputUsage(count_input_tokens(body))
 
 
 def test_cache_next_turn_reads_the_previous_breakpoint_and_writes_the_rest() -> None:
@@ -374,7 +381,7 @@ def test_cache_next_turn_reads_the_previous_breakpoint_and_writes_the_rest() -> 
     assert second.cache_read_input_tokens == 1353
     assert second.cache_creation_input_tokens == 3 + 2 + 3 + 2  # assistant turn and the new user turn
     assert second.input_tokens == 0
-    assert sum(vars(second).values()) == replies.count_input_tokens(turn2)
+    assert sum(vars(second).values()) == count_input_tokens(turn2)
 
 
 def test_cache_is_keyed_by_model_and_content() -> None:
@@ -426,7 +433,7 @@ def test_cache_is_bounded_lru() -> None:
                  {"p": {"x": 1}}, id="ref"),
 ])
 def test_schema_value(schema: dict[str, Any], expected: Any) -> None:
-    assert replies.schema_value(schema) == expected
+    assert schema_value(schema) == expected
 
 
 # --------------------------------------------------------------------------------------------
@@ -434,17 +441,17 @@ def test_schema_value(schema: dict[str, Any], expected: Any) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def reply_for(body: dict[str, Any]) -> replies.Reply:
-    replies.validate_request(body)
-    clean, markers = replies.parse_markers(replies.last_user_text(body))
-    return replies.build_reply(body, clean, markers)
+def reply_for(body: dict[str, Any]) -> Reply:
+    validate_request(body)
+    clean, markers = parse_markers(last_user_text(body))
+    return build_reply(body, clean, markers)
 
 
 def test_plain_reply_echoes_the_last_user_text_without_markers() -> None:
     reply = reply_for(request(messages=[user("Hi sim [[sim:words=0]]"), assistant("x"), user("Ping [[sim:delay=0]]")]))
     assert reply.content == [{"type": "text", "text": "Hello from the simulator. You said: Ping"}]
     assert (reply.stop_reason, reply.stop_sequence, reply.thinking_tokens) == ("end_turn", None, 0)
-    assert reply.output_tokens == replies.tokens(reply.content[0]["text"])
+    assert reply.output_tokens == tokens(reply.content[0]["text"])
 
 
 def test_reply_is_deterministic() -> None:
@@ -484,8 +491,8 @@ def test_thinking_enabled_respects_the_budget_and_counts_in_output() -> None:
     reply = reply_for(body)
     thinking, answer = reply.content
     assert thinking["type"] == "thinking" and thinking["signature"]
-    assert reply.thinking_tokens == replies.tokens(thinking["thinking"]) == 3000
-    assert reply.output_tokens == 3000 + replies.tokens(answer["text"])
+    assert reply.thinking_tokens == tokens(thinking["thinking"]) == 3000
+    assert reply.output_tokens == 3000 + tokens(answer["text"])
     budgeted = reply_for({**body, "messages": [user("think hard")]})
     assert 0 < budgeted.thinking_tokens <= 1024
 
@@ -501,7 +508,7 @@ def test_thinking_tokens_marker_without_thinking_has_no_block() -> None:
     reply = reply_for(request(messages=[user("hi [[sim:thinking_tokens=7]]")]))
     assert [b["type"] for b in reply.content] == ["text"]
     assert reply.thinking_tokens == 7
-    assert reply.output_tokens == 7 + replies.tokens(reply.content[0]["text"])
+    assert reply.output_tokens == 7 + tokens(reply.content[0]["text"])
 
 
 def test_omitted_thinking_display_sends_empty_thinking_text() -> None:
@@ -559,7 +566,7 @@ def test_structured_output_is_json_from_the_schema() -> None:
 
 def test_message_json_shape() -> None:
     reply = reply_for(request())
-    message = replies.message_json("m", "msg_1", reply, replies.InputUsage(5, 6, 7))
+    message = message_json("m", "msg_1", reply, InputUsage(5, 6, 7))
     assert message == {
         "id": "msg_1", "type": "message", "role": "assistant", "model": "m", "content": reply.content,
         "stop_reason": "end_turn", "stop_sequence": None,
@@ -582,7 +589,7 @@ def test_message_json_shape() -> None:
     pytest.param("line one\nline two\n\n", id="newlines"),
 ])
 def test_text_pieces_join_back(value: str) -> None:
-    pieces = replies.text_pieces(value)
+    pieces = text_pieces(value)
     assert "".join(pieces) == value
     assert all(p and len(p) <= 48 + 2 for p in pieces) or not value
 
@@ -593,7 +600,7 @@ def test_text_pieces_join_back(value: str) -> None:
 ])
 def test_json_pieces(value: dict[str, Any]) -> None:
     data = json.dumps(value)
-    pieces = replies.json_pieces(data)
+    pieces = json_pieces(data)
     assert "".join(pieces) == data
     assert 2 <= len(pieces) <= 3
 
@@ -601,8 +608,8 @@ def test_json_pieces(value: dict[str, Any]) -> None:
 def test_message_events_order_and_usage() -> None:
     body = request(max_tokens=3000, thinking={"type": "enabled", "budget_tokens": 1024}, tools=[WEATHER],
                    messages=[user("use a tool")])
-    message = replies.message_json("m", "msg_1", reply_for(body), replies.InputUsage(10, 20, 30))
-    events = replies.message_events(message)
+    message = message_json("m", "msg_1", reply_for(body), InputUsage(10, 20, 30))
+    events = message_events(message)
     names = [name for name, _ in events]
     assert names[:2] == ["message_start", "ping"]
     assert names[-2:] == ["message_delta", "message_stop"]
@@ -627,4 +634,4 @@ def test_message_events_order_and_usage() -> None:
 
 
 def test_encode_event() -> None:
-    assert replies.encode_event("ping", {"type": "ping"}) == b'event: ping\ndata: {"type":"ping"}\n\n'
+    assert encode_event("ping", {"type": "ping"}) == b'event: ping\ndata: {"type":"ping"}\n\n'
