@@ -198,7 +198,7 @@ def cmd_sim(args: argparse.Namespace, extra: list[str]) -> int:
     from ezat_compat.sim.server import main as sim_main
 
     argv = ["--bind", args.bind] if args.bind else []
-    return int(sim_main(argv + extra) or 0)
+    return int(sim_main(argv + extra, prog="ezat-compat sim") or 0)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

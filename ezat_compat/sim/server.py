@@ -142,13 +142,13 @@ def serve(config: SimConfig, host: str, port: int, *, out: TextIO | None = None)
     server.serve_forever()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, prog: str = "ezat-sim") -> int:
     """Run the simulator from command-line arguments; returns the exit status."""
     from gevent import monkey
 
     if not monkey.is_module_patched("socket"):
         monkey.patch_all()
-    parser = build_parser()
+    parser = build_parser(prog)
     args = parser.parse_args(argv)
     try:
         config = config_from_args(args)
