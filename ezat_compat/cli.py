@@ -64,16 +64,6 @@ def _money(micros: int | None) -> str | None:
     return None if micros is None else micros_to_usd(micros)
 
 
-def _iso(value: Any) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=UTC)
-        return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
-    return str(value)
-
-
 def _parse_time(text: str | None, flag: str) -> datetime | None:
     if text is None:
         return None
@@ -124,23 +114,6 @@ def cmd_orgs(args: argparse.Namespace) -> int:
     return 0
 
 
-def _key_json(key: Any) -> dict[str, Any]:
-    return {
-        "id": key.id,
-        "prefix": key.prefix,
-        "org": key.org,
-        "name": key.name,
-        "models": list(key.models),
-        "spend_limit_usd": _money(key.spend_limit_micros),
-        "spent_usd": _money(key.spent_micros),
-        "rpm": key.rpm,
-        "tpm": key.tpm,
-        "created_at": _iso(key.created_at),
-        "expires_at": _iso(key.expires_at),
-        "revoked_at": _iso(key.revoked_at),
-    }
-
-
 def cmd_keys(args: argparse.Namespace) -> int:
     accounts, _ = _stores(args)
     if args.keys_command == "create":
@@ -154,7 +127,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
               file=sys.stderr)
         print(secret)
     elif args.keys_command == "list":
-        keys = [_key_json(k) for k in accounts.list_keys(args.org)]
+        keys = [k.to_json() for k in accounts.list_keys(args.org)]
         if args.json:
             print(json.dumps(keys, indent=2))
         else:

@@ -134,6 +134,19 @@ class UpstreamTimeoutError(GatewayError):
     anthropic_type = "timeout_error"
 
 
+_ANTHROPIC_TYPE_BY_STATUS: dict[int, str] = {
+    cls.anthropic_status or cls.status: cls.anthropic_type
+    for cls in (InvalidRequestError, AuthenticationError, InsufficientQuotaError, PermissionDeniedError,
+                ModelNotFoundError, RequestTooLargeError, RateLimitError, GatewayError, OverloadedError,
+                UpstreamTimeoutError)
+}
+
+
+def anthropic_error_type(status: int) -> str:
+    """Anthropic's error type for an HTTP status (for upstream answers that carry none)."""
+    return _ANTHROPIC_TYPE_BY_STATUS.get(status) or ("invalid_request_error" if status < 500 else "api_error")
+
+
 def error_headers(err: GatewayError) -> dict[str, str]:
     return {"retry-after": str(err.retry_after)} if err.retry_after is not None else {}
 

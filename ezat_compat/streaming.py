@@ -21,6 +21,7 @@ from ezat_compat.errors import (
     OverloadedError,
     RateLimitError,
     UpstreamTimeoutError,
+    openai_error_event,
 )
 from ezat_compat.pipeline import (
     STATUS_OK,
@@ -97,7 +98,7 @@ def openai_stream(gw: Gateway, call: Call, stream: UpstreamStream, events: Itera
         stream.close()
         if failure is not None:
             gw.stream_failed(call, deployment, failure)
-            yield encode_error({"error": _openai_error_body(failure)})
+            yield encode_error(openai_error_event(failure))
             yield DONE
             return
         gw.cooldowns.success(health_key(call.model, deployment))
@@ -157,10 +158,6 @@ def anthropic_stream(gw: Gateway, call: Call, stream: UpstreamStream, events: It
         if not call.settled:
             gw.settle(call, estimated_usage(meter.usage, meter.produced_chars, call.max_tokens), CLIENT_CLOSED,
                         estimated=True)
-
-
-def _openai_error_body(err: GatewayError) -> dict[str, Any]:
-    return {"message": err.message, "type": err.openai_type, "param": err.param, "code": err.code}
 
 
 def _chain_first(first: tuple[str, str], rest: Iterator[Any]) -> Iterator[Any]:

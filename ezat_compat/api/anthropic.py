@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
 from typing import Any
 
 from flask import Blueprint, Response, request
@@ -17,7 +16,7 @@ from flask import Blueprint, Response, request
 from ezat_compat.api.common import api_key, gateway, json_response, raw_json_response, read_json, request_id
 from ezat_compat.api.sse import SSE_HEADERS, StreamBody
 from ezat_compat.config import Model
-from ezat_compat.errors import GatewayError, InvalidRequestError
+from ezat_compat.errors import GatewayError, InvalidRequestError, anthropic_error_type
 from ezat_compat.pipeline import Call, Gateway, upstream_to_gateway_error
 from ezat_compat.store.accounts import AuthContext
 from ezat_compat.streaming import anthropic_stream
@@ -27,11 +26,6 @@ from ezat_compat.upstream.client import DEPLOYMENT_FAULT_STATUSES, UpstreamError
 bp = Blueprint("anthropic", __name__, url_prefix="/v1")
 FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta")
 # Anthropic's error.type by status (their errors page); other 4xx: invalid_request_error, 5xx: api_error.
-STATUS_TO_ERROR_TYPE = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
-                        403: "permission_error", 404: "not_found_error", 413: "request_too_large",
-                        429: "rate_limit_error", 500: "api_error", 504: "timeout_error", 529: "overloaded_error"}
-
-
 class UpstreamPassthrough(Exception):
     """An upstream error answer returned to a native client as it came (status and body).
 
@@ -49,22 +43,13 @@ class UpstreamPassthrough(Exception):
     def response(self, rid: str) -> Response:
         """The upstream's status, ``retry-after`` and error object; ``request_id`` is ours (the
         one in the ``request-id`` header, which the client quotes to support)."""
-        retry_after = _header(self.error.headers, "retry-after")
+        retry_after = self.error.headers.get("retry-after")
         headers = {"retry-after": retry_after} if retry_after else {}
         if self.error.error_type is None:     # not Anthropic's envelope (a proxy's page): make one
-            error = {"type": _error_type(self.error.status), "message": self.error.message}
+            error = {"type": anthropic_error_type(self.error.status), "message": self.error.message}
         else:
             error = json.loads(self.error.body)["error"]
         return json_response({"type": "error", "error": error, "request_id": rid}, self.error.status, headers)
-
-
-def _header(headers: Mapping[str, str], name: str) -> str | None:
-    """A header of an upstream answer, whatever the case the upstream wrote its name in."""
-    return next((value for key, value in headers.items() if key.lower() == name), None)
-
-
-def _error_type(status: int) -> str:
-    return STATUS_TO_ERROR_TYPE.get(status) or ("invalid_request_error" if status < 500 else "api_error")
 
 
 def _forwarded() -> dict[str, str]:

@@ -8,6 +8,7 @@ a queue"; style habit 8.
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ class _Raised:
         self.exc = exc
 
 
+@functools.cache
 def _gevent_patched() -> bool:
     try:
         from gevent import monkey

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -177,9 +178,21 @@ class EngineHotPath:
         return True
 
 
+_HOT_PATHS: weakref.WeakKeyDictionary[Engine, HotPath] = weakref.WeakKeyDictionary()
+_HOT_PATHS_LOCK = threading.Lock()
+
+
 def make_hot_path(engine: Engine) -> HotPath:
-    """``SQLiteHotPath`` for a file SQLite database, else ``EngineHotPath``."""
-    database = engine.url.database
-    if engine.dialect.name == "sqlite" and database and database != ":memory:" and not database.startswith("file:"):
-        return SQLiteHotPath(database)
-    return EngineHotPath(engine)
+    """The engine's hot path, one per engine (``Accounts`` and ``Ledger`` share it, and so one
+    SQLite connection per process): ``SQLiteHotPath`` for a file database, else ``EngineHotPath``."""
+    with _HOT_PATHS_LOCK:
+        hot = _HOT_PATHS.get(engine)
+        if hot is None:
+            database = engine.url.database
+            if (engine.dialect.name == "sqlite" and database and database != ":memory:"
+                    and not database.startswith("file:")):
+                hot = SQLiteHotPath(database)
+            else:
+                hot = EngineHotPath(engine)
+            _HOT_PATHS[engine] = hot
+        return hot

@@ -77,9 +77,9 @@ class UpstreamStatusError(UpstreamError):
     def __init__(self, status: int, body: bytes, headers: Mapping[str, str]) -> None:
         self.status = status
         self.body = body
-        self.headers = dict(headers)
+        self.headers = {name.lower(): value for name, value in headers.items()}   # names in lower case
         self.error_type, message = _parse_error(body)
-        super().__init__(message or f"upstream answered HTTP {status}", retry_after=parse_retry_after(headers))
+        super().__init__(message or f"upstream answered HTTP {status}", retry_after=parse_retry_after(self.headers))
         self.failover = status in FAILOVER_STATUSES or status in DEPLOYMENT_FAULT_STATUSES
 
 
@@ -96,8 +96,9 @@ def _parse_error(body: bytes) -> tuple[str | None, str]:
 
 
 def parse_retry_after(headers: Mapping[str, str]) -> float | None:
-    """``retry-after`` in seconds (numeric form; HTTP dates are ignored)."""
-    value = headers.get("retry-after") or headers.get("Retry-After")
+    """``retry-after`` in seconds (numeric form; HTTP dates are ignored). ``headers`` must
+    look names up case-insensitively or have them in lower case."""
+    value = headers.get("retry-after")
     if not value:
         return None
     try:

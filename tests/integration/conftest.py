@@ -42,3 +42,11 @@ def gateway(sim: Sim, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gate
 @pytest.fixture(scope="module")
 def key(gateway: Gateway) -> str:
     return gateway.new_key("acme")
+
+
+@pytest.fixture
+def clean(sims: dict[str, Sim]) -> dict[str, Sim]:
+    """A module's ``sims`` with their records cleared: counts are this test's."""
+    for server in sims.values():
+        server.clear()
+    return sims

@@ -683,16 +683,12 @@ def test_usage_shows_what_the_clients_received(stack: Stack, model: Model) -> No
     assert [row["request_id"] for row in stack.gateway.usage("--org", org, "--since", third)] == list(rows)[2:]
 
 
-def test_a_stream_closed_early_is_billed_as_estimated_and_releases_its_reservation(stack: Stack,
-                                                                                  model: Model) -> None:
-    org = stack.org_name("early")
-    key = stack.new_key(org, balance="10")
-    resp = requests.post(stack.url + CHAT, headers={"authorization": f"Bearer {key}"}, stream=True, timeout=30,
-                         json={**chat("[[sim:words=400,token_delay_ms=50]] Go on.", 1000), "stream": True})
+def close_early_and_wait(stack: Stack, org: str, resp: requests.Response, *, lines: int) -> dict[str, Any]:
+    """Read ``lines`` lines of a stream, hang up, and wait for its ledger row."""
     assert resp.status_code == 200
-    lines = resp.iter_lines()
-    for _ in range(6):
-        next(lines)
+    it = resp.iter_lines()
+    for _ in range(lines):
+        next(it)
     resp.close()
     rid = resp.headers["request-id"]
     deadline = time.monotonic() + 10
@@ -700,7 +696,16 @@ def test_a_stream_closed_early_is_billed_as_estimated_and_releases_its_reservati
     while rid not in rows and time.monotonic() < deadline:
         time.sleep(0.2)
         rows = {row["request_id"]: row for row in stack.gateway.usage("--org", org)}
-    row = rows[rid]
+    return rows[rid]
+
+
+def test_a_stream_closed_early_is_billed_as_estimated_and_releases_its_reservation(stack: Stack,
+                                                                                  model: Model) -> None:
+    org = stack.org_name("early")
+    key = stack.new_key(org, balance="10")
+    resp = requests.post(stack.url + CHAT, headers={"authorization": f"Bearer {key}"}, stream=True, timeout=30,
+                         json={**chat("[[sim:words=400,token_delay_ms=50]] Go on.", 1000), "stream": True})
+    row = close_early_and_wait(stack, org, resp, lines=6)
     assert row["status"] == 499 and row["estimated"] is True and row["output_tokens"] > 0
     assert usd_to_micros(row["cost_usd"]) == ledger_cost(row, model) > 0
     assert stack.org(org) == {"balance": usd_to_micros("10") - usd_to_micros(row["cost_usd"]), "reserved": 0}
@@ -713,18 +718,7 @@ def test_a_native_stream_closed_early_is_billed_as_estimated(stack: Stack, model
             "messages": [{"role": "user", "content": "[[sim:words=400,token_delay_ms=50]] Go on."}]}
     resp = requests.post(stack.url + MESSAGES, headers={"x-api-key": key, "anthropic-version": "2023-06-01"},
                          json=body, stream=True, timeout=30)
-    assert resp.status_code == 200
-    lines = resp.iter_lines()
-    for _ in range(12):
-        next(lines)
-    resp.close()
-    rid = resp.headers["request-id"]
-    deadline = time.monotonic() + 10
-    rows: dict[str, Any] = {}
-    while rid not in rows and time.monotonic() < deadline:
-        time.sleep(0.2)
-        rows = {row["request_id"]: row for row in stack.gateway.usage("--org", org)}
-    row = rows[rid]
+    row = close_early_and_wait(stack, org, resp, lines=12)
     assert row["status"] == 499 and row["estimated"] is True and row["endpoint"] == "messages"
     assert row["input_tokens"] > 0 and 0 < row["output_tokens"] < 1000
     assert usd_to_micros(row["cost_usd"]) == ledger_cost(row, model) > 0

@@ -90,6 +90,11 @@ def test_x_api_key_header_works_too(gateway: Gateway, key: str) -> None:
                          timeout=30)
     assert resp.status_code == 200, resp.text
     assert resp.json()["id"] == "chatcmpl-" + resp.headers["request-id"]
+    # "Accepted on every /v1 and /openai/v1 endpoint", both header styles.
+    for path in ("/openai/v1/models", f"/openai/v1/models/{MODEL}", "/v1/models"):
+        for headers in ({"x-api-key": key}, {"authorization": f"Bearer {key}"}):
+            assert requests.get(gateway.url + path, headers=headers, timeout=10).status_code == 200, (path, headers)
+        assert requests.get(gateway.url + path, timeout=10).status_code == 401
 
 
 def test_models_list_and_retrieve(gateway: Gateway, key: str) -> None:

@@ -132,13 +132,6 @@ def key(gateway: Gateway) -> str:
     return gateway.new_key("native-org", balance="1000")
 
 
-@pytest.fixture
-def clean(sims: dict[str, Sim]) -> dict[str, Sim]:
-    for server in sims.values():
-        server.clear()
-    return sims
-
-
 class Recorder:
     """An httpx client that keeps the requests the SDK sent (what the client really sent)."""
 

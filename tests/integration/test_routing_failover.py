@@ -125,14 +125,6 @@ def key(gateway: Gateway) -> str:
     return gateway.new_key("routing-org", balance="1000")
 
 
-@pytest.fixture
-def clean(sims: dict[str, Sim]) -> dict[str, Sim]:
-    """The simulators with their records cleared: counts are this test's."""
-    for server in sims.values():
-        server.clear()
-    return sims
-
-
 # ---------------------------------------------------------------- helpers
 
 
