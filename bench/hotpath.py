@@ -84,8 +84,19 @@ def ensure_py_spy() -> Path:
     exe = TOOLS / "bin" / "py-spy"
     if not exe.exists():
         venv.EnvBuilder(with_pip=True, clear=True).create(TOOLS)
-        subprocess.run([str(TOOLS / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                        f"py-spy=={PY_SPY_VERSION}"], check=True, timeout=600)
+        subprocess.run(
+            [
+                str(TOOLS / "bin" / "python"),
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--disable-pip-version-check",
+                f"py-spy=={PY_SPY_VERSION}",
+            ],
+            check=True,
+            timeout=600,
+        )
     return exe
 
 
@@ -141,8 +152,13 @@ def analyse(stacks: list[tuple[list[str], int]], cpu_ms_per_request: float) -> d
 
     if not total:
         return {"samples": 0, "by_package": [], "self": [], "inclusive": [], "phases": []}
-    return {"samples": total, "by_package": ms(self_pkg, 25), "self": ms(self_fn, 30), "inclusive": ms(incl_fn, 40),
-            "phases": ms(phase, 40)}
+    return {
+        "samples": total,
+        "by_package": ms(self_pkg, 25),
+        "self": ms(self_fn, 30),
+        "inclusive": ms(incl_fn, 40),
+        "phases": ms(phase, 40),
+    }
 
 
 def _phase(parsed: list[tuple[str, str]]) -> str:
@@ -158,13 +174,19 @@ def _phase(parsed: list[tuple[str, str]]) -> str:
 
 
 def render(load: str, info: dict[str, Any], result: dict[str, Any]) -> str:
-    lines = [f"py-spy profile of ONE gateway worker under {load} ({info['requests_profiled']} requests profiled, "
-             f"{result['samples']} CPU samples at {info['rate']} Hz)",
-             f"CPU per request without the profiler: {info['cpu_ms_per_request']:.3f} ms "
-             f"({info['rps']:.0f} req/s); the figures below are that CPU split by where the samples fell.", ""]
-    sections = (("by pipeline phase (each sample counted once, in the innermost phase it is in)", "phases"),
-                ("by package (self time: where the CPU is actually spent)", "by_package"),
-                ("top functions, self time", "self"), ("top functions, inclusive time", "inclusive"))
+    lines = [
+        f"py-spy profile of ONE gateway worker under {load} ({info['requests_profiled']} requests profiled, "
+        f"{result['samples']} CPU samples at {info['rate']} Hz)",
+        f"CPU per request without the profiler: {info['cpu_ms_per_request']:.3f} ms "
+        f"({info['rps']:.0f} req/s); the figures below are that CPU split by where the samples fell.",
+        "",
+    ]
+    sections = (
+        ("by pipeline phase (each sample counted once, in the innermost phase it is in)", "phases"),
+        ("by package (self time: where the CPU is actually spent)", "by_package"),
+        ("top functions, self time", "self"),
+        ("top functions, inclusive time", "inclusive"),
+    )
     for title, key in sections:
         lines.append(f"{title}:")
         lines.append(f"  {'ms/req':>7} {'share':>6}  what")
@@ -174,20 +196,50 @@ def render(load: str, info: dict[str, Any], result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def profile_load(fleet: Fleet, gateway: Any, py_spy: Path, load: str, mode: str, expect: str, args: argparse.Namespace,
-                 out: Path) -> dict[str, Any]:
+def profile_load(
+    fleet: Fleet, gateway: Any, py_spy: Path, load: str, mode: str, expect: str, args: argparse.Namespace, out: Path
+) -> dict[str, Any]:
     (worker,) = gateway.worker_pids()
     body = write_json(fleet.workdir / f"{load}.json", openai_body(f"{PROMPT} [[sim:words=12]]", stream=mode == "sse"))
-    common = ["--url", gateway.url + "/openai/v1/chat/completions", "--body-file", str(body), "--mode", mode,
-              "--concurrency", "32", "--expect", expect, "--header", f"authorization: Bearer {gateway.key}"]
+    common = [
+        "--url",
+        gateway.url + "/openai/v1/chat/completions",
+        "--body-file",
+        str(body),
+        "--mode",
+        mode,
+        "--concurrency",
+        "32",
+        "--expect",
+        expect,
+        "--header",
+        f"authorization: Bearer {gateway.key}",
+    ]
     loadgen([*common, "--duration", "2"], timeout_s=120)  # warm-up
     cpu0 = procstats.cpu_seconds(worker)
     plain = loadgen([*common, "--duration", str(args.duration)], timeout_s=args.duration + 120)
     cpu_ms = (procstats.cpu_seconds(worker) - cpu0) * 1000 / max(plain["requests"], 1)
     collapsed = out / f"profile-{load}.collapsed"
-    spy = subprocess.Popen([str(py_spy), "record", "--pid", str(worker), "--rate", str(args.rate), "--duration",
-                            str(int(args.duration)), "--format", "raw", "--output", str(collapsed)],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    spy = subprocess.Popen(
+        [
+            str(py_spy),
+            "record",
+            "--pid",
+            str(worker),
+            "--rate",
+            str(args.rate),
+            "--duration",
+            str(int(args.duration)),
+            "--format",
+            "raw",
+            "--output",
+            str(collapsed),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     fleet.track("py-spy", spy)
     time.sleep(0.5)  # attached
     profiled = loadgen([*common, "--duration", str(args.duration)], timeout_s=args.duration + 120)
@@ -197,9 +249,15 @@ def profile_load(fleet: Fleet, gateway: Any, py_spy: Path, load: str, mode: str,
     stacks = read_collapsed(collapsed)
     samples = sum(c for _, c in stacks)
     samples_per_request = samples / max(profiled["requests"], 1)
-    info = {"cpu_ms_per_request": cpu_ms, "rps": plain["rps"], "requests_profiled": profiled["requests"],
-            "rate": args.rate, "errors": plain["errors"] + profiled["errors"],
-            "profiled_rps": profiled["rps"], "samples_per_request": samples_per_request}
+    info = {
+        "cpu_ms_per_request": cpu_ms,
+        "rps": plain["rps"],
+        "requests_profiled": profiled["requests"],
+        "rate": args.rate,
+        "errors": plain["errors"] + profiled["errors"],
+        "profiled_rps": profiled["rps"],
+        "samples_per_request": samples_per_request,
+    }
     result = analyse(stacks, cpu_ms)
     text = render(load, info, result)
     (out / f"profile-{load}.txt").write_text(text + "\n")

@@ -50,12 +50,23 @@ def install(cache: Path, log: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     if not (target / "bin" / "python").exists():
         venv.EnvBuilder(with_pip=True, clear=True).create(target)
-    print(f"bench: installing litellm[proxy]=={VERSION} into {target} (once; log: {log})", file=sys.stderr,
-          flush=True)
+    print(f"bench: installing litellm[proxy]=={VERSION} into {target} (once; log: {log})", file=sys.stderr, flush=True)
     with log.open("w") as out:
-        done = subprocess.run([str(target / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check",
-                               "-q", f"litellm[proxy]=={VERSION}"], stdout=out, stderr=subprocess.STDOUT,
-                              timeout=INSTALL_TIMEOUT_S, check=False)
+        done = subprocess.run(
+            [
+                str(target / "bin" / "python"),
+                "-m",
+                "pip",
+                "install",
+                "--disable-pip-version-check",
+                "-q",
+                f"litellm[proxy]=={VERSION}",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            timeout=INSTALL_TIMEOUT_S,
+            check=False,
+        )
     if done.returncode != 0:
         raise RuntimeError(f"pip could not install litellm[proxy]=={VERSION}; see {log}")
     (target / ".installed").write_text(VERSION + "\n")
@@ -65,7 +76,7 @@ def config_yaml(model: str, sim_url: str, image_hosts: tuple[str, ...] = ()) -> 
     """The proxy's config: ``model`` routed to the simulator as an Anthropic deployment;
     ``image_hosts`` (``host:port``) may serve image URLs although they are private addresses
     (``user_url_allowed_hosts``, LiteLLM's counterpart of our ``allow_private_image_hosts``)."""
-    allowed = "".join(f"    - \"{host}\"\n" for host in image_hosts)
+    allowed = "".join(f'    - "{host}"\n' for host in image_hosts)
     return (
         "model_list:\n"
         f"  - model_name: {model}\n"
@@ -76,14 +87,19 @@ def config_yaml(model: str, sim_url: str, image_hosts: tuple[str, ...] = ()) -> 
         "general_settings:\n"
         f"  master_key: {MASTER_KEY}\n"
         "litellm_settings:\n"
-        "  telemetry: false\n"
-        + ("  user_url_allowed_hosts:\n" + allowed if allowed else "")
+        "  telemetry: false\n" + ("  user_url_allowed_hosts:\n" + allowed if allowed else "")
     )
 
 
 def environment() -> dict[str, str]:
     """The proxy's environment: no network fetch of the model cost map, quiet logs."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LITELLM_", "DATABASE_URL", "REDIS_"))}
-    env.update({"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR", "NO_DOCS": "True",
-                "LITELLM_DONT_SHOW_FEEDBACK_BOX": "True"})
+    env.update(
+        {
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            "LITELLM_LOG": "ERROR",
+            "NO_DOCS": "True",
+            "LITELLM_DONT_SHOW_FEEDBACK_BOX": "True",
+        }
+    )
     return env

@@ -52,8 +52,15 @@ def summary(values: list[float], scale: float = 1.0) -> dict[str, float | int]:
     def rank(q: float) -> float:
         return ordered[min(n - 1, max(0, int(q * n + 0.999999) - 1))] * scale
 
-    return {"count": n, "mean": sum(ordered) / n * scale, "min": ordered[0] * scale, "p50": rank(0.50),
-            "p90": rank(0.90), "p99": rank(0.99), "max": ordered[-1] * scale}
+    return {
+        "count": n,
+        "mean": sum(ordered) / n * scale,
+        "min": ordered[0] * scale,
+        "p50": rank(0.50),
+        "p90": rank(0.90),
+        "p99": rank(0.99),
+        "max": ordered[-1] * scale,
+    }
 
 
 @dataclass
@@ -98,10 +105,15 @@ class Result:
     def as_json(self) -> dict[str, Any]:
         done = self.ok + self.errors
         out: dict[str, Any] = {
-            "mode": self.mode, "concurrency": self.concurrency, "requests": done, "ok": self.ok,
-            "errors": self.errors, "error_samples": self.error_samples,
+            "mode": self.mode,
+            "concurrency": self.concurrency,
+            "requests": done,
+            "ok": self.ok,
+            "errors": self.errors,
+            "error_samples": self.error_samples,
             "status_counts": {str(k): v for k, v in sorted(self.statuses.items())},
-            "reconnects": self.reconnects, "elapsed_s": self.elapsed_s,
+            "reconnects": self.reconnects,
+            "elapsed_s": self.elapsed_s,
             "rps": self.ok / self.elapsed_s if self.elapsed_s > 0 else 0.0,
             "latency_ms": summary(self.latencies, 1000.0),
         }
@@ -109,13 +121,19 @@ class Result:
             out["ttfb_ms"] = summary(self.ttfbs, 1000.0)
         if self.mode == "idle":
             steady = [g for began, g in self.gaps if self.all_open_at is not None and began >= self.all_open_at]
-            out.update({
-                "streams": self.concurrency, "opened": self.opened, "max_open": self.max_open,
-                "all_open_s": self.all_open_s, "gap_s": summary([g for _, g in self.gaps]),
-                "steady_gap_s": summary(steady),
-                "stream_max_gap_s": summary(self.stream_max_gaps),
-                "pings": sum(self.pings), "pings_min_per_stream": min(self.pings) if self.pings else 0,
-            })
+            out.update(
+                {
+                    "streams": self.concurrency,
+                    "opened": self.opened,
+                    "max_open": self.max_open,
+                    "all_open_s": self.all_open_s,
+                    "gap_s": summary([g for _, g in self.gaps]),
+                    "steady_gap_s": summary(steady),
+                    "stream_max_gap_s": summary(self.stream_max_gaps),
+                    "pings": sum(self.pings),
+                    "pings_min_per_stream": min(self.pings) if self.pings else 0,
+                }
+            )
         return out
 
 
@@ -140,8 +158,9 @@ async def _read_head(reader: asyncio.StreamReader) -> tuple[int, dict[bytes, byt
     return status, headers
 
 
-async def _read_body(reader: asyncio.StreamReader, headers: dict[bytes, bytes],
-                     on_data: Callable[[bytes], None]) -> bool:
+async def _read_body(
+    reader: asyncio.StreamReader, headers: dict[bytes, bytes], on_data: Callable[[bytes], None]
+) -> bool:
     """Read the body, handing each piece to ``on_data``; returns whether the connection
     stays usable."""
     if b"chunked" in headers.get(b"transfer-encoding", b"").lower():
@@ -185,7 +204,7 @@ class Events:
             end = self.buffer.find(b"\n\n")
             if end < 0:
                 return
-            event, self.buffer = self.buffer[:end], self.buffer[end + 2:]
+            event, self.buffer = self.buffer[:end], self.buffer[end + 2 :]
             if not event.strip():
                 continue
             self.count += 1
@@ -211,8 +230,7 @@ class Connection:
         self.used = False
 
     async def open(self) -> None:
-        self.reader, self.writer = await asyncio.open_connection(self.target.host, self.target.port,
-                                                                 limit=READ_LIMIT)
+        self.reader, self.writer = await asyncio.open_connection(self.target.host, self.target.port, limit=READ_LIMIT)
         sock = self.writer.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -259,8 +277,10 @@ async def one_request(conn: Connection, result: Result, on_first_event: Callable
                 announced = True
                 on_first_event()
     else:
+
         def on_data(data: bytes) -> None:
             body.extend(data)
+
     keep = await _read_body(conn.reader, headers, on_data)
     finished = time.perf_counter()
     if not keep:
@@ -368,8 +388,14 @@ def build_target(url: str, body: bytes, headers: list[str], mode: str, expect: s
         raise SystemExit(f"loadgen: only http:// URLs on loopback are allowed, not {url!r}")
     port = parts.port or 80
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    head = [f"POST {path} HTTP/1.1", f"Host: {host}:{port}", "Content-Type: application/json",
-            f"Content-Length: {len(body)}", "User-Agent: ezat-bench-loadgen", *headers]
+    head = [
+        f"POST {path} HTTP/1.1",
+        f"Host: {host}:{port}",
+        "Content-Type: application/json",
+        f"Content-Length: {len(body)}",
+        "User-Agent: ezat-bench-loadgen",
+        *headers,
+    ]
     request = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
     return Target(host=host, port=port, request=request, mode=mode, expect=expect.encode(), timeout_s=timeout_s)
 

@@ -4,13 +4,30 @@ from __future__ import annotations
 
 from typing import Any
 
-JSON_METRICS = (("rps", "req/s"), ("p50_ms", "p50 ms"), ("p99_ms", "p99 ms"),
-                ("cpu_ms_per_request", "CPU ms/req"), ("errors", "errors"), ("foreign_cpu_pct", "others' CPU %"))
-SSE_METRICS = (("ttfb_p50_ms", "TTFB p50 ms"), ("ttfb_p99_ms", "TTFB p99 ms"), ("done_p50_ms", "[DONE] p50 ms"),
-               ("done_p99_ms", "[DONE] p99 ms"), ("rps", "req/s"), ("cpu_ms_per_request", "CPU ms/req"),
-               ("errors", "errors"), ("foreign_cpu_pct", "others' CPU %"))
-SCENARIO_TITLES = {"nonstream_c1": "non-stream c=1", "nonstream_c32": "non-stream c=32",
-                   "stream_c1": "stream c=1", "stream_c32": "stream c=32"}
+JSON_METRICS = (
+    ("rps", "req/s"),
+    ("p50_ms", "p50 ms"),
+    ("p99_ms", "p99 ms"),
+    ("cpu_ms_per_request", "CPU ms/req"),
+    ("errors", "errors"),
+    ("foreign_cpu_pct", "others' CPU %"),
+)
+SSE_METRICS = (
+    ("ttfb_p50_ms", "TTFB p50 ms"),
+    ("ttfb_p99_ms", "TTFB p99 ms"),
+    ("done_p50_ms", "[DONE] p50 ms"),
+    ("done_p99_ms", "[DONE] p99 ms"),
+    ("rps", "req/s"),
+    ("cpu_ms_per_request", "CPU ms/req"),
+    ("errors", "errors"),
+    ("foreign_cpu_pct", "others' CPU %"),
+)
+SCENARIO_TITLES = {
+    "nonstream_c1": "non-stream c=1",
+    "nonstream_c32": "non-stream c=32",
+    "stream_c1": "stream c=1",
+    "stream_c32": "stream c=32",
+}
 TARGET_NAMES = ("ours", "litellm", "direct")
 NO_RATIO = ("errors", "foreign_cpu_pct")
 
@@ -44,8 +61,9 @@ def comparisons(results: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _goal(goal_id: str, text: str, target: str, measured: float | None, unit: str, met: bool | None,
-          by: str) -> dict[str, Any]:
+def _goal(
+    goal_id: str, text: str, target: str, measured: float | None, unit: str, met: bool | None, by: str
+) -> dict[str, Any]:
     return {"id": goal_id, "goal": text, "target": target, "measured": measured, "unit": unit, "met": met, "by": by}
 
 
@@ -57,22 +75,56 @@ def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
 
     rps = cmp["nonstream_c32"]["rps"]
     ratio = rps.get("ours_over_litellm")
-    out.append(_goal("rps_vs_litellm", f"requests/s per worker vs LiteLLM (non-stream c=32, {workers} worker(s) each)",
-                     "≥ 6×", ratio, "×", None if ratio is None else ratio >= 6,
-                     "" if ratio is None else _by(ratio, 6, "×", higher_is_better=True)))
+    out.append(
+        _goal(
+            "rps_vs_litellm",
+            f"requests/s per worker vs LiteLLM (non-stream c=32, {workers} worker(s) each)",
+            "≥ 6×",
+            ratio,
+            "×",
+            None if ratio is None else ratio >= 6,
+            "" if ratio is None else _by(ratio, 6, "×", higher_is_better=True),
+        )
+    )
 
     added = cmp["nonstream_c1"]["p50_ms"].get("ours_minus_direct")
-    out.append(_goal("added_p50", "added p50 latency, non-stream c=1 (ours − direct)", "≤ 1.5 ms", added, "ms",
-                     None if added is None else added <= 1.5, "" if added is None else _by(added, 1.5, " ms")))
+    out.append(
+        _goal(
+            "added_p50",
+            "added p50 latency, non-stream c=1 (ours − direct)",
+            "≤ 1.5 ms",
+            added,
+            "ms",
+            None if added is None else added <= 1.5,
+            "" if added is None else _by(added, 1.5, " ms"),
+        )
+    )
 
     ttfb = cmp["stream_c1"]["ttfb_p50_ms"].get("ours_minus_direct")
-    out.append(_goal("added_ttfb", "added time to first byte p50, stream c=1 (ours − direct)", "≤ 2 ms", ttfb, "ms",
-                     None if ttfb is None else ttfb <= 2.0, "" if ttfb is None else _by(ttfb, 2.0, " ms")))
+    out.append(
+        _goal(
+            "added_ttfb",
+            "added time to first byte p50, stream c=1 (ours − direct)",
+            "≤ 2 ms",
+            ttfb,
+            "ms",
+            None if ttfb is None else ttfb <= 2.0,
+            "" if ttfb is None else _by(ttfb, 2.0, " ms"),
+        )
+    )
 
     cpu = cmp["nonstream_c32"]["cpu_ms_per_request"].get("ours")
-    out.append(_goal("cpu_per_request", "CPU per request, non-stream c=32 (gunicorn tree: auth, limits, "
-                     "translation, ledger)", "≤ 1.6 ms", cpu, "ms", None if cpu is None else cpu <= 1.6,
-                     "" if cpu is None else _by(cpu, 1.6, " ms")))
+    out.append(
+        _goal(
+            "cpu_per_request",
+            "CPU per request, non-stream c=32 (gunicorn tree: auth, limits, translation, ledger)",
+            "≤ 1.6 ms",
+            cpu,
+            "ms",
+            None if cpu is None else cpu <= 1.6,
+            "" if cpu is None else _by(cpu, 1.6, " ms"),
+        )
+    )
 
     slow = results.get("slow_streams") or {}
     kb = slow.get("rss_per_stream_kb")
@@ -80,17 +132,36 @@ def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
     met = None if kb is None else bool(kb < 64 and slow.get("pings_on_time") and complete)
     detail = ""
     if kb is not None:
-        detail = (_by(kb, 64, " KB") + f"; max gap between pings {slow.get('steady_max_gap_s') or 0:.2f} s once all "
-                  f"were open, {slow.get('max_gap_s') or 0:.2f} s over the whole run (keepalive_s "
-                  f"{slow.get('keepalive_s')}); {slow.get('opened')}/{slow.get('streams')} open")
-    out.append(_goal("idle_streams", f"{slow.get('streams', 1000)} idle streams on one worker: RSS per stream, "
-                     "pings on time", "< 64 KB, gap ≤ 1.5 × keepalive_s", kb, "KB", met, detail))
+        detail = (
+            _by(kb, 64, " KB") + f"; max gap between pings {slow.get('steady_max_gap_s') or 0:.2f} s once all "
+            f"were open, {slow.get('max_gap_s') or 0:.2f} s over the whole run (keepalive_s "
+            f"{slow.get('keepalive_s')}); {slow.get('opened')}/{slow.get('streams')} open"
+        )
+    out.append(
+        _goal(
+            "idle_streams",
+            f"{slow.get('streams', 1000)} idle streams on one worker: RSS per stream, pings on time",
+            "< 64 KB, gap ≤ 1.5 × keepalive_s",
+            kb,
+            "KB",
+            met,
+            detail,
+        )
+    )
 
     img = (results.get("images") or {}).get("ours") or {}
     total = img.get("total_s_max")
-    out.append(_goal("images", "20 image URLs of 1 s each, one request (slowest of the repetitions)", "< 2 s", total,
-                     "s", None if total is None else bool(total < 2 and img.get("errors") == 0),
-                     "" if total is None else _by(total, 2.0, " s")))
+    out.append(
+        _goal(
+            "images",
+            "20 image URLs of 1 s each, one request (slowest of the repetitions)",
+            "< 2 s",
+            total,
+            "s",
+            None if total is None else bool(total < 2 and img.get("errors") == 0),
+            "" if total is None else _by(total, 2.0, " s"),
+        )
+    )
     return out
 
 
@@ -121,8 +192,7 @@ def table(results: dict[str, Any]) -> str:
     lt = meta.get("litellm") or {}
     plan = meta["plan"]
     lines = [
-        f"ezat_compat benchmark, {meta['mode']} mode, {meta['workers']} worker(s) per gateway, "
-        f"{meta['started_at']}",
+        f"ezat_compat benchmark, {meta['mode']} mode, {meta['workers']} worker(s) per gateway, {meta['started_at']}",
         f"machine: {machine['cpu_model']}, {machine['cores']} cores, {machine['memory_gib']} GiB, "
         f"Linux {machine['kernel']}, Python {machine['python']}, load average at start "
         f"{', '.join(f'{x:.2f}' for x in machine['loadavg_at_start'])}",
@@ -131,8 +201,10 @@ def table(results: dict[str, Any]) -> str:
         f"run took {meta.get('run_s', 0):.0f} s",
         "",
     ]
-    header = f"{'':17}{'':15}{'ours':>10}{'LiteLLM':>10}{'direct':>10}{'ours/LiteLLM':>14}{'ours/direct':>13}" \
-             f"{'ours−direct':>13}"
+    header = (
+        f"{'':17}{'':15}{'ours':>10}{'LiteLLM':>10}{'direct':>10}{'ours/LiteLLM':>14}{'ours/direct':>13}"
+        f"{'ours−direct':>13}"
+    )
     lines.append(header)
     lines.append("-" * len(header))
     for scenario, title in SCENARIO_TITLES.items():
@@ -146,7 +218,8 @@ def table(results: dict[str, Any]) -> str:
                 f"{_fmt(row['litellm'], metric):>10}{_fmt(row['direct'], metric):>10}"
                 f"{_fmt_ratio(ratio_l) if metric not in NO_RATIO else '':>14}"
                 f"{_fmt_ratio(ratio_d) if metric not in NO_RATIO else '':>13}"
-                f"{_fmt(row.get('ours_minus_direct')) if 'ours_minus_direct' in row else '':>13}")
+                f"{_fmt(row.get('ours_minus_direct')) if 'ours_minus_direct' in row else '':>13}"
+            )
         lines.append("")
     slow = results.get("slow_streams")
     if slow:
@@ -169,9 +242,11 @@ def table(results: dict[str, Any]) -> str:
     if imgs:
         parts = []
         for name, img in imgs.items():
-            parts.append(f"{name} {_fmt(img['total_s_p50'])} s (min {_fmt(img['total_s_min'])}, max "
-                         f"{_fmt(img['total_s_max'])}, {img['ok']}/{img['requests']} ok, "
-                         f"{img['max_parallel_downloads']} downloads at once)")
+            parts.append(
+                f"{name} {_fmt(img['total_s_p50'])} s (min {_fmt(img['total_s_min'])}, max "
+                f"{_fmt(img['total_s_max'])}, {img['ok']}/{img['requests']} ok, "
+                f"{img['max_parallel_downloads']} downloads at once)"
+            )
             if img["errors"]:
                 parts[-1] += f" [error: {img['raw']['error_samples'][0][:160]}]"
         urls = imgs[next(iter(imgs))]["urls"]
@@ -179,9 +254,11 @@ def table(results: dict[str, Any]) -> str:
     lines.append("targets (issue 8), judged on this run:")
     for goal in results.get("goals", []):
         verdict = {True: "MET", False: "MISSED", None: "n/a"}[goal["met"]]
-        lines.append(f"  {verdict:7}{goal['goal']}: target {goal['target']}, measured "
-                     f"{_fmt(goal['measured'])}{'' if goal['unit'] in ('×',) else ' '}{goal['unit']}"
-                     f"{' — ' + goal['by'] if goal['by'] else ''}")
+        lines.append(
+            f"  {verdict:7}{goal['goal']}: target {goal['target']}, measured "
+            f"{_fmt(goal['measured'])}{'' if goal['unit'] in ('×',) else ' '}{goal['unit']}"
+            f"{' — ' + goal['by'] if goal['by'] else ''}"
+        )
     return "\n".join(lines)
 
 

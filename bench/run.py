@@ -42,8 +42,12 @@ from servers import BENCH, MODEL, REPO, Fleet, Gateway, http
 LOADGEN = BENCH / "loadgen.py"
 DEFAULT_OUT = BENCH / "results" / "latest.json"
 CACHE = REPO / ".bench-cache"
-SCENARIOS = (("nonstream_c1", "json", 1), ("nonstream_c32", "json", 32), ("stream_c1", "sse", 1),
-             ("stream_c32", "sse", 32))
+SCENARIOS = (
+    ("nonstream_c1", "json", 1),
+    ("nonstream_c32", "json", 32),
+    ("stream_c1", "sse", 1),
+    ("stream_c32", "sse", 32),
+)
 SYSTEM = "You are a terse assistant."
 PROMPT = "Say hello in a dozen words."
 IMAGE_URLS = 20
@@ -63,10 +67,28 @@ class Plan:
     quiet_wait_s: float
 
 
-FULL = Plan("full", warmup_s=1.5, duration_s=8.0, slow_streams=1000, stall_s=12.0, image_reps=3,
-            litellm_images=True, attempts=3, quiet_wait_s=15.0)
-QUICK = Plan("quick", warmup_s=0.3, duration_s=1.5, slow_streams=100, stall_s=3.0, image_reps=1,
-             litellm_images=False, attempts=1, quiet_wait_s=0.0)
+FULL = Plan(
+    "full",
+    warmup_s=1.5,
+    duration_s=8.0,
+    slow_streams=1000,
+    stall_s=12.0,
+    image_reps=3,
+    litellm_images=True,
+    attempts=3,
+    quiet_wait_s=15.0,
+)
+QUICK = Plan(
+    "quick",
+    warmup_s=0.3,
+    duration_s=1.5,
+    slow_streams=100,
+    stall_s=3.0,
+    image_reps=1,
+    litellm_images=False,
+    attempts=1,
+    quiet_wait_s=0.0,
+)
 FOREIGN_LIMIT_PCT = 10.0  # other processes' share of the machine's CPU above which a measurement is redone
 
 
@@ -88,16 +110,26 @@ class Endpoint:
 
 
 def openai_body(text: str, *, stream: bool = False, content: Any = None) -> dict[str, Any]:
-    body: dict[str, Any] = {"model": MODEL, "max_tokens": 64, "messages": [
-        {"role": "system", "content": SYSTEM}, {"role": "user", "content": content if content is not None else text}]}
+    body: dict[str, Any] = {
+        "model": MODEL,
+        "max_tokens": 64,
+        "messages": [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": content if content is not None else text},
+        ],
+    }
     if stream:
         body["stream"] = True
     return body
 
 
 def anthropic_body(text: str, *, stream: bool = False) -> dict[str, Any]:
-    body: dict[str, Any] = {"model": MODEL, "max_tokens": 64, "system": SYSTEM,
-                            "messages": [{"role": "user", "content": text}]}
+    body: dict[str, Any] = {
+        "model": MODEL,
+        "max_tokens": 64,
+        "system": SYSTEM,
+        "messages": [{"role": "user", "content": text}],
+    }
     if stream:
         body["stream"] = True
     return body
@@ -113,19 +145,30 @@ def write_json(path: Path, payload: Any) -> Path:
 
 def loadgen(args: list[str], timeout_s: float) -> dict[str, Any]:
     """Run the load generator to the end; its ``RESULT`` as a dict."""
-    done = subprocess.run([sys.executable, str(LOADGEN), *args], capture_output=True, text=True, timeout=timeout_s,
-                          check=False)
+    done = subprocess.run(
+        [sys.executable, str(LOADGEN), *args], capture_output=True, text=True, timeout=timeout_s, check=False
+    )
     for line in done.stdout.splitlines():
         if line.startswith("RESULT "):
-            result: dict[str, Any] = json.loads(line[len("RESULT "):])
+            result: dict[str, Any] = json.loads(line[len("RESULT ") :])
             return result
     raise RuntimeError(f"loadgen failed (status {done.returncode}): {done.stderr.strip()[-2000:]}")
 
 
 def _target_args(ep: Endpoint, mode: str, concurrency: int) -> list[str]:
     body, expect = (ep.body_sse, ep.expect_sse) if mode == "sse" else (ep.body_json, ep.expect_json)
-    args = ["--url", ep.url, "--body-file", str(body), "--mode", mode, "--concurrency", str(concurrency),
-            "--expect", expect]
+    args = [
+        "--url",
+        ep.url,
+        "--body-file",
+        str(body),
+        "--mode",
+        mode,
+        "--concurrency",
+        str(concurrency),
+        "--expect",
+        expect,
+    ]
     for header in ep.headers:
         args += ["--header", header]
     return args
@@ -170,29 +213,61 @@ def _timed(ep: Endpoint, args: list[str], mode: str, plan: Plan, sim_pid: int) -
     foreign = max(0.0, (busy1 - busy0) - server - upstream - generator)
     n = max(raw["requests"], 1)
     out: dict[str, Any] = {
-        "requests": raw["requests"], "ok": raw["ok"], "errors": raw["errors"], "rps": raw["rps"],
-        "p50_ms": raw["latency_ms"].get("p50"), "p99_ms": raw["latency_ms"].get("p99"),
-        "cpu_ms_per_request": server * 1000 / n, "server_cpu_cores": server / wall,
+        "requests": raw["requests"],
+        "ok": raw["ok"],
+        "errors": raw["errors"],
+        "rps": raw["rps"],
+        "p50_ms": raw["latency_ms"].get("p50"),
+        "p99_ms": raw["latency_ms"].get("p99"),
+        "cpu_ms_per_request": server * 1000 / n,
+        "server_cpu_cores": server / wall,
         "loadgen_cpu_ms_per_request": generator * 1000 / n,
-        "foreign_cpu_pct": 100 * foreign / (wall * (os.cpu_count() or 1)), "raw": raw,
+        "foreign_cpu_pct": 100 * foreign / (wall * (os.cpu_count() or 1)),
+        "raw": raw,
     }
     if ep.pid != sim_pid:
         out["upstream_cpu_ms_per_request"] = upstream * 1000 / n
     if mode == "sse":
-        out.update({"ttfb_p50_ms": raw["ttfb_ms"].get("p50"), "ttfb_p99_ms": raw["ttfb_ms"].get("p99"),
-                    "done_p50_ms": raw["latency_ms"].get("p50"), "done_p99_ms": raw["latency_ms"].get("p99")})
+        out.update(
+            {
+                "ttfb_p50_ms": raw["ttfb_ms"].get("p50"),
+                "ttfb_p99_ms": raw["ttfb_ms"].get("p99"),
+                "done_p50_ms": raw["latency_ms"].get("p50"),
+                "done_p99_ms": raw["latency_ms"].get("p99"),
+            }
+        )
     return out
 
 
 # ---------------------------------------------------------------- 1,000 idle streams
 
 
-def _idle(url: str, key: str, body: Path, streams: int, timeout_s: float, fleet: Fleet,
-          on_all_open: Any = None) -> dict[str, Any]:
-    popen = subprocess.Popen([sys.executable, str(LOADGEN), "--url", url, "--body-file", str(body), "--mode", "idle",
-                              "--concurrency", str(streams), "--timeout", str(timeout_s), "--expect", "[DONE]",
-                              "--header", f"authorization: Bearer {key}"],
-                             stdout=subprocess.PIPE, text=True, start_new_session=True)
+def _idle(
+    url: str, key: str, body: Path, streams: int, timeout_s: float, fleet: Fleet, on_all_open: Any = None
+) -> dict[str, Any]:
+    popen = subprocess.Popen(
+        [
+            sys.executable,
+            str(LOADGEN),
+            "--url",
+            url,
+            "--body-file",
+            str(body),
+            "--mode",
+            "idle",
+            "--concurrency",
+            str(streams),
+            "--timeout",
+            str(timeout_s),
+            "--expect",
+            "[DONE]",
+            "--header",
+            f"authorization: Bearer {key}",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     proc = fleet.track("loadgen-idle", popen)
     result: dict[str, Any] | None = None
     try:
@@ -201,7 +276,7 @@ def _idle(url: str, key: str, body: Path, streams: int, timeout_s: float, fleet:
             if line.startswith("# all-open") and on_all_open is not None:
                 on_all_open()
             elif line.startswith("RESULT "):
-                result = json.loads(line[len("RESULT "):])
+                result = json.loads(line[len("RESULT ") :])
         popen.wait(timeout=timeout_s + 60)
     finally:
         fleet.stop(proc)
@@ -253,16 +328,28 @@ def slow_streams(gw: Gateway, sim_pid: int, plan: Plan, fleet: Fleet) -> dict[st
     sim_open = sim_at_open[0] if sim_at_open else sim_before
     max_gap, steady_gap = raw["gap_s"].get("max"), raw["steady_gap_s"].get("max")
     return {
-        "streams": n, "opened": raw["opened"], "max_open": raw["max_open"], "ok": raw["ok"], "errors": raw["errors"],
-        "all_open_s": raw["all_open_s"], "stall_s": plan.stall_s, "keepalive_s": gw.keepalive_s,
-        "worker_pid": worker, "rss_before_mb": rss_before / 2**20, "rss_open_mb": rss_open / 2**20,
-        "rss_peak_mb": peak[0] / 2**20, "rss_per_stream_kb": (rss_open - rss_before) / n / 1024,
+        "streams": n,
+        "opened": raw["opened"],
+        "max_open": raw["max_open"],
+        "ok": raw["ok"],
+        "errors": raw["errors"],
+        "all_open_s": raw["all_open_s"],
+        "stall_s": plan.stall_s,
+        "keepalive_s": gw.keepalive_s,
+        "worker_pid": worker,
+        "rss_before_mb": rss_before / 2**20,
+        "rss_open_mb": rss_open / 2**20,
+        "rss_peak_mb": peak[0] / 2**20,
+        "rss_per_stream_kb": (rss_open - rss_before) / n / 1024,
         "rss_peak_per_stream_kb": (peak[0] - rss_before) / n / 1024,
         "worker_cpu_ms_per_stream": (cpu_after - cpu_before) * 1000 / n,
         "sim_rss_per_stream_kb": (sim_open - sim_before) / n / 1024,
-        "pings": raw["pings"], "pings_min_per_stream": raw["pings_min_per_stream"],
-        "max_gap_s": max_gap, "p99_gap_s": raw["gap_s"].get("p99"),
-        "steady_max_gap_s": steady_gap, "steady_p99_gap_s": raw["steady_gap_s"].get("p99"),
+        "pings": raw["pings"],
+        "pings_min_per_stream": raw["pings_min_per_stream"],
+        "max_gap_s": max_gap,
+        "p99_gap_s": raw["gap_s"].get("p99"),
+        "steady_max_gap_s": steady_gap,
+        "steady_p99_gap_s": raw["steady_gap_s"].get("p99"),
         "pings_on_time": bool(steady_gap is not None and steady_gap <= 1.5 * gw.keepalive_s and raw["errors"] == 0),
         "raw": raw,
     }
@@ -274,24 +361,46 @@ def slow_streams(gw: Gateway, sim_pid: int, plan: Plan, fleet: Fleet) -> dict[st
 def images(ep: Endpoint, image_url: str, reps: int, fleet: Fleet, timeout_s: float = 60) -> dict[str, Any]:
     tag = f"{ep.name}-{time.time_ns()}"
     parts: list[dict[str, Any]] = [{"type": "text", "text": "What is in these pictures? [[sim:words=8]]"}]
-    parts += [{"type": "image_url", "image_url": {"url": f"{image_url}/slow/{i}.png?run={tag}"}}
-              for i in range(IMAGE_URLS)]
+    parts += [
+        {"type": "image_url", "image_url": {"url": f"{image_url}/slow/{i}.png?run={tag}"}} for i in range(IMAGE_URLS)
+    ]
     body = write_json(fleet.workdir / f"images-{ep.name}.json", openai_body("", content=parts))
     http("DELETE", image_url + "/stats")
-    args = ["--url", ep.url, "--body-file", str(body), "--mode", "json", "--concurrency", "1",
-            "--max-requests", str(reps), "--duration", str(min(600, reps * timeout_s)), "--timeout", str(timeout_s),
-            "--expect", ep.expect_json]
+    args = [
+        "--url",
+        ep.url,
+        "--body-file",
+        str(body),
+        "--mode",
+        "json",
+        "--concurrency",
+        "1",
+        "--max-requests",
+        str(reps),
+        "--duration",
+        str(min(600, reps * timeout_s)),
+        "--timeout",
+        str(timeout_s),
+        "--expect",
+        ep.expect_json,
+    ]
     for header in ep.headers:
         args += ["--header", header]
     raw = loadgen(args, timeout_s=reps * timeout_s + 60)
     stats = json.loads(http("GET", image_url + "/stats")[1])
     latency = raw["latency_ms"]
     return {
-        "urls": IMAGE_URLS, "delay_s": IMAGE_DELAY_S, "requests": raw["requests"], "ok": raw["ok"],
-        "errors": raw["errors"], "total_s_min": _seconds(latency.get("min")),
-        "total_s_p50": _seconds(latency.get("p50")), "total_s_max": _seconds(latency.get("max")),
+        "urls": IMAGE_URLS,
+        "delay_s": IMAGE_DELAY_S,
+        "requests": raw["requests"],
+        "ok": raw["ok"],
+        "errors": raw["errors"],
+        "total_s_min": _seconds(latency.get("min")),
+        "total_s_p50": _seconds(latency.get("p50")),
+        "total_s_max": _seconds(latency.get("max")),
         "image_server_requests": stats["requests"],
-        "max_parallel_downloads": stats["max_concurrent"], "raw": raw,
+        "max_parallel_downloads": stats["max_concurrent"],
+        "raw": raw,
     }
 
 
@@ -322,10 +431,17 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         plan = replace(plan, slow_streams=args.streams)
     started = time.monotonic()
     results: dict[str, Any] = {
-        "meta": {"mode": plan.mode, "plan": asdict(plan), "workers": args.workers,
-                 "started_at": datetime.now(UTC).isoformat(timespec="seconds"), "machine": procstats.machine(),
-                 "load": "asyncio HTTP/1.1 keep-alive load generator in its own process, loopback only"},
-        "targets": {}, "slow_streams": None, "images": {},
+        "meta": {
+            "mode": plan.mode,
+            "plan": asdict(plan),
+            "workers": args.workers,
+            "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "machine": procstats.machine(),
+            "load": "asyncio HTTP/1.1 keep-alive load generator in its own process, loopback only",
+        },
+        "targets": {},
+        "slow_streams": None,
+        "images": {},
     }
     use_litellm, why_not = litellm_available(args, plan)
     with Fleet(workdir) as fleet:
@@ -337,32 +453,62 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         oa_json = write_json(wd / "openai.json", openai_body(text))
         oa_sse = write_json(wd / "openai-stream.json", openai_body(text, stream=True))
         endpoints = [
-            Endpoint("ours", gw.url + "/openai/v1/chat/completions", [f"authorization: Bearer {gw.key}"],
-                     oa_json, oa_sse, '"choices"', "[DONE]", gw.proc.pid),
-            Endpoint("direct", sim_url + "/v1/messages",
-                     [f"x-api-key: {litellm_env.UPSTREAM_KEY}", "anthropic-version: 2023-06-01"],
-                     write_json(wd / "anthropic.json", anthropic_body(text)),
-                     write_json(wd / "anthropic-stream.json", anthropic_body(text, stream=True)),
-                     '"content"', "message_stop", sim.pid),
+            Endpoint(
+                "ours",
+                gw.url + "/openai/v1/chat/completions",
+                [f"authorization: Bearer {gw.key}"],
+                oa_json,
+                oa_sse,
+                '"choices"',
+                "[DONE]",
+                gw.proc.pid,
+            ),
+            Endpoint(
+                "direct",
+                sim_url + "/v1/messages",
+                [f"x-api-key: {litellm_env.UPSTREAM_KEY}", "anthropic-version: 2023-06-01"],
+                write_json(wd / "anthropic.json", anthropic_body(text)),
+                write_json(wd / "anthropic-stream.json", anthropic_body(text, stream=True)),
+                '"content"',
+                "message_stop",
+                sim.pid,
+            ),
         ]
         litellm_meta: dict[str, Any] = {"used": use_litellm, "version": litellm_env.VERSION, "note": why_not}
         if use_litellm:
             image_host = image_url.removeprefix("http://")
             lt, lt_url = fleet.start_litellm(sim_url, workers=args.workers, image_hosts=(image_host,))
-            endpoints.insert(1, Endpoint("litellm", lt_url + "/v1/chat/completions",
-                                         [f"authorization: Bearer {litellm_env.MASTER_KEY}"], oa_json, oa_sse,
-                                         '"choices"', "[DONE]", lt.pid))
-            litellm_meta.update({"config": litellm_env.config_yaml(MODEL, "<simulator URL>", ("<image server>",)),
-                                 "auth": "master key (no database: no virtual keys, rate limits or spend logs)",
-                                 "upstream_path_seen": _upstream_path(sim_url, endpoints[1])})
+            endpoints.insert(
+                1,
+                Endpoint(
+                    "litellm",
+                    lt_url + "/v1/chat/completions",
+                    [f"authorization: Bearer {litellm_env.MASTER_KEY}"],
+                    oa_json,
+                    oa_sse,
+                    '"choices"',
+                    "[DONE]",
+                    lt.pid,
+                ),
+            )
+            litellm_meta.update(
+                {
+                    "config": litellm_env.config_yaml(MODEL, "<simulator URL>", ("<image server>",)),
+                    "auth": "master key (no database: no virtual keys, rate limits or spend logs)",
+                    "upstream_path_seen": _upstream_path(sim_url, endpoints[1]),
+                }
+            )
         results["meta"]["litellm"] = litellm_meta
         for name, mode, concurrency in SCENARIOS:
             for ep in endpoints:
                 print(f"bench: {name:14} {ep.name:8}", end=" ", file=sys.stderr, flush=True)
                 m = measure(ep, mode, concurrency, plan, sim.pid)
                 results["targets"].setdefault(ep.name, {})[name] = m
-                print(f"{m['rps']:8.1f} req/s  p50 {m['p50_ms']:.2f} ms  errors {m['errors']}", file=sys.stderr,
-                      flush=True)
+                print(
+                    f"{m['rps']:8.1f} req/s  p50 {m['p50_ms']:.2f} ms  errors {m['errors']}",
+                    file=sys.stderr,
+                    flush=True,
+                )
         if args.workers == 1:
             idle_gw = gw
         else:
@@ -383,8 +529,13 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
 def _upstream_path(sim_url: str, ep: Endpoint) -> str:
     """One request through LiteLLM; the path the simulator saw (must be /v1/messages)."""
     http("DELETE", sim_url + "/_sim/requests")
-    status, _ = http("POST", ep.url, json.loads(ep.body_json.read_text()),
-                     {"authorization": f"Bearer {litellm_env.MASTER_KEY}"}, timeout_s=30)
+    status, _ = http(
+        "POST",
+        ep.url,
+        json.loads(ep.body_json.read_text()),
+        {"authorization": f"Bearer {litellm_env.MASTER_KEY}"},
+        timeout_s=30,
+    )
     seen = json.loads(http("GET", sim_url + "/_sim/requests")[1])["requests"]
     if status != 200 or not seen:
         raise RuntimeError(f"LiteLLM could not reach the simulator (HTTP {status})")
@@ -396,8 +547,11 @@ def _upstream_path(sim_url: str, ep: Endpoint) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="ezat_compat vs LiteLLM's proxy vs the bare simulator")
-    parser.add_argument("--quick", action="store_true", help="under a minute: short runs, 100 idle streams, "
-                        "LiteLLM only if already installed")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="under a minute: short runs, 100 idle streams, LiteLLM only if already installed",
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON results (default {DEFAULT_OUT})")
     parser.add_argument("--skip-litellm", action="store_true", help="don't install or run LiteLLM's proxy")
     parser.add_argument("--workers", type=int, default=1, help="workers of each gateway (default 1)")

@@ -37,12 +37,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def http(method: str, url: str, body: Any = None, headers: dict[str, str] | None = None,
-         timeout_s: float = 10.0) -> tuple[int, bytes]:
+def http(
+    method: str, url: str, body: Any = None, headers: dict[str, str] | None = None, timeout_s: float = 10.0
+) -> tuple[int, bytes]:
     """One plain HTTP call (no proxies); returns (status, body)."""
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, method=method,
-                                     headers={"content-type": "application/json", **(headers or {})})
+    request = urllib.request.Request(
+        url, data=data, method=method, headers={"content-type": "application/json", **(headers or {})}
+    )
     try:
         with _NO_PROXY.open(request, timeout=timeout_s) as response:
             return response.status, response.read()
@@ -91,13 +93,19 @@ class Fleet:
             signal.signal(signal.SIGTERM, self._old_term)
             signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
-    def spawn(self, name: str, argv: list[str], *, env: dict[str, str] | None = None,
-              cwd: Path | None = None) -> Proc:
+    def spawn(self, name: str, argv: list[str], *, env: dict[str, str] | None = None, cwd: Path | None = None) -> Proc:
         """Start ``argv`` in its own session, output to ``workdir/<name>.log``."""
         log = self.workdir / f"{name}.log"
         with log.open("wb") as out:
-            popen = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env=env, cwd=cwd, start_new_session=True)
+            popen = subprocess.Popen(
+                argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                cwd=cwd,
+                start_new_session=True,
+            )
         proc = Proc(name, popen, log)
         self.procs.append(proc)
         return proc
@@ -130,15 +138,17 @@ class Fleet:
 
     def start_sim(self) -> tuple[Proc, str]:
         """The simulator in its fast mode (no delay, no stall unless a request asks)."""
-        proc = self.spawn("sim", [sys.executable, "-m", "ezat_compat.sim", "--bind", "127.0.0.1:0", "--name",
-                                  "bench-sim"], cwd=REPO)
+        proc = self.spawn(
+            "sim", [sys.executable, "-m", "ezat_compat.sim", "--bind", "127.0.0.1:0", "--name", "bench-sim"], cwd=REPO
+        )
         url = _announced(proc, "ezat-sim listening on ")
         wait_healthy(url + "/healthz", proc)
         return proc, url
 
     def start_images(self, delay_s: float) -> tuple[Proc, str]:
-        proc = self.spawn("images", [sys.executable, str(BENCH / "slow_images.py"), "--bind", "127.0.0.1:0",
-                                     "--delay", str(delay_s)])
+        proc = self.spawn(
+            "images", [sys.executable, str(BENCH / "slow_images.py"), "--bind", "127.0.0.1:0", "--delay", str(delay_s)]
+        )
         url = _announced(proc, "slow-images listening on ")
         wait_healthy(url + "/stats", proc)
         return proc, url
@@ -151,12 +161,21 @@ class Fleet:
         config = root / "ezat.toml"
         config.write_text(gateway_toml(root / "ezat.db", sim_url, workers=workers, keepalive_s=keepalive_s))
         port = free_port()
-        env = {**os.environ, "EZAT_CONFIG": str(config), "EZAT_BIND": f"127.0.0.1:{port}",
-               "EZAT_WORKERS": str(workers), "ANTHROPIC_API_KEY": litellm_env.UPSTREAM_KEY}
+        env = {
+            **os.environ,
+            "EZAT_CONFIG": str(config),
+            "EZAT_BIND": f"127.0.0.1:{port}",
+            "EZAT_WORKERS": str(workers),
+            "ANTHROPIC_API_KEY": litellm_env.UPSTREAM_KEY,
+        }
         for var in ("PROMETHEUS_MULTIPROC_DIR", "EZAT_DATABASE_URL", "EZAT_REDIS_URL", "EZAT_ACCESS_LOG"):
             env.pop(var, None)
-        proc = self.spawn(name, [sys.executable, "-m", "gunicorn", "-c", str(REPO / "gunicorn.conf.py"), "wsgi:app"],
-                          env=env, cwd=REPO)
+        proc = self.spawn(
+            name,
+            [sys.executable, "-m", "gunicorn", "-c", str(REPO / "gunicorn.conf.py"), "wsgi:app"],
+            env=env,
+            cwd=REPO,
+        )
         url = f"http://127.0.0.1:{port}"
         wait_healthy(url + "/healthz", proc, timeout_s=60)
         gateway = Gateway(proc=proc, url=url, config=config, workers=workers, keepalive_s=keepalive_s)
@@ -170,8 +189,17 @@ class Fleet:
         config = self.workdir / "litellm.yaml"
         config.write_text(litellm_env.config_yaml(MODEL, sim_url, image_hosts))
         port = free_port()
-        argv = [str(litellm_env.executable(cache)), "--config", str(config), "--host", "127.0.0.1",
-                "--port", str(port), "--num_workers", str(workers)]
+        argv = [
+            str(litellm_env.executable(cache)),
+            "--config",
+            str(config),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--num_workers",
+            str(workers),
+        ]
         proc = self.spawn("litellm", argv, env=litellm_env.environment(), cwd=self.workdir)
         url = f"http://127.0.0.1:{port}"
         wait_healthy(url + "/health/liveliness", proc, timeout_s=180)
@@ -188,16 +216,27 @@ class Gateway:
     key: str = ""
 
     def cli(self, *args: str) -> str:
-        done = subprocess.run([sys.executable, "-m", "ezat_compat.cli", "--config", str(self.config), *args],
-                              capture_output=True, text=True, timeout=60, cwd=REPO, check=False)
+        done = subprocess.run(
+            [sys.executable, "-m", "ezat_compat.cli", "--config", str(self.config), *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=REPO,
+            check=False,
+        )
         if done.returncode != 0:
             raise RuntimeError(f"ezat-compat {' '.join(args)} failed: {done.stderr.strip()}")
         return done.stdout
 
     def new_key(self) -> str:
         self.cli("orgs", "create", "bench", "--balance", "1000000")
-        return self.cli("keys", "create", "--org", "bench", "--name", "bench", "--rpm", "100000000",
-                        "--tpm", "100000000000").strip().splitlines()[-1]
+        return (
+            self.cli(
+                "keys", "create", "--org", "bench", "--name", "bench", "--rpm", "100000000", "--tpm", "100000000000"
+            )
+            .strip()
+            .splitlines()[-1]
+        )
 
     def worker_pids(self) -> list[int]:
         return procstats.children(self.proc.pid)
@@ -249,7 +288,7 @@ def _announced(proc: Proc, prefix: str, timeout_s: float = 30) -> str:
     while time.monotonic() < deadline:
         for line in proc.log_tail(50).splitlines():
             if line.startswith(prefix):
-                return line[len(prefix):].strip()
+                return line[len(prefix) :].strip()
         if not proc.alive():
             raise RuntimeError(f"{proc.name} exited with status {proc.popen.returncode}:\n{proc.log_tail()}")
         time.sleep(0.05)

@@ -56,13 +56,19 @@ def build_gateway(config: Config) -> Gateway:
     gw_cfg = config.gateway
     engine = make_engine(gw_cfg.database_url)
     redis_url = gw_cfg.redis_url or None
-    cooldowns = make_cooldowns(gw_cfg.redis_url, failures=gw_cfg.cooldown_failures, cooldown_s=gw_cfg.cooldown_s,
-                               max_cooldown_s=gw_cfg.max_cooldown_s)
+    cooldowns = make_cooldowns(
+        gw_cfg.redis_url,
+        failures=gw_cfg.cooldown_failures,
+        cooldown_s=gw_cfg.cooldown_s,
+        max_cooldown_s=gw_cfg.max_cooldown_s,
+    )
     metrics = Metrics()
     metrics.watch_cooldowns(lambda: cooldowns.cooling(time.time()))
     if gw_cfg.allow_private_image_hosts:
-        log.warning("allow_private_image_hosts = true: image URLs may reach loopback and private "
-                    "addresses. Use this in tests only.")
+        log.warning(
+            "allow_private_image_hosts = true: image URLs may reach loopback and private "
+            "addresses. Use this in tests only."
+        )
     return Gateway(
         config,
         catalog=Catalog(config.models, created=int(time.time())),
@@ -70,8 +76,9 @@ def build_gateway(config: Config) -> Gateway:
         ledger=Ledger(engine),
         limits=RateLimits(redis_url, embedded_limits_path(gw_cfg.database_url)),
         cooldowns=cooldowns,
-        upstream=UpstreamClient(connect_timeout_s=gw_cfg.connect_timeout_s,
-                                stream_idle_timeout_s=gw_cfg.stream_idle_timeout_s),
+        upstream=UpstreamClient(
+            connect_timeout_s=gw_cfg.connect_timeout_s, stream_idle_timeout_s=gw_cfg.stream_idle_timeout_s
+        ),
         images=ImageFetcher(threads=gw_cfg.image_fetch_threads, allow_private=gw_cfg.allow_private_image_hosts),
         metrics=metrics,
     )
@@ -90,8 +97,9 @@ def _http_error(exc: HTTPException) -> GatewayError:
         return RouteNotFoundError(f"Invalid URL ({request.method} {request.path}).")
     if isinstance(exc, MethodNotAllowed):
         allowed = ", ".join(sorted(m for m in (exc.valid_methods or []) if m not in ("HEAD", "OPTIONS")))
-        return MethodNotAllowedError(f"Method {request.method} is not allowed for {request.path}"
-                                     + (f"; use {allowed}." if allowed else "."))
+        return MethodNotAllowedError(
+            f"Method {request.method} is not allowed for {request.path}" + (f"; use {allowed}." if allowed else ".")
+        )
     if isinstance(exc, RequestEntityTooLarge):
         return too_large()
     if exc.code and 400 <= exc.code < 500:
@@ -115,8 +123,12 @@ def _register_errors(app: Flask) -> None:
     @app.errorhandler(Exception)
     def unexpected(exc: Exception) -> Response:
         log.exception("unexpected error in request %s", getattr(g, "request_id", "?"))
-        return _render(GatewayError("The gateway failed to process the request; "
-                                    f"quote request id {getattr(g, 'request_id', '?')} to support."))
+        return _render(
+            GatewayError(
+                "The gateway failed to process the request; "
+                f"quote request id {getattr(g, 'request_id', '?')} to support."
+            )
+        )
 
 
 def _register_public(app: Flask) -> None:

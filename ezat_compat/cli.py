@@ -70,8 +70,9 @@ def _parse_time(text: str | None, flag: str) -> datetime | None:
     try:
         value = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise CLIError(f"{flag}: {text!r} is not an ISO 8601 date or time (e.g. 2027-01-31 or "
-                       "2027-01-31T12:00:00Z)") from None
+        raise CLIError(
+            f"{flag}: {text!r} is not an ISO 8601 date or time (e.g. 2027-01-31 or 2027-01-31T12:00:00Z)"
+        ) from None
     return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
@@ -120,22 +121,55 @@ def cmd_keys(args: argparse.Namespace) -> int:
         models = [p.strip() for p in (args.models or "").split(",") if p.strip()]
         expires = _parse_time(args.expires, "--expires")
         info, secret = accounts.create_key(
-            args.org, name=args.name or "", models=models,
+            args.org,
+            name=args.name or "",
+            models=models,
             spend_limit_micros=_usd(args.spend_limit) if args.spend_limit is not None else None,
-            rpm=args.rpm, tpm=args.tpm, expires_at=expires)
-        print(f"created key {info.id} for organization {args.org} (shown once; store it now):",
-              file=sys.stderr)
+            rpm=args.rpm,
+            tpm=args.tpm,
+            expires_at=expires,
+        )
+        print(f"created key {info.id} for organization {args.org} (shown once; store it now):", file=sys.stderr)
         print(secret)
     elif args.keys_command == "list":
         keys = [k.to_json() for k in accounts.list_keys(args.org)]
         if args.json:
             print(json.dumps(keys, indent=2))
         else:
-            rows = [[k["id"], k["prefix"] + "…", k["org"], k["name"], ",".join(k["models"]) or "*",
-                     k["spent_usd"], k["spend_limit_usd"] or "-", k["rpm"] or "-", k["tpm"] or "-",
-                     k["expires_at"] or "-", "revoked" if k["revoked_at"] else "active"] for k in keys]
-            print(table(rows, ["ID", "PREFIX", "ORG", "NAME", "MODELS", "SPENT_USD", "LIMIT_USD", "RPM", "TPM",
-                               "EXPIRES", "STATUS"]))
+            rows = [
+                [
+                    k["id"],
+                    k["prefix"] + "…",
+                    k["org"],
+                    k["name"],
+                    ",".join(k["models"]) or "*",
+                    k["spent_usd"],
+                    k["spend_limit_usd"] or "-",
+                    k["rpm"] or "-",
+                    k["tpm"] or "-",
+                    k["expires_at"] or "-",
+                    "revoked" if k["revoked_at"] else "active",
+                ]
+                for k in keys
+            ]
+            print(
+                table(
+                    rows,
+                    [
+                        "ID",
+                        "PREFIX",
+                        "ORG",
+                        "NAME",
+                        "MODELS",
+                        "SPENT_USD",
+                        "LIMIT_USD",
+                        "RPM",
+                        "TPM",
+                        "EXPIRES",
+                        "STATUS",
+                    ],
+                )
+            )
     elif args.keys_command == "revoke":
         accounts.revoke_key(args.key_id)
         print(f"revoked key {args.key_id}")
@@ -150,10 +184,38 @@ def cmd_usage(args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=2))
         return 0
     summary = ledger.usage_summary(org=args.org, key_public_id=args.key, since=since)
-    rows = [[s["org"], s["key_id"], s["model"], s["requests"], s["input_tokens"], s["cache_write_tokens"],
-             s["cache_read_tokens"], s["output_tokens"], s["reasoning_tokens"], s["cost_usd"]] for s in summary]
-    print(table(rows, ["ORG", "KEY", "MODEL", "REQUESTS", "INPUT", "CACHE_WRITE", "CACHE_READ", "OUTPUT",
-                       "REASONING", "COST_USD"]))
+    rows = [
+        [
+            s["org"],
+            s["key_id"],
+            s["model"],
+            s["requests"],
+            s["input_tokens"],
+            s["cache_write_tokens"],
+            s["cache_read_tokens"],
+            s["output_tokens"],
+            s["reasoning_tokens"],
+            s["cost_usd"],
+        ]
+        for s in summary
+    ]
+    print(
+        table(
+            rows,
+            [
+                "ORG",
+                "KEY",
+                "MODEL",
+                "REQUESTS",
+                "INPUT",
+                "CACHE_WRITE",
+                "CACHE_READ",
+                "OUTPUT",
+                "REASONING",
+                "COST_USD",
+            ],
+        )
+    )
     return 0
 
 
@@ -184,10 +246,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ezat-compat", description="On-prem gateway: OpenAI Chat Completions "
-                                     "and Anthropic Messages in front of Claude deployments.")
-    parser.add_argument("--config", metavar="PATH", help="the TOML configuration (default: $EZAT_CONFIG, "
-                        "then ./ezat.toml)")
+    parser = argparse.ArgumentParser(
+        prog="ezat-compat",
+        description="On-prem gateway: OpenAI Chat Completions and Anthropic Messages in front of Claude deployments.",
+    )
+    parser.add_argument(
+        "--config", metavar="PATH", help="the TOML configuration (default: $EZAT_CONFIG, then ./ezat.toml)"
+    )
     parser.add_argument("--version", action="version", version=f"ezat-compat {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -199,8 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--bind", metavar="HOST:PORT")
     serve.add_argument("--workers", type=_positive_int, metavar="N")
 
-    sim = sub.add_parser("sim", help="run the Anthropic-compatible simulator (other flags: sim --help)",
-                         add_help=False)
+    sim = sub.add_parser("sim", help="run the Anthropic-compatible simulator (other flags: sim --help)", add_help=False)
     sim.add_argument("--bind", metavar="HOST:PORT")
 
     orgs = sub.add_parser("orgs", help="organizations: create, top-up, suspend, resume")
@@ -250,8 +314,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "sim":
             return cmd_sim(args, extra)
-        handler = {"demo": cmd_demo, "serve": cmd_serve, "orgs": cmd_orgs, "keys": cmd_keys,
-                   "usage": cmd_usage}[args.command]
+        handler = {"demo": cmd_demo, "serve": cmd_serve, "orgs": cmd_orgs, "keys": cmd_keys, "usage": cmd_usage}[
+            args.command
+        ]
         return handler(args)
     except (CLIError, ConfigError, StoreError, DemoError) as exc:
         print(f"ezat-compat: {exc}", file=sys.stderr)

@@ -233,8 +233,9 @@ def _build_model(raw: Mapping[str, Any], environ: Mapping[str, str]) -> Model:
     )
 
 
-def parse_config(data: Mapping[str, Any], *, path: str = DEFAULT_CONFIG_NAME,
-                 environ: Mapping[str, str] | None = None) -> Config:
+def parse_config(
+    data: Mapping[str, Any], *, path: str = DEFAULT_CONFIG_NAME, environ: Mapping[str, str] | None = None
+) -> Config:
     """Validate already-parsed TOML data and build the frozen ``Config``."""
     environ = os.environ if environ is None else environ
     label = os.path.basename(path) or path
@@ -268,8 +269,9 @@ def load_config(path: str | os.PathLike[str], environ: Mapping[str, str] | None 
     try:
         raw = Path(path).read_bytes()
     except FileNotFoundError:
-        raise ConfigError(f"{label}: no such configuration file ({os.path.abspath(path)}); "
-                          "pass --config PATH or set EZAT_CONFIG") from None
+        raise ConfigError(
+            f"{label}: no such configuration file ({os.path.abspath(path)}); pass --config PATH or set EZAT_CONFIG"
+        ) from None
     except OSError as exc:
         raise ConfigError(f"{label}: cannot read the file: {exc.strerror}") from None
     try:

@@ -80,8 +80,15 @@ class Policy:
     forget_s: float = 600.0
 
     @classmethod
-    def make(cls, *, failures: int, cooldown_s: float, max_cooldown_s: float,
-             probe_timeout_s: float | None = None, forget_s: float = 600.0) -> Policy:
+    def make(
+        cls,
+        *,
+        failures: int,
+        cooldown_s: float,
+        max_cooldown_s: float,
+        probe_timeout_s: float | None = None,
+        forget_s: float = 600.0,
+    ) -> Policy:
         """``probe_timeout_s`` defaults to ``cooldown_s`` (at least one second)."""
         probe = max(cooldown_s, 1.0) if probe_timeout_s is None else probe_timeout_s
         return cls(max(failures, 1), max(cooldown_s, 0.0), max(max_cooldown_s, 0.0), probe, forget_s)
@@ -168,8 +175,10 @@ class LocalCooldowns:
     def cooling(self, now: float) -> list[str]:
         with self._lock:
             return sorted(
-                name for name in list(self._states)
-                if (st := self._live(name, now)) is not None and st.until is not None
+                name
+                for name in list(self._states)
+                if (st := self._live(name, now)) is not None
+                and st.until is not None
                 and (now < st.until or (st.probe is not None and now < st.probe))
             )
 
@@ -212,7 +221,9 @@ end
 """
 
 # ARGV: now, name, probe_timeout_s, forget_s -> {verdict, refused until or ''}
-_ACQUIRE = _PRELUDE + """
+_ACQUIRE = (
+    _PRELUDE
+    + """
 if not x then return {1, ''} end
 if not u then return {2, ''} end
 if now < u then return {0, v[2]} end
@@ -222,6 +233,7 @@ redis.call('HSET', k, 'p', string.format('%.17g', lease))
 keep(math.max(x, lease + tonumber(ARGV[4])))
 return {3, ''}
 """
+)
 _COOLING, _CLEAN, _COUNTING, _PROBE, _PROBE_OUT = 0, 1, 2, 3, 4
 
 # ARGV: name -> 1 when the state was reset (not during a cooldown without a probe out)
@@ -235,7 +247,9 @@ return 1
 
 # ARGV: now, name, probe_timeout_s, forget_s, failures, asked ('' for none), cooldown_s,
 # max_cooldown_s, max_doublings -> the cooldown end as a string, or false
-_FAILURE = _PRELUDE + """
+_FAILURE = (
+    _PRELUDE
+    + """
 local asked = tonumber(ARGV[6])
 local function cool(duration)
   local untl = now + duration
@@ -259,6 +273,7 @@ redis.call('HSET', k, 'f', f)
 keep(now + tonumber(ARGV[4]))
 return false
 """
+)
 
 
 class RedisCooldowns:
@@ -277,8 +292,9 @@ class RedisCooldowns:
     deployment's key and the prefix's name index.
     """
 
-    def __init__(self, client: redis.Redis, policy: Policy, *, prefix: str = "ezat:cd:",
-                 healthy_cache_s: float = 1.0) -> None:
+    def __init__(
+        self, client: redis.Redis, policy: Policy, *, prefix: str = "ezat:cd:", healthy_cache_s: float = 1.0
+    ) -> None:
         self._redis = client
         self._policy = policy
         self._prefix = prefix
@@ -304,7 +320,8 @@ class RedisCooldowns:
         p = self._policy
         try:
             verdict, refused_until = self._acquire(
-                keys=[self.key(name), self._index], args=[repr(now), name, p.probe_timeout_s, p.forget_s])
+                keys=[self.key(name), self._index], args=[repr(now), name, p.probe_timeout_s, p.forget_s]
+            )
         except redis.RedisError as exc:
             self._fail_open(name, now, exc)
             return True
@@ -340,9 +357,20 @@ class RedisCooldowns:
         self._healthy_until.pop(name, None)
         self._dirty.add(name)
         try:
-            until = self._failure(keys=[self.key(name), self._index], args=[
-                repr(now), name, p.probe_timeout_s, p.forget_s, p.failures,
-                "" if asked is None else repr(asked), p.cooldown_s, p.max_cooldown_s, _MAX_DOUBLINGS])
+            until = self._failure(
+                keys=[self.key(name), self._index],
+                args=[
+                    repr(now),
+                    name,
+                    p.probe_timeout_s,
+                    p.forget_s,
+                    p.failures,
+                    "" if asked is None else repr(asked),
+                    p.cooldown_s,
+                    p.max_cooldown_s,
+                    _MAX_DOUBLINGS,
+                ],
+            )
         except redis.RedisError as exc:
             self._warn("failure of %s not recorded", name, exc)
             return None
@@ -386,9 +414,16 @@ def _text(value: bytes | str) -> str:
     return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
 
 
-def make_cooldowns(redis_url: str, *, failures: int, cooldown_s: float, max_cooldown_s: float,
-                   prefix: str = "ezat:cd:", probe_timeout_s: float | None = None,
-                   healthy_cache_s: float = 1.0) -> Cooldowns:
+def make_cooldowns(
+    redis_url: str,
+    *,
+    failures: int,
+    cooldown_s: float,
+    max_cooldown_s: float,
+    prefix: str = "ezat:cd:",
+    probe_timeout_s: float | None = None,
+    healthy_cache_s: float = 1.0,
+) -> Cooldowns:
     """``RedisCooldowns`` when ``redis_url`` is set (shared by every worker and node), else
     ``LocalCooldowns``. Takes ``Gateway.cooldown_failures``, ``cooldown_s``, ``max_cooldown_s``.
 
@@ -397,12 +432,18 @@ def make_cooldowns(redis_url: str, *, failures: int, cooldown_s: float, max_cool
     (redis-py's default is ten, with backoff: seconds per call while Redis is down), a pool of
     at most 64 connections per process that waits at most a second for a free one.
     """
-    policy = Policy.make(failures=failures, cooldown_s=cooldown_s, max_cooldown_s=max_cooldown_s,
-                         probe_timeout_s=probe_timeout_s)
+    policy = Policy.make(
+        failures=failures, cooldown_s=cooldown_s, max_cooldown_s=max_cooldown_s, probe_timeout_s=probe_timeout_s
+    )
     if not redis_url:
         return LocalCooldowns(policy)
     pool = redis.BlockingConnectionPool.from_url(
-        redis_url, max_connections=64, timeout=1.0,
-        socket_timeout=1.0, socket_connect_timeout=1.0, retry=Retry(NoBackoff(), 1))
+        redis_url,
+        max_connections=64,
+        timeout=1.0,
+        socket_timeout=1.0,
+        socket_connect_timeout=1.0,
+        retry=Retry(NoBackoff(), 1),
+    )
     client = redis.Redis(connection_pool=pool)
     return RedisCooldowns(client, policy, prefix=prefix, healthy_cache_s=healthy_cache_s)

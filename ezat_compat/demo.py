@@ -23,8 +23,8 @@ from ezat_compat.serving import gunicorn_argv, serving_environment
 
 DEMO_MODEL = "anthropic/claude-sonnet-5-5"
 DEMO_ORG = "demo"
-DEMO_BALANCE_MICROS = 100_000_000   # $100 of simulated credit
-SIM_KEY_ENV = "EZAT_DEMO_UPSTREAM_KEY"   # the simulator accepts any non-empty key
+DEMO_BALANCE_MICROS = 100_000_000  # $100 of simulated credit
+SIM_KEY_ENV = "EZAT_DEMO_UPSTREAM_KEY"  # the simulator accepts any non-empty key
 
 CATALOG = """\
 # Written by `ezat-compat demo`; a complete example of the configuration file.
@@ -102,8 +102,9 @@ def _port_free(host: str, port: int) -> bool:
 
 def start_simulator(*extra: str) -> tuple[subprocess.Popen[str], str]:
     """Start ``python -m ezat_compat.sim`` on a free loopback port; returns (process, base URL)."""
-    proc = subprocess.Popen([sys.executable, "-m", "ezat_compat.sim", "--bind", "127.0.0.1:0", *extra],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ezat_compat.sim", "--bind", "127.0.0.1:0", *extra], stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()
     if "listening on " not in line:
@@ -127,10 +128,17 @@ def wait_healthy(url: str, proc: subprocess.Popen[str] | subprocess.Popen[bytes]
 
 
 def curl_line(base: str, key: str) -> str:
-    body = json.dumps({"model": DEMO_MODEL, "max_completion_tokens": 64,
-                       "messages": [{"role": "user", "content": "What is a prompt cache?"}]})
-    return (f"curl {base}/openai/v1/chat/completions -H 'Authorization: Bearer {key}' "
-            f"-H 'content-type: application/json' -d '{body}'")
+    body = json.dumps(
+        {
+            "model": DEMO_MODEL,
+            "max_completion_tokens": 64,
+            "messages": [{"role": "user", "content": "What is a prompt cache?"}],
+        }
+    )
+    return (
+        f"curl {base}/openai/v1/chat/completions -H 'Authorization: Bearer {key}' "
+        f"-H 'content-type: application/json' -d '{body}'"
+    )
 
 
 def run_demo(*, bind: str, directory: str) -> int:
@@ -153,15 +161,19 @@ def run_demo(*, bind: str, directory: str) -> int:
     gateway: subprocess.Popen[bytes] | None = None
     try:
         config_path = root / "ezat.toml"
-        config_path.write_text(CATALOG.format(db=(root / "ezat.db").as_posix(), bind=bind, base_url=base_url,
-                                              deployment=deployment, key_env=key_env))
+        config_path.write_text(
+            CATALOG.format(
+                db=(root / "ezat.db").as_posix(), bind=bind, base_url=base_url, deployment=deployment, key_env=key_env
+            )
+        )
         config = load_config(config_path, environ={**os.environ, **env})
         key = _demo_key(config.gateway.database_url)
         gateway = subprocess.Popen(gunicorn_argv(config), env={**serving_environment(config, bind=bind), **env})
         base = f"http://{bind}"
         wait_healthy(base, gateway)
         upstream = "Anthropic's API" if sim is None else f"the simulator at {base_url}"
-        print(f"""
+        print(
+            f"""
 ezat-compat demo: the gateway is serving on {base}, with {upstream} as its upstream.
 
   API key (organization "{DEMO_ORG}"):  {key}
@@ -173,7 +185,9 @@ Try it:
 Or with the OpenAI SDK: OpenAI(base_url="{base}/openai/v1", api_key="{key}")
 Admin commands use this demo's config:  ezat-compat --config {config_path} usage
 Press Ctrl-C to stop.
-""", flush=True)
+""",
+            flush=True,
+        )
         return gateway.wait()
     except KeyboardInterrupt:
         return 0

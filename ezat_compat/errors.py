@@ -94,9 +94,7 @@ class ModelNotFoundError(GatewayError):
     anthropic_type = "not_found_error"
 
     def __init__(self, model: str) -> None:
-        super().__init__(
-            f"The model `{model}` does not exist or you do not have access to it.", param="model"
-        )
+        super().__init__(f"The model `{model}` does not exist or you do not have access to it.", param="model")
 
 
 class RequestTooLargeError(GatewayError):
@@ -136,9 +134,18 @@ class UpstreamTimeoutError(GatewayError):
 
 _ANTHROPIC_TYPE_BY_STATUS: dict[int, str] = {
     cls.anthropic_status or cls.status: cls.anthropic_type
-    for cls in (InvalidRequestError, AuthenticationError, InsufficientQuotaError, PermissionDeniedError,
-                ModelNotFoundError, RequestTooLargeError, RateLimitError, GatewayError, OverloadedError,
-                UpstreamTimeoutError)
+    for cls in (
+        InvalidRequestError,
+        AuthenticationError,
+        InsufficientQuotaError,
+        PermissionDeniedError,
+        ModelNotFoundError,
+        RequestTooLargeError,
+        RateLimitError,
+        GatewayError,
+        OverloadedError,
+        UpstreamTimeoutError,
+    )
 }
 
 

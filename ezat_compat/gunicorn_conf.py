@@ -64,8 +64,10 @@ def on_starting(server: Any) -> None:
 def post_worker_init(worker: Any) -> None:
     import logging
 
-    logging.basicConfig(level=getattr(logging, _config.server.log_level.upper(), logging.INFO),
-                        format="%(asctime)s [%(process)d] [%(levelname)s] %(name)s: %(message)s")
+    logging.basicConfig(
+        level=getattr(logging, _config.server.log_level.upper(), logging.INFO),
+        format="%(asctime)s [%(process)d] [%(levelname)s] %(name)s: %(message)s",
+    )
 
 
 def child_exit(server: Any, worker: Any) -> None:

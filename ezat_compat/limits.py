@@ -64,13 +64,18 @@ class SQLiteCounterStorage(Storage):
 
     STORAGE_SCHEME = [SCHEME]
 
-    def __init__(self, uri: str, wrap_exceptions: bool = False, clock: Callable[[], float] = time.time,
-                 **options: float | str | bool) -> None:
+    def __init__(
+        self,
+        uri: str,
+        wrap_exceptions: bool = False,
+        clock: Callable[[], float] = time.time,
+        **options: float | str | bool,
+    ) -> None:
         super().__init__(uri, wrap_exceptions=wrap_exceptions, **options)
         prefix = f"{SCHEME}://"
         if not uri.startswith(prefix) or len(uri) == len(prefix):
             raise ValueError(f"expected {prefix}/PATH/TO/FILE, got {uri!r}")
-        self.path = uri[len(prefix):]
+        self.path = uri[len(prefix) :]
         self._clock = clock
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
@@ -92,13 +97,16 @@ class SQLiteCounterStorage(Storage):
     def _connection(self) -> sqlite3.Connection:
         """This process's connection; call with ``self._lock`` held."""
         if self._conn is None:
-            conn = sqlite3.connect(self.path, timeout=SQLITE_BUSY_TIMEOUT_S, isolation_level=None,
-                                   check_same_thread=False)
+            conn = sqlite3.connect(
+                self.path, timeout=SQLITE_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+            )
             try:
                 enable_wal(conn)
                 conn.execute("PRAGMA synchronous=OFF")  # counters: losing the last writes on power loss is fine
-                conn.execute("CREATE TABLE IF NOT EXISTS counters (key TEXT PRIMARY KEY, value INTEGER NOT NULL,"
-                             " expires_at REAL NOT NULL) WITHOUT ROWID")
+                conn.execute(
+                    "CREATE TABLE IF NOT EXISTS counters (key TEXT PRIMARY KEY, value INTEGER NOT NULL,"
+                    " expires_at REAL NOT NULL) WITHOUT ROWID"
+                )
             except BaseException:
                 conn.close()
                 raise
@@ -124,16 +132,22 @@ class SQLiteCounterStorage(Storage):
     def get(self, key: str) -> int:
         """The key's count in its current window (0 when there is none)."""
         with self._lock:
-            row = self._connection().execute(
-                "SELECT value FROM counters WHERE key = ? AND expires_at > ?", (key, self._clock())).fetchone()
+            row = (
+                self._connection()
+                .execute("SELECT value FROM counters WHERE key = ? AND expires_at > ?", (key, self._clock()))
+                .fetchone()
+            )
         return int(row[0]) if row else 0
 
     def get_expiry(self, key: str) -> float:
         """When the key's current window ends (epoch seconds); now if there is none."""
         now = self._clock()
         with self._lock:
-            row = self._connection().execute(
-                "SELECT expires_at FROM counters WHERE key = ? AND expires_at > ?", (key, now)).fetchone()
+            row = (
+                self._connection()
+                .execute("SELECT expires_at FROM counters WHERE key = ? AND expires_at > ?", (key, now))
+                .fetchone()
+            )
         return float(row[0]) if row else now
 
     def check(self) -> bool:
@@ -187,8 +201,15 @@ class RateLimits:
     the Redis keys.
     """
 
-    def __init__(self, redis_url: str | None, embedded_path: str, *, window_s: int = 60,
-                 clock: Callable[[], float] = time.time, key_prefix: str = "ezat") -> None:
+    def __init__(
+        self,
+        redis_url: str | None,
+        embedded_path: str,
+        *,
+        window_s: int = 60,
+        clock: Callable[[], float] = time.time,
+        key_prefix: str = "ezat",
+    ) -> None:
         self.redis_url = redis_url or None
         self.embedded_path = embedded_path
         self.window_s = window_s
@@ -209,12 +230,17 @@ class RateLimits:
                 if self._limiter is None:
                     storage: Storage
                     if self.redis_url:
-                        storage = RedisStorage(self.redis_url, key_prefix=self._key_prefix, wrap_exceptions=True,
-                                               socket_timeout=REDIS_TIMEOUT_S,
-                                               socket_connect_timeout=REDIS_TIMEOUT_S)
+                        storage = RedisStorage(
+                            self.redis_url,
+                            key_prefix=self._key_prefix,
+                            wrap_exceptions=True,
+                            socket_timeout=REDIS_TIMEOUT_S,
+                            socket_connect_timeout=REDIS_TIMEOUT_S,
+                        )
                     else:
-                        storage = SQLiteCounterStorage(f"{SCHEME}://{self.embedded_path}", wrap_exceptions=True,
-                                                       clock=self._clock)
+                        storage = SQLiteCounterStorage(
+                            f"{SCHEME}://{self.embedded_path}", wrap_exceptions=True, clock=self._clock
+                        )
                     self._storage = storage
                     self._limiter = FixedWindowRateLimiter(storage)
         return self._limiter
@@ -237,14 +263,18 @@ class RateLimits:
                     wait = self._retry_after(item, ident)
                     raise RateLimitError(
                         f"Rate limit reached for tokens per minute ({ctx.tpm}): key {ctx.key_public_id} has used "
-                        f"its {ctx.tpm} tokens for this minute. Try again in {wait} s.", retry_after=wait)
+                        f"its {ctx.tpm} tokens for this minute. Try again in {wait} s.",
+                        retry_after=wait,
+                    )
             if ctx.rpm is not None:
                 item = _item("rpm", ctx.rpm, self.window_s)
                 if not limiter.hit(item, ident):
                     wait = self._retry_after(item, ident)
                     raise RateLimitError(
                         f"Rate limit reached for requests per minute ({ctx.rpm}): key {ctx.key_public_id} may send "
-                        f"{ctx.rpm} requests per minute. Try again in {wait} s.", retry_after=wait)
+                        f"{ctx.rpm} requests per minute. Try again in {wait} s.",
+                        retry_after=wait,
+                    )
         except StorageError as exc:
             raise GatewayError("The rate-limit store is unreachable; try again shortly.") from exc
 

@@ -31,8 +31,9 @@ class _CooldownCollector(Collector):
         self.cooling = cooling
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        family = GaugeMetricFamily("ezat_deployments_in_cooldown", "Deployments skipped until their cooldown ends",
-                                   labels=["deployment"])
+        family = GaugeMetricFamily(
+            "ezat_deployments_in_cooldown", "Deployments skipped until their cooldown ends", labels=["deployment"]
+        )
         try:
             names = self.cooling()
         except Exception:  # a scrape must not fail on a store hiccup
@@ -49,19 +50,35 @@ class Metrics:
         self.multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         reg = self.registry
-        self.requests = Counter("ezat_requests", "Requests by route, model, deployment and status",
-                                ["route", "model", "deployment", "status"], registry=reg)
-        self.upstream_latency = Histogram("ezat_upstream_latency_seconds",
-                                          "Upstream call duration (whole body, or whole stream)",
-                                          ["deployment", "stream"], buckets=LATENCY_BUCKETS, registry=reg)
-        self.ttfb = Histogram("ezat_upstream_ttfb_seconds", "Time to the upstream's first stream event",
-                              ["deployment"], buckets=LATENCY_BUCKETS, registry=reg)
-        self.failovers = Counter("ezat_failovers", "Attempts that moved on to another deployment",
-                                 ["model", "deployment", "reason"], registry=reg)
+        self.requests = Counter(
+            "ezat_requests",
+            "Requests by route, model, deployment and status",
+            ["route", "model", "deployment", "status"],
+            registry=reg,
+        )
+        self.upstream_latency = Histogram(
+            "ezat_upstream_latency_seconds",
+            "Upstream call duration (whole body, or whole stream)",
+            ["deployment", "stream"],
+            buckets=LATENCY_BUCKETS,
+            registry=reg,
+        )
+        self.ttfb = Histogram(
+            "ezat_upstream_ttfb_seconds",
+            "Time to the upstream's first stream event",
+            ["deployment"],
+            buckets=LATENCY_BUCKETS,
+            registry=reg,
+        )
+        self.failovers = Counter(
+            "ezat_failovers",
+            "Attempts that moved on to another deployment",
+            ["model", "deployment", "reason"],
+            registry=reg,
+        )
         gauge_kwargs = {"multiprocess_mode": "livesum"} if self.multiprocess else {}
         self.streams_open = Gauge("ezat_streams_open", "Streams being served now", registry=reg, **gauge_kwargs)
-        self.billing_errors = Counter("ezat_billing_errors", "Usage records that could not be written",
-                                      registry=reg)
+        self.billing_errors = Counter("ezat_billing_errors", "Usage records that could not be written", registry=reg)
         self._cooling: Callable[[], list[str]] | None = None
 
     def watch_cooldowns(self, cooling: Callable[[], list[str]]) -> None:

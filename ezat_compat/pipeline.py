@@ -63,18 +63,22 @@ log = logging.getLogger("ezat_compat")
 STATUS_OK = 200
 
 CHARS_PER_TOKEN = 4
-SWEEP_EVERY_S = 600.0   # how often a worker releases reservations of workers that died
+SWEEP_EVERY_S = 600.0  # how often a worker releases reservations of workers that died
+
+
 def _retry_after(seconds: float | None) -> int | None:
     return None if seconds is None else max(1, math.ceil(seconds))
 
 
-def upstream_to_gateway_error(exc: UpstreamError, *, source_map: Mapping[tuple[Any, ...], str] | None = None,
-                              timeout_s: float = 590) -> GatewayError:
+def upstream_to_gateway_error(
+    exc: UpstreamError, *, source_map: Mapping[tuple[Any, ...], str] | None = None, timeout_s: float = 590
+) -> GatewayError:
     """The one upstream-failure table (spec "Errors": the Anthropic statuses, 529 -> 503)."""
     retry = _retry_after(exc.retry_after)
     if isinstance(exc, UpstreamTimeout):
-        return UpstreamTimeoutError(f"The request took longer than {timeout_s:g} seconds; stream it instead "
-                                    '("stream": true).')
+        return UpstreamTimeoutError(
+            f'The request took longer than {timeout_s:g} seconds; stream it instead ("stream": true).'
+        )
     if isinstance(exc, UpstreamConnectError):
         return GatewayError("The upstream provider could not be reached; try again shortly.", retry_after=retry)
     if isinstance(exc, UpstreamStreamError):
@@ -86,16 +90,21 @@ def upstream_to_gateway_error(exc: UpstreamError, *, source_map: Mapping[tuple[A
         message, param = rewrite_upstream_message(exc.message or "invalid request", source_map or {})
         return InvalidRequestError(message, param=param)
     if status in (401, 402, 403, 404):
-        return GatewayError(f"The upstream deployment refused the gateway's request (HTTP {status}); "
-                            "this is a gateway configuration problem, not yours.", retry_after=retry)
+        return GatewayError(
+            f"The upstream deployment refused the gateway's request (HTTP {status}); "
+            "this is a gateway configuration problem, not yours.",
+            retry_after=retry,
+        )
     if status == 413:
         return RequestTooLargeError(exc.message or "The request is too large for the upstream provider.")
     if status == 429:
-        return RateLimitError(exc.message or "The upstream provider is rate limiting; retry later.",
-                              retry_after=retry or 1)
+        return RateLimitError(
+            exc.message or "The upstream provider is rate limiting; retry later.", retry_after=retry or 1
+        )
     if status in (503, 529):
-        return OverloadedError(exc.message or "The upstream provider is overloaded; retry later.",
-                               retry_after=retry or 1)
+        return OverloadedError(
+            exc.message or "The upstream provider is overloaded; retry later.", retry_after=retry or 1
+        )
     if status == 504:
         return UpstreamTimeoutError(exc.message or "The upstream provider timed out.")
     return GatewayError(exc.message or f"The upstream provider failed (HTTP {status}).", retry_after=retry)
@@ -138,18 +147,33 @@ def estimated_usage(usage: Usage, produced_chars: int, max_tokens: int) -> Usage
     estimate = math.ceil(produced_chars / CHARS_PER_TOKEN)
     if max_tokens > 0:
         estimate = min(estimate, max_tokens)
-    return Usage(input_tokens=usage.input_tokens, cache_write_tokens=usage.cache_write_tokens,
-                 cache_read_tokens=usage.cache_read_tokens, output_tokens=max(usage.output_tokens, estimate),
-                 reasoning_tokens=usage.reasoning_tokens)
+    return Usage(
+        input_tokens=usage.input_tokens,
+        cache_write_tokens=usage.cache_write_tokens,
+        cache_read_tokens=usage.cache_read_tokens,
+        output_tokens=max(usage.output_tokens, estimate),
+        reasoning_tokens=usage.reasoning_tokens,
+    )
 
 
 class Gateway:
     """The process's gateway core; built once by ``create_app``."""
 
-    def __init__(self, config: Config, *, catalog: Catalog, accounts: Accounts, ledger: Ledger,
-                 limits: RateLimits, cooldowns: Cooldowns, upstream: UpstreamClient, images: ImageFetcher,
-                 metrics: Metrics, clock: Callable[[], float] = time.time,
-                 rand: Callable[[], float] = random.random) -> None:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        catalog: Catalog,
+        accounts: Accounts,
+        ledger: Ledger,
+        limits: RateLimits,
+        cooldowns: Cooldowns,
+        upstream: UpstreamClient,
+        images: ImageFetcher,
+        metrics: Metrics,
+        clock: Callable[[], float] = time.time,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
         self.config = config
         self.catalog = catalog
         self.accounts = accounts
@@ -169,8 +193,9 @@ class Gateway:
 
     def authenticate(self, secret: str | None) -> AuthContext:
         if not secret:
-            raise AuthenticationError("Missing API key: send it as 'Authorization: Bearer ezat_sk_…' "
-                                      "or in the 'x-api-key' header.")
+            raise AuthenticationError(
+                "Missing API key: send it as 'Authorization: Bearer ezat_sk_…' or in the 'x-api-key' header."
+            )
         return self.accounts.authenticate(secret, datetime.now(UTC))
 
     def resolve(self, auth: AuthContext, name: Any) -> Model:
@@ -182,8 +207,18 @@ class Gateway:
             raise PermissionDeniedError(f"This key may not use the model `{name}`.", param="model")
         return model
 
-    def admit(self, *, request_id: str, endpoint: str, auth: AuthContext, model: Model, model_name: str,
-              session: str | None, body: Mapping[str, Any], max_tokens: int) -> Call:
+    def admit(
+        self,
+        *,
+        request_id: str,
+        endpoint: str,
+        auth: AuthContext,
+        model: Model,
+        model_name: str,
+        session: str | None,
+        body: Mapping[str, Any],
+        max_tokens: int,
+    ) -> Call:
         """Rate limits, then reserve the worst-case cost (429 / 402)."""
         if time.monotonic() >= self._next_sweep:
             self._sweep_stale_reservations()
@@ -191,8 +226,17 @@ class Gateway:
         bound = input_tokens_upper_bound(body, model.context_window)
         reserve = worst_case_micros(bound, max_tokens, model.price)
         self.ledger.reserve(auth, request_id, reserve)
-        return Call(request_id=request_id, endpoint=endpoint, auth=auth, model=model, model_name=model_name,
-                    session=session, reserved_micros=reserve, started=time.monotonic(), max_tokens=max_tokens)
+        return Call(
+            request_id=request_id,
+            endpoint=endpoint,
+            auth=auth,
+            model=model,
+            model_name=model_name,
+            session=session,
+            reserved_micros=reserve,
+            started=time.monotonic(),
+            max_tokens=max_tokens,
+        )
 
     def _sweep_stale_reservations(self) -> None:
         self._next_sweep = time.monotonic() + SWEEP_EVERY_S
@@ -202,8 +246,9 @@ class Gateway:
             log.exception("could not release stale reservations")
             return
         if released:
-            log.warning("released %d reservations older than %s (a worker died mid-request)", released,
-                        STALE_RESERVATION)
+            log.warning(
+                "released %d reservations older than %s (a worker died mid-request)", released, STALE_RESERVATION
+            )
 
     def fetch_images(self, slots: list[ImageSlot]) -> None:
         """Download http(s) image URLs into their blocks (400 naming the part on failure)."""
@@ -228,10 +273,19 @@ class Gateway:
         billed = status in (STATUS_OK, CLIENT_CLOSED) and usage is not None
         usage = usage if billed and usage is not None else Usage()
         cost = cost_micros(usage, call.model.price) if billed else 0
-        entry = LedgerEntry(created_at=datetime.now(UTC), org_id=call.auth.org_id, key_id=call.auth.key_id,
-                            endpoint=call.endpoint, model=call.model_name, canonical_model=call.model.id,
-                            deployment=call.deployment, usage=usage, cost_micros=cost, status=status,
-                            estimated=estimated)
+        entry = LedgerEntry(
+            created_at=datetime.now(UTC),
+            org_id=call.auth.org_id,
+            key_id=call.auth.key_id,
+            endpoint=call.endpoint,
+            model=call.model_name,
+            canonical_model=call.model.id,
+            deployment=call.deployment,
+            usage=usage,
+            cost_micros=cost,
+            status=status,
+            estimated=estimated,
+        )
         try:
             self.ledger.settle(call.request_id, entry)
         except Exception:
@@ -245,8 +299,12 @@ class Gateway:
         self.metrics.requests.labels(call.endpoint, call.model.id, call.deployment or "-", str(status)).inc()
 
     @contextlib.contextmanager
-    def settling_failures(self, call: Call, upstream_error: Callable[[UpstreamError], Exception],
-                          status_of: Callable[[BaseException], int] | None = None) -> Iterator[None]:
+    def settling_failures(
+        self,
+        call: Call,
+        upstream_error: Callable[[UpstreamError], Exception],
+        status_of: Callable[[BaseException], int] | None = None,
+    ) -> Iterator[None]:
         """Inside this block a failure is settled at no cost, with the status the client gets,
         then raised: upstream failures as ``upstream_error`` maps them, the rest as they are."""
         status_of = status_of or client_status
@@ -271,7 +329,7 @@ class Gateway:
 
     def _failed(self, call: Call, deployment: Deployment, exc: UpstreamError) -> None:
         if isinstance(exc, UpstreamStatusError) and not exc.failover:
-            self.cooldowns.success(health_key(call.model, deployment))   # it answered: the client's fault
+            self.cooldowns.success(health_key(call.model, deployment))  # it answered: the client's fault
             return
         self.cooldowns.failure(health_key(call.model, deployment), self.clock(), exc.retry_after)
         reason = str(exc.status) if isinstance(exc, UpstreamStatusError) else type(exc).__name__
@@ -281,13 +339,29 @@ class Gateway:
     def _exhausted(self, call: Call, last: UpstreamError | None) -> UpstreamError:
         if last is not None:
             return last
-        return UpstreamStatusError(529, json.dumps({"type": "error", "error": {
-            "type": "overloaded_error",
-            "message": f"No deployment of model {call.model.id} is available right now; retry shortly."}}).encode(),
-            {"retry-after": str(max(1, int(self.config.gateway.cooldown_s)))})
+        return UpstreamStatusError(
+            529,
+            json.dumps(
+                {
+                    "type": "error",
+                    "error": {
+                        "type": "overloaded_error",
+                        "message": f"No deployment of model {call.model.id} is available right now; retry shortly.",
+                    },
+                }
+            ).encode(),
+            {"retry-after": str(max(1, int(self.config.gateway.cooldown_s)))},
+        )
 
-    def complete(self, call: Call, path: str, body: bytes, *, stream_flag: bool | None = False,
-                 headers: Mapping[str, str] | None = None) -> tuple[bytes, Mapping[str, str]]:
+    def complete(
+        self,
+        call: Call,
+        path: str,
+        body: bytes,
+        *,
+        stream_flag: bool | None = False,
+        headers: Mapping[str, str] | None = None,
+    ) -> tuple[bytes, Mapping[str, str]]:
         """A non-streaming upstream call with failover; raises the last ``UpstreamError``."""
         deadline = call.started + self.timeout_s
         last: UpstreamError | None = None
@@ -300,8 +374,12 @@ class Gateway:
             started = time.monotonic()
             try:
                 data, response_headers = self.upstream.complete(
-                    deployment, path, with_model(body, deployment.upstream_model, stream=stream_flag),
-                    timeout_s=remaining, headers=headers)
+                    deployment,
+                    path,
+                    with_model(body, deployment.upstream_model, stream=stream_flag),
+                    timeout_s=remaining,
+                    headers=headers,
+                )
             except UpstreamError as exc:
                 self._failed(call, deployment, exc)
                 if not exc.failover:
@@ -315,9 +393,9 @@ class Gateway:
             last = UpstreamTimeout("no deployment answered in time")
         raise self._exhausted(call, last)
 
-    def open_stream(self, call: Call, path: str, body: bytes, *,
-                    headers: Mapping[str, str] | None = None) -> tuple[UpstreamStream, Iterator[tuple[str, str]],
-                                                                       tuple[str, str]]:
+    def open_stream(
+        self, call: Call, path: str, body: bytes, *, headers: Mapping[str, str] | None = None
+    ) -> tuple[UpstreamStream, Iterator[tuple[str, str]], tuple[str, str]]:
         """Open a stream with failover until its first event arrives (nothing has reached the
         client yet, so another deployment may still take it). Returns the stream, its event
         iterator and the first event."""
@@ -328,9 +406,9 @@ class Gateway:
             started = time.monotonic()
             stream: UpstreamStream | None = None
             try:
-                stream = self.upstream.open_stream(deployment, path,
-                                                   with_model(body, deployment.upstream_model, stream=True),
-                                                   headers=headers)
+                stream = self.upstream.open_stream(
+                    deployment, path, with_model(body, deployment.upstream_model, stream=True), headers=headers
+                )
                 events = stream.events()
                 first = next(events, None)
                 if first is None:
@@ -341,7 +419,7 @@ class Gateway:
                 if stream is not None:
                     stream.close()
                 if isinstance(exc, UpstreamStreamError):
-                    exc.failover = True        # nothing reached the client yet
+                    exc.failover = True  # nothing reached the client yet
                 self._failed(call, deployment, exc)
                 if not exc.failover:
                     raise
@@ -371,8 +449,13 @@ def _first_event_error(data: str) -> UpstreamStatusError:
     """An ``error`` event as the very first event: treated like the matching HTTP status."""
     payload = parse_event(data)
     error = payload.get("error") if isinstance(payload.get("error"), dict) else {}
-    status = {"overloaded_error": 529, "rate_limit_error": 429, "api_error": 500,
-              "invalid_request_error": 400, "timeout_error": 504}.get(str(error.get("type")), 500)
+    status = {
+        "overloaded_error": 529,
+        "rate_limit_error": 429,
+        "api_error": 500,
+        "invalid_request_error": 400,
+        "timeout_error": 504,
+    }.get(str(error.get("type")), 500)
     return UpstreamStatusError(status, json.dumps({"type": "error", "error": error}).encode(), {})
 
 

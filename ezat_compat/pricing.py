@@ -40,10 +40,14 @@ def cost_micros(usage: Usage, price: Price) -> int:
     if min(counts) < 0:
         raise ValueError(f"token counts must not be negative: {usage!r}")
     total = _EXACT.add(
-        _EXACT.add(_EXACT.multiply(Decimal(usage.input_tokens), price.input),
-                   _EXACT.multiply(Decimal(usage.cache_write_tokens), price.cache_write)),
-        _EXACT.add(_EXACT.multiply(Decimal(usage.cache_read_tokens), price.cache_read),
-                   _EXACT.multiply(Decimal(usage.output_tokens), price.output)),
+        _EXACT.add(
+            _EXACT.multiply(Decimal(usage.input_tokens), price.input),
+            _EXACT.multiply(Decimal(usage.cache_write_tokens), price.cache_write),
+        ),
+        _EXACT.add(
+            _EXACT.multiply(Decimal(usage.cache_read_tokens), price.cache_read),
+            _EXACT.multiply(Decimal(usage.output_tokens), price.output),
+        ),
     )
     return int(total.quantize(_ONE, rounding=ROUND_HALF_UP, context=_EXACT))
 
@@ -57,11 +61,14 @@ def worst_case_micros(input_tokens_upper_bound: int, max_output_tokens: int, pri
     reserved. Raises ``ValueError`` for negative counts.
     """
     if input_tokens_upper_bound < 0 or max_output_tokens < 0:
-        raise ValueError("token counts must not be negative: "
-                         f"input={input_tokens_upper_bound}, output={max_output_tokens}")
+        raise ValueError(
+            f"token counts must not be negative: input={input_tokens_upper_bound}, output={max_output_tokens}"
+        )
     input_price = max(price.input, price.cache_write, price.cache_read)
-    total = _EXACT.add(_EXACT.multiply(Decimal(input_tokens_upper_bound), input_price),
-                       _EXACT.multiply(Decimal(max_output_tokens), price.output))
+    total = _EXACT.add(
+        _EXACT.multiply(Decimal(input_tokens_upper_bound), input_price),
+        _EXACT.multiply(Decimal(max_output_tokens), price.output),
+    )
     return int(total.quantize(_ONE, rounding=ROUND_CEILING, context=_EXACT))
 
 
@@ -82,8 +89,9 @@ def usd_to_micros(text: str) -> int:
         raise ValueError(f"{text!r}: the amount must be a finite number of US dollars, like 10 or 0.50")
     match = _USD.fullmatch(cleaned)
     if match is None:
-        raise ValueError(f"{text!r} is not an amount in US dollars; write digits with an optional "
-                         "decimal point, like 10 or 0.000123")
+        raise ValueError(
+            f"{text!r} is not an amount in US dollars; write digits with an optional decimal point, like 10 or 0.000123"
+        )
     whole, fraction = match.group(1), match.group(2) or ""
     if len(fraction) > 6:
         raise ValueError(f"{text!r}: at most 6 decimals are allowed (the smallest unit is 0.000001 USD)")

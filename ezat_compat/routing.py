@@ -34,8 +34,7 @@ from ezat_compat.config import Deployment
 _SCALE = 2.0**-53
 
 
-def plan(deployments: Sequence[Deployment], *, session: str | None,
-         rand: Callable[[], float]) -> list[Deployment]:
+def plan(deployments: Sequence[Deployment], *, session: str | None, rand: Callable[[], float]) -> list[Deployment]:
     """Every deployment once, in the order this request should try them (see the module doc).
 
     ``session`` is the conversation name (``x-ezat-session`` wins over ``prompt_cache_key``;

@@ -39,10 +39,14 @@ from ezat_compat.upstream.client import UpstreamStream, UpstreamStreamError
 
 ANTHROPIC_PING = b'event: ping\ndata: {"type": "ping"}\n\n'
 OPENAI_PING = b": ping\n\n"
-STREAM_BROKE = (b'event: error\ndata: {"type":"error","error":{"type":"api_error",'
-                b'"message":"The upstream stream broke off before the reply was complete."}}\n\n')
-STREAM_ENDED_EARLY = (b'event: error\ndata: {"type":"error","error":{"type":"api_error",'
-                      b'"message":"The upstream stream ended before the reply was complete."}}\n\n')
+STREAM_BROKE = (
+    b'event: error\ndata: {"type":"error","error":{"type":"api_error",'
+    b'"message":"The upstream stream broke off before the reply was complete."}}\n\n'
+)
+STREAM_ENDED_EARLY = (
+    b'event: error\ndata: {"type":"error","error":{"type":"api_error",'
+    b'"message":"The upstream stream ended before the reply was complete."}}\n\n'
+)
 
 
 def stream_error_to_gateway_error(error: Mapping[str, Any]) -> GatewayError:
@@ -60,8 +64,15 @@ def stream_error_to_gateway_error(error: Mapping[str, Any]) -> GatewayError:
     return GatewayError(message)
 
 
-def openai_stream(gw: Gateway, call: Call, stream: UpstreamStream, events: Iterator[tuple[str, str]],
-                  first: tuple[str, str], translator: StreamTranslator, include_usage: bool) -> Iterator[bytes]:
+def openai_stream(
+    gw: Gateway,
+    call: Call,
+    stream: UpstreamStream,
+    events: Iterator[tuple[str, str]],
+    first: tuple[str, str],
+    translator: StreamTranslator,
+    include_usage: bool,
+) -> Iterator[bytes]:
     """chat.completion.chunk events, ``: ping`` while the upstream is silent, usage recorded
     before ``[DONE]``; an error after the start is sent as ``data: {"error": …}``."""
     gw.metrics.streams_open.inc()
@@ -74,7 +85,7 @@ def openai_stream(gw: Gateway, call: Call, stream: UpstreamStream, events: Itera
         last_write = time.monotonic()
         try:
             for item in items:
-                if item is PING:       # the upstream is silent
+                if item is PING:  # the upstream is silent
                     yield OPENAI_PING
                     last_write = time.monotonic()
                     continue
@@ -86,7 +97,7 @@ def openai_stream(gw: Gateway, call: Call, stream: UpstreamStream, events: Itera
                 if chunks:
                     yield b"".join(encode_chunk(chunk) for chunk in chunks)
                     last_write = time.monotonic()
-                elif time.monotonic() - last_write >= keepalive_s:   # the model is thinking
+                elif time.monotonic() - last_write >= keepalive_s:  # the model is thinking
                     yield OPENAI_PING
                     last_write = time.monotonic()
                 if translator.done:
@@ -111,14 +122,20 @@ def openai_stream(gw: Gateway, call: Call, stream: UpstreamStream, events: Itera
         items.close()
         stream.close()
         gw.metrics.streams_open.dec()
-        if not call.settled:     # the client went away: bill what was produced, estimated
-            gw.settle(call, estimated_usage(translator.usage,
-                                              translator.produced_chars + translator.thinking_chars,
-                                              call.max_tokens),
-                        CLIENT_CLOSED, estimated=True)
+        if not call.settled:  # the client went away: bill what was produced, estimated
+            gw.settle(
+                call,
+                estimated_usage(
+                    translator.usage, translator.produced_chars + translator.thinking_chars, call.max_tokens
+                ),
+                CLIENT_CLOSED,
+                estimated=True,
+            )
 
-def anthropic_stream(gw: Gateway, call: Call, stream: UpstreamStream, events: Iterator[tuple[str, str]],
-                     first: tuple[str, str]) -> Iterator[bytes]:
+
+def anthropic_stream(
+    gw: Gateway, call: Call, stream: UpstreamStream, events: Iterator[tuple[str, str]], first: tuple[str, str]
+) -> Iterator[bytes]:
     """Anthropic's events passed through one by one (``event: ping`` while silent);
     usage read on the way for billing."""
     gw.metrics.streams_open.inc()
@@ -139,7 +156,7 @@ def anthropic_stream(gw: Gateway, call: Call, stream: UpstreamStream, events: It
                 if meter.error or meter.done:
                     break
             failed = not meter.done
-            if failed and not meter.error:   # ended cleanly, but before message_stop
+            if failed and not meter.error:  # ended cleanly, but before message_stop
                 yield STREAM_ENDED_EARLY
         except UpstreamStreamError:
             failed = True
@@ -156,8 +173,9 @@ def anthropic_stream(gw: Gateway, call: Call, stream: UpstreamStream, events: It
         stream.close()
         gw.metrics.streams_open.dec()
         if not call.settled:
-            gw.settle(call, estimated_usage(meter.usage, meter.produced_chars, call.max_tokens), CLIENT_CLOSED,
-                        estimated=True)
+            gw.settle(
+                call, estimated_usage(meter.usage, meter.produced_chars, call.max_tokens), CLIENT_CLOSED, estimated=True
+            )
 
 
 def _chain_first(first: tuple[str, str], rest: Iterator[Any]) -> Iterator[Any]:

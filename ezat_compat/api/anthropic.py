@@ -25,6 +25,8 @@ from ezat_compat.upstream.client import DEPLOYMENT_FAULT_STATUSES, UpstreamError
 
 bp = Blueprint("anthropic", __name__, url_prefix="/v1")
 FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta")
+
+
 # Anthropic's error.type by status (their errors page); other 4xx: invalid_request_error, 5xx: api_error.
 class UpstreamPassthrough(Exception):
     """An upstream error answer returned to a native client as it came (status and body).
@@ -45,7 +47,7 @@ class UpstreamPassthrough(Exception):
         one in the ``request-id`` header, which the client quotes to support)."""
         retry_after = self.error.headers.get("retry-after")
         headers = {"retry-after": retry_after} if retry_after else {}
-        if self.error.error_type is None:     # not Anthropic's envelope (a proxy's page): make one
+        if self.error.error_type is None:  # not Anthropic's envelope (a proxy's page): make one
             error = {"type": anthropic_error_type(self.error.status), "message": self.error.message}
         else:
             error = json.loads(self.error.body)["error"]
@@ -100,8 +102,16 @@ def messages() -> Response:
     max_tokens = body.get("max_tokens")
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         max_tokens = model.max_output_tokens
-    call = gw.admit(request_id=rid, endpoint="messages", auth=auth, model=model, model_name=name,
-                    session=request.headers.get("x-ezat-session"), body=body, max_tokens=max_tokens)
+    call = gw.admit(
+        request_id=rid,
+        endpoint="messages",
+        auth=auth,
+        model=model,
+        model_name=name,
+        session=request.headers.get("x-ezat-session"),
+        body=body,
+        max_tokens=max_tokens,
+    )
     # with_model puts "model" (and, for streams, "stream") back in front; every other field,
     # an explicit "stream": false included, goes upstream as the client sent it.
     upstream_body = encode_body({k: v for k, v in body.items() if k != "model" and not (stream and k == "stream")})
@@ -109,8 +119,11 @@ def messages() -> Response:
         if stream:
             upstream, events, first = gw.open_stream(call, "/v1/messages", upstream_body, headers=_forwarded())
             generator = anthropic_stream(gw, call, upstream, events, first)
-            return Response(StreamBody(generator, lambda: gw.abandoned(call, upstream, first)),
-                            mimetype="text/event-stream", headers=SSE_HEADERS)
+            return Response(
+                StreamBody(generator, lambda: gw.abandoned(call, upstream, first)),
+                mimetype="text/event-stream",
+                headers=SSE_HEADERS,
+            )
         data, _ = gw.complete(call, "/v1/messages", upstream_body, stream_flag=None, headers=_forwarded())
         try:
             message = json.loads(data)
@@ -127,20 +140,27 @@ def count_tokens() -> Response:
     auth, body = _authenticated(gw)
     model, name = _resolve(gw, auth, body)
     gw.limits.admit(auth)
-    call = Call(request_id=request_id(), endpoint="count_tokens", auth=auth, model=model, model_name=name,
-                session=request.headers.get("x-ezat-session"), reserved_micros=0, started=time.monotonic(),
-                settled=True)
+    call = Call(
+        request_id=request_id(),
+        endpoint="count_tokens",
+        auth=auth,
+        model=model,
+        model_name=name,
+        session=request.headers.get("x-ezat-session"),
+        reserved_micros=0,
+        started=time.monotonic(),
+        settled=True,
+    )
     upstream_body = encode_body({k: v for k, v in body.items() if k != "model"})
     status = 500
     try:
-        data, _ = gw.complete(call, "/v1/messages/count_tokens", upstream_body, stream_flag=None,
-                              headers=_forwarded())
+        data, _ = gw.complete(call, "/v1/messages/count_tokens", upstream_body, stream_flag=None, headers=_forwarded())
         status = 200
     except UpstreamError as exc:
         err = _client_error(exc, gw.timeout_s)
         status = _status_of(err)
         raise err from None
-    finally:   # not billed, so settle() never counts it: count the request here
+    finally:  # not billed, so settle() never counts it: count the request here
         gw.metrics.requests.labels(call.endpoint, model.id, call.deployment or "-", str(status)).inc()
     return raw_json_response(data)
 
@@ -151,7 +171,16 @@ def list_models() -> Response:
     gw = gateway()
     auth = gw.authenticate(api_key(request))
     created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(gw.catalog.created))
-    data = [{"type": "model", "id": m.id, "display_name": m.id, "created_at": created}
-            for m in gw.catalog.models if auth.allows(m.id, m.aliases)]
-    return json_response({"data": data, "has_more": False, "first_id": data[0]["id"] if data else None,
-                          "last_id": data[-1]["id"] if data else None})
+    data = [
+        {"type": "model", "id": m.id, "display_name": m.id, "created_at": created}
+        for m in gw.catalog.models
+        if auth.allows(m.id, m.aliases)
+    ]
+    return json_response(
+        {
+            "data": data,
+            "has_more": False,
+            "first_id": data[0]["id"] if data else None,
+            "last_id": data[-1]["id"] if data else None,
+        }
+    )

@@ -19,8 +19,13 @@ def new_request_id() -> str:
     """A UUIDv7 string: time-ordered, 74 random bits (RFC 9562)."""
     ms = time.time_ns() // 1_000_000
     rand = int.from_bytes(os.urandom(10), "big")
-    value = ((ms & 0xFFFFFFFFFFFF) << 80) | (0x7 << 76) | (((rand >> 62) & 0xFFF) << 64) | (0b10 << 62) | (
-        rand & ((1 << 62) - 1))
+    value = (
+        ((ms & 0xFFFFFFFFFFFF) << 80)
+        | (0x7 << 76)
+        | (((rand >> 62) & 0xFFF) << 64)
+        | (0b10 << 62)
+        | (rand & ((1 << 62) - 1))
+    )
     h = f"{value:032x}"
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 

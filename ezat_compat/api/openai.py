@@ -64,21 +64,37 @@ def chat_completions() -> Response:
     auto_cache = request.headers.get("x-ezat-cache", "").strip().lower() != "off"
     translation = openai_to_anthropic(req, model, auto_cache=auto_cache)
     session = request.headers.get("x-ezat-session") or translation.session
-    call = gw.admit(request_id=rid, endpoint="chat.completions", auth=auth, model=model, model_name=req["model"],
-                    session=session, body=translation.body, max_tokens=translation.body["max_tokens"])
-    with gw.settling_failures(call, lambda exc: upstream_to_gateway_error(
-            exc, source_map=translation.source_map, timeout_s=gw.timeout_s)):
+    call = gw.admit(
+        request_id=rid,
+        endpoint="chat.completions",
+        auth=auth,
+        model=model,
+        model_name=req["model"],
+        session=session,
+        body=translation.body,
+        max_tokens=translation.body["max_tokens"],
+    )
+    with gw.settling_failures(
+        call, lambda exc: upstream_to_gateway_error(exc, source_map=translation.source_map, timeout_s=gw.timeout_s)
+    ):
         gw.fetch_images(translation.image_slots)
         upstream_body = encode_body(translation.body)
         completion_id = "chatcmpl-" + rid
         created = int(time.time())
         if translation.stream:
             stream, events, first = gw.open_stream(call, MESSAGES_PATH, upstream_body)
-            translator = StreamTranslator(completion_id=completion_id, created=created, model=req["model"],
-                                          include_usage=translation.include_usage)
+            translator = StreamTranslator(
+                completion_id=completion_id,
+                created=created,
+                model=req["model"],
+                include_usage=translation.include_usage,
+            )
             generator = openai_stream(gw, call, stream, events, first, translator, translation.include_usage)
-            return Response(StreamBody(generator, lambda: gw.abandoned(call, stream, first)),
-                            mimetype="text/event-stream", headers=SSE_HEADERS)
+            return Response(
+                StreamBody(generator, lambda: gw.abandoned(call, stream, first)),
+                mimetype="text/event-stream",
+                headers=SSE_HEADERS,
+            )
         data, _ = gw.complete(call, MESSAGES_PATH, upstream_body)
         try:
             message = json.loads(data)
@@ -87,4 +103,3 @@ def chat_completions() -> Response:
         completion = anthropic_to_openai(message, completion_id=completion_id, created=created, model=req["model"])
         gw.settle(call, usage_from_anthropic(message.get("usage")), 200)
         return json_response(completion)
-

@@ -221,14 +221,24 @@ class Simulator:
             return self._error(start_response, error, request_id)
 
     def _respond(
-        self, start_response: StartResponse, status: int, payload: Any, request_id: str,
+        self,
+        start_response: StartResponse,
+        status: int,
+        payload: Any,
+        request_id: str,
         extra: tuple[tuple[str, str], ...] = (),
     ) -> list[bytes]:
         data = _dumps(payload)
-        start_response(_STATUS_LINES.get(status) or _status_line(status), [
-            ("content-type", _JSON), ("content-length", str(len(data))),
-            ("request-id", request_id), self._identity, *extra,
-        ])
+        start_response(
+            _STATUS_LINES.get(status) or _status_line(status),
+            [
+                ("content-type", _JSON),
+                ("content-length", str(len(data))),
+                ("request-id", request_id),
+                self._identity,
+                *extra,
+            ],
+        )
         return [data]
 
     def _error(self, start_response: StartResponse, error: SimError, request_id: str) -> list[bytes]:
@@ -268,10 +278,16 @@ class Simulator:
             body, parse_error = None, str(exc)
         self.stats.requests += 1
         recorded = body if len(raw) <= self.config.max_recorded_body_bytes else {"_sim_truncated": len(raw)}
-        self.requests.append({
-            "path": path, "method": environ.get("REQUEST_METHOD", "POST"), "headers": _headers(environ),
-            "body": recorded, "time": time.time(), "name": self.config.name,
-        })
+        self.requests.append(
+            {
+                "path": path,
+                "method": environ.get("REQUEST_METHOD", "POST"),
+                "headers": _headers(environ),
+                "body": recorded,
+                "time": time.time(),
+                "name": self.config.name,
+            }
+        )
         if path == "/v1/messages" and self.config.latency_ms:
             self._sleep(self.config.latency_ms / 1000)
         api_key = _api_key(environ)
@@ -305,7 +321,7 @@ class Simulator:
         return self._respond(start_response, 200, {"input_tokens": count_input_tokens(body)}, request_id)
 
     def _inject_fault(self, markers: Markers) -> None:
-        if markers.reject is not None:   # an Anthropic-style 400 naming a path of this request
+        if markers.reject is not None:  # an Anthropic-style 400 naming a path of this request
             raise InvalidRequestError(f"{markers.reject}: rejected by the simulator")
         status = markers.status
         if status is not None:
@@ -332,12 +348,21 @@ class Simulator:
         )
 
     def _stream(
-        self, start_response: StartResponse, request_id: str, message: dict[str, Any], plan: StreamPlan,
+        self,
+        start_response: StartResponse,
+        request_id: str,
+        message: dict[str, Any],
+        plan: StreamPlan,
     ) -> Iterator[bytes]:
-        start_response("200 OK", [
-            ("content-type", "text/event-stream; charset=utf-8"), ("cache-control", "no-cache"),
-            ("request-id", request_id), self._identity,
-        ])
+        start_response(
+            "200 OK",
+            [
+                ("content-type", "text/event-stream; charset=utf-8"),
+                ("cache-control", "no-cache"),
+                ("request-id", request_id),
+                self._identity,
+            ],
+        )
         return self._stream_body(message_events(message), plan)
 
     def _stream_body(self, events: list[tuple[str, dict[str, Any]]], plan: StreamPlan) -> Iterator[bytes]:

@@ -53,25 +53,55 @@ def json_pieces(data: str) -> list[str]:
 def _block_events(index: int, block: Mapping[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
     kind = block["type"]
     if kind == "text":
-        yield "content_block_start", {"type": "content_block_start", "index": index,
-                                      "content_block": {"type": "text", "text": ""}}
+        yield (
+            "content_block_start",
+            {"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}},
+        )
         for piece in text_pieces(block["text"]):
-            yield "content_block_delta", {"type": "content_block_delta", "index": index,
-                                          "delta": {"type": "text_delta", "text": piece}}
+            yield (
+                "content_block_delta",
+                {"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": piece}},
+            )
     elif kind == "thinking":
-        yield "content_block_start", {"type": "content_block_start", "index": index,
-                                      "content_block": {"type": "thinking", "thinking": "", "signature": ""}}
+        yield (
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": index,
+                "content_block": {"type": "thinking", "thinking": "", "signature": ""},
+            },
+        )
         for piece in text_pieces(block["thinking"]):
-            yield "content_block_delta", {"type": "content_block_delta", "index": index,
-                                          "delta": {"type": "thinking_delta", "thinking": piece}}
-        yield "content_block_delta", {"type": "content_block_delta", "index": index,
-                                      "delta": {"type": "signature_delta", "signature": block["signature"]}}
+            yield (
+                "content_block_delta",
+                {"type": "content_block_delta", "index": index, "delta": {"type": "thinking_delta", "thinking": piece}},
+            )
+        yield (
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": index,
+                "delta": {"type": "signature_delta", "signature": block["signature"]},
+            },
+        )
     else:  # tool_use
-        yield "content_block_start", {"type": "content_block_start", "index": index, "content_block": {
-            "type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}}
+        yield (
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": index,
+                "content_block": {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}},
+            },
+        )
         for piece in json_pieces(json.dumps(block["input"], ensure_ascii=False)):
-            yield "content_block_delta", {"type": "content_block_delta", "index": index,
-                                          "delta": {"type": "input_json_delta", "partial_json": piece}}
+            yield (
+                "content_block_delta",
+                {
+                    "type": "content_block_delta",
+                    "index": index,
+                    "delta": {"type": "input_json_delta", "partial_json": piece},
+                },
+            )
     yield "content_block_stop", {"type": "content_block_stop", "index": index}
 
 
@@ -87,20 +117,33 @@ def message_events(message: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]
         "cache_creation_input_tokens": usage["cache_creation_input_tokens"],
         "cache_read_input_tokens": usage["cache_read_input_tokens"],
     }
-    start = {**message, "content": [], "stop_reason": None, "stop_sequence": None,
-             "usage": {**input_usage, "output_tokens": 1}}
+    start = {
+        **message,
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {**input_usage, "output_tokens": 1},
+    }
     events: list[tuple[str, dict[str, Any]]] = [
         ("message_start", {"type": "message_start", "message": start}),
         ("ping", {"type": "ping"}),
     ]
     for index, block in enumerate(message["content"]):
         events.extend(_block_events(index, block))
-    events.append(("message_delta", {
-        "type": "message_delta",
-        "delta": {"stop_reason": message["stop_reason"], "stop_sequence": message["stop_sequence"]},
-        "usage": {**input_usage, "output_tokens": usage["output_tokens"],
-                  "output_tokens_details": usage["output_tokens_details"]},
-    }))
+    events.append(
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": message["stop_reason"], "stop_sequence": message["stop_sequence"]},
+                "usage": {
+                    **input_usage,
+                    "output_tokens": usage["output_tokens"],
+                    "output_tokens_details": usage["output_tokens_details"],
+                },
+            },
+        )
+    )
     events.append(("message_stop", {"type": "message_stop"}))
     return events
 

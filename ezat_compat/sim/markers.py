@@ -16,7 +16,7 @@ MARKER_RE = re.compile(r"\[\[sim:([^\]]*)\]\]")
 _INT_MARKERS = frozenset({"status", "cut", "error_after", "token_delay_ms", "tools", "words", "thinking_tokens"})
 _FLOAT_MARKERS = frozenset({"retry_after", "delay", "stall"})
 _FLAG_MARKERS = frozenset({"refusal", "pause", "context"})
-_STR_MARKERS = frozenset({"reject"})   # reject=<path>: a 400 whose message starts with that path
+_STR_MARKERS = frozenset({"reject"})  # reject=<path>: a 400 whose message starts with that path
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,26 @@ from ezat_compat.sim.schema_json import schema_value
 REPLY_PREFIX = "Hello from the simulator."
 ECHO_CHARS = 200
 FILLER_WORDS = (
-    "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet",
-    "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo", "sierra", "tango",
+    "alpha",
+    "bravo",
+    "charlie",
+    "delta",
+    "echo",
+    "foxtrot",
+    "golf",
+    "hotel",
+    "india",
+    "juliet",
+    "kilo",
+    "lima",
+    "mike",
+    "november",
+    "oscar",
+    "papa",
+    "quebec",
+    "romeo",
+    "sierra",
+    "tango",
 )
 _ALNUM = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 _TOOL_WORD_RE = re.compile(r"\btools?\b", re.IGNORECASE)
@@ -156,11 +174,13 @@ def build_reply(body: Mapping[str, Any], clean_text: str, markers: Markers) -> R
         thought = thought[: limit * 4]
         thinking_tokens = tokens(thought)
         if requested:
-            content.append({
-                "type": "thinking",
-                "thinking": "" if omitted else thought,
-                "signature": base64.b64encode(hashlib.sha256(("sig|" + signature_seed).encode()).digest()).decode(),
-            })
+            content.append(
+                {
+                    "type": "thinking",
+                    "thinking": "" if omitted else thought,
+                    "signature": base64.b64encode(hashlib.sha256(("sig|" + signature_seed).encode()).digest()).decode(),
+                }
+            )
     remaining = max_tokens - thinking_tokens
     used = thinking_tokens
 

@@ -42,9 +42,7 @@ def text_of(content: Any) -> str:
     """A string content as is, or its text blocks joined with newlines."""
     if isinstance(content, str):
         return content
-    return "\n".join(
-        b["text"] for b in content_blocks(content) if isinstance(b, dict) and b.get("type") == "text"
-    )
+    return "\n".join(b["text"] for b in content_blocks(content) if isinstance(b, dict) and b.get("type") == "text")
 
 
 def last_user_message(body: Mapping[str, Any]) -> Mapping[str, Any] | None:

@@ -57,8 +57,13 @@ def build_parser(prog: str = "ezat-sim") -> argparse.ArgumentParser:
     """The simulator's command-line options (reused by ``ezat-compat sim``)."""
     parser = argparse.ArgumentParser(prog=prog, description="Anthropic-compatible Messages API simulator")
     add = parser.add_argument
-    add("--bind", type=_bind, default=parse_bind(DEFAULT_BIND), metavar="HOST:PORT",
-        help=f"address to listen on (default {DEFAULT_BIND}; port 0 picks a free port)")
+    add(
+        "--bind",
+        type=_bind,
+        default=parse_bind(DEFAULT_BIND),
+        metavar="HOST:PORT",
+        help=f"address to listen on (default {DEFAULT_BIND}; port 0 picks a free port)",
+    )
     add("--name", default="sim", help="instance name: x-sim-name header and recorded requests (default sim)")
     add("--fail-status", type=int, metavar="N", help="answer /v1/messages with this error status")
     add("--fail-rate", type=_rate, metavar="F", help="share of requests that fail (0..1, default 1.0)")
@@ -66,11 +71,21 @@ def build_parser(prog: str = "ezat-sim") -> argparse.ArgumentParser:
     add("--retry-after", type=_non_negative(float), metavar="S", help="retry-after seconds on 429/503/529")
     add("--latency-ms", type=_non_negative(int), default=0, metavar="N", help="wait before answering")
     add("--cut-after", type=_non_negative(int), metavar="N", help="streams: drop the connection after N events")
-    add("--stall-s", type=_non_negative(float), default=0.0, metavar="S",
-        help="streams: silence after message_start and the ping")
+    add(
+        "--stall-s",
+        type=_non_negative(float),
+        default=0.0,
+        metavar="S",
+        help="streams: silence after message_start and the ping",
+    )
     add("--token-delay-ms", type=_non_negative(int), default=0, metavar="N", help="streams: wait between deltas")
-    add("--min-cache-tokens", type=_non_negative(int), default=1024, metavar="N",
-        help="shortest prompt prefix written to the prompt cache (default 1024)")
+    add(
+        "--min-cache-tokens",
+        type=_non_negative(int),
+        default=1024,
+        metavar="N",
+        help="shortest prompt prefix written to the prompt cache (default 1024)",
+    )
     add("--api-key", metavar="KEY", help="accept only this x-api-key (default: any non-empty key)")
     add("--no-prefill", action="store_true", help="refuse a trailing assistant message (400)")
     return parser
@@ -131,8 +146,7 @@ def serve(config: SimConfig, host: str, port: int, *, out: TextIO | None = None)
             super().__init__(sock, address, server, rfile)
 
     _raise_open_file_limit()
-    server = WSGIServer((host, port), make_app(config), log=None, backlog=LISTEN_BACKLOG,
-                        handler_class=NoDelayHandler)
+    server = WSGIServer((host, port), make_app(config), log=None, backlog=LISTEN_BACKLOG, handler_class=NoDelayHandler)
     server.start()
     bound_port = server.address[1]
     shown_host = f"[{host}]" if ":" in host else host

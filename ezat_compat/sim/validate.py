@@ -15,16 +15,47 @@ from typing import Any
 from ezat_compat.sim.errors import InvalidRequestError
 from ezat_compat.sim.request import content_blocks, is_int, is_number
 
-MESSAGE_FIELDS = frozenset({
-    "model", "messages", "max_tokens", "system", "metadata", "stop_sequences", "stream",
-    "temperature", "top_p", "top_k", "tools", "tool_choice", "thinking", "output_config",
-    "service_tier", "container", "mcp_servers", "context_management", "inference_geo", "speed",
-    "cache_control", "diagnostics",
-})
-COUNT_TOKENS_FIELDS = frozenset({
-    "model", "messages", "system", "tools", "tool_choice", "thinking", "output_config",
-    "mcp_servers", "context_management", "cache_control", "speed",
-})
+MESSAGE_FIELDS = frozenset(
+    {
+        "model",
+        "messages",
+        "max_tokens",
+        "system",
+        "metadata",
+        "stop_sequences",
+        "stream",
+        "temperature",
+        "top_p",
+        "top_k",
+        "tools",
+        "tool_choice",
+        "thinking",
+        "output_config",
+        "service_tier",
+        "container",
+        "mcp_servers",
+        "context_management",
+        "inference_geo",
+        "speed",
+        "cache_control",
+        "diagnostics",
+    }
+)
+COUNT_TOKENS_FIELDS = frozenset(
+    {
+        "model",
+        "messages",
+        "system",
+        "tools",
+        "tool_choice",
+        "thinking",
+        "output_config",
+        "mcp_servers",
+        "context_management",
+        "cache_control",
+        "speed",
+    }
+)
 BLOCK_TYPES = ("text", "image", "document", "tool_use", "tool_result", "thinking", "redacted_thinking")
 IMAGE_MEDIA_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
 EFFORTS = ("low", "medium", "high", "xhigh", "max")
@@ -283,16 +314,14 @@ def _check_messages(messages: Any, *, allow_prefill: bool) -> None:
         if isinstance(content, str):
             if not content and not final_assistant:
                 raise InvalidRequestError(
-                    f"{path}: all messages must have non-empty content except for the optional final "
-                    "assistant message"
+                    f"{path}: all messages must have non-empty content except for the optional final assistant message"
                 )
             if content and not content.strip() and not final_assistant:
                 raise InvalidRequestError("messages: text content blocks must contain non-whitespace text")
         elif isinstance(content, list):
             if not content and not final_assistant:
                 raise InvalidRequestError(
-                    f"{path}: all messages must have non-empty content except for the optional final "
-                    "assistant message"
+                    f"{path}: all messages must have non-empty content except for the optional final assistant message"
                 )
             for j, block in enumerate(content):
                 _check_block(block, f"{path}.content.{j}")

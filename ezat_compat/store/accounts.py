@@ -154,8 +154,10 @@ def _clean_patterns(models: Sequence[str]) -> tuple[str, ...]:
     cleaned = tuple(p.strip() for p in models)
     for pattern in cleaned:
         if not pattern or "," in pattern:
-            raise StoreError(f"models: {pattern!r} is not a model pattern; use ids or globs like "
-                             "anthropic/claude-sonnet-*, separated by commas")
+            raise StoreError(
+                f"models: {pattern!r} is not a model pattern; use ids or globs like "
+                "anthropic/claude-sonnet-*, separated by commas"
+            )
     if len(",".join(cleaned)) > 2048:
         raise StoreError("models: the patterns are too long together (at most 2048 characters)")
     return cleaned
@@ -169,26 +171,49 @@ def _check_positive(name: str, value: int | None, *, zero_ok: bool = False) -> N
         raise StoreError(f"{name}: must be a whole number of at least {least}, got {value!r}")
 
 
-
 _KEY_COLUMNS = (
-    api_keys.c.public_id, api_keys.c.prefix, orgs.c.name.label("org"), api_keys.c.name, api_keys.c.models,
-    api_keys.c.spend_limit_micros, api_keys.c.spent_micros, api_keys.c.rpm, api_keys.c.tpm,
-    api_keys.c.created_at, api_keys.c.expires_at, api_keys.c.revoked_at,
+    api_keys.c.public_id,
+    api_keys.c.prefix,
+    orgs.c.name.label("org"),
+    api_keys.c.name,
+    api_keys.c.models,
+    api_keys.c.spend_limit_micros,
+    api_keys.c.spent_micros,
+    api_keys.c.rpm,
+    api_keys.c.tpm,
+    api_keys.c.created_at,
+    api_keys.c.expires_at,
+    api_keys.c.revoked_at,
 )
 _KEYS = select(*_KEY_COLUMNS).select_from(api_keys.join(orgs, api_keys.c.org_id == orgs.c.id))
 
 
 def _key_info(row: Row[Any]) -> KeyInfo:
     return KeyInfo(
-        id=row.public_id, prefix=row.prefix, org=row.org, name=row.name, models=_split_patterns(row.models),
-        spend_limit_micros=row.spend_limit_micros, spent_micros=row.spent_micros, rpm=row.rpm, tpm=row.tpm,
-        created_at=row.created_at, expires_at=row.expires_at, revoked_at=row.revoked_at,
+        id=row.public_id,
+        prefix=row.prefix,
+        org=row.org,
+        name=row.name,
+        models=_split_patterns(row.models),
+        spend_limit_micros=row.spend_limit_micros,
+        spent_micros=row.spent_micros,
+        rpm=row.rpm,
+        tpm=row.tpm,
+        created_at=row.created_at,
+        expires_at=row.expires_at,
+        revoked_at=row.revoked_at,
     )
 
 
 def _org_info(row: Row[Any]) -> OrgInfo:
-    return OrgInfo(id=row.id, name=row.name, balance_micros=row.balance_micros,
-                   reserved_micros=row.reserved_micros, suspended=row.suspended, created_at=row.created_at)
+    return OrgInfo(
+        id=row.id,
+        name=row.name,
+        balance_micros=row.balance_micros,
+        reserved_micros=row.reserved_micros,
+        suspended=row.suspended,
+        created_at=row.created_at,
+    )
 
 
 class Accounts:
@@ -208,14 +233,22 @@ class Accounts:
         """Create an organisation with a starting balance. ``StoreError`` if the name is taken
         or not a plain name (letters, digits, ``.``, ``_``, ``-``; up to 128)."""
         if not isinstance(name, str) or not _ORG_NAME.fullmatch(name):
-            raise StoreError(f"{name!r} is not a valid organization name; use letters, digits, '.', '_' "
-                             "and '-' (up to 128 characters, starting with a letter or digit)")
+            raise StoreError(
+                f"{name!r} is not a valid organization name; use letters, digits, '.', '_' "
+                "and '-' (up to 128 characters, starting with a letter or digit)"
+            )
         _check_positive("balance", balance_micros, zero_ok=True)
         try:
             with self._writer.begin() as conn:
-                conn.execute(insert(orgs).values(
-                    name=name, balance_micros=balance_micros, reserved_micros=0, suspended=False,
-                    created_at=now or datetime.now(UTC)))
+                conn.execute(
+                    insert(orgs).values(
+                        name=name,
+                        balance_micros=balance_micros,
+                        reserved_micros=0,
+                        suspended=False,
+                        created_at=now or datetime.now(UTC),
+                    )
+                )
         except IntegrityError:
             raise StoreError(f"An organization named {name!r} already exists.") from None
         return self.get_org(name)
@@ -237,8 +270,9 @@ class Accounts:
         """Add ``micros`` (> 0) to the organisation's balance; returns the updated org."""
         _check_positive("amount", micros)
         with self._writer.begin() as conn:
-            done = conn.execute(update(orgs).where(orgs.c.name == name)
-                                .values(balance_micros=orgs.c.balance_micros + micros)).rowcount
+            done = conn.execute(
+                update(orgs).where(orgs.c.name == name).values(balance_micros=orgs.c.balance_micros + micros)
+            ).rowcount
         if not done:
             self.get_org(name)  # raises the "no organization" error
         return self.get_org(name)
@@ -286,12 +320,24 @@ class Accounts:
         org = self.get_org(org_name)
         secret = new_secret()
         with self._writer.begin() as conn:
-            conn.execute(insert(api_keys).values(
-                public_id="key_" + secrets.token_hex(6), org_id=org.id, name=name,
-                prefix=secret[:DISPLAY_PREFIX_LEN], key_hash=hash_key(secret), models=",".join(patterns),
-                spend_limit_micros=spend_limit_micros, spent_micros=0, reserved_micros=0, rpm=rpm, tpm=tpm,
-                created_at=now, expires_at=expires_at, revoked_at=None,
-            ))
+            conn.execute(
+                insert(api_keys).values(
+                    public_id="key_" + secrets.token_hex(6),
+                    org_id=org.id,
+                    name=name,
+                    prefix=secret[:DISPLAY_PREFIX_LEN],
+                    key_hash=hash_key(secret),
+                    models=",".join(patterns),
+                    spend_limit_micros=spend_limit_micros,
+                    spent_micros=0,
+                    reserved_micros=0,
+                    rpm=rpm,
+                    tpm=tpm,
+                    created_at=now,
+                    expires_at=expires_at,
+                    revoked_at=None,
+                )
+            )
             row = conn.execute(_KEYS.where(api_keys.c.key_hash == hash_key(secret))).one()
         return _key_info(row), secret
 
@@ -308,9 +354,11 @@ class Accounts:
         """Revoke a key by its public id (``key_…``); it answers 401 from the next request on.
         Revoking twice keeps the first revocation time. ``StoreError`` if there is no such key."""
         with self._writer.begin() as conn:
-            conn.execute(update(api_keys)
-                         .where(api_keys.c.public_id == public_id, api_keys.c.revoked_at.is_(None))
-                         .values(revoked_at=now or datetime.now(UTC)))
+            conn.execute(
+                update(api_keys)
+                .where(api_keys.c.public_id == public_id, api_keys.c.revoked_at.is_(None))
+                .values(revoked_at=now or datetime.now(UTC))
+            )
             row = conn.execute(_KEYS.where(api_keys.c.public_id == public_id)).first()
         if row is None:
             raise StoreError(f"There is no key {public_id!r}; `keys list` shows the ids (key_…).")
@@ -336,9 +384,16 @@ class Accounts:
         if expires_at is not None and expires_at <= to_epoch_micros(now):
             raise AuthenticationError("This API key has expired.")
         if suspended:
-            raise PermissionDeniedError(f"The organization '{org_name}' is suspended; "
-                                        "ask your administrator to resume it.")
+            raise PermissionDeniedError(
+                f"The organization '{org_name}' is suspended; ask your administrator to resume it."
+            )
         return AuthContext(
-            key_id=key_id, key_public_id=public_id, org_id=org_id, org_name=org_name,
-            model_patterns=_split_patterns(models), spend_limit_micros=spend_limit, rpm=rpm, tpm=tpm,
+            key_id=key_id,
+            key_public_id=public_id,
+            org_id=org_id,
+            org_name=org_name,
+            model_patterns=_split_patterns(models),
+            spend_limit_micros=spend_limit,
+            rpm=rpm,
+            tpm=tpm,
         )

@@ -51,15 +51,18 @@ def make_engine(url: str, *, pool_size: int = 10, max_overflow: int = 20) -> Eng
         if "application_name" not in parsed.query:
             connect_args["application_name"] = "ezat-compat"
         return create_engine(parsed, **pool, pool_pre_ping=True, pool_recycle=3600, connect_args=connect_args)
-    raise ValueError(f"unsupported database URL {parsed.render_as_string(hide_password=True)!r}: "
-                     "use sqlite:///PATH or postgresql+psycopg://USER@HOST/DB")
+    raise ValueError(
+        f"unsupported database URL {parsed.render_as_string(hide_password=True)!r}: "
+        "use sqlite:///PATH or postgresql+psycopg://USER@HOST/DB"
+    )
 
 
 def _sqlite_engine(parsed: URL, pool: dict[str, Any]) -> Engine:
     memory = parsed.database in (None, "", ":memory:") or parsed.query.get("mode") == "memory"
     pool_args = {} if memory else pool
-    engine = create_engine(parsed, connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_S},
-                           **pool_args)
+    engine = create_engine(
+        parsed, connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_S}, **pool_args
+    )
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: sqlite3.Connection, _record: object) -> None:

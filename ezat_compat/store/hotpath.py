@@ -40,9 +40,24 @@ INSERT_RESERVATION_SQL = (
     "INSERT INTO reservations (request_id, org_id, key_id, amount_micros, created_at) "
     "VALUES (:request_id, :org, :key, :amount, :created_at)"
 )
-LEDGER_COLUMNS = ("request_id", "created_at", "org_id", "key_id", "endpoint", "model", "canonical_model",
-                  "deployment", "input_tokens", "cache_write_tokens", "cache_read_tokens", "output_tokens",
-                  "reasoning_tokens", "cost_micros", "status", "estimated")
+LEDGER_COLUMNS = (
+    "request_id",
+    "created_at",
+    "org_id",
+    "key_id",
+    "endpoint",
+    "model",
+    "canonical_model",
+    "deployment",
+    "input_tokens",
+    "cache_write_tokens",
+    "cache_read_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "cost_micros",
+    "status",
+    "estimated",
+)
 INSERT_LEDGER_SQL = (
     f"INSERT INTO ledger ({', '.join(LEDGER_COLUMNS)}) VALUES ({', '.join(':' + c for c in LEDGER_COLUMNS)}) "
     "ON CONFLICT (request_id) DO NOTHING RETURNING id"
@@ -84,8 +99,9 @@ class SQLiteHotPath:
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None or self._pid != os.getpid():
-            conn = sqlite3.connect(self.path, timeout=SQLITE_BUSY_TIMEOUT_S, isolation_level=None,
-                                   check_same_thread=False)
+            conn = sqlite3.connect(
+                self.path, timeout=SQLITE_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+            )
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=ON")
             self._conn, self._pid = conn, os.getpid()
@@ -122,10 +138,14 @@ class SQLiteHotPath:
             try:
                 if conn.execute(INSERT_LEDGER_SQL, row).fetchone() is None:
                     conn.execute("ROLLBACK")
-                    return False   # settled before: the row exists, nothing else changes
+                    return False  # settled before: the row exists, nothing else changes
                 taken = conn.execute(TAKE_RESERVATION_SQL, row).fetchone()
-                params = {"cost": cost, "held": taken[0] if taken else 0, "org_id": row["org_id"],
-                          "key_id": row["key_id"]}
+                params = {
+                    "cost": cost,
+                    "held": taken[0] if taken else 0,
+                    "org_id": row["org_id"],
+                    "key_id": row["key_id"],
+                }
                 conn.execute(SETTLE_ORG_SQL, params)
                 conn.execute(SETTLE_KEY_SQL, params)
                 conn.execute("COMMIT")
@@ -189,8 +209,12 @@ def make_hot_path(engine: Engine) -> HotPath:
         hot = _HOT_PATHS.get(engine)
         if hot is None:
             database = engine.url.database
-            if (engine.dialect.name == "sqlite" and database and database != ":memory:"
-                    and not database.startswith("file:")):
+            if (
+                engine.dialect.name == "sqlite"
+                and database
+                and database != ":memory:"
+                and not database.startswith("file:")
+            ):
                 hot = SQLiteHotPath(database)
             else:
                 hot = EngineHotPath(engine)

@@ -89,32 +89,46 @@ class LedgerEntry:
 # ------------------------------------------------------------ statements, built once
 
 _RELEASE_ORG = (
-    update(orgs).where(orgs.c.id == bindparam("b_org"))
+    update(orgs)
+    .where(orgs.c.id == bindparam("b_org"))
     .values(reserved_micros=orgs.c.reserved_micros - bindparam("b_amount"))
 )
 _RELEASE_KEY = (
-    update(api_keys).where(api_keys.c.id == bindparam("b_key"))
+    update(api_keys)
+    .where(api_keys.c.id == bindparam("b_key"))
     .values(reserved_micros=api_keys.c.reserved_micros - bindparam("b_amount"))
 )
-_ORG_FUNDS = select(orgs.c.name, orgs.c.balance_micros, orgs.c.reserved_micros).where(
-    orgs.c.id == bindparam("b_org"))
-_KEY_FUNDS = select(api_keys.c.public_id, api_keys.c.spend_limit_micros, api_keys.c.spent_micros,
-                    api_keys.c.reserved_micros).where(api_keys.c.id == bindparam("b_key"))
+_ORG_FUNDS = select(orgs.c.name, orgs.c.balance_micros, orgs.c.reserved_micros).where(orgs.c.id == bindparam("b_org"))
+_KEY_FUNDS = select(
+    api_keys.c.public_id, api_keys.c.spend_limit_micros, api_keys.c.spent_micros, api_keys.c.reserved_micros
+).where(api_keys.c.id == bindparam("b_key"))
 
 _TOKENS = ("input_tokens", "cache_write_tokens", "cache_read_tokens", "output_tokens", "reasoning_tokens")
 _ROWS = (
     select(
-        ledger.c.request_id, ledger.c.created_at, orgs.c.name.label("org"), api_keys.c.public_id.label("key_id"),
-        ledger.c.endpoint, ledger.c.model, ledger.c.canonical_model, ledger.c.deployment,
-        *(ledger.c[name] for name in _TOKENS), ledger.c.cost_micros, ledger.c.status, ledger.c.estimated,
+        ledger.c.request_id,
+        ledger.c.created_at,
+        orgs.c.name.label("org"),
+        api_keys.c.public_id.label("key_id"),
+        ledger.c.endpoint,
+        ledger.c.model,
+        ledger.c.canonical_model,
+        ledger.c.deployment,
+        *(ledger.c[name] for name in _TOKENS),
+        ledger.c.cost_micros,
+        ledger.c.status,
+        ledger.c.estimated,
     )
     .select_from(ledger.join(orgs, ledger.c.org_id == orgs.c.id).join(api_keys, ledger.c.key_id == api_keys.c.id))
     .order_by(ledger.c.created_at, ledger.c.id)
 )
 _SUMMARY = (
     select(
-        orgs.c.name.label("org"), api_keys.c.public_id.label("key_id"), ledger.c.canonical_model.label("model"),
-        func.count().label("requests"), *(func.sum(ledger.c[name]).label(name) for name in _TOKENS),
+        orgs.c.name.label("org"),
+        api_keys.c.public_id.label("key_id"),
+        ledger.c.canonical_model.label("model"),
+        func.count().label("requests"),
+        *(func.sum(ledger.c[name]).label(name) for name in _TOKENS),
         func.sum(ledger.c.cost_micros).label("cost_micros"),
     )
     .select_from(ledger.join(orgs, ledger.c.org_id == orgs.c.id).join(api_keys, ledger.c.key_id == api_keys.c.id))
@@ -150,8 +164,15 @@ class Ledger:
         """
         if isinstance(amount_micros, bool) or not isinstance(amount_micros, int) or amount_micros < 0:
             raise ValueError(f"amount_micros must be a non-negative int, got {amount_micros!r}")
-        refused = self._hot.reserve({"org": ctx.org_id, "key": ctx.key_id, "amount": amount_micros,
-                                     "request_id": request_id, "created_at": to_epoch_micros(now or datetime.now(UTC))})
+        refused = self._hot.reserve(
+            {
+                "org": ctx.org_id,
+                "key": ctx.key_id,
+                "amount": amount_micros,
+                "request_id": request_id,
+                "created_at": to_epoch_micros(now or datetime.now(UTC)),
+            }
+        )
         if refused is not None:
             with self._engine.connect() as conn:
                 if refused == REFUSED_BY_ORG:
@@ -168,13 +189,22 @@ class Ledger:
         """
         u = entry.usage
         row = {
-            "request_id": request_id, "created_at": to_epoch_micros(entry.created_at), "org_id": entry.org_id,
-            "key_id": entry.key_id, "endpoint": entry.endpoint, "model": entry.model[:MODEL_MAX],
-            "canonical_model": entry.canonical_model, "deployment": entry.deployment,
-            "input_tokens": u.input_tokens, "cache_write_tokens": u.cache_write_tokens,
-            "cache_read_tokens": u.cache_read_tokens, "output_tokens": u.output_tokens,
-            "reasoning_tokens": u.reasoning_tokens, "cost_micros": entry.cost_micros,
-            "status": entry.status, "estimated": entry.estimated,
+            "request_id": request_id,
+            "created_at": to_epoch_micros(entry.created_at),
+            "org_id": entry.org_id,
+            "key_id": entry.key_id,
+            "endpoint": entry.endpoint,
+            "model": entry.model[:MODEL_MAX],
+            "canonical_model": entry.canonical_model,
+            "deployment": entry.deployment,
+            "input_tokens": u.input_tokens,
+            "cache_write_tokens": u.cache_write_tokens,
+            "cache_read_tokens": u.cache_read_tokens,
+            "output_tokens": u.output_tokens,
+            "reasoning_tokens": u.reasoning_tokens,
+            "cost_micros": entry.cost_micros,
+            "status": entry.status,
+            "estimated": entry.estimated,
         }
         return self._hot.settle(row, entry.cost_micros)
 
@@ -184,7 +214,8 @@ class Ledger:
         cutoff = now - older_than
         with self._writer.begin() as conn:
             taken = conn.execute(
-                delete(reservations).where(reservations.c.created_at < cutoff)
+                delete(reservations)
+                .where(reservations.c.created_at < cutoff)
                 .returning(reservations.c.org_id, reservations.c.key_id, reservations.c.amount_micros)
             ).all()
             by_org: dict[int, int] = defaultdict(int)
@@ -230,8 +261,9 @@ class Ledger:
 
     # ------------------------------------------------------------ reports (`ezat-compat usage`)
 
-    def usage_rows(self, org: str | None = None, key_public_id: str | None = None,
-                   since: datetime | None = None) -> list[dict[str, Any]]:
+    def usage_rows(
+        self, org: str | None = None, key_public_id: str | None = None, since: datetime | None = None
+    ) -> list[dict[str, Any]]:
         """One dict per request, oldest first, with the fields of ``usage --json`` (design.md).
 
         Filters by organisation name, key public id (``key_…``) and/or a start time (aware
@@ -241,23 +273,35 @@ class Ledger:
             query = self._filtered(conn, _ROWS, org, key_public_id, since)
             return [
                 {
-                    "request_id": r.request_id, "created_at": iso(r.created_at), "org": r.org, "key_id": r.key_id,
-                    "endpoint": r.endpoint, "model": r.model, "canonical_model": r.canonical_model,
-                    "deployment": r.deployment, **{name: r._mapping[name] for name in _TOKENS},
-                    "cost_usd": micros_to_usd(r.cost_micros), "status": r.status, "estimated": bool(r.estimated),
+                    "request_id": r.request_id,
+                    "created_at": iso(r.created_at),
+                    "org": r.org,
+                    "key_id": r.key_id,
+                    "endpoint": r.endpoint,
+                    "model": r.model,
+                    "canonical_model": r.canonical_model,
+                    "deployment": r.deployment,
+                    **{name: r._mapping[name] for name in _TOKENS},
+                    "cost_usd": micros_to_usd(r.cost_micros),
+                    "status": r.status,
+                    "estimated": bool(r.estimated),
                 }
                 for r in conn.execute(query)
             ]
 
-    def usage_summary(self, org: str | None = None, key_public_id: str | None = None,
-                      since: datetime | None = None) -> list[dict[str, Any]]:
+    def usage_summary(
+        self, org: str | None = None, key_public_id: str | None = None, since: datetime | None = None
+    ) -> list[dict[str, Any]]:
         """Totals per (org, key, canonical model): ``org``, ``key_id``, ``model``, ``requests``,
         the five token sums and ``cost_usd``; the same filters as ``usage_rows``."""
         with self._engine.connect() as conn:
             query = self._filtered(conn, _SUMMARY, org, key_public_id, since)
             return [
                 {
-                    "org": r.org, "key_id": r.key_id, "model": r.model, "requests": int(r.requests),
+                    "org": r.org,
+                    "key_id": r.key_id,
+                    "model": r.model,
+                    "requests": int(r.requests),
                     **{name: int(r._mapping[name] or 0) for name in _TOKENS},
                     "cost_usd": micros_to_usd(int(r.cost_micros or 0)),
                 }
@@ -265,8 +309,9 @@ class Ledger:
             ]
 
     @staticmethod
-    def _filtered(conn: Connection, query: Select[Any], org: str | None, key_public_id: str | None,
-                  since: datetime | None) -> Select[Any]:
+    def _filtered(
+        conn: Connection, query: Select[Any], org: str | None, key_public_id: str | None, since: datetime | None
+    ) -> Select[Any]:
         if org is not None:
             org_id = conn.execute(select(orgs.c.id).where(orgs.c.name == org)).scalar()
             if org_id is None:
@@ -280,4 +325,3 @@ class Ledger:
         if since is not None:
             query = query.where(ledger.c.created_at >= since)
         return query
-

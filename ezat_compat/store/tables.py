@@ -62,11 +62,13 @@ class UtcMicros(TypeDecorator[datetime]):
         return None if value is None else from_epoch_micros(value)
 
 
-metadata = MetaData(naming_convention={
-    "ix": "ix_%(table_name)s_%(column_0_name)s",
-    "uq": "uq_%(table_name)s_%(column_0_name)s",
-    "fk": "fk_%(table_name)s_%(column_0_name)s",
-})
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s",
+    }
+)
 
 orgs = Table(
     "orgs",

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 IMAGE_TOKENS = 6_000
-REQUEST_OVERHEAD_TOKENS = 1_000   # tool-use system prompt and per-message framing
+REQUEST_OVERHEAD_TOKENS = 1_000  # tool-use system prompt and per-message framing
 
 
 def _text_bytes(value: Any) -> tuple[int, int, int]:

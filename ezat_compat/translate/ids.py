@@ -25,7 +25,7 @@ def encode_tool_id(openai_id: str) -> str:
 def decode_tool_id(anthropic_id: str) -> str:
     if not anthropic_id.startswith(PREFIX):
         return anthropic_id
-    raw = anthropic_id[len(PREFIX):]
+    raw = anthropic_id[len(PREFIX) :]
     try:
         return base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode("utf-8")
     except (binascii.Error, UnicodeDecodeError):

@@ -43,10 +43,10 @@ class ImageSlot:
 
 @dataclass(slots=True)
 class Translation:
-    body: dict[str, Any]                      # Anthropic body, without "model" and "stream"
+    body: dict[str, Any]  # Anthropic body, without "model" and "stream"
     stream: bool = False
     include_usage: bool = False
-    session: str | None = None                # prompt_cache_key: reaches the router only
+    session: str | None = None  # prompt_cache_key: reaches the router only
     thinking: bool = False
     image_slots: list[ImageSlot] = field(default_factory=list)
     # Anthropic location -> client path: ("messages", k) / ("messages", k, m) / ("system", k) / ("tools", t)
@@ -80,14 +80,15 @@ def _parse_data_url(url: str, path: str) -> tuple[str, str]:
     media_type = params[0].strip().lower()
     if not any(p.strip().lower() == "base64" for p in params[1:]):
         raise _bad(path, "data URLs must be base64: data:<type>;base64,<data>")
-    data = url[comma + 1:]
+    data = url[comma + 1 :]
     if not data:
         raise _bad(path, "the data URL holds no data")
     return media_type, data
 
 
-def _image_part(part: dict[str, Any], path: str, model: Model, model_name: str,
-                slots: list[ImageSlot]) -> dict[str, Any]:
+def _image_part(
+    part: dict[str, Any], path: str, model: Model, model_name: str, slots: list[ImageSlot]
+) -> dict[str, Any]:
     """``image_url`` -> an Anthropic image block; ``detail`` is ignored."""
     if not model.vision:
         raise _bad(path, f"model {model_name} does not accept images")
@@ -126,15 +127,16 @@ def _file_part(part: dict[str, Any], path: str, model: Model, model_name: str) -
         raise _bad(data_path, "send the PDF as a base64 data URL (data:application/pdf;base64,…)")
     media_type, data = _parse_data_url(file_data, data_path)
     if media_type != PDF_MEDIA_TYPE:
-        raise _bad(data_path, f'only PDF files are supported (got "{media_type}"); '
-                              "send data:application/pdf;base64,…")
+        raise _bad(data_path, f'only PDF files are supported (got "{media_type}"); send data:application/pdf;base64,…')
     raw = decode_base64(data)
     if raw is None:
         raise _bad(data_path, "the data is not valid base64")
     if not is_pdf(raw[:8]):
         raise _bad(data_path, "the data is not a PDF file")
-    block: dict[str, Any] = {"type": "document",
-                             "source": {"type": "base64", "media_type": PDF_MEDIA_TYPE, "data": data}}
+    block: dict[str, Any] = {
+        "type": "document",
+        "source": {"type": "base64", "media_type": PDF_MEDIA_TYPE, "data": data},
+    }
     if part.get("file", {}).get("filename"):
         block["title"] = part["file"]["filename"]
     if part.get("cache_control"):
@@ -142,8 +144,9 @@ def _file_part(part: dict[str, Any], path: str, model: Model, model_name: str) -
     return block
 
 
-def _content_blocks(content: str | list[dict[str, Any]], path: str, model: Model, model_name: str,
-                    slots: list[ImageSlot]) -> list[tuple[dict[str, Any], str]]:
+def _content_blocks(
+    content: str | list[dict[str, Any]], path: str, model: Model, model_name: str, slots: list[ImageSlot]
+) -> list[tuple[dict[str, Any], str]]:
     """A message's content -> (block, client path) pairs. Empty text is never sent;
     ``refusal`` parts are dropped."""
     if isinstance(content, str):
@@ -178,8 +181,7 @@ def _tool_use(call: dict[str, Any], path: str) -> dict[str, Any]:
             raise _bad(f"{path}.function.arguments", "is not valid JSON") from None
         if not isinstance(tool_input, dict):
             raise _bad(f"{path}.function.arguments", "must be a JSON object")
-    return {"type": "tool_use", "id": encode_tool_id(call["id"]), "name": call["function"]["name"],
-            "input": tool_input}
+    return {"type": "tool_use", "id": encode_tool_id(call["id"]), "name": call["function"]["name"], "input": tool_input}
 
 
 def _tool_result(message: dict[str, Any], path: str) -> dict[str, Any]:
@@ -221,20 +223,23 @@ class _Turn:
 class _Conversation:
     system: list[tuple[dict[str, Any], str]] = field(default_factory=list)
     turns: list[_Turn] = field(default_factory=list)
-    pending: dict[str, str] = field(default_factory=dict)      # open tool call id -> its path
+    pending: dict[str, str] = field(default_factory=dict)  # open tool call id -> its path
     answered: set[str] = field(default_factory=set)
     seen_turn_message: bool = False
 
 
 def _check_pending(conv: _Conversation) -> None:
     for call_id, path in conv.pending.items():
-        raise _bad(path, f'tool call "{call_id}" has no result; send a tool message with this '
-                         "tool_call_id right after the assistant message")
+        raise _bad(
+            path,
+            f'tool call "{call_id}" has no result; send a tool message with this '
+            "tool_call_id right after the assistant message",
+        )
 
 
 def _turn(conv: _Conversation, role: str, index: int) -> _Turn:
     if conv.turns and conv.turns[-1].role == role:
-        turn = conv.turns[-1]          # consecutive messages from one side are merged
+        turn = conv.turns[-1]  # consecutive messages from one side are merged
     else:
         if role == "assistant":
             _check_pending(conv)
@@ -244,8 +249,7 @@ def _turn(conv: _Conversation, role: str, index: int) -> _Turn:
     return turn
 
 
-def _messages(messages: list[dict[str, Any]], model: Model, model_name: str,
-              slots: list[ImageSlot]) -> _Conversation:
+def _messages(messages: list[dict[str, Any]], model: Model, model_name: str, slots: list[ImageSlot]) -> _Conversation:
     conv = _Conversation()
     last_empty_user: int | None = None
     for i, message in enumerate(messages):
@@ -263,8 +267,9 @@ def _messages(messages: list[dict[str, Any]], model: Model, model_name: str,
             if call_id not in conv.pending:
                 if call_id in conv.answered:
                     raise _bad(f"{path}.tool_call_id", f'tool call "{call_id}" already has a result')
-                raise _bad(f"{path}.tool_call_id",
-                           f'no tool call with id "{call_id}" in the assistant message before this one')
+                raise _bad(
+                    f"{path}.tool_call_id", f'no tool call with id "{call_id}" in the assistant message before this one'
+                )
             del conv.pending[call_id]
             conv.answered.add(call_id)
             _turn(conv, "user", i).results.append((_tool_result(message, path), path))
@@ -302,9 +307,11 @@ def _finish_conversation(conv: _Conversation, model: Model, model_name: str) -> 
         if conv.pending:
             _check_pending(conv)
         if not model.prefill:
-            raise _bad(f"messages[{last.last_message}]",
-                       f"model {model_name} does not support assistant message prefill; "
-                       "the conversation must end with a user or tool message")
+            raise _bad(
+                f"messages[{last.last_message}]",
+                f"model {model_name} does not support assistant message prefill; "
+                "the conversation must end with a user or tool message",
+            )
         # Prefill: Anthropic refuses a final assistant text that ends with whitespace.
         block = last.blocks[-1][0]
         if block["type"] == "text":
@@ -325,8 +332,7 @@ def _tools(tools: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str]]:
         name = fn["name"]
         path = f"tools[{t}].function.name"
         if not TOOL_NAME.fullmatch(name):
-            raise _bad(path, "must be 1 to 128 characters from a-z, A-Z, 0-9, _ and - "
-                             "(^[a-zA-Z0-9_-]{1,128}$)")
+            raise _bad(path, "must be 1 to 128 characters from a-z, A-Z, 0-9, _ and - (^[a-zA-Z0-9_-]{1,128}$)")
         if name in names:
             raise _bad(path, f'duplicate tool name "{name}"')
         names.add(name)
@@ -349,8 +355,9 @@ def _tools(tools: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str]]:
     return out
 
 
-def _tool_choice(value: Any, names: set[str], parallel: bool | None, model: Model,
-                 model_name: str) -> dict[str, Any] | None:
+def _tool_choice(
+    value: Any, names: set[str], parallel: bool | None, model: Model, model_name: str
+) -> dict[str, Any] | None:
     """auto/none/required/named -> auto/none/any/tool; ``parallel_tool_calls: false`` ->
     ``disable_parallel_tool_use`` (not with none). Spec: "Tools"."""
     choice: dict[str, Any] | None
@@ -358,18 +365,23 @@ def _tool_choice(value: Any, names: set[str], parallel: bool | None, model: Mode
         choice = None
     elif isinstance(value, str) and value in TOOL_CHOICE_TO_ANTHROPIC:
         choice = {"type": TOOL_CHOICE_TO_ANTHROPIC[value]}
-    elif (isinstance(value, dict) and value.get("type") == "function"
-          and isinstance(value.get("function"), dict) and isinstance(value["function"].get("name"), str)):
+    elif (
+        isinstance(value, dict)
+        and value.get("type") == "function"
+        and isinstance(value.get("function"), dict)
+        and isinstance(value["function"].get("name"), str)
+    ):
         name = value["function"]["name"]
         if name not in names:
             raise _bad("tool_choice.function.name", f'no tool named "{name}" in tools')
         choice = {"type": "tool", "name": name}
     else:
-        raise _bad("tool_choice", 'must be "auto", "none", "required" or '
-                                  '{"type": "function", "function": {"name": …}}')
+        raise _bad("tool_choice", 'must be "auto", "none", "required" or {"type": "function", "function": {"name": …}}')
     if choice is not None and choice["type"] in ("any", "tool") and not model.forced_tool_choice:
-        raise _bad("tool_choice", f'model {model_name} does not support a forced tool choice '
-                                  '("required" or a named function); use "auto"')
+        raise _bad(
+            "tool_choice",
+            f'model {model_name} does not support a forced tool choice ("required" or a named function); use "auto"',
+        )
     if parallel is False and (choice is None or choice["type"] != "none"):
         choice = dict(choice or {"type": "auto"}, disable_parallel_tool_use=True)
     return choice
@@ -389,8 +401,9 @@ def _max_tokens(req: dict[str, Any], model: Model, model_name: str) -> int:
     return min(DEFAULT_MAX_TOKENS, model.max_output_tokens)
 
 
-def _reasoning(effort_name: str | None, forced_tool: bool, max_tokens: int, model: Model,
-               model_name: str) -> tuple[str | None, dict[str, Any] | None]:
+def _reasoning(
+    effort_name: str | None, forced_tool: bool, max_tokens: int, model: Model, model_name: str
+) -> tuple[str | None, dict[str, Any] | None]:
     """``reasoning_effort`` -> (output_config.effort, thinking). Spec: "Reasoning".
 
     none/minimal: effort low, no thinking requested (``thinking`` omitted, never "disabled").
@@ -402,8 +415,9 @@ def _reasoning(effort_name: str | None, forced_tool: bool, max_tokens: int, mode
     effort, think = REASONING_EFFORT_TO_EFFORT[effort_name]
     if think and effort not in model.efforts:
         offered = ", ".join(["none", "minimal", *model.efforts]) if "low" in model.efforts else "none, minimal"
-        raise _bad("reasoning_effort", f'"{effort_name}" is not supported by model {model_name}; '
-                                       f"supported values: {offered}")
+        raise _bad(
+            "reasoning_effort", f'"{effort_name}" is not supported by model {model_name}; supported values: {offered}'
+        )
     sent_effort = effort if effort in model.efforts and model.thinking != "budget" else None
     if not think or forced_tool or model.thinking == "none":
         return sent_effort, None
@@ -462,8 +476,9 @@ def _non_empty(block: dict[str, Any]) -> bool:
     return block["type"] != "tool_result" or bool(block.get("content"))
 
 
-def _auto_breakpoints(system: list[dict[str, Any]], tools: list[dict[str, Any]],
-                      messages: list[dict[str, Any]]) -> None:
+def _auto_breakpoints(
+    system: list[dict[str, Any]], tools: list[dict[str, Any]], messages: list[dict[str, Any]]
+) -> None:
     """Spec "Prompt caching": one 5-minute breakpoint after the stable prefix (system, or the
     tools without a system prompt) and one on the newest message; never on an empty block."""
     if system:
@@ -497,8 +512,9 @@ def openai_to_anthropic(req: dict[str, Any], model: Model, *, auto_cache: bool =
         raise _bad("tools", f"model {name} does not support tools")
     choice = None
     if tool_pairs:
-        choice = _tool_choice(req.get("tool_choice"), {b["name"] for b, _ in tool_pairs},
-                              req.get("parallel_tool_calls"), model, name)
+        choice = _tool_choice(
+            req.get("tool_choice"), {b["name"] for b, _ in tool_pairs}, req.get("parallel_tool_calls"), model, name
+        )
     forced = choice is not None and choice["type"] in ("any", "tool")
     max_tokens = _max_tokens(req, model, name)
     effort, thinking = _reasoning(req.get("reasoning_effort"), forced, max_tokens, model, name)
@@ -525,11 +541,16 @@ def openai_to_anthropic(req: dict[str, Any], model: Model, *, auto_cache: bool =
         tools.append(block)
         source_map[("tools", t)] = path
 
-    client_marks = _client_breakpoints(conv.system) + _client_breakpoints(message_pairs) + [
-        path for block, path in tool_pairs if block.get("cache_control")]
+    client_marks = (
+        _client_breakpoints(conv.system)
+        + _client_breakpoints(message_pairs)
+        + [path for block, path in tool_pairs if block.get("cache_control")]
+    )
     if len(client_marks) > MAX_CACHE_BREAKPOINTS:
-        raise _bad(f"{client_marks[MAX_CACHE_BREAKPOINTS]}.cache_control",
-                   f"at most {MAX_CACHE_BREAKPOINTS} cache_control breakpoints per request")
+        raise _bad(
+            f"{client_marks[MAX_CACHE_BREAKPOINTS]}.cache_control",
+            f"at most {MAX_CACHE_BREAKPOINTS} cache_control breakpoints per request",
+        )
     if not client_marks and auto_cache and model.caching:
         _auto_breakpoints(system, tools, messages)
 

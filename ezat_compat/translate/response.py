@@ -57,10 +57,12 @@ def merge_usage(base: Usage, update: Mapping[str, Any] | None) -> Usage:
     details = update.get("output_tokens_details")
     return Usage(
         input_tokens=new.input_tokens if update.get("input_tokens") is not None else base.input_tokens,
-        cache_write_tokens=(new.cache_write_tokens if update.get("cache_creation_input_tokens") is not None
-                            else base.cache_write_tokens),
-        cache_read_tokens=(new.cache_read_tokens if update.get("cache_read_input_tokens") is not None
-                           else base.cache_read_tokens),
+        cache_write_tokens=(
+            new.cache_write_tokens if update.get("cache_creation_input_tokens") is not None else base.cache_write_tokens
+        ),
+        cache_read_tokens=(
+            new.cache_read_tokens if update.get("cache_read_input_tokens") is not None else base.cache_read_tokens
+        ),
         output_tokens=new.output_tokens if update.get("output_tokens") is not None else base.output_tokens,
         reasoning_tokens=new.reasoning_tokens if details else base.reasoning_tokens,
     )
@@ -86,8 +88,7 @@ def tool_arguments(tool_input: Any) -> str:
     return json.dumps(tool_input if tool_input is not None else {}, ensure_ascii=False, separators=(",", ":"))
 
 
-def anthropic_to_openai(message: Mapping[str, Any], *, completion_id: str, created: int,
-                        model: str) -> dict[str, Any]:
+def anthropic_to_openai(message: Mapping[str, Any], *, completion_id: str, created: int, model: str) -> dict[str, Any]:
     """Translate a whole Anthropic message into a ``chat.completion``.
 
     Text blocks are joined; ``tool_use`` blocks become ``tool_calls``; thinking blocks are
@@ -101,11 +102,13 @@ def anthropic_to_openai(message: Mapping[str, Any], *, completion_id: str, creat
         if kind == "text":
             texts.append(block.get("text") or "")
         elif kind == "tool_use":
-            tool_calls.append({
-                "id": decode_tool_id(str(block.get("id", ""))),
-                "type": "function",
-                "function": {"name": block.get("name", ""), "arguments": tool_arguments(block.get("input"))},
-            })
+            tool_calls.append(
+                {
+                    "id": decode_tool_id(str(block.get("id", ""))),
+                    "type": "function",
+                    "function": {"name": block.get("name", ""), "arguments": tool_arguments(block.get("input"))},
+                }
+            )
     content: str | None = "".join(texts)
     if not texts and tool_calls:
         content = None
@@ -117,11 +120,13 @@ def anthropic_to_openai(message: Mapping[str, Any], *, completion_id: str, creat
         "object": "chat.completion",
         "created": created,
         "model": model,
-        "choices": [{
-            "index": 0,
-            "message": reply,
-            "logprobs": None,
-            "finish_reason": finish_reason(message.get("stop_reason")),
-        }],
+        "choices": [
+            {
+                "index": 0,
+                "message": reply,
+                "logprobs": None,
+                "finish_reason": finish_reason(message.get("stop_reason")),
+            }
+        ],
         "usage": usage_to_openai(usage_from_anthropic(message.get("usage"))),
     }

@@ -70,8 +70,19 @@ class StreamTranslator:
     """
 
     __slots__ = (
-        "_base", "_open_tools", "_tool_count", "completion_id", "created", "done",
-        "error", "finish_reason", "include_usage", "model", "produced_chars", "started", "thinking_chars",
+        "_base",
+        "_open_tools",
+        "_tool_count",
+        "completion_id",
+        "created",
+        "done",
+        "error",
+        "finish_reason",
+        "include_usage",
+        "model",
+        "produced_chars",
+        "started",
+        "thinking_chars",
         "usage",
     )
 
@@ -86,12 +97,15 @@ class StreamTranslator:
         self.error: dict[str, Any] | None = None
         self.started = False
         self.produced_chars = 0
-        self.thinking_chars = 0   # thinking is billed as output too: counted for early-close estimates
+        self.thinking_chars = 0  # thinking is billed as output too: counted for early-close estimates
         # Anthropic block index -> OpenAI tool_calls index, for tool_use blocks still open.
         self._open_tools: dict[int | None, int] = {}
         self._tool_count = 0
         self._base: dict[str, Any] = {
-            "id": completion_id, "object": "chat.completion.chunk", "created": created, "model": model,
+            "id": completion_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
         }
 
     # -- chunk builders -------------------------------------------------------------------

@@ -77,7 +77,7 @@ class UpstreamStatusError(UpstreamError):
     def __init__(self, status: int, body: bytes, headers: Mapping[str, str]) -> None:
         self.status = status
         self.body = body
-        self.headers = {name.lower(): value for name, value in headers.items()}   # names in lower case
+        self.headers = {name.lower(): value for name, value in headers.items()}  # names in lower case
         self.error_type, message = _parse_error(body)
         super().__init__(message or f"upstream answered HTTP {status}", retry_after=parse_retry_after(self.headers))
         self.failover = status in FAILOVER_STATUSES or status in DEPLOYMENT_FAULT_STATUSES
@@ -90,8 +90,10 @@ def _parse_error(body: bytes) -> tuple[str | None, str]:
         return None, ""
     if isinstance(data, dict) and isinstance(data.get("error"), dict):
         err = data["error"]
-        return (err.get("type") if isinstance(err.get("type"), str) else None,
-                err.get("message") if isinstance(err.get("message"), str) else "")
+        return (
+            err.get("type") if isinstance(err.get("type"), str) else None,
+            err.get("message") if isinstance(err.get("message"), str) else "",
+        )
     return None, ""
 
 
@@ -119,7 +121,7 @@ class UpstreamStream:
 
     def _chunks(self) -> Iterator[bytes]:
         response = self.response
-        if response.chunked:   # what upstreams send for a stream: each HTTP chunk as it arrives
+        if response.chunked:  # what upstreams send for a stream: each HTTP chunk as it arrives
             yield from response.read_chunked(None, decode_content=True)  # type: ignore[attr-defined]
         else:
             while chunk := response.read1(READ_CHUNK):  # type: ignore[attr-defined]
@@ -133,8 +135,8 @@ class UpstreamStream:
             for chunk in self._chunks():
                 yield from decoder.feed(chunk)
             yield from decoder.flush()
-            self._complete = True   # the whole body was read: the connection can be reused
-        except Exception as exc:   # socket errors, urllib3's ProtocolError, a broken chunk
+            self._complete = True  # the whole body was read: the connection can be reused
+        except Exception as exc:  # socket errors, urllib3's ProtocolError, a broken chunk
             if self._closed:
                 return
             raise UpstreamStreamError(f"the upstream stream broke: {type(exc).__name__}") from None
@@ -144,7 +146,7 @@ class UpstreamStream:
         if self._closed:
             return
         self._closed = True
-        with contextlib.suppress(Exception):   # closing must never raise
+        with contextlib.suppress(Exception):  # closing must never raise
             if self._complete:
                 self.response.release_conn()
             else:
@@ -164,8 +166,9 @@ class UpstreamClient:
     @property
     def pool(self) -> urllib3.PoolManager:
         if self._pool is None or self._pid != os.getpid():
-            self._pool = urllib3.PoolManager(num_pools=64, maxsize=self.pool_size, block=False, retries=False,
-                                             ca_certs=_ca_bundle())
+            self._pool = urllib3.PoolManager(
+                num_pools=64, maxsize=self.pool_size, block=False, retries=False, ca_certs=_ca_bundle()
+            )
             self._pid = os.getpid()
         return self._pool
 
@@ -181,14 +184,22 @@ class UpstreamClient:
             headers.update(extra)
         return headers
 
-    def _post(self, deployment: Deployment, path: str, body: bytes, headers: dict[str, str],
-              read_timeout: float) -> urllib3.BaseHTTPResponse:
+    def _post(
+        self, deployment: Deployment, path: str, body: bytes, headers: dict[str, str], read_timeout: float
+    ) -> urllib3.BaseHTTPResponse:
         url = deployment.base_url.rstrip("/") + path
         try:
-            response = self.pool.urlopen("POST", url, body=body, headers=headers, preload_content=False,
-                                         retries=False, redirect=False,
-                                         timeout=urllib3.Timeout(connect=self.connect_timeout_s, read=read_timeout))
-        except NewConnectionError as exc:   # refused, unreachable (a subclass of ConnectTimeoutError)
+            response = self.pool.urlopen(
+                "POST",
+                url,
+                body=body,
+                headers=headers,
+                preload_content=False,
+                retries=False,
+                redirect=False,
+                timeout=urllib3.Timeout(connect=self.connect_timeout_s, read=read_timeout),
+            )
+        except NewConnectionError as exc:  # refused, unreachable (a subclass of ConnectTimeoutError)
             raise UpstreamConnectError(f"could not reach {deployment.name}: {type(exc).__name__}") from None
         except ConnectTimeoutError:
             raise UpstreamConnectError(f"timed out connecting to {deployment.name}") from None
@@ -208,7 +219,7 @@ class UpstreamClient:
         """The whole body within the wall-clock ``deadline``; the connection goes back to the
         pool only when the body was read to its end."""
         chunks = []
-        try:   # read1: whatever one socket read brings, so the deadline is checked as bytes trickle
+        try:  # read1: whatever one socket read brings, so the deadline is checked as bytes trickle
             while chunk := response.read1(READ_CHUNK):  # type: ignore[attr-defined]
                 chunks.append(chunk)
                 if time.monotonic() > deadline:
@@ -225,15 +236,23 @@ class UpstreamClient:
         response.release_conn()
         return b"".join(chunks)
 
-    def complete(self, deployment: Deployment, path: str, body: bytes, *, timeout_s: float,
-                 headers: Mapping[str, str] | None = None) -> tuple[bytes, Mapping[str, str]]:
+    def complete(
+        self,
+        deployment: Deployment,
+        path: str,
+        body: bytes,
+        *,
+        timeout_s: float,
+        headers: Mapping[str, str] | None = None,
+    ) -> tuple[bytes, Mapping[str, str]]:
         """A non-streaming call: the whole body within ``timeout_s`` (wall clock)."""
         deadline = time.monotonic() + timeout_s
         response = self._post(deployment, path, body, self._headers(deployment, headers), timeout_s)
         return self._read(response, deadline, deployment), response.headers
 
-    def open_stream(self, deployment: Deployment, path: str, body: bytes, *,
-                    headers: Mapping[str, str] | None = None) -> UpstreamStream:
+    def open_stream(
+        self, deployment: Deployment, path: str, body: bytes, *, headers: Mapping[str, str] | None = None
+    ) -> UpstreamStream:
         """A streaming call: returns once the upstream answered 2xx; read ``events()``. Streams
         have no total limit; a socket silent for ``stream_idle_timeout_s`` counts as broken
         (Anthropic pings every few seconds)."""

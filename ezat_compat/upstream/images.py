@@ -166,7 +166,6 @@ def _url_problem(url: str) -> str | None:
     return None if parts.hostname and port != 0 else INVALID_URL
 
 
-
 def _redirect_location(response: requests.Response) -> str | None:
     """The ``Location`` of a redirect response (decoded as requests does), else None."""
     if response.status_code not in _REDIRECT_STATUSES or "location" not in response.headers:

@@ -35,8 +35,17 @@ class SSEDecoder:
     """Bytes in, completed ``(event type, data)`` pairs out; one decoder per stream."""
 
     __slots__ = (
-        "_data", "_data_chars", "_decoder", "_event", "_line", "_line_chars", "_max_chars",
-        "_skip_lf", "_started", "last_event_id", "retry",
+        "_data",
+        "_data_chars",
+        "_decoder",
+        "_event",
+        "_line",
+        "_line_chars",
+        "_max_chars",
+        "_skip_lf",
+        "_started",
+        "last_event_id",
+        "retry",
     )
 
     def __init__(self, *, max_event_chars: int = MAX_EVENT_CHARS) -> None:

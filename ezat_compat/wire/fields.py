@@ -36,8 +36,7 @@ class StrictInt(fields.Field):
 class StrictNumber(fields.Field):
     default_error_messages = {"invalid": "Not a valid number."}
 
-    def _deserialize(self, value: Any, attr: str | None, data: Mapping[str, Any] | None,
-                     **kwargs: Any) -> int | float:
+    def _deserialize(self, value: Any, attr: str | None, data: Mapping[str, Any] | None, **kwargs: Any) -> int | float:
         if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
             raise self.make_error("invalid")
         return value
@@ -57,8 +56,9 @@ class JSONObject(fields.Field):
 
     default_error_messages = {"invalid": "Not a valid object."}
 
-    def _deserialize(self, value: Any, attr: str | None, data: Mapping[str, Any] | None,
-                     **kwargs: Any) -> dict[str, Any]:
+    def _deserialize(
+        self, value: Any, attr: str | None, data: Mapping[str, Any] | None, **kwargs: Any
+    ) -> dict[str, Any]:
         if not isinstance(value, dict):
             raise self.make_error("invalid")
         return value
@@ -72,16 +72,23 @@ class Tagged(fields.Field):
 
     default_error_messages = {"invalid": "Not a valid object."}
 
-    def __init__(self, tag: str, schemas: Mapping[str, Schema], *,
-                 refused: Mapping[str, str | tuple[str, str]] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        tag: str,
+        schemas: Mapping[str, Schema],
+        *,
+        refused: Mapping[str, str | tuple[str, str]] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.tag = tag
         self.schemas = dict(schemas)
         self.refused = dict(refused or {})
         self.choices = ", ".join(self.schemas)
 
-    def _deserialize(self, value: Any, attr: str | None, data: Mapping[str, Any] | None,
-                     **kwargs: Any) -> dict[str, Any]:
+    def _deserialize(
+        self, value: Any, attr: str | None, data: Mapping[str, Any] | None, **kwargs: Any
+    ) -> dict[str, Any]:
         if not isinstance(value, dict):
             raise self.make_error("invalid")
         tag = value.get(self.tag)
@@ -107,8 +114,9 @@ class StrOrList(fields.Field):
         super().__init__(**kwargs)
         self.inner = fields.List(inner)
 
-    def _deserialize(self, value: Any, attr: str | None, data: Mapping[str, Any] | None,
-                     **kwargs: Any) -> str | list[Any]:
+    def _deserialize(
+        self, value: Any, attr: str | None, data: Mapping[str, Any] | None, **kwargs: Any
+    ) -> str | list[Any]:
         if isinstance(value, str):
             return value
         if isinstance(value, list):

@@ -31,8 +31,9 @@ LOGIT_BIAS_MESSAGE = "is not supported"
 MODALITIES_MESSAGE = "only text output is supported"
 WEB_SEARCH_MESSAGE = "is not supported"
 FUNCTIONS_MESSAGE = "the legacy functions API is not supported; use tools"
-JSON_OBJECT_MESSAGE = ('type "json_object" is not supported; use "json_schema" with a schema '
-                       '(objects need "additionalProperties": false)')
+JSON_OBJECT_MESSAGE = (
+    'type "json_object" is not supported; use "json_schema" with a schema (objects need "additionalProperties": false)'
+)
 TOOL_TYPE_MESSAGE = "only function tools are supported"
 REASONING_MESSAGE = "use one of " + ", ".join(REASONING_EFFORTS)
 AUDIO_PART_MESSAGE = "audio input is not supported"
@@ -111,8 +112,9 @@ class FilePartSchema(_Loose):
 
 TEXT_PART = TextPartSchema()
 _AUDIO_REFUSED = {"input_audio": AUDIO_PART_MESSAGE}
-USER_PART = Tagged("type", {"text": TEXT_PART, "image_url": ImagePartSchema(), "file": FilePartSchema()},
-                   refused=_AUDIO_REFUSED)
+USER_PART = Tagged(
+    "type", {"text": TEXT_PART, "image_url": ImagePartSchema(), "file": FilePartSchema()}, refused=_AUDIO_REFUSED
+)
 ASSISTANT_PART = Tagged("type", {"text": TEXT_PART, "refusal": RefusalPartSchema()}, refused=_AUDIO_REFUSED)
 TEXT_ONLY_PART = Tagged("type", {"text": TEXT_PART}, refused=_AUDIO_REFUSED)
 

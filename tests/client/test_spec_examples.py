@@ -43,8 +43,13 @@ def node_project() -> Path:
     NODE_CACHE.mkdir(parents=True, exist_ok=True)
     shutil.copy(EXAMPLES / "package.json", NODE_CACHE / "package.json")
     if not (NODE_CACHE / "node_modules" / "openai").exists():
-        done = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--loglevel=error"], cwd=NODE_CACHE,
-                              capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            ["npm", "install", "--no-audit", "--no-fund", "--loglevel=error"],
+            cwd=NODE_CACHE,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         if done.returncode != 0:
             pytest.skip(f"could not install the openai Node SDK from the npm registry: {done.stderr[-300:]}")
     return NODE_CACHE
@@ -60,7 +65,7 @@ def test_python_examples(name: str, gateway: Gateway, key: str, tmp_path: Path) 
         assert "CompletionUsage(" in out
     if name == "tools.py":
         assert out.startswith("tool_calls [ChatCompletionMessageFunctionToolCall(") or "tool_calls" in out
-        assert "9°C and clear" in out      # the second turn quotes the tool result
+        assert "9°C and clear" in out  # the second turn quotes the tool result
 
 
 @pytest.mark.parametrize("name", ["request.mjs", "streaming.mjs"])

@@ -23,11 +23,23 @@ def standard_models(sim_url: str) -> list[ModelSpec]:
     deployment = [{"name": "sim-a", "base_url": sim_url}]
     return [
         ModelSpec(deployments=deployment),
-        ModelSpec(id="anthropic/claude-haiku-4-5", aliases=("claude-haiku-4-5",), deployments=deployment,
-                  sampling=True, thinking="budget", efforts=("low", "medium", "high"), prefill=True,
-                  max_output_tokens=32000),
-        ModelSpec(id="anthropic/claude-thinker", aliases=("claude-thinker",), deployments=deployment,
-                  thinking="always", forced_tool_choice=False),
+        ModelSpec(
+            id="anthropic/claude-haiku-4-5",
+            aliases=("claude-haiku-4-5",),
+            deployments=deployment,
+            sampling=True,
+            thinking="budget",
+            efforts=("low", "medium", "high"),
+            prefill=True,
+            max_output_tokens=32000,
+        ),
+        ModelSpec(
+            id="anthropic/claude-thinker",
+            aliases=("claude-thinker",),
+            deployments=deployment,
+            thinking="always",
+            forced_tool_choice=False,
+        ),
     ]
 
 

@@ -47,7 +47,7 @@ def listening_ports(pid: int) -> set[int]:
             with suppress(OSError):
                 target = os.readlink(fd)
                 if target.startswith("socket:["):
-                    inodes.add(target[len("socket:["):-1])
+                    inodes.add(target[len("socket:[") : -1])
     ports = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with suppress(OSError):
@@ -80,8 +80,11 @@ class Sim:
     proc: subprocess.Popen[str] | None = None
 
     def start(self) -> Sim:
-        self.proc = subprocess.Popen([sys.executable, "-m", "ezat_compat.sim", "--bind", "127.0.0.1:0",
-                                      "--name", self.name, *self.flags], stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "ezat_compat.sim", "--bind", "127.0.0.1:0", "--name", self.name, *self.flags],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         if "listening on " not in line:
@@ -148,15 +151,24 @@ class ModelSpec:
     prefill: bool = False
 
     def toml(self) -> str:
-        text = MODEL_TOML.format(id=self.id, aliases=json.dumps(list(self.aliases)),
-                                 max_output_tokens=self.max_output_tokens, sampling=str(self.sampling).lower(),
-                                 thinking=self.thinking, efforts=json.dumps(list(self.efforts)),
-                                 forced_tool_choice=str(self.forced_tool_choice).lower(),
-                                 prefill=str(self.prefill).lower())
+        text = MODEL_TOML.format(
+            id=self.id,
+            aliases=json.dumps(list(self.aliases)),
+            max_output_tokens=self.max_output_tokens,
+            sampling=str(self.sampling).lower(),
+            thinking=self.thinking,
+            efforts=json.dumps(list(self.efforts)),
+            forced_tool_choice=str(self.forced_tool_choice).lower(),
+            prefill=str(self.prefill).lower(),
+        )
         for d in self.deployments:
-            text += DEPLOYMENT_TOML.format(name=d["name"], base_url=d["base_url"],
-                                           upstream_model=d.get("upstream_model", "claude-sonnet-5-5"),
-                                           priority=d.get("priority", 0), weight=d.get("weight", 1))
+            text += DEPLOYMENT_TOML.format(
+                name=d["name"],
+                base_url=d["base_url"],
+                upstream_model=d.get("upstream_model", "claude-sonnet-5-5"),
+                priority=d.get("priority", 0),
+                weight=d.get("weight", 1),
+            )
         return text
 
 
@@ -186,8 +198,13 @@ class Gateway:
         return self.log_path.read_text(errors="replace")
 
     def write_config(self) -> None:
-        settings = {"database_url": f"sqlite:///{(self.root / 'ezat.db').as_posix()}", "keepalive_s": 15,
-                    "allow_private_image_hosts": True, "cooldown_s": 30, **self.gateway_settings}
+        settings = {
+            "database_url": f"sqlite:///{(self.root / 'ezat.db').as_posix()}",
+            "keepalive_s": 15,
+            "allow_private_image_hosts": True,
+            "cooldown_s": 30,
+            **self.gateway_settings,
+        }
         lines = ["[gateway]"] + [f"{k} = {json.dumps(v)}" for k, v in settings.items()]
         lines += ["", "[server]", f"workers = {self.workers}", 'log_level = "warning"', "timeout_s = 60"]
         self.config_path.write_text("\n".join(lines) + "\n" + "".join(m.toml() for m in self.models))
@@ -199,12 +216,22 @@ class Gateway:
         self.write_config()
         for _attempt in range(3):
             port = free_port()
-            env = {**os.environ, "EZAT_CONFIG": str(self.config_path), "EZAT_BIND": f"127.0.0.1:{port}",
-                   "EZAT_WORKERS": str(self.workers), "ANTHROPIC_API_KEY": "sk-ant-test", **self.env}
+            env = {
+                **os.environ,
+                "EZAT_CONFIG": str(self.config_path),
+                "EZAT_BIND": f"127.0.0.1:{port}",
+                "EZAT_WORKERS": str(self.workers),
+                "ANTHROPIC_API_KEY": "sk-ant-test",
+                **self.env,
+            }
             env.pop("PROMETHEUS_MULTIPROC_DIR", None)
             self.log = self.log_path.open("ab")
-            self.proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "-c", str(REPO / "gunicorn.conf.py"),
-                                          "wsgi:app"], cwd=REPO, env=env, stderr=self.log)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "gunicorn", "-c", str(REPO / "gunicorn.conf.py"), "wsgi:app"],
+                cwd=REPO,
+                env=env,
+                stderr=self.log,
+            )
             self.url = f"http://127.0.0.1:{port}"
             _wait(self.url, self.proc, timeout_s=60)
             if port in listening_ports(self.proc.pid):
@@ -222,8 +249,13 @@ class Gateway:
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """Run ``ezat-compat --config <this config> ARGS`` and return the finished process."""
         env = {**os.environ, **self.env}
-        result = subprocess.run([sys.executable, "-m", "ezat_compat.cli", "--config", str(self.config_path), *args],
-                                capture_output=True, text=True, env=env, timeout=60)
+        result = subprocess.run(
+            [sys.executable, "-m", "ezat_compat.cli", "--config", str(self.config_path), *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
         if check and result.returncode != 0:
             raise AssertionError(f"ezat-compat {' '.join(args)} failed: {result.stderr}")
         return result

@@ -32,8 +32,14 @@ def positive(value: Any) -> bool:
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
     out = tmp_path_factory.mktemp("bench") / "quick.json"
-    done = subprocess.run([sys.executable, str(REPO / "bench" / "run.py"), "--quick", "--skip-litellm",
-                           "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=240, check=False)
+    done = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "run.py"), "--quick", "--skip-litellm", "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
     assert done.returncode == 0, f"bench/run.py --quick failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return json.loads(out.read_text()), done.stdout
 
@@ -50,8 +56,9 @@ def test_meta_names_the_machine_and_mode(quick: tuple[dict[str, Any], str]) -> N
 
 @pytest.mark.parametrize("target", ["ours", "direct"])
 @pytest.mark.parametrize("scenario", SCENARIOS)
-def test_every_scenario_has_its_metrics_and_no_errors(quick: tuple[dict[str, Any], str], target: str,
-                                                      scenario: str) -> None:
+def test_every_scenario_has_its_metrics_and_no_errors(
+    quick: tuple[dict[str, Any], str], target: str, scenario: str
+) -> None:
     results, _ = quick
     m = results["targets"][target][scenario]
     assert m["errors"] == 0 and m["warmup_errors"] == 0, m["raw"]["error_samples"]
@@ -109,6 +116,14 @@ def test_goals_and_table(quick: tuple[dict[str, Any], str]) -> None:
     for goal in GOALS[1:]:
         assert isinstance(by_id[goal]["met"], bool), goal
         assert positive(by_id[goal]["measured"]), goal
-    for text in ("non-stream c=1", "stream c=32", "idle streams on ONE gateway worker", "image URLs",
-                 "targets (issue 8)", "ours/LiteLLM", "ours/direct", "ours−direct"):
+    for text in (
+        "non-stream c=1",
+        "stream c=32",
+        "idle streams on ONE gateway worker",
+        "image URLs",
+        "targets (issue 8)",
+        "ours/LiteLLM",
+        "ours/direct",
+        "ours−direct",
+    ):
         assert text in stdout

@@ -97,17 +97,25 @@ class Stack:
 
     def org(self, name: str) -> dict[str, int]:
         with self.engine.connect() as conn:
-            row = conn.execute(select(orgs.c.balance_micros, orgs.c.reserved_micros)
-                               .where(orgs.c.name == name)).one()
+            row = conn.execute(select(orgs.c.balance_micros, orgs.c.reserved_micros).where(orgs.c.name == name)).one()
         return {"balance": row.balance_micros, "reserved": row.reserved_micros}
 
     def key(self, secret: str) -> dict[str, Any]:
         with self.engine.connect() as conn:
-            row = conn.execute(select(api_keys.c.public_id, api_keys.c.spent_micros, api_keys.c.reserved_micros,
-                                      api_keys.c.spend_limit_micros)
-                               .where(api_keys.c.key_hash == hash_key(secret))).one()
-        return {"id": row.public_id, "spent": row.spent_micros, "reserved": row.reserved_micros,
-                "limit": row.spend_limit_micros}
+            row = conn.execute(
+                select(
+                    api_keys.c.public_id,
+                    api_keys.c.spent_micros,
+                    api_keys.c.reserved_micros,
+                    api_keys.c.spend_limit_micros,
+                ).where(api_keys.c.key_hash == hash_key(secret))
+            ).one()
+        return {
+            "id": row.public_id,
+            "spent": row.spent_micros,
+            "reserved": row.reserved_micros,
+            "limit": row.spend_limit_micros,
+        }
 
     def workers_of(self, request_ids: list[str], timeout_s: float = 5) -> dict[str, str]:
         """request id -> pid of the worker that answered it (from the access log)."""
@@ -126,8 +134,9 @@ class Stack:
 
 
 def _pg_schema_url(base: str, schema: str) -> str:
-    return make_url(base).update_query_dict({"options": f"-csearch_path={schema}"}).render_as_string(
-        hide_password=False)
+    return (
+        make_url(base).update_query_dict({"options": f"-csearch_path={schema}"}).render_as_string(hide_password=False)
+    )
 
 
 @pytest.fixture(scope="module", params=STACKS)
@@ -164,12 +173,23 @@ def stack(request: pytest.FixtureRequest, sim: Sim, tmp_path_factory: pytest.Tem
             cleanup.callback(redis_client.close)
             cleanup.callback(redis_client.flushdb)
             redis_client.flushdb()
-        gateway = Gateway(root=root, models=standard_models(sim.url), workers=2,
-                          gateway_settings={"keepalive_s": 1, "database_url": database_url, "redis_url": redis_url,
-                                            "cooldown_failures": 1000},   # failures here test billing only
-                          env={"EZAT_DATABASE_URL": database_url, "EZAT_REDIS_URL": redis_url,
-                               "EZAT_ACCESS_LOG": str(root / "access.log"),
-                               "GUNICORN_CMD_ARGS": f"--access-logformat '{ACCESS_FORMAT}'"})
+        gateway = Gateway(
+            root=root,
+            models=standard_models(sim.url),
+            workers=2,
+            gateway_settings={
+                "keepalive_s": 1,
+                "database_url": database_url,
+                "redis_url": redis_url,
+                "cooldown_failures": 1000,
+            },  # failures here test billing only
+            env={
+                "EZAT_DATABASE_URL": database_url,
+                "EZAT_REDIS_URL": redis_url,
+                "EZAT_ACCESS_LOG": str(root / "access.log"),
+                "GUNICORN_CMD_ARGS": f"--access-logformat '{ACCESS_FORMAT}'",
+            },
+        )
         cleanup.callback(gateway.stop)
         gateway.start()
         engine = create_engine(database_url)
@@ -191,8 +211,15 @@ def chat(text: str, max_tokens: int = 64, **extra: Any) -> dict[str, Any]:
     return {"model": MODEL, "max_tokens": max_tokens, "messages": [{"role": "user", "content": text}], **extra}
 
 
-def post(stack: Stack, key: str, body: dict[str, Any], *, path: str = CHAT, close: bool = False,
-         session: requests.Session | None = None) -> requests.Response:
+def post(
+    stack: Stack,
+    key: str,
+    body: dict[str, Any],
+    *,
+    path: str = CHAT,
+    close: bool = False,
+    session: requests.Session | None = None,
+) -> requests.Response:
     headers = {"authorization": f"Bearer {key}"}
     if close:
         headers["connection"] = "close"
@@ -212,8 +239,9 @@ def parallel(stack: Stack, key: str, bodies: list[dict[str, Any]], path: str = C
         return list(pool.map(one, bodies))
 
 
-def sequential_from_every_worker(stack: Stack, send: Callable[[], requests.Response], least: int = 20,
-                                 most: int = 200) -> list[requests.Response]:
+def sequential_from_every_worker(
+    stack: Stack, send: Callable[[], requests.Response], least: int = 20, most: int = 200
+) -> list[requests.Response]:
     """At least ``least`` requests, one after the other on fresh connections, and more (10 at a
     time) until both workers have answered some."""
     answers = [send() for _ in range(least)]
@@ -226,19 +254,28 @@ def sequential_from_every_worker(stack: Stack, send: Callable[[], requests.Respo
 def worst_case(model: Model, body: dict[str, Any]) -> int:
     """The reservation the gateway makes for an OpenAI body (pipeline.Gateway.admit)."""
     translated = openai_to_anthropic(load_chat_request(body), model, auto_cache=True).body
-    return worst_case_micros(input_tokens_upper_bound(translated, model.context_window), translated["max_tokens"],
-                             model.price)
+    return worst_case_micros(
+        input_tokens_upper_bound(translated, model.context_window), translated["max_tokens"], model.price
+    )
 
 
 def ledger_cost(row: dict[str, Any], model: Model) -> int:
     """``pricing.cost_micros`` of a ledger row's figures, checked against the harness's prices
     (USD per million tokens = micro-USD per token: input 3, cache write 3.75, cache read 0.30,
     output 15, thinking included in output), rounded half-up."""
-    usage = Usage(input_tokens=row["input_tokens"], cache_write_tokens=row["cache_write_tokens"],
-                  cache_read_tokens=row["cache_read_tokens"], output_tokens=row["output_tokens"],
-                  reasoning_tokens=row["reasoning_tokens"])
-    by_hand = (Decimal(3) * usage.input_tokens + Decimal("3.75") * usage.cache_write_tokens
-               + Decimal("0.30") * usage.cache_read_tokens + Decimal(15) * usage.output_tokens)
+    usage = Usage(
+        input_tokens=row["input_tokens"],
+        cache_write_tokens=row["cache_write_tokens"],
+        cache_read_tokens=row["cache_read_tokens"],
+        output_tokens=row["output_tokens"],
+        reasoning_tokens=row["reasoning_tokens"],
+    )
+    by_hand = (
+        Decimal(3) * usage.input_tokens
+        + Decimal("3.75") * usage.cache_write_tokens
+        + Decimal("0.30") * usage.cache_read_tokens
+        + Decimal(15) * usage.output_tokens
+    )
     cost = cost_micros(usage, model.price)
     assert cost == int(by_hand.quantize(Decimal(1), rounding=ROUND_HALF_UP)), (row, cost, by_hand)
     return cost
@@ -397,13 +434,20 @@ def test_a_stream_that_fails_midway_costs_nothing(stack: Stack, marker: str) -> 
     org = stack.org_name("broken")
     key = stack.new_key(org, balance="10")
     text = f"[[sim:{marker},words=200]] Go on."
-    openai_stream = requests.post(stack.url + CHAT, headers={"authorization": f"Bearer {key}"}, timeout=30,
-                                  json={**chat(text, 1000), "stream": True, "stream_options": {"include_usage": True}})
+    openai_stream = requests.post(
+        stack.url + CHAT,
+        headers={"authorization": f"Bearer {key}"},
+        timeout=30,
+        json={**chat(text, 1000), "stream": True, "stream_options": {"include_usage": True}},
+    )
     assert openai_stream.status_code == 200
     assert '"error"' in openai_stream.text and "usage" not in openai_stream.text.split('"error"')[-1]
-    native_stream = requests.post(stack.url + MESSAGES, headers={"x-api-key": key}, timeout=30,
-                                  json={**NATIVE_HI, "max_tokens": 1000, "stream": True,
-                                        "messages": [{"role": "user", "content": text}]})
+    native_stream = requests.post(
+        stack.url + MESSAGES,
+        headers={"x-api-key": key},
+        timeout=30,
+        json={**NATIVE_HI, "max_tokens": 1000, "stream": True, "messages": [{"role": "user", "content": text}]},
+    )
     assert native_stream.status_code == 200 and "message_stop" not in native_stream.text
     rows = {row["request_id"]: row for row in stack.gateway.usage("--org", org)}
     assert set(rows) == {openai_stream.headers["request-id"], native_stream.headers["request-id"]}
@@ -416,17 +460,22 @@ def test_a_stream_that_fails_midway_costs_nothing(stack: Stack, marker: str) -> 
 def test_a_request_that_cannot_fit_is_refused_with_402_on_both_endpoints(stack: Stack, model: Model) -> None:
     org = stack.org_name("poor")
     key = stack.new_key(org, balance="0.01")
-    body = chat("hi", 10_000)          # worst case ≈ $0.15 > $0.01
+    body = chat("hi", 10_000)  # worst case ≈ $0.15 > $0.01
     resp = post(stack, key, body)
     error = openai_error(resp, 402, "insufficient_quota", "insufficient_quota")
-    assert error["message"].startswith("Insufficient balance: this request may cost up to "
-                                       f"${micros_to_usd(worst_case(model, body))}"), error["message"]
+    assert error["message"].startswith(
+        f"Insufficient balance: this request may cost up to ${micros_to_usd(worst_case(model, body))}"
+    ), error["message"]
     assert "$0.010000 available" in error["message"]
-    streamed = post(stack, key, {**body, "stream": True})        # refused before any stream starts
+    streamed = post(stack, key, {**body, "stream": True})  # refused before any stream starts
     assert streamed.headers["content-type"].startswith("application/json")
     openai_error(streamed, 402, "insufficient_quota", "insufficient_quota")
-    native = post(stack, key, {"model": MODEL, "max_tokens": 10_000, "messages": [{"role": "user", "content": "hi"}]},
-                  path=MESSAGES)
+    native = post(
+        stack,
+        key,
+        {"model": MODEL, "max_tokens": 10_000, "messages": [{"role": "user", "content": "hi"}]},
+        path=MESSAGES,
+    )
     assert "Insufficient balance" in anthropic_error(native, 402, "billing_error")["message"]
     assert post(stack, key, chat("hi", 100)).status_code == 200
     assert stack.gateway.cli("orgs", "top-up", org, "1").stdout.strip().startswith(f"organization {org}: balance $1.0")
@@ -452,8 +501,7 @@ def test_a_request_never_costs_more_than_its_reservation(stack: Stack, model: Mo
         worst, path = worst_case(model, body), CHAT
     else:
         body = {**NATIVE_HI, "tools": [{"name": "fill_form", "input_schema": schema}]}
-        worst = worst_case_micros(input_tokens_upper_bound(body, model.context_window), body["max_tokens"],
-                                  model.price)
+        worst = worst_case_micros(input_tokens_upper_bound(body, model.context_window), body["max_tokens"], model.price)
         path = MESSAGES
     key = stack.new_key(org, "--spend-limit", micros_to_usd(worst), balance=micros_to_usd(worst))
     resp = post(stack, key, body, path=path)
@@ -481,10 +529,10 @@ def test_rpm_10_admits_exactly_10_of_30_parallel_requests(stack: Stack) -> None:
     assert len(workers) == 30 and len(set(workers.values())) == 2, "both workers must have answered"
     # The refused ones are not in the ledger; the native endpoint shares the same counter.
     rows = stack.gateway.usage("--org", org)
-    assert sorted(row["request_id"] for row in rows) == sorted(r.headers["request-id"] for r in answers
-                                                                if r.status_code == 200)
-    native = post(stack, key, NATIVE_HI,
-                  path=MESSAGES)
+    assert sorted(row["request_id"] for row in rows) == sorted(
+        r.headers["request-id"] for r in answers if r.status_code == 200
+    )
+    native = post(stack, key, NATIVE_HI, path=MESSAGES)
     anthropic_error(native, 429, "rate_limit_error")
     assert_retry_after(native)
     if stack.redis is not None:
@@ -502,10 +550,14 @@ def test_tpm_refuses_the_next_request_once_the_tokens_are_used(stack: Stack) -> 
     error = openai_error(second, 429, "rate_limit_error", "rate_limit_exceeded")
     assert "tokens per minute (50)" in error["message"]
     assert_retry_after(second)
-    streamed = requests.post(stack.url + CHAT, json={**chat("hi", 16), "stream": True},
-                             headers={"authorization": f"Bearer {key}"}, timeout=30)
+    streamed = requests.post(
+        stack.url + CHAT,
+        json={**chat("hi", 16), "stream": True},
+        headers={"authorization": f"Bearer {key}"},
+        timeout=30,
+    )
     openai_error(streamed, 429, "rate_limit_error", "rate_limit_exceeded")
-    other = stack.new_key(org)       # another key of the same org is not limited
+    other = stack.new_key(org)  # another key of the same org is not limited
     assert post(stack, other, chat("hi", 16)).status_code == 200
 
 
@@ -520,23 +572,25 @@ def test_revoked_and_expired_keys_are_refused_at_once_by_every_worker(stack: Sta
     t0 = time.monotonic()
     # Both keys have been used by both workers (any cache would now hold them).
     for secret in (expiring, revoked):
-        warm = sequential_from_every_worker(stack, lambda s=secret: post(stack, s, chat("hi", 8), close=True),
-                                            least=4)
+        warm = sequential_from_every_worker(stack, lambda s=secret: post(stack, s, chat("hi", 8), close=True), least=4)
         assert {r.status_code for r in warm} == {200}, [r.text for r in warm]
     assert datetime.now(UTC) < expires, f"warming up took too long ({time.monotonic() - t0:.1f} s)"
 
     stack.gateway.cli("keys", "revoke", stack.key(revoked)["id"])
     answers = sequential_from_every_worker(stack, lambda: post(stack, revoked, chat("hi", 8), close=True))
     for r in answers:
-        assert openai_error(r, 401, "invalid_request_error", "invalid_api_key")["message"] == \
-            "This API key has been revoked."
+        assert (
+            openai_error(r, 401, "invalid_request_error", "invalid_api_key")["message"]
+            == "This API key has been revoked."
+        )
     assert len(set(stack.workers_of([r.headers["request-id"] for r in answers]).values())) == 2
 
     time.sleep(max(0.0, (expires - datetime.now(UTC)).total_seconds()) + 0.05)
     answers = sequential_from_every_worker(stack, lambda: post(stack, expiring, chat("hi", 8), close=True))
     for r in answers:
-        assert openai_error(r, 401, "invalid_request_error", "invalid_api_key")["message"] == \
-            "This API key has expired."
+        assert (
+            openai_error(r, 401, "invalid_request_error", "invalid_api_key")["message"] == "This API key has expired."
+        )
     assert len(set(stack.workers_of([r.headers["request-id"] for r in answers]).values())) == 2
     for secret in (revoked, expiring):
         native = post(stack, secret, NATIVE_HI, path=MESSAGES)
@@ -556,8 +610,7 @@ def test_a_suspended_org_is_refused_for_all_its_keys_until_resumed(stack: Stack)
         for r in answers:
             error = openai_error(r, 403, "permission_error", None)
             assert error["message"] == f"The organization '{org}' is suspended; ask your administrator to resume it."
-        native = post(stack, k, NATIVE_HI,
-                      path=MESSAGES)
+        native = post(stack, k, NATIVE_HI, path=MESSAGES)
         anthropic_error(native, 403, "permission_error")
     assert post(stack, bystander, chat("hi", 8)).status_code == 200
     stack.gateway.cli("orgs", "resume", org)
@@ -583,20 +636,27 @@ def test_a_key_limited_to_some_models_gets_403_for_the_others(stack: Stack) -> N
 # ---------------------------------------------------------------- usage: what the clients received
 
 
-SYSTEM = "You are a careful assistant who answers in plain words. " * 12   # ~170 tokens: cacheable
+SYSTEM = "You are a careful assistant who answers in plain words. " * 12  # ~170 tokens: cacheable
 
 
 def _openai_figures(usage: Any) -> dict[str, int]:
-    return {"prompt": usage.prompt_tokens, "completion": usage.completion_tokens,
-            "cached": usage.prompt_tokens_details.cached_tokens,
-            "reasoning": usage.completion_tokens_details.reasoning_tokens}
+    return {
+        "prompt": usage.prompt_tokens,
+        "completion": usage.completion_tokens,
+        "cached": usage.prompt_tokens_details.cached_tokens,
+        "reasoning": usage.completion_tokens_details.reasoning_tokens,
+    }
 
 
 def _anthropic_figures(usage: Any) -> dict[str, int]:
     details = usage.output_tokens_details
-    return {"input": usage.input_tokens, "cache_write": usage.cache_creation_input_tokens or 0,
-            "cache_read": usage.cache_read_input_tokens or 0, "output": usage.output_tokens,
-            "reasoning": details.thinking_tokens if details is not None else 0}
+    return {
+        "input": usage.input_tokens,
+        "cache_write": usage.cache_creation_input_tokens or 0,
+        "cache_read": usage.cache_read_input_tokens or 0,
+        "output": usage.output_tokens,
+        "reasoning": details.thinking_tokens if details is not None else 0,
+    }
 
 
 def test_usage_shows_what_the_clients_received(stack: Stack, model: Model) -> None:
@@ -610,23 +670,29 @@ def test_usage_shows_what_the_clients_received(stack: Stack, model: Model) -> No
     native_system = [{"type": "text", "text": "Natively: " + system, "cache_control": {"type": "ephemeral"}}]
     messages = [{"role": "system", "content": system}, {"role": "user", "content": "What is a ledger?"}]
 
-    for _ in range(2):   # the second one reads the prompt cache the first one wrote
+    for _ in range(2):  # the second one reads the prompt cache the first one wrote
         raw = oa.chat.completions.with_raw_response.create(model=MODEL, max_tokens=64, messages=messages)
         received[raw.headers["request-id"]] = ("openai", _openai_figures(raw.parse().usage))
     raw_stream = oa.chat.completions.with_raw_response.create(
-        model="claude-sonnet-5.5", max_tokens=2048, reasoning_effort="low", stream=True,
+        model="claude-sonnet-5.5",
+        max_tokens=2048,
+        reasoning_effort="low",
+        stream=True,
         stream_options={"include_usage": True},
-        messages=[*messages[:1], {"role": "user", "content": "[[sim:thinking_tokens=40]] Think, then answer."}])
+        messages=[*messages[:1], {"role": "user", "content": "[[sim:thinking_tokens=40]] Think, then answer."}],
+    )
     chunks = list(raw_stream.parse())
     assert chunks[-1].usage is not None and chunks[-1].choices == []
     received[raw_stream.headers["request-id"]] = ("openai", _openai_figures(chunks[-1].usage))
 
     native_messages = [{"role": "user", "content": "[[sim:thinking_tokens=30]] What is a ledger?"}]
     raw_native = an.messages.with_raw_response.create(
-        model=MODEL, max_tokens=256, system=native_system, messages=native_messages)
+        model=MODEL, max_tokens=256, system=native_system, messages=native_messages
+    )
     received[raw_native.headers["request-id"]] = ("anthropic", _anthropic_figures(raw_native.parse().usage))
-    with an.messages.stream(model="claude-sonnet-5-5", max_tokens=256, messages=native_messages,
-                            system=native_system) as s:
+    with an.messages.stream(
+        model="claude-sonnet-5-5", max_tokens=256, messages=native_messages, system=native_system
+    ) as s:
         final = s.get_final_message()
         rid = s.response.headers["request-id"]
     received[rid] = ("anthropic", _anthropic_figures(final.usage))
@@ -641,13 +707,19 @@ def test_usage_shows_what_the_clients_received(stack: Stack, model: Model) -> No
             assert row["endpoint"] == "chat.completions"
             assert figures == {
                 "prompt": row["input_tokens"] + row["cache_read_tokens"] + row["cache_write_tokens"],
-                "completion": row["output_tokens"], "cached": row["cache_read_tokens"],
-                "reasoning": row["reasoning_tokens"]}, row
+                "completion": row["output_tokens"],
+                "cached": row["cache_read_tokens"],
+                "reasoning": row["reasoning_tokens"],
+            }, row
         else:
             assert row["endpoint"] == "messages"
-            assert figures == {"input": row["input_tokens"], "cache_write": row["cache_write_tokens"],
-                               "cache_read": row["cache_read_tokens"], "output": row["output_tokens"],
-                               "reasoning": row["reasoning_tokens"]}, row
+            assert figures == {
+                "input": row["input_tokens"],
+                "cache_write": row["cache_write_tokens"],
+                "cache_read": row["cache_read_tokens"],
+                "output": row["output_tokens"],
+                "reasoning": row["reasoning_tokens"],
+            }, row
         assert usd_to_micros(row["cost_usd"]) == ledger_cost(row, model)
     models_sent = sorted(row["model"] for row in rows.values())
     assert models_sent == sorted([MODEL, MODEL, "claude-sonnet-5.5", MODEL, "claude-sonnet-5-5"])
@@ -660,8 +732,18 @@ def test_usage_shows_what_the_clients_received(stack: Stack, model: Model) -> No
     # The table for people sums the rows per org, key and model.
     table = stack.gateway.cli("usage", "--org", org).stdout.splitlines()
     header = table[0].split()
-    assert header == ["ORG", "KEY", "MODEL", "REQUESTS", "INPUT", "CACHE_WRITE", "CACHE_READ", "OUTPUT", "REASONING",
-                      "COST_USD"]
+    assert header == [
+        "ORG",
+        "KEY",
+        "MODEL",
+        "REQUESTS",
+        "INPUT",
+        "CACHE_WRITE",
+        "CACHE_READ",
+        "OUTPUT",
+        "REASONING",
+        "COST_USD",
+    ]
     (line,) = table[2:]
     shown = dict(zip(header, line.split(), strict=True))
     sums: dict[str, int] = defaultdict(int)
@@ -669,9 +751,14 @@ def test_usage_shows_what_the_clients_received(stack: Stack, model: Model) -> No
         for name in ("input_tokens", "cache_write_tokens", "cache_read_tokens", "output_tokens", "reasoning_tokens"):
             sums[name] += row[name]
     assert shown == {
-        "ORG": org, "KEY": stack.key(key)["id"], "MODEL": MODEL, "REQUESTS": str(len(rows)),
-        "INPUT": str(sums["input_tokens"]), "CACHE_WRITE": str(sums["cache_write_tokens"]),
-        "CACHE_READ": str(sums["cache_read_tokens"]), "OUTPUT": str(sums["output_tokens"]),
+        "ORG": org,
+        "KEY": stack.key(key)["id"],
+        "MODEL": MODEL,
+        "REQUESTS": str(len(rows)),
+        "INPUT": str(sums["input_tokens"]),
+        "CACHE_WRITE": str(sums["cache_write_tokens"]),
+        "CACHE_READ": str(sums["cache_read_tokens"]),
+        "OUTPUT": str(sums["output_tokens"]),
         "REASONING": str(sums["reasoning_tokens"]),
         "COST_USD": micros_to_usd(sum(usd_to_micros(row["cost_usd"]) for row in rows.values())),
     }
@@ -699,12 +786,16 @@ def close_early_and_wait(stack: Stack, org: str, resp: requests.Response, *, lin
     return rows[rid]
 
 
-def test_a_stream_closed_early_is_billed_as_estimated_and_releases_its_reservation(stack: Stack,
-                                                                                  model: Model) -> None:
+def test_a_stream_closed_early_is_billed_as_estimated_and_releases_its_reservation(stack: Stack, model: Model) -> None:
     org = stack.org_name("early")
     key = stack.new_key(org, balance="10")
-    resp = requests.post(stack.url + CHAT, headers={"authorization": f"Bearer {key}"}, stream=True, timeout=30,
-                         json={**chat("[[sim:words=400,token_delay_ms=50]] Go on.", 1000), "stream": True})
+    resp = requests.post(
+        stack.url + CHAT,
+        headers={"authorization": f"Bearer {key}"},
+        stream=True,
+        timeout=30,
+        json={**chat("[[sim:words=400,token_delay_ms=50]] Go on.", 1000), "stream": True},
+    )
     row = close_early_and_wait(stack, org, resp, lines=6)
     assert row["status"] == 499 and row["estimated"] is True and row["output_tokens"] > 0
     assert usd_to_micros(row["cost_usd"]) == ledger_cost(row, model) > 0
@@ -714,10 +805,19 @@ def test_a_stream_closed_early_is_billed_as_estimated_and_releases_its_reservati
 def test_a_native_stream_closed_early_is_billed_as_estimated(stack: Stack, model: Model) -> None:
     org = stack.org_name("early-native")
     key = stack.new_key(org, balance="10")
-    body = {"model": MODEL, "max_tokens": 1000, "stream": True,
-            "messages": [{"role": "user", "content": "[[sim:words=400,token_delay_ms=50]] Go on."}]}
-    resp = requests.post(stack.url + MESSAGES, headers={"x-api-key": key, "anthropic-version": "2023-06-01"},
-                         json=body, stream=True, timeout=30)
+    body = {
+        "model": MODEL,
+        "max_tokens": 1000,
+        "stream": True,
+        "messages": [{"role": "user", "content": "[[sim:words=400,token_delay_ms=50]] Go on."}],
+    }
+    resp = requests.post(
+        stack.url + MESSAGES,
+        headers={"x-api-key": key, "anthropic-version": "2023-06-01"},
+        json=body,
+        stream=True,
+        timeout=30,
+    )
     row = close_early_and_wait(stack, org, resp, lines=12)
     assert row["status"] == 499 and row["estimated"] is True and row["endpoint"] == "messages"
     assert row["input_tokens"] > 0 and 0 < row["output_tokens"] < 1000

@@ -22,8 +22,13 @@ pytestmark = pytest.mark.integration
 
 def cli(config: Path | None, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     prefix = ["--config", str(config)] if config else []
-    return subprocess.run([sys.executable, "-m", "ezat_compat.cli", *prefix, *args], capture_output=True, text=True,
-                          timeout=60, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "ezat_compat.cli", *prefix, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+    )
 
 
 @pytest.fixture()
@@ -40,18 +45,54 @@ def test_orgs_and_keys_lifecycle(config: Path) -> None:
     assert cli(config, "orgs", "top-up", "acme", "0.000123").stdout.strip().endswith("$12.500123")
     assert cli(config, "orgs", "suspend", "acme").returncode == 0
     assert cli(config, "orgs", "resume", "acme").returncode == 0
-    made = cli(config, "keys", "create", "--org", "acme", "--name", "ci", "--models", "anthropic/claude-*,x",
-               "--spend-limit", "5", "--rpm", "60", "--tpm", "1000", "--expires", "2031-01-31T12:00:00Z")
+    made = cli(
+        config,
+        "keys",
+        "create",
+        "--org",
+        "acme",
+        "--name",
+        "ci",
+        "--models",
+        "anthropic/claude-*,x",
+        "--spend-limit",
+        "5",
+        "--rpm",
+        "60",
+        "--tpm",
+        "1000",
+        "--expires",
+        "2031-01-31T12:00:00Z",
+    )
     secret = made.stdout.strip().splitlines()[-1]
     assert made.returncode == 0 and secret.startswith("ezat_sk_") and len(secret) >= 8 + 22
     (key,) = json.loads(cli(config, "keys", "list", "--json").stdout)
-    assert set(key) == {"id", "prefix", "org", "name", "models", "spend_limit_usd", "spent_usd", "rpm", "tpm",
-                        "created_at", "expires_at", "revoked_at"}
-    assert (key["org"], key["name"], key["models"], key["spend_limit_usd"], key["spent_usd"], key["rpm"],
-            key["tpm"], key["revoked_at"]) == ("acme", "ci", ["anthropic/claude-*", "x"], "5.000000", "0.000000",
-                                               60, 1000, None)
+    assert set(key) == {
+        "id",
+        "prefix",
+        "org",
+        "name",
+        "models",
+        "spend_limit_usd",
+        "spent_usd",
+        "rpm",
+        "tpm",
+        "created_at",
+        "expires_at",
+        "revoked_at",
+    }
+    assert (
+        key["org"],
+        key["name"],
+        key["models"],
+        key["spend_limit_usd"],
+        key["spent_usd"],
+        key["rpm"],
+        key["tpm"],
+        key["revoked_at"],
+    ) == ("acme", "ci", ["anthropic/claude-*", "x"], "5.000000", "0.000000", 60, 1000, None)
     assert key["expires_at"].startswith("2031-01-31T12:00:00") and secret.startswith(key["prefix"])
-    assert secret not in cli(config, "keys", "list").stdout          # shown once, stored as a hash
+    assert secret not in cli(config, "keys", "list").stdout  # shown once, stored as a hash
     assert key["id"] in cli(config, "keys", "list", "--org", "acme").stdout
     assert cli(config, "keys", "revoke", key["id"]).returncode == 0
     assert json.loads(cli(config, "keys", "list", "--json").stdout)[0]["revoked_at"] is not None
@@ -59,15 +100,19 @@ def test_orgs_and_keys_lifecycle(config: Path) -> None:
     assert "COST_USD" in cli(config, "usage").stdout
 
 
-@pytest.mark.parametrize("args, message", [
-    (("orgs", "top-up", "nobody", "5"), "nobody"),
-    (("orgs", "create", "acme", "--balance", "-3"), "-3"),
-    (("orgs", "create", "acme", "--balance", "1.0000001"), "1.0000001"),
-    (("keys", "create", "--org", "nobody"), "nobody"),
-    (("keys", "revoke", "key_000000000000"), "key_000000000000"),
-    (("keys", "create", "--org", "x", "--expires", "tomorrow"), "--expires"),
-    (("usage", "--since", "yesterday"), "--since"),
-], ids=["unknown-org", "negative", "sub-micro", "key-for-unknown-org", "unknown-key", "bad-expiry", "bad-since"])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("orgs", "top-up", "nobody", "5"), "nobody"),
+        (("orgs", "create", "acme", "--balance", "-3"), "-3"),
+        (("orgs", "create", "acme", "--balance", "1.0000001"), "1.0000001"),
+        (("keys", "create", "--org", "nobody"), "nobody"),
+        (("keys", "revoke", "key_000000000000"), "key_000000000000"),
+        (("keys", "create", "--org", "x", "--expires", "tomorrow"), "--expires"),
+        (("usage", "--since", "yesterday"), "--since"),
+    ],
+    ids=["unknown-org", "negative", "sub-micro", "key-for-unknown-org", "unknown-key", "bad-expiry", "bad-since"],
+)
 def test_mistakes_are_one_line_errors(config: Path, args: tuple[str, ...], message: str) -> None:
     done = cli(config, *args)
     assert done.returncode == 1 and message in done.stderr
@@ -89,7 +134,7 @@ def test_environment_overrides_the_database(tmp_path: Path, config: Path) -> Non
     other = tmp_path / "other.db"
     assert cli(config, "orgs", "create", "env-org", env={"EZAT_DATABASE_URL": f"sqlite:///{other}"}).returncode == 0
     assert other.exists()
-    assert cli(config, "keys", "create", "--org", "env-org").returncode == 1   # not in the file's database
+    assert cli(config, "keys", "create", "--org", "env-org").returncode == 1  # not in the file's database
 
 
 def test_serve_runs_gunicorn_with_gevent_workers(tmp_path: Path) -> None:
@@ -100,8 +145,23 @@ def test_serve_runs_gunicorn_with_gevent_workers(tmp_path: Path) -> None:
     path.write_text(f'[gateway]\ndatabase_url = "sqlite:///{tmp_path / "db.sqlite"}"\n' + spec.toml())
     env = {**os.environ, "ANTHROPIC_API_KEY": "k"}
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    proc = subprocess.Popen([sys.executable, "-m", "ezat_compat.cli", "--config", str(path), "serve", "--bind",
-                             f"127.0.0.1:{port}", "--workers", "2"], env=env, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ezat_compat.cli",
+            "--config",
+            str(path),
+            "serve",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            "2",
+        ],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -112,10 +172,12 @@ def test_serve_runs_gunicorn_with_gevent_workers(tmp_path: Path) -> None:
                 time.sleep(0.1)
         key = cli(path, "keys", "create", "--org", "o") if cli(path, "orgs", "create", "o", "--balance", "1") else None
         assert key is not None and key.returncode == 0
-        resp = requests.post(f"http://127.0.0.1:{port}/openai/v1/chat/completions",
-                             headers={"authorization": "Bearer " + key.stdout.strip().splitlines()[-1]},
-                             json={"model": "claude-sonnet-5-5", "messages": [{"role": "user", "content": "hi"}]},
-                             timeout=30)
+        resp = requests.post(
+            f"http://127.0.0.1:{port}/openai/v1/chat/completions",
+            headers={"authorization": "Bearer " + key.stdout.strip().splitlines()[-1]},
+            json={"model": "claude-sonnet-5-5", "messages": [{"role": "user", "content": "hi"}]},
+            timeout=30,
+        )
         assert resp.status_code == 200, resp.text
     finally:
         proc.send_signal(signal.SIGTERM)

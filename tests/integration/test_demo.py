@@ -21,8 +21,14 @@ pytestmark = pytest.mark.integration
 def test_demo_prints_a_curl_line_that_works_as_pasted(tmp_path: Path) -> None:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "EZAT_CONFIG", "EZAT_DATABASE_URL")}
-    proc = subprocess.Popen([sys.executable, "-m", "ezat_compat.cli", "demo", "--bind", f"127.0.0.1:{port}"],
-                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ezat_compat.cli", "demo", "--bind", f"127.0.0.1:{port}"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         curl = key = None
@@ -41,9 +47,21 @@ def test_demo_prints_a_curl_line_that_works_as_pasted(tmp_path: Path) -> None:
         assert answer["object"] == "chat.completion" and answer["choices"][0]["message"]["content"]
         assert answer["model"] == "anthropic/claude-sonnet-5-5"
         assert (tmp_path / "ezat-demo" / "ezat.toml").exists() and (tmp_path / "ezat-demo" / "ezat.db").exists()
-        usage = subprocess.run([sys.executable, "-m", "ezat_compat.cli", "--config",
-                                str(tmp_path / "ezat-demo" / "ezat.toml"), "usage", "--json"],
-                               capture_output=True, text=True, timeout=30, env=env)
+        usage = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "ezat_compat.cli",
+                "--config",
+                str(tmp_path / "ezat-demo" / "ezat.toml"),
+                "usage",
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env=env,
+        )
         assert json.loads(usage.stdout)[0]["request_id"] == answer["id"].removeprefix("chatcmpl-")
     finally:
         proc.send_signal(signal.SIGINT)

@@ -46,8 +46,9 @@ pytestmark = pytest.mark.integration
 
 MODEL = "anthropic/claude-sonnet-5-5"
 MB = 1024 * 1024
-ALLOW_PRIVATE_WARNING = ("allow_private_image_hosts = true: image URLs may reach loopback and private addresses. "
-                         "Use this in tests only.")
+ALLOW_PRIVATE_WARNING = (
+    "allow_private_image_hosts = true: image URLs may reach loopback and private addresses. Use this in tests only."
+)
 POOL = 10  # image_fetch_threads of the gateway that downloads from loopback
 TYPES = {"png": "image/png", "jpeg": "image/jpeg", "gif": "image/gif", "webp": "image/webp"}
 
@@ -81,8 +82,9 @@ class LoggedGateway(Gateway):
         self.config_path.write_text("".join(line for line in lines if line.split(" = ")[0] not in self.omit))
 
 
-def _start(root: Path, sim: Sim, omit: tuple[str, ...] = (), env: dict[str, str] | None = None,
-           **settings: Any) -> LoggedGateway:
+def _start(
+    root: Path, sim: Sim, omit: tuple[str, ...] = (), env: dict[str, str] | None = None, **settings: Any
+) -> LoggedGateway:
     models = [ModelSpec(deployments=[{"name": "sim-a", "base_url": sim.url}])]
     return LoggedGateway(root=root, models=models, gateway_settings=settings, omit=omit, env=env or {}).start()
 
@@ -122,8 +124,12 @@ class FakeResolver(gevent.resolver.thread.Resolver):
             return super().getaddrinfo(host, port, *args)
         self._lookups[host] = self._lookups.get(host, 0) + 1
         answers = self._names[host][0 if self._lookups[host] == 1 else -1]
-        return [(socket.AF_INET6, socket.SOCK_STREAM, 6, "", (ip, port, 0, 0)) if ":" in ip
-                else (socket.AF_INET, socket.SOCK_STREAM, 6, "", (ip, port)) for ip in answers]
+        return [
+            (socket.AF_INET6, socket.SOCK_STREAM, 6, "", (ip, port, 0, 0))
+            if ":" in ip
+            else (socket.AF_INET, socket.SOCK_STREAM, 6, "", (ip, port))
+            for ip in answers
+        ]
 
 
 @pytest.fixture(scope="module")
@@ -136,8 +142,9 @@ def images() -> Iterator[ImageServer]:
 @pytest.fixture(scope="module")
 def gw(sim: Sim, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoggedGateway]:
     """``allow_private_image_hosts = true`` (the image server is on 127.0.0.1), 10 download threads."""
-    server = _start(tmp_path_factory.mktemp("gw-private-ok"), sim, allow_private_image_hosts=True,
-                    image_fetch_threads=POOL)
+    server = _start(
+        tmp_path_factory.mktemp("gw-private-ok"), sim, allow_private_image_hosts=True, image_fetch_threads=POOL
+    )
     yield server
     server.stop()
 
@@ -151,12 +158,15 @@ def canary() -> Iterator[ImageServer]:
 
 
 @pytest.fixture(scope="module")
-def default_gw(sim: Sim, images: ImageServer, canary: ImageServer,
-               tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoggedGateway]:
+def default_gw(
+    sim: Sim, images: ImageServer, canary: ImageServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LoggedGateway]:
     """The default configuration: public image hosts only (the harness would allow private ones).
     Its process resolves names with ``FakeResolver``; unknown names still resolve for real."""
-    dns = {"names": FAKE_NAMES, "routes": {PUBLIC_IP: ["127.0.0.1", images.port],
-                                           CANARY_IP: ["127.0.0.1", canary.port]}}
+    dns = {
+        "names": FAKE_NAMES,
+        "routes": {PUBLIC_IP: ["127.0.0.1", images.port], CANARY_IP: ["127.0.0.1", canary.port]},
+    }
     env = {"GEVENT_RESOLVER": f"{__name__}.FakeResolver", "EZAT_TEST_DNS": json.dumps(dns)}
     server = _start(tmp_path_factory.mktemp("gw-default"), sim, omit=("allow_private_image_hosts",), env=env)
     yield server
@@ -185,13 +195,20 @@ def default_key(default_gw: LoggedGateway) -> str:
 
 def post(gateway: Gateway, key: str, body: Any, *, timeout: float = 60) -> requests.Response:
     data = body if isinstance(body, bytes) else json.dumps(body)
-    return requests.post(gateway.url + "/openai/v1/chat/completions", data=data, timeout=timeout,
-                         headers={"authorization": f"Bearer {key}", "content-type": "application/json"})
+    return requests.post(
+        gateway.url + "/openai/v1/chat/completions",
+        data=data,
+        timeout=timeout,
+        headers={"authorization": f"Bearer {key}", "content-type": "application/json"},
+    )
 
 
 def chat(*parts: dict[str, Any], stream: bool = False) -> dict[str, Any]:
-    body: dict[str, Any] = {"model": MODEL, "max_completion_tokens": 16, "messages": [{"role": "user", "content":
-                                                                                      list(parts)}]}
+    body: dict[str, Any] = {
+        "model": MODEL,
+        "max_completion_tokens": 16,
+        "messages": [{"role": "user", "content": list(parts)}],
+    }
     if stream:
         body["stream"] = True
     return body
@@ -221,8 +238,9 @@ def assert_refused(resp: requests.Response, path: str, reason: str) -> None:
     """A 400 ``invalid_request_error`` naming the part, in the spec's ``path: reason`` form."""
     assert resp.status_code == 400, resp.text
     assert resp.headers["content-type"].startswith("application/json")
-    assert resp.json() == {"error": {"message": f"{path}: {reason}", "type": "invalid_request_error",
-                                     "param": path, "code": None}}
+    assert resp.json() == {
+        "error": {"message": f"{path}: {reason}", "type": "invalid_request_error", "param": path, "code": None}
+    }
 
 
 def sdk_refusal(call: Any) -> openai.BadRequestError:
@@ -265,15 +283,20 @@ def org_money(gateway: Gateway, org: str) -> tuple[int, int]:
 # ---------------------------------------------------------------- data URLs
 
 
-@pytest.mark.parametrize(("kind", "detail"), [("png", "high"), ("jpeg", "low"), ("gif", "auto"), ("webp", None)],
-                         ids=["png-detail-high", "jpeg-detail-low", "gif-detail-auto", "webp-no-detail"])
+@pytest.mark.parametrize(
+    ("kind", "detail"),
+    [("png", "high"), ("jpeg", "low"), ("gif", "auto"), ("webp", None)],
+    ids=["png-detail-high", "jpeg-detail-low", "gif-detail-auto", "webp-no-detail"],
+)
 def test_data_url_images_reach_the_upstream_as_base64_blocks_and_detail_is_ignored(gw, key, sim, kind, detail, sdk):
     data, media_type = IMAGES[kind]
     extra = {} if detail is None else {"detail": detail}
     sim.clear()
     completion = sdk.chat.completions.create(
-        model=MODEL, max_completion_tokens=16,
-        messages=[{"role": "user", "content": [text(), image(data_url(data, media_type), **extra)]}])
+        model=MODEL,
+        max_completion_tokens=16,
+        messages=[{"role": "user", "content": [text(), image(data_url(data, media_type), **extra)]}],
+    )
     assert completion.choices[0].message.content
 
     body = only_body(sim)
@@ -295,21 +318,31 @@ def test_the_data_url_type_is_case_insensitive_and_sent_lowercase(gw, key, sim):
         ("data:image/png;charset=utf-8,abc", "data URLs must be base64: data:<type>;base64,<data>"),
         ("data:image/png;base64", "data URLs must be base64: data:<type>;base64,<data>"),
         ("data:image/png;base64,", "the data URL holds no data"),
-        (data_url(b"BM" + bytes(60), "image/bmp"),
-         'image type "image/bmp" is not supported; use image/jpeg, image/png, image/gif or image/webp'),
-        (data_url(PNG, "image/svg+xml"),
-         'image type "image/svg+xml" is not supported; use image/jpeg, image/png, image/gif or image/webp'),
-        ("ftp://example.com/x.png",
-         "must be an http(s) URL or a base64 data URL (data:<type>;base64,<data>)"),
+        (
+            data_url(b"BM" + bytes(60), "image/bmp"),
+            'image type "image/bmp" is not supported; use image/jpeg, image/png, image/gif or image/webp',
+        ),
+        (
+            data_url(PNG, "image/svg+xml"),
+            'image type "image/svg+xml" is not supported; use image/jpeg, image/png, image/gif or image/webp',
+        ),
+        ("ftp://example.com/x.png", "must be an http(s) URL or a base64 data URL (data:<type>;base64,<data>)"),
     ],
     ids=["not-base64", "charset-not-base64", "no-comma", "empty", "bmp", "svg", "ftp"],
 )
 def test_data_urls_that_are_not_base64_or_not_one_of_the_four_types_are_refused(gw, key, sim, url, reason, sdk):
     sim.clear()
-    err = sdk_refusal(lambda: sdk.chat.completions.create(
-        model=MODEL, max_completion_tokens=16, messages=[{"role": "user", "content": [text(), image(url)]}]))
-    assert err.body == {"message": f"{url_path(0, 1)}: {reason}", "type": "invalid_request_error",
-                        "param": url_path(0, 1), "code": None}
+    err = sdk_refusal(
+        lambda: sdk.chat.completions.create(
+            model=MODEL, max_completion_tokens=16, messages=[{"role": "user", "content": [text(), image(url)]}]
+        )
+    )
+    assert err.body == {
+        "message": f"{url_path(0, 1)}: {reason}",
+        "type": "invalid_request_error",
+        "param": url_path(0, 1),
+        "code": None,
+    }
     assert sim.bodies() == []
 
 
@@ -330,8 +363,10 @@ def test_image_urls_are_downloaded_and_inlined_with_the_type_of_their_bytes(gw, 
     data, media_type = IMAGES[kind]
     sim.clear()
     completion = sdk.chat.completions.create(
-        model=MODEL, max_completion_tokens=16,
-        messages=[{"role": "user", "content": [text(), image(images.url(f"/image/{kind}"), detail="high")]}])
+        model=MODEL,
+        max_completion_tokens=16,
+        messages=[{"role": "user", "content": [text(), image(images.url(f"/image/{kind}"), detail="high")]}],
+    )
     assert completion.choices[0].finish_reason == "stop"
     body = only_body(sim)
     validate_anthropic_request(body)
@@ -358,16 +393,25 @@ def test_data_urls_and_downloads_mix_in_order_across_messages(gw, key, sim, imag
         {"role": "system", "content": "Describe images."},
         {"role": "user", "content": [image(images.url("/image/gif")), text("first")]},
         {"role": "assistant", "content": "A pixel."},
-        {"role": "user", "content": [text("second"), image(data_url(IMAGES["jpeg"][0], "image/jpeg")),
-                                     image(images.url("/image/webp"))]},
+        {
+            "role": "user",
+            "content": [
+                text("second"),
+                image(data_url(IMAGES["jpeg"][0], "image/jpeg")),
+                image(images.url("/image/webp")),
+            ],
+        },
     ]
     completion = sdk.chat.completions.create(model=MODEL, max_completion_tokens=16, messages=messages)
     assert completion.choices[0].message.content
     body = only_body(sim)
     validate_anthropic_request(body)
     assert content_blocks(body, 0) == [image_block(IMAGES["gif"][0], "image/gif"), text("first")]
-    assert content_blocks(body, 2) == [text("second"), image_block(IMAGES["jpeg"][0], "image/jpeg"),
-                                       image_block(IMAGES["webp"][0], "image/webp")]
+    assert content_blocks(body, 2) == [
+        text("second"),
+        image_block(IMAGES["jpeg"][0], "image/jpeg"),
+        image_block(IMAGES["webp"][0], "image/webp"),
+    ]
 
 
 # ---------------------------------------------------------------- failures: 400 naming the part
@@ -375,10 +419,18 @@ def test_data_urls_and_downloads_mix_in_order_across_messages(gw, key, sim, imag
 
 def test_a_404_is_the_spec_example_word_for_word(gw, key, sim, images, sdk):
     sim.clear()
-    err = sdk_refusal(lambda: sdk.chat.completions.create(
-        model=MODEL, max_completion_tokens=16,
-        messages=[{"role": "user", "content": [
-            text(), image(data_url(PNG, "image/png")), image(images.url("/status/404"))]}]))
+    err = sdk_refusal(
+        lambda: sdk.chat.completions.create(
+            model=MODEL,
+            max_completion_tokens=16,
+            messages=[
+                {
+                    "role": "user",
+                    "content": [text(), image(data_url(PNG, "image/png")), image(images.url("/status/404"))],
+                }
+            ],
+        )
+    )
     assert err.body["message"] == "messages[0].content[2].image_url.url: could not download the image (HTTP 404)"
     assert err.param == "messages[0].content[2].image_url.url"
     assert sim.bodies() == []
@@ -397,8 +449,17 @@ def test_a_404_is_the_spec_example_word_for_word(gw, key, sim, images, sdk):
         ("closed-port", could_not("connection failed")),
         ("http://nothing.invalid/x.png", could_not("the host name could not be resolved")),
     ],
-    ids=["http-404", "http-500", "http-204", "html-as-png", "11MB-with-length", "11MB-without-length",
-         "4-redirects", "connection-refused", "unresolvable-name"],
+    ids=[
+        "http-404",
+        "http-500",
+        "http-204",
+        "html-as-png",
+        "11MB-with-length",
+        "11MB-without-length",
+        "4-redirects",
+        "connection-refused",
+        "unresolvable-name",
+    ],
 )
 def test_every_download_failure_is_a_400_naming_the_part_never_a_500(gw, key, sim, images, route, reason):
     if route == "closed-port":
@@ -415,26 +476,41 @@ def test_every_download_failure_is_a_400_naming_the_part_never_a_500(gw, key, si
 
 def test_the_path_names_the_clients_message_and_part_not_the_upstream_ones(gw, key, sim, images):
     """System messages leave the upstream's messages; the client's indexes must still be named."""
-    body = {"model": MODEL, "max_completion_tokens": 16, "messages": [
-        {"role": "system", "content": "Be brief."},
-        {"role": "user", "content": [text(), image(images.url("/image/png"))]},
-        {"role": "assistant", "content": "ok"},
-        {"role": "developer", "content": "Really brief."},
-        {"role": "user", "content": [text(), image(images.url("/image/gif")), text("and"),
-                                     image(images.url("/status/404?tag=path"))]},
-    ]}
+    body = {
+        "model": MODEL,
+        "max_completion_tokens": 16,
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": [text(), image(images.url("/image/png"))]},
+            {"role": "assistant", "content": "ok"},
+            {"role": "developer", "content": "Really brief."},
+            {
+                "role": "user",
+                "content": [
+                    text(),
+                    image(images.url("/image/gif")),
+                    text("and"),
+                    image(images.url("/status/404?tag=path")),
+                ],
+            },
+        ],
+    }
     resp = post(gw, key, body)
     assert_refused(resp, url_path(4, 3), could_not("HTTP 404"))
 
 
 def test_a_failed_download_refuses_a_stream_before_it_starts(gw, key, sim, images, sdk):
     sim.clear()
-    resp = post(gw, key, chat(text(), image(data_url(PNG, "image/png")), image(images.url("/status/404")),
-                              stream=True))
+    resp = post(gw, key, chat(text(), image(data_url(PNG, "image/png")), image(images.url("/status/404")), stream=True))
     assert_refused(resp, url_path(0, 2), could_not("HTTP 404"))
-    err = sdk_refusal(lambda: sdk.chat.completions.create(
-        model=MODEL, max_completion_tokens=16, stream=True,
-        messages=[{"role": "user", "content": [image(images.url("/html-as-png"))]}]))
+    err = sdk_refusal(
+        lambda: sdk.chat.completions.create(
+            model=MODEL,
+            max_completion_tokens=16,
+            stream=True,
+            messages=[{"role": "user", "content": [image(images.url("/html-as-png"))]}],
+        )
+    )
     assert err.param == url_path(0, 0)
     assert sim.bodies() == []
 
@@ -442,8 +518,11 @@ def test_a_failed_download_refuses_a_stream_before_it_starts(gw, key, sim, image
 def test_a_stream_with_downloaded_images_works(gw, key, sim, images, sdk):
     sim.clear()
     stream = sdk.chat.completions.create(
-        model=MODEL, max_completion_tokens=16, stream=True,
-        messages=[{"role": "user", "content": [text(), image(images.url("/image/jpeg"))]}])
+        model=MODEL,
+        max_completion_tokens=16,
+        stream=True,
+        messages=[{"role": "user", "content": [text(), image(images.url("/image/jpeg"))]}],
+    )
     with stream:
         chunks = list(stream)
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
@@ -510,8 +589,11 @@ def test_data_urls_do_not_count_against_the_20_urls(gw, key, sim, images):
 
 def test_two_10_mb_images_in_one_request_are_accepted(gw, key, sim, images):
     sim.clear()
-    resp = post(gw, key, chat(text(), image(images.url(f"/bytes/{10 * MB}/length?a")),
-                              image(images.url(f"/bytes/{10 * MB}/close?b"))))
+    resp = post(
+        gw,
+        key,
+        chat(text(), image(images.url(f"/bytes/{10 * MB}/length?a")), image(images.url(f"/bytes/{10 * MB}/close?b"))),
+    )
     assert resp.status_code == 200, resp.text
     (received,) = sim.requests()
     assert received["body"]["_sim_truncated"] > 20 * MB * 4 // 3
@@ -558,7 +640,8 @@ def test_ten_images_that_take_1_s_each_arrive_in_parallel(gw, key, sim, images, 
     parts = [image(images.url(f"/slow/1?tag=parallel&i={i}")) for i in range(10)]
     started = time.monotonic()
     completion = sdk.chat.completions.create(
-        model=MODEL, max_completion_tokens=16, messages=[{"role": "user", "content": [text(), *parts]}])
+        model=MODEL, max_completion_tokens=16, messages=[{"role": "user", "content": [text(), *parts]}]
+    )
     elapsed = time.monotonic() - started
     assert completion.choices[0].message.content
     assert len(images.seen("tag=parallel")) == 10
@@ -568,6 +651,7 @@ def test_ten_images_that_take_1_s_each_arrive_in_parallel(gw, key, sim, images, 
 
 def test_the_download_pool_is_shared_by_concurrent_requests(gw, key, images):
     """Two requests of 5 one-second images at once: 10 downloads on 10 threads, about 1 s."""
+
     def one(i: int) -> requests.Response:
         parts = [image(images.url(f"/slow/1?tag=shared-{i}&j={j}")) for j in range(5)]
         return post(gw, key, chat(text(), *parts))
@@ -607,9 +691,13 @@ def test_a_chunked_body_over_32_mb_is_413(gw, key, sim):
     """Without a content-length, the cap holds while reading."""
     sim.clear()
     body = json.dumps(chat(text(), image(f"data:image/png;base64,{'A' * (33 * MB)}"))).encode()
-    chunks = (body[i:i + MB] for i in range(0, len(body), MB))
-    resp = requests.post(gw.url + "/openai/v1/chat/completions", data=chunks, timeout=60,
-                         headers={"authorization": f"Bearer {key}", "content-type": "application/json"})
+    chunks = (body[i : i + MB] for i in range(0, len(body), MB))
+    resp = requests.post(
+        gw.url + "/openai/v1/chat/completions",
+        data=chunks,
+        timeout=60,
+        headers={"authorization": f"Bearer {key}", "content-type": "application/json"},
+    )
     assert resp.status_code == 413, resp.text[:500]
     assert resp.json()["error"]["code"] == "request_too_large"
     assert sim.bodies() == []
@@ -640,25 +728,39 @@ def test_a_failed_download_is_not_billed(gw, sim, images):
 def test_a_pdf_file_part_becomes_a_document_block(gw, key, sim, sdk):
     sim.clear()
     completion = sdk.chat.completions.create(
-        model=MODEL, max_completion_tokens=16,
-        messages=[{"role": "user", "content": [
-            {"type": "file", "file": {"file_data": data_url(PDF, "application/pdf"), "filename": "report.pdf"}},
-            {"type": "file", "file": {"file_data": data_url(PDF, "application/pdf")}},
-            text("Summarise these."),
-        ]}])
+        model=MODEL,
+        max_completion_tokens=16,
+        messages=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "file", "file": {"file_data": data_url(PDF, "application/pdf"), "filename": "report.pdf"}},
+                    {"type": "file", "file": {"file_data": data_url(PDF, "application/pdf")}},
+                    text("Summarise these."),
+                ],
+            }
+        ],
+    )
     assert completion.choices[0].message.content
     body = only_body(sim)
     validate_anthropic_request(body)
     source = {"type": "base64", "media_type": "application/pdf", "data": b64(PDF)}
-    assert content_blocks(body) == [{"type": "document", "source": source, "title": "report.pdf"},
-                                    {"type": "document", "source": source}, text("Summarise these.")]
+    assert content_blocks(body) == [
+        {"type": "document", "source": source, "title": "report.pdf"},
+        {"type": "document", "source": source},
+        text("Summarise these."),
+    ]
 
 
 def test_file_id_is_refused_with_the_spec_message(gw, key, sim, sdk):
     sim.clear()
-    err = sdk_refusal(lambda: sdk.chat.completions.create(
-        model=MODEL, max_completion_tokens=16,
-        messages=[{"role": "user", "content": [{"type": "file", "file": {"file_id": "file-abc123"}}, text()]}]))
+    err = sdk_refusal(
+        lambda: sdk.chat.completions.create(
+            model=MODEL,
+            max_completion_tokens=16,
+            messages=[{"role": "user", "content": [{"type": "file", "file": {"file_id": "file-abc123"}}, text()]}],
+        )
+    )
     assert err.body["message"] == f"messages[0].content[0].file: {FILE_ID}"
     assert err.param == "messages[0].content[0].file"
     assert sim.bodies() == []
@@ -667,10 +769,16 @@ def test_file_id_is_refused_with_the_spec_message(gw, key, sim, sdk):
 @pytest.mark.parametrize(
     ("file_data", "path", "reason"),
     [
-        (data_url(PNG, "image/png"), "file.file_data",
-         'only PDF files are supported (got "image/png"); send data:application/pdf;base64,…'),
-        ("https://example.com/report.pdf", "file.file_data",
-         "send the PDF as a base64 data URL (data:application/pdf;base64,…)"),
+        (
+            data_url(PNG, "image/png"),
+            "file.file_data",
+            'only PDF files are supported (got "image/png"); send data:application/pdf;base64,…',
+        ),
+        (
+            "https://example.com/report.pdf",
+            "file.file_data",
+            "send the PDF as a base64 data URL (data:application/pdf;base64,…)",
+        ),
         ("data:application/pdf,%PDF-1.4", "file.file_data", "data URLs must be base64: data:<type>;base64,<data>"),
     ],
     ids=["not-a-pdf", "a-url", "not-base64"],
@@ -706,9 +814,25 @@ def test_file_data_must_be_a_base64_pdf_data_url(gw, key, sim, file_data, path, 
         "http://224.0.0.1/x.png?tag={tag}",
         "http://images.example.com@127.0.0.1:{port}/image/png?tag={tag}",
     ],
-    ids=["v4-loopback", "metadata", "v6-loopback", "v4-mapped-loopback", "localhost-name", "short-loopback",
-         "decimal-loopback", "unspecified", "private-10", "v6-ula", "v6-link-local-zone", "nat64-loopback",
-         "6to4-loopback", "v4-mapped-metadata", "cgnat", "multicast", "userinfo-before-loopback"],
+    ids=[
+        "v4-loopback",
+        "metadata",
+        "v6-loopback",
+        "v4-mapped-loopback",
+        "localhost-name",
+        "short-loopback",
+        "decimal-loopback",
+        "unspecified",
+        "private-10",
+        "v6-ula",
+        "v6-link-local-zone",
+        "nat64-loopback",
+        "6to4-loopback",
+        "v4-mapped-metadata",
+        "cgnat",
+        "multicast",
+        "userinfo-before-loopback",
+    ],
 )
 def test_non_public_hosts_are_refused_in_the_default_configuration(default_gw, default_key, sim, images, url):
     tag = f"guard-{time.monotonic_ns()}"
@@ -719,9 +843,15 @@ def test_non_public_hosts_are_refused_in_the_default_configuration(default_gw, d
     assert sim.bodies() == []
 
 
-@pytest.mark.parametrize(("host", "reason"), [("private.test", NOT_PUBLIC), ("mixed.test", NOT_PUBLIC),
-                                              ("nothing.test", could_not("the host name could not be resolved"))],
-                         ids=["name-to-10.0.0.1", "public-and-private-answers", "no-answer"])
+@pytest.mark.parametrize(
+    ("host", "reason"),
+    [
+        ("private.test", NOT_PUBLIC),
+        ("mixed.test", NOT_PUBLIC),
+        ("nothing.test", could_not("the host name could not be resolved")),
+    ],
+    ids=["name-to-10.0.0.1", "public-and-private-answers", "no-answer"],
+)
 def test_names_are_judged_by_what_they_resolve_to(default_gw, default_key, sim, images, host, reason):
     tag = f"name-{time.monotonic_ns()}"
     sim.clear()

@@ -29,13 +29,14 @@ from tests.integration.harness import Gateway, ModelSpec, Sim
 pytestmark = pytest.mark.integration
 
 KEEPALIVE_S = 0.25
-SDK_VERSION_HEADER = "2026-10-21"        # what anthropic SDK 2.x sends as anthropic-version
+SDK_VERSION_HEADER = "2026-10-21"  # what anthropic SDK 2.x sends as anthropic-version
 SIM_FLAGS: dict[str, tuple[str, ...]] = {
-    "native-a": (), "native-b": (),
+    "native-a": (),
+    "native-b": (),
     "down": ("--fail-status", "529", "--retry-after", "3"),
     "locked": ("--api-key", "not-the-gateways-key"),
 }
-LONG_SYSTEM = "You are a careful assistant who answers briefly. " * 120   # > 1024 tokens: cacheable
+LONG_SYSTEM = "You are a careful assistant who answers briefly. " * 120  # > 1024 tokens: cacheable
 
 
 def _dep(name: str, urls: dict[str, str], upstream_model: str, priority: int = 0) -> dict[str, Any]:
@@ -61,7 +62,7 @@ class RawUpstream(BaseHTTPRequestHandler):
     text picks the fault. ``html-502``: a proxy's HTML error page. ``eof``: a 200 stream that
     ends cleanly (the connection closes) before ``message_stop``."""
 
-    protocol_version = "HTTP/1.0"       # the body ends when the connection closes
+    protocol_version = "HTTP/1.0"  # the body ends when the connection closes
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["content-length"])))
@@ -69,15 +70,37 @@ class RawUpstream(BaseHTTPRequestHandler):
         if fault == "html-502":
             self._send(502, "text/html", b"<html><body><h1>502 Bad Gateway</h1></body></html>")
             return
-        events = [("message_start", {"type": "message_start", "message": {
-                      "id": "msg_raw", "type": "message", "role": "assistant", "model": body["model"], "content": [],
-                      "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 5, "output_tokens": 1}}}),
-                  ("content_block_start", {"type": "content_block_start", "index": 0,
-                                           "content_block": {"type": "text", "text": ""}}),
-                  ("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                           "delta": {"type": "text_delta", "text": "Half an ans"}})]
-        self._send(200, "text/event-stream", b"".join(
-            f"event: {name}\ndata: {json.dumps(data)}\n\n".encode() for name, data in events))
+        events = [
+            (
+                "message_start",
+                {
+                    "type": "message_start",
+                    "message": {
+                        "id": "msg_raw",
+                        "type": "message",
+                        "role": "assistant",
+                        "model": body["model"],
+                        "content": [],
+                        "stop_reason": None,
+                        "stop_sequence": None,
+                        "usage": {"input_tokens": 5, "output_tokens": 1},
+                    },
+                },
+            ),
+            (
+                "content_block_start",
+                {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+            ),
+            (
+                "content_block_delta",
+                {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Half an ans"}},
+            ),
+        ]
+        self._send(
+            200,
+            "text/event-stream",
+            b"".join(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode() for name, data in events),
+        )
 
     def _send(self, status: int, content_type: str, data: bytes) -> None:
         self.send_response(status)
@@ -108,8 +131,9 @@ def closed_url() -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def gateway(sims: dict[str, Sim], raw_upstream: str, closed_url: str,
-            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+def gateway(
+    sims: dict[str, Sim], raw_upstream: str, closed_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gateway]:
     s = {**{name: sim.url for name, sim in sims.items()}, "closed": closed_url}
     models = [
         _model("claude-native", _dep("native-a", s, "claude-upstream-a")),
@@ -120,9 +144,11 @@ def gateway(sims: dict[str, Sim], raw_upstream: str, closed_url: str,
         _model("claude-raw", {"name": "raw", "base_url": raw_upstream, "upstream_model": "claude-raw"}),
     ]
     # Deployments never cool down here: each test sees every upstream answer as it is.
-    server = Gateway(root=tmp_path_factory.mktemp("native"), models=models,
-                     gateway_settings={"keepalive_s": KEEPALIVE_S, "cooldown_failures": 100000,
-                                       "max_cooldown_s": 0}).start()
+    server = Gateway(
+        root=tmp_path_factory.mktemp("native"),
+        models=models,
+        gateway_settings={"keepalive_s": KEEPALIVE_S, "cooldown_failures": 100000, "max_cooldown_s": 0},
+    ).start()
     yield server
     server.stop()
 
@@ -153,12 +179,20 @@ def recorder() -> Iterator[Recorder]:
 
 
 def sdk(gateway: Gateway, key: str, recorder: Recorder | None = None) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=gateway.url, api_key=key, max_retries=0,
-                               http_client=recorder.http if recorder else None)
+    return anthropic.Anthropic(
+        base_url=gateway.url, api_key=key, max_retries=0, http_client=recorder.http if recorder else None
+    )
 
 
-def post(gateway: Gateway, body: Any, key: str | None, *, headers: dict[str, str] | None = None,
-         path: str = "/v1/messages", stream: bool = False) -> requests.Response:
+def post(
+    gateway: Gateway,
+    body: Any,
+    key: str | None,
+    *,
+    headers: dict[str, str] | None = None,
+    path: str = "/v1/messages",
+    stream: bool = False,
+) -> requests.Response:
     all_headers = {"content-type": "application/json", **(headers or {})}
     if key:
         all_headers["x-api-key"] = key
@@ -181,8 +215,11 @@ def usage_row(gateway: Gateway, request_id: str) -> dict[str, Any]:
 
 def assert_same_usage(row: dict[str, Any], usage: Any) -> None:
     assert (row["input_tokens"], row["cache_write_tokens"], row["cache_read_tokens"], row["output_tokens"]) == (
-        usage.input_tokens, usage.cache_creation_input_tokens or 0, usage.cache_read_input_tokens or 0,
-        usage.output_tokens)
+        usage.input_tokens,
+        usage.cache_creation_input_tokens or 0,
+        usage.cache_read_input_tokens or 0,
+        usage.output_tokens,
+    )
 
 
 def assert_anthropic_error(resp: requests.Response, status: int, type_: str) -> dict[str, Any]:
@@ -212,12 +249,15 @@ def sse(resp: requests.Response) -> list[tuple[str, str]]:
 # ---------------------------------------------------------------- the round trip with the SDK
 
 
-def test_messages_create_with_the_sdk(gateway: Gateway, key: str, clean: dict[str, Sim],
-                                      recorder: Recorder) -> None:
+def test_messages_create_with_the_sdk(gateway: Gateway, key: str, clean: dict[str, Sim], recorder: Recorder) -> None:
     raw = sdk(gateway, key, recorder).messages.with_raw_response.create(
-        model="claude-native", max_tokens=64, system="Answer in one sentence.",
-        stop_sequences=["\n\n###"], metadata={"user_id": "user-7"},
-        messages=[{"role": "user", "content": "Qu'est-ce qu'un cache de prompt ? ✓"}])
+        model="claude-native",
+        max_tokens=64,
+        system="Answer in one sentence.",
+        stop_sequences=["\n\n###"],
+        metadata={"user_id": "user-7"},
+        messages=[{"role": "user", "content": "Qu'est-ce qu'un cache de prompt ? ✓"}],
+    )
     message = raw.parse()
     assert message.type == "message" and message.role == "assistant"
     assert message.content and message.content[0].type == "text" and message.content[0].text
@@ -227,22 +267,26 @@ def test_messages_create_with_the_sdk(gateway: Gateway, key: str, clean: dict[st
     assert received["path"] == "/v1/messages"
     assert received["body"] == with_model(recorder.body(), "claude-upstream-a")
     assert received["headers"]["anthropic-version"] == SDK_VERSION_HEADER
-    assert received["headers"]["x-api-key"] == "sk-ant-test"     # the deployment's key…
-    assert key not in json.dumps(received["headers"])              # …never the client's
+    assert received["headers"]["x-api-key"] == "sk-ant-test"  # the deployment's key…
+    assert key not in json.dumps(received["headers"])  # …never the client's
 
     # The reply is the upstream's, as it came: the same request sent to the simulator directly
     # gets the same answer (the simulator is deterministic but for the message id).
-    direct = requests.post(clean["native-a"].url + "/v1/messages", json=received["body"],
-                           headers={"x-api-key": "sk-ant-test", "anthropic-version": "2023-06-01"},
-                           timeout=10).json()
+    direct = requests.post(
+        clean["native-a"].url + "/v1/messages",
+        json=received["body"],
+        headers={"x-api-key": "sk-ant-test", "anthropic-version": "2023-06-01"},
+        timeout=10,
+    ).json()
     assert {**raw.http_response.json(), "id": "-"} == {**direct, "id": "-"}
 
 
-def test_messages_stream_with_the_sdk(gateway: Gateway, key: str, clean: dict[str, Sim],
-                                      recorder: Recorder) -> None:
+def test_messages_stream_with_the_sdk(gateway: Gateway, key: str, clean: dict[str, Sim], recorder: Recorder) -> None:
     with sdk(gateway, key, recorder).messages.stream(
-            model="claude-native", max_tokens=128,
-            messages=[{"role": "user", "content": "Tell me about streams [[sim:words=40]]"}]) as stream:
+        model="claude-native",
+        max_tokens=128,
+        messages=[{"role": "user", "content": "Tell me about streams [[sim:words=40]]"}],
+    ) as stream:
         text = "".join(stream.text_stream)
         final = stream.get_final_message()
         request_id = stream.response.headers["request-id"]
@@ -264,8 +308,11 @@ def test_explicit_stream_false_passes_through(gateway: Gateway, key: str, clean:
 
 def test_beta_and_version_headers_are_forwarded(gateway: Gateway, key: str, clean: dict[str, Sim]) -> None:
     sdk(gateway, key).beta.messages.create(
-        model="claude-native", max_tokens=32, betas=["context-management-2025-06-27", "fast-mode-2026-02-01"],
-        messages=[{"role": "user", "content": "hi"}])
+        model="claude-native",
+        max_tokens=32,
+        betas=["context-management-2025-06-27", "fast-mode-2026-02-01"],
+        messages=[{"role": "user", "content": "hi"}],
+    )
     (received,) = clean["native-a"].requests()
     assert received["headers"]["anthropic-beta"] == "context-management-2025-06-27,fast-mode-2026-02-01"
     assert received["headers"]["anthropic-version"] == SDK_VERSION_HEADER
@@ -281,8 +328,12 @@ def test_count_tokens_is_passed_to_the_upstream(gateway: Gateway, key: str, clea
     (received,) = clean["native-a"].requests()
     assert received["path"] == "/v1/messages/count_tokens"
     assert received["body"] == {"model": "claude-upstream-a", "system": "Be brief.", "messages": messages}
-    direct = requests.post(clean["native-a"].url + "/v1/messages/count_tokens", json=received["body"],
-                           headers={"x-api-key": "sk-ant-test"}, timeout=10).json()
+    direct = requests.post(
+        clean["native-a"].url + "/v1/messages/count_tokens",
+        json=received["body"],
+        headers={"x-api-key": "sk-ant-test"},
+        timeout=10,
+    ).json()
     assert counted.input_tokens == direct["input_tokens"] > 0
 
 
@@ -293,10 +344,13 @@ def test_usage_of_native_requests_matches_what_the_client_received(gateway: Gate
     client = sdk(gateway, key)
     cached = [{"type": "text", "text": LONG_SYSTEM, "cache_control": {"type": "ephemeral"}}]
     rows = []
-    for _ in range(2):   # the first writes the prompt cache, the second reads it
+    for _ in range(2):  # the first writes the prompt cache, the second reads it
         raw = client.messages.with_raw_response.create(
-            model="claude-native", max_tokens=32, system=cached,
-            messages=[{"role": "user", "content": "Summarise the rules."}])
+            model="claude-native",
+            max_tokens=32,
+            system=cached,
+            messages=[{"role": "user", "content": "Summarise the rules."}],
+        )
         message = raw.parse()
         row = usage_row(gateway, raw.headers["request-id"])
         assert_same_usage(row, message.usage)
@@ -312,9 +366,8 @@ def test_usage_of_native_requests_matches_what_the_client_received(gateway: Gate
 
 def test_our_own_errors_use_anthropics_envelope(gateway: Gateway, key: str) -> None:
     assert_anthropic_error(post(gateway, simple(), None), 401, "authentication_error")
-    assert_anthropic_error(post(gateway, b"{not json", None), 401, "authentication_error")   # the key comes first
-    assert_anthropic_error(post(gateway, simple(), None, path="/v1/messages/count_tokens"), 401,
-                           "authentication_error")
+    assert_anthropic_error(post(gateway, b"{not json", None), 401, "authentication_error")  # the key comes first
+    assert_anthropic_error(post(gateway, simple(), None, path="/v1/messages/count_tokens"), 401, "authentication_error")
     assert_anthropic_error(post(gateway, simple(), "ezat_sk_not-a-real-key"), 401, "authentication_error")
     assert_anthropic_error(post(gateway, simple("gpt-9"), key), 404, "not_found_error")
     assert_anthropic_error(post(gateway, b"{not json", key), 400, "invalid_request_error")
@@ -329,44 +382,55 @@ def test_our_own_errors_use_anthropics_envelope(gateway: Gateway, key: str) -> N
     assert int(limited_resp.headers["retry-after"]) >= 1
 
 
-@pytest.mark.parametrize("exc_type, status, make", [
-    (anthropic.AuthenticationError, 401, lambda gw, key: sdk(gw, "ezat_sk_nope")),
-    (anthropic.NotFoundError, 404, lambda gw, key: sdk(gw, key)),
-], ids=["401", "404"])
-def test_the_sdk_raises_its_own_exceptions(gateway: Gateway, key: str, exc_type: type[Exception], status: int,
-                                           make: Any) -> None:
+@pytest.mark.parametrize(
+    "exc_type, status, make",
+    [
+        (anthropic.AuthenticationError, 401, lambda gw, key: sdk(gw, "ezat_sk_nope")),
+        (anthropic.NotFoundError, 404, lambda gw, key: sdk(gw, key)),
+    ],
+    ids=["401", "404"],
+)
+def test_the_sdk_raises_its_own_exceptions(
+    gateway: Gateway, key: str, exc_type: type[Exception], status: int, make: Any
+) -> None:
     model = "gpt-9" if status == 404 else "claude-native"
     with pytest.raises(exc_type) as info:
         make(gateway, key).messages.create(model=model, max_tokens=16, messages=[{"role": "user", "content": "hi"}])
     assert isinstance(info.value, anthropic.APIStatusError) and info.value.status_code == status
-    assert info.value.request_id     # read from our request-id header
+    assert info.value.request_id  # read from our request-id header
 
 
-def test_upstream_client_errors_pass_through_with_their_status(gateway: Gateway, key: str,
-                                                               clean: dict[str, Sim]) -> None:
+def test_upstream_client_errors_pass_through_with_their_status(
+    gateway: Gateway, key: str, clean: dict[str, Sim]
+) -> None:
     body = simple()
     del body["max_tokens"]
     resp = post(gateway, body, key)
     error = assert_anthropic_error(resp, 400, "invalid_request_error")
-    assert error["error"]["message"] == "max_tokens: Field required"     # the upstream's own words
-    assert error["request_id"] == resp.headers["request-id"]              # ours, not the upstream's
+    assert error["error"]["message"] == "max_tokens: Field required"  # the upstream's own words
+    assert error["request_id"] == resp.headers["request-id"]  # ours, not the upstream's
     assert len(clean["native-a"].bodies()) == 1
 
 
 def test_529_is_kept_when_every_deployment_fails(gateway: Gateway, key: str, clean: dict[str, Sim]) -> None:
     with pytest.raises(anthropic.APIStatusError) as info:
-        sdk(gateway, key).messages.create(model="claude-all-down", max_tokens=16,
-                                          messages=[{"role": "user", "content": "hi"}])
+        sdk(gateway, key).messages.create(
+            model="claude-all-down", max_tokens=16, messages=[{"role": "user", "content": "hi"}]
+        )
     assert isinstance(info.value, anthropic.InternalServerError)
     assert info.value.status_code == 529
     assert info.value.response.headers["retry-after"] == "3"
     assert isinstance(info.value.body, dict) and info.value.body["error"]["type"] == "overloaded_error"
     assert info.value.request_id and info.value.body["request_id"] == info.value.request_id
-    assert [b["model"] for b in clean["down"].bodies()] == ["claude-down"]    # the closed port was tried first
+    assert [b["model"] for b in clean["down"].bodies()] == ["claude-down"]  # the closed port was tried first
     # A stream that fails before its first event gets the same answer, as JSON.
     client = sdk(gateway, key)
-    with pytest.raises(anthropic.InternalServerError) as streamed, client.messages.stream(
-            model="claude-all-down", max_tokens=16, messages=[{"role": "user", "content": "hi"}]) as stream:
+    with (
+        pytest.raises(anthropic.InternalServerError) as streamed,
+        client.messages.stream(
+            model="claude-all-down", max_tokens=16, messages=[{"role": "user", "content": "hi"}]
+        ) as stream,
+    ):
         stream.get_final_message()
     assert streamed.value.status_code == 529
 
@@ -376,8 +440,9 @@ def test_an_upstream_error_that_is_not_json_still_gets_the_envelope(gateway: Gat
     assert "<html>" not in body["error"]["message"]
 
 
-def test_a_deployment_refusing_the_gateways_key_is_not_the_clients_401(gateway: Gateway, key: str,
-                                                                       clean: dict[str, Sim]) -> None:
+def test_a_deployment_refusing_the_gateways_key_is_not_the_clients_401(
+    gateway: Gateway, key: str, clean: dict[str, Sim]
+) -> None:
     resp = post(gateway, simple("claude-locked"), key)
     body = assert_anthropic_error(resp, 500, "api_error")
     assert "gateway" in body["error"]["message"]
@@ -387,31 +452,39 @@ def test_a_deployment_refusing_the_gateways_key_is_not_the_clients_401(gateway: 
 # ---------------------------------------------------------------- failover and affinity
 
 
-def test_failover_works_on_the_native_endpoint(gateway: Gateway, key: str, clean: dict[str, Sim],
-                                               recorder: Recorder) -> None:
+def test_failover_works_on_the_native_endpoint(
+    gateway: Gateway, key: str, clean: dict[str, Sim], recorder: Recorder
+) -> None:
     client = sdk(gateway, key, recorder)
-    message = client.messages.create(model="claude-failover", max_tokens=32,
-                                     messages=[{"role": "user", "content": "hi"}])
+    message = client.messages.create(
+        model="claude-failover", max_tokens=32, messages=[{"role": "user", "content": "hi"}]
+    )
     assert message.content[0].type == "text" and message.content[0].text
     sent = recorder.body()
     assert clean["down"].bodies() == [with_model(sent, "claude-down")]
     assert clean["native-b"].bodies() == [with_model(sent, "claude-upstream-b")]
 
-    with client.messages.stream(model="claude-failover", max_tokens=32,
-                                messages=[{"role": "user", "content": "stream it"}]) as stream:
+    with client.messages.stream(
+        model="claude-failover", max_tokens=32, messages=[{"role": "user", "content": "stream it"}]
+    ) as stream:
         assert "".join(stream.text_stream)
     assert [b.get("stream") for b in clean["down"].bodies()] == [None, True]
     assert [b.get("stream") for b in clean["native-b"].bodies()] == [None, True]
 
 
-def test_the_session_header_keeps_a_conversation_on_one_deployment(gateway: Gateway, key: str,
-                                                                   clean: dict[str, Sim]) -> None:
+def test_the_session_header_keeps_a_conversation_on_one_deployment(
+    gateway: Gateway, key: str, clean: dict[str, Sim]
+) -> None:
     names = ("native-a", "native-b")
     tier = [Deployment(name=n, base_url="http://unused", upstream_model="m") for n in names]
     expected = rendezvous_order(tier, "native-conversation-9")[0].name
     for _ in range(10):
-        assert post(gateway, simple("claude-session"), key,
-                    headers={"x-ezat-session": "native-conversation-9"}).status_code == 200
+        assert (
+            post(
+                gateway, simple("claude-session"), key, headers={"x-ezat-session": "native-conversation-9"}
+            ).status_code
+            == 200
+        )
     assert {n: len(clean[n].bodies()) for n in names} == {n: 10 if n == expected else 0 for n in names}
 
 
@@ -423,13 +496,22 @@ def test_a_stream_passes_through_event_by_event(gateway: Gateway, key: str, clea
     through = sse(post(gateway, body, key, stream=True))
     (received,) = clean["native-a"].bodies()
     assert received == with_model(body, "claude-upstream-a")
-    direct = sse(requests.post(clean["native-a"].url + "/v1/messages", json=received, stream=True, timeout=10,
-                               headers={"x-api-key": "sk-ant-test", "anthropic-version": "2023-06-01"}))
+    direct = sse(
+        requests.post(
+            clean["native-a"].url + "/v1/messages",
+            json=received,
+            stream=True,
+            timeout=10,
+            headers={"x-api-key": "sk-ant-test", "anthropic-version": "2023-06-01"},
+        )
+    )
 
     def normalised(events: list[tuple[str, str]]) -> list[tuple[str, str]]:
         # The message id is the only thing the simulator draws at random.
-        return [(name, data.replace(json.loads(data)["message"]["id"], "msg_-") if name == "message_start" else data)
-                for name, data in events]
+        return [
+            (name, data.replace(json.loads(data)["message"]["id"], "msg_-") if name == "message_start" else data)
+            for name, data in events
+        ]
 
     assert normalised(through) == normalised(direct)
     assert [name for name, _ in through].count("content_block_delta") > 1
@@ -441,15 +523,15 @@ def test_keepalive_pings_while_the_upstream_is_silent(gateway: Gateway, key: str
     names = [name for name, _ in events]
     assert names[0] == "message_start" and names[-1] == "message_stop" and "error" not in names
     ours = [data for name, data in events if name == "ping" and json.loads(data) == {"type": "ping"}]
-    assert len(ours) >= 1 + 3   # the upstream's own ping, then ours every 0.25 s of the 1.5 s stall
+    assert len(ours) >= 1 + 3  # the upstream's own ping, then ours every 0.25 s of the 1.5 s stall
     # Every other event is the upstream's, in Anthropic's order.
     assert names.index("content_block_start") > names.index("ping")
 
 
 def test_the_sdk_reads_a_stream_with_keepalive_pings(gateway: Gateway, key: str) -> None:
     with sdk(gateway, key).messages.stream(
-            model="claude-native", max_tokens=64,
-            messages=[{"role": "user", "content": "hello [[sim:stall=1]]"}]) as stream:
+        model="claude-native", max_tokens=64, messages=[{"role": "user", "content": "hello [[sim:stall=1]]"}]
+    ) as stream:
         final = stream.get_final_message()
     assert final.content[0].type == "text" and final.content[0].text and final.stop_reason == "end_turn"
 

@@ -36,10 +36,13 @@ KEEPALIVE_S = 0.25
 # draws >= 0.3 (answer). So this simulator fails exactly its first /v1/messages request.
 FLAKY_FLAGS = ("--fail-status", "529", "--fail-rate", "0.3", "--seed", "72")
 SIM_FLAGS: dict[str, tuple[str, ...]] = {
-    "ok-a": (), "ok-b": (), "ok-c": (),
+    "ok-a": (),
+    "ok-b": (),
+    "ok-c": (),
     "down": ("--fail-status", "529"),
     "down-ra": ("--fail-status", "529", "--retry-after", "7"),
-    "flaky": FLAKY_FLAGS, "flaky-2": FLAKY_FLAGS,
+    "flaky": FLAKY_FLAGS,
+    "flaky-2": FLAKY_FLAGS,
 }
 
 
@@ -113,9 +116,16 @@ def urls(sims: dict[str, Sim], closed_url: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def gateway(urls: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    server = Gateway(root=tmp_path_factory.mktemp("routing"), models=main_models(urls),
-                     gateway_settings={"cooldown_failures": 1, "cooldown_s": COOLDOWN_S,
-                                       "upstream_timeout_s": TIMEOUT_S, "keepalive_s": KEEPALIVE_S}).start()
+    server = Gateway(
+        root=tmp_path_factory.mktemp("routing"),
+        models=main_models(urls),
+        gateway_settings={
+            "cooldown_failures": 1,
+            "cooldown_s": COOLDOWN_S,
+            "upstream_timeout_s": TIMEOUT_S,
+            "keepalive_s": KEEPALIVE_S,
+        },
+    ).start()
     yield server
     server.stop()
 
@@ -128,17 +138,34 @@ def key(gateway: Gateway) -> str:
 # ---------------------------------------------------------------- helpers
 
 
-def chat(gw: Gateway, key: str, name: str, text: str = "hello", *, stream: bool = False,
-         session: str | None = None, headers: dict[str, str] | None = None, timeout: float = 30,
-         url: str | None = None) -> requests.Response:
-    body: dict[str, Any] = {"model": f"test/{name}", "max_completion_tokens": 32,
-                            "messages": [{"role": "user", "content": text}]}
+def chat(
+    gw: Gateway,
+    key: str,
+    name: str,
+    text: str = "hello",
+    *,
+    stream: bool = False,
+    session: str | None = None,
+    headers: dict[str, str] | None = None,
+    timeout: float = 30,
+    url: str | None = None,
+) -> requests.Response:
+    body: dict[str, Any] = {
+        "model": f"test/{name}",
+        "max_completion_tokens": 32,
+        "messages": [{"role": "user", "content": text}],
+    }
     if stream:
         body["stream"] = True
     if session is not None:
         body["prompt_cache_key"] = session
-    return requests.post((url or gw.url) + "/openai/v1/chat/completions", json=body, stream=stream,
-                         headers={"authorization": f"Bearer {key}", **(headers or {})}, timeout=timeout)
+    return requests.post(
+        (url or gw.url) + "/openai/v1/chat/completions",
+        json=body,
+        stream=stream,
+        headers={"authorization": f"Bearer {key}", **(headers or {})},
+        timeout=timeout,
+    )
 
 
 def counts(sims: dict[str, Sim], *names: str) -> dict[str, int]:
@@ -221,8 +248,9 @@ def test_a_400_does_not_fail_over(gateway: Gateway, key: str, clean: dict[str, S
     assert counts(clean, "ok-a", "ok-b") == {"ok-a": 2, "ok-b": 0}
 
 
-def test_a_stream_that_fails_before_its_first_byte_fails_over(gateway: Gateway, key: str,
-                                                               clean: dict[str, Sim]) -> None:
+def test_a_stream_that_fails_before_its_first_byte_fails_over(
+    gateway: Gateway, key: str, clean: dict[str, Sim]
+) -> None:
     data = stream_data(sse_events(chat(gateway, key, "m-stream-529", stream=True)))
     assert data[-1] == "[DONE]"
     assert not any(isinstance(d, dict) and "error" in d for d in data)
@@ -231,8 +259,9 @@ def test_a_stream_that_fails_before_its_first_byte_fails_over(gateway: Gateway, 
     assert clean["down"].bodies()[0]["stream"] is True
 
 
-def test_an_error_event_before_anything_was_sent_fails_over_too(gateway: Gateway, key: str,
-                                                                 clean: dict[str, Sim]) -> None:
+def test_an_error_event_before_anything_was_sent_fails_over_too(
+    gateway: Gateway, key: str, clean: dict[str, Sim]
+) -> None:
     # error_after=0: the upstream answers 200 and its very first event is an overloaded error.
     resp = chat(gateway, key, "m-stream-error-first", "hi [[sim:error_after=0]]", stream=True)
     # Every deployment did the same: the client gets a plain JSON error, not a broken stream.
@@ -241,11 +270,12 @@ def test_an_error_event_before_anything_was_sent_fails_over_too(gateway: Gateway
     assert counts(clean, "ok-a", "ok-b") == {"ok-a": 1, "ok-b": 1}
 
 
-@pytest.mark.parametrize("marker, code", [("[[sim:cut=3]]", None), ("[[sim:error_after=3]]", "overloaded")],
-                         ids=["cut", "error-event"])
-def test_a_stream_that_fails_after_its_first_byte_does_not_fail_over(gateway: Gateway, key: str,
-                                                                     clean: dict[str, Sim], marker: str,
-                                                                     code: str | None) -> None:
+@pytest.mark.parametrize(
+    "marker, code", [("[[sim:cut=3]]", None), ("[[sim:error_after=3]]", "overloaded")], ids=["cut", "error-event"]
+)
+def test_a_stream_that_fails_after_its_first_byte_does_not_fail_over(
+    gateway: Gateway, key: str, clean: dict[str, Sim], marker: str, code: str | None
+) -> None:
     name = "m-cut" if "cut" in marker else "m-error-after"
     lines = sse_events(chat(gateway, key, name, f"tell me more {marker}", stream=True))
     data = stream_data(lines)
@@ -253,16 +283,17 @@ def test_a_stream_that_fails_after_its_first_byte_does_not_fail_over(gateway: Ga
     error = data[-2]
     assert set(error) == {"error"} and set(error["error"]) == {"message", "type", "param", "code"}
     assert error["error"]["type"] == "server_error" and error["error"]["code"] == code
-    assert all("choices" in d for d in data[:-2])          # chunks came before the error
+    assert all("choices" in d for d in data[:-2])  # chunks came before the error
     assert counts(clean, "ok-a", "ok-b") == {"ok-a": 1, "ok-b": 0}
 
 
-def test_when_every_deployment_fails_the_last_failure_is_mapped(gateway: Gateway, key: str,
-                                                                clean: dict[str, Sim]) -> None:
+def test_when_every_deployment_fails_the_last_failure_is_mapped(
+    gateway: Gateway, key: str, clean: dict[str, Sim]
+) -> None:
     resp = chat(gateway, key, "m-all-down")
     error = assert_openai_error(resp, 503, "overloaded")
     assert error["type"] == "server_error"
-    assert resp.headers["retry-after"] == "7"            # the last deployment's (down-ra's) retry-after
+    assert resp.headers["retry-after"] == "7"  # the last deployment's (down-ra's) retry-after
     assert counts(clean, "down", "down-ra") == {"down": 1, "down-ra": 1}
     # Both are cooling down now: the next request is refused without reaching either.
     again = chat(gateway, key, "m-all-down")
@@ -280,13 +311,14 @@ def test_tier_zero_gets_all_traffic_while_healthy(gateway: Gateway, key: str, cl
     assert counts(clean, "ok-a", "ok-b", "ok-c") == {"ok-a": 20, "ok-b": 0, "ok-c": 0}
 
 
-def test_traffic_is_shared_inside_a_tier_and_never_reaches_the_next(gateway: Gateway, key: str,
-                                                                    clean: dict[str, Sim]) -> None:
+def test_traffic_is_shared_inside_a_tier_and_never_reaches_the_next(
+    gateway: Gateway, key: str, clean: dict[str, Sim]
+) -> None:
     for _ in range(30):
         assert chat(gateway, key, "m-tier").status_code == 200
     seen = counts(clean, "ok-a", "ok-b", "ok-c")
     assert seen["ok-c"] == 0 and seen["ok-a"] + seen["ok-b"] == 30
-    assert seen["ok-a"] > 0 and seen["ok-b"] > 0     # each has 1 - 2**-29 odds of some traffic
+    assert seen["ok-a"] > 0 and seen["ok-b"] > 0  # each has 1 - 2**-29 odds of some traffic
 
 
 def test_one_prompt_cache_key_lands_on_one_deployment(gateway: Gateway, key: str, clean: dict[str, Sim]) -> None:
@@ -324,12 +356,12 @@ def test_a_session_falls_over_in_its_hash_order(gateway: Gateway, key: str, clea
     sessions = [f"fallover-{i}" for i in range(200)]
     orphan = next(s for s in sessions if rendezvous_order(tier, s)[0].name == "closed")
     settled = next(s for s in sessions if rendezvous_order(tier, s)[0].name != "closed")
-    for _ in range(5):   # the first finds the port closed; the others skip it (cooldown): same landing
+    for _ in range(5):  # the first finds the port closed; the others skip it (cooldown): same landing
         assert chat(gateway, key, "m-affinity-down", session=orphan).status_code == 200
     assert landed(clean, names[1:]) == [rendezvous_order(tier, orphan)[1].name]
     for server in clean.values():
         server.clear()
-    for _ in range(5):   # sessions whose first choice is up keep it
+    for _ in range(5):  # sessions whose first choice is up keep it
         assert chat(gateway, key, "m-affinity-down", session=settled).status_code == 200
     assert landed(clean, names[1:]) == [rendezvous_order(tier, settled)[0].name]
 
@@ -346,38 +378,39 @@ def test_sessions_spread_over_the_tier(gateway: Gateway, key: str, clean: dict[s
 # ---------------------------------------------------------------- cooldowns
 
 
-def test_a_deployment_in_cooldown_gets_no_traffic_until_its_probe(gateway: Gateway, key: str,
-                                                                  clean: dict[str, Sim]) -> None:
+def test_a_deployment_in_cooldown_gets_no_traffic_until_its_probe(
+    gateway: Gateway, key: str, clean: dict[str, Sim]
+) -> None:
     started = time.time()
-    assert chat(gateway, key, "m-cooldown").status_code == 200      # flaky fails its first: cooldown
+    assert chat(gateway, key, "m-cooldown").status_code == 200  # flaky fails its first: cooldown
     assert counts(clean, "flaky", "ok-b") == {"flaky": 1, "ok-b": 1}
     for _ in range(4):
         assert chat(gateway, key, "m-cooldown").status_code == 200
     assert time.time() < started + COOLDOWN_S, "the machine is too slow for this test's cooldown"
     assert counts(clean, "flaky", "ok-b") == {"flaky": 1, "ok-b": 5}
     time.sleep(max(0.0, started + COOLDOWN_S + 0.1 - time.time()))  # the rule: wait out the cooldown
-    assert chat(gateway, key, "m-cooldown").status_code == 200      # the probe: flaky answers now
+    assert chat(gateway, key, "m-cooldown").status_code == 200  # the probe: flaky answers now
     assert counts(clean, "flaky", "ok-b") == {"flaky": 2, "ok-b": 5}
-    for _ in range(3):                                              # healthy again: tier 0 takes it all
+    for _ in range(3):  # healthy again: tier 0 takes it all
         assert chat(gateway, key, "m-cooldown").status_code == 200
     assert counts(clean, "flaky", "ok-b") == {"flaky": 5, "ok-b": 5}
 
 
 def test_only_one_probe_goes_out_when_a_cooldown_ends(gateway: Gateway, key: str, clean: dict[str, Sim]) -> None:
     started = time.time()
-    assert chat(gateway, key, "m-probe").status_code == 200         # flaky-2 fails its first: cooldown
+    assert chat(gateway, key, "m-probe").status_code == 200  # flaky-2 fails its first: cooldown
     time.sleep(max(0.0, started + COOLDOWN_S + 0.1 - time.time()))
     with ThreadPoolExecutor(6) as pool:
         probe = pool.submit(chat, gateway, key, "m-probe", "slow probe [[sim:delay=0.6]]")
         deadline = time.monotonic() + 0.5
         while not clean["flaky-2"].bodies()[1:] and time.monotonic() < deadline:
-            time.sleep(0.01)                                          # until the probe reached flaky-2
+            time.sleep(0.01)  # until the probe reached flaky-2
         assert len(clean["flaky-2"].bodies()) == 2
         others = list(pool.map(lambda _: chat(gateway, key, "m-probe").status_code, range(5)))
         assert probe.result().status_code == 200 and others == [200] * 5
     # While the probe was out, everything else went to tier 1.
     assert counts(clean, "flaky-2", "ok-b") == {"flaky-2": 2, "ok-b": 6}
-    assert chat(gateway, key, "m-probe").status_code == 200         # the probe answered: healthy again
+    assert chat(gateway, key, "m-probe").status_code == 200  # the probe answered: healthy again
     assert counts(clean, "flaky-2", "ok-b") == {"flaky-2": 3, "ok-b": 6}
 
 
@@ -395,8 +428,11 @@ def test_a_slow_upstream_answers_504_timeout(gateway: Gateway, key: str, clean: 
 
 
 def test_a_slow_upstream_answers_504_on_the_native_endpoint_too(gateway: Gateway, key: str) -> None:
-    body = {"model": "test/m-slow-native", "max_tokens": 32,
-            "messages": [{"role": "user", "content": "hello [[sim:delay=3]]"}]}
+    body = {
+        "model": "test/m-slow-native",
+        "max_tokens": 32,
+        "messages": [{"role": "user", "content": "hello [[sim:delay=3]]"}],
+    }
     resp = requests.post(gateway.url + "/v1/messages", json=body, headers={"x-api-key": key}, timeout=30)
     assert resp.status_code == 504, resp.text
     assert resp.json()["type"] == "error" and resp.json()["error"]["type"] == "timeout_error"
@@ -404,7 +440,7 @@ def test_a_slow_upstream_answers_504_on_the_native_endpoint_too(gateway: Gateway
 
 def test_a_stream_may_stall_longer_than_the_timeout(gateway: Gateway, key: str, clean: dict[str, Sim]) -> None:
     lines = sse_events(chat(gateway, key, "m-stall", "hello [[sim:stall=2]]", stream=True))
-    assert ": ping" in lines                                         # keep-alive while the upstream is silent
+    assert ": ping" in lines  # keep-alive while the upstream is silent
     data = stream_data(lines)
     assert data[-1] == "[DONE]"
     assert not any(isinstance(d, dict) and "error" in d for d in data), data[-3:]
@@ -412,10 +448,13 @@ def test_a_stream_may_stall_longer_than_the_timeout(gateway: Gateway, key: str, 
 
 
 def test_a_native_stream_may_stall_longer_than_the_timeout(gateway: Gateway, key: str) -> None:
-    body = {"model": "test/m-stall-native", "max_tokens": 32, "stream": True,
-            "messages": [{"role": "user", "content": "hello [[sim:stall=2]]"}]}
-    resp = requests.post(gateway.url + "/v1/messages", json=body, headers={"x-api-key": key}, stream=True,
-                         timeout=30)
+    body = {
+        "model": "test/m-stall-native",
+        "max_tokens": 32,
+        "stream": True,
+        "messages": [{"role": "user", "content": "hello [[sim:stall=2]]"}],
+    }
+    resp = requests.post(gateway.url + "/v1/messages", json=body, headers={"x-api-key": key}, stream=True, timeout=30)
     events = [line.removeprefix("event: ") for line in sse_events(resp) if line.startswith("event: ")]
     assert "error" not in events and events[-1] == "message_stop"
 
@@ -425,29 +464,45 @@ def test_a_native_stream_may_stall_longer_than_the_timeout(gateway: Gateway, key
 
 def test_metrics_show_failovers_and_requests(gateway: Gateway, key: str, clean: dict[str, Sim]) -> None:
     before = metric_samples(gateway)
-    assert chat(gateway, key, "m-metrics").status_code == 200          # down-ra: 529, retry-after 7
+    assert chat(gateway, key, "m-metrics").status_code == 200  # down-ra: 529, retry-after 7
     assert chat(gateway, key, "m-metrics-refused").status_code == 200  # closed: connection refused
     native = {"model": "test/m-metrics-native", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}
-    assert requests.post(gateway.url + "/v1/messages", json=native, headers={"x-api-key": key},
-                         timeout=30).status_code == 200
+    assert (
+        requests.post(gateway.url + "/v1/messages", json=native, headers={"x-api-key": key}, timeout=30).status_code
+        == 200
+    )
     del native["max_tokens"]
-    assert requests.post(gateway.url + "/v1/messages/count_tokens", json=native, headers={"x-api-key": key},
-                         timeout=30).status_code == 200
+    assert (
+        requests.post(
+            gateway.url + "/v1/messages/count_tokens", json=native, headers={"x-api-key": key}, timeout=30
+        ).status_code
+        == 200
+    )
     after = metric_samples(gateway)
 
     def delta(name: str, **labels: str) -> float:
         return metric(after, name, **labels) - metric(before, name, **labels)
 
     assert delta("ezat_failovers_total", model="test/m-metrics", deployment="down-ra", reason="529") == 1
-    assert delta("ezat_failovers_total", model="test/m-metrics-refused", deployment="closed",
-                 reason="UpstreamConnectError") == 1
+    assert (
+        delta(
+            "ezat_failovers_total", model="test/m-metrics-refused", deployment="closed", reason="UpstreamConnectError"
+        )
+        == 1
+    )
     assert delta("ezat_failovers_total", model="test/m-metrics-native", deployment="down-ra", reason="529") == 1
     for name in ("m-metrics", "m-metrics-refused"):
-        assert delta("ezat_requests_total", route="chat.completions", model=f"test/{name}", deployment="ok-b",
-                     status="200") == 1
+        assert (
+            delta(
+                "ezat_requests_total", route="chat.completions", model=f"test/{name}", deployment="ok-b", status="200"
+            )
+            == 1
+        )
     for route in ("messages", "count_tokens"):
-        assert delta("ezat_requests_total", route=route, model="test/m-metrics-native", deployment="ok-b",
-                     status="200") == 1
+        assert (
+            delta("ezat_requests_total", route=route, model="test/m-metrics-native", deployment="ok-b", status="200")
+            == 1
+        )
     assert delta("ezat_upstream_latency_seconds_count", deployment="ok-b", stream="false") >= 2
     # down-ra asked for 7 s: the cooldown gauge shows it (health is per model and deployment).
     assert metric(after, "ezat_deployments_in_cooldown", deployment="test/m-metrics/down-ra") == 1
@@ -472,9 +527,12 @@ def two_workers(urls: dict[str, str], tmp_path_factory: pytest.TempPathFactory) 
     root = tmp_path_factory.mktemp("two-workers")
     access_log = root / "access.log"
     names = ("ok-a", "ok-b", "ok-c")
-    server = Gateway(root=root, workers=2, models=[model("m-affinity", *(dep(n, urls) for n in names))],
-                     env={"EZAT_ACCESS_LOG": str(access_log),
-                          "GUNICORN_CMD_ARGS": "--access-logformat '%(p)s %(U)s %(s)s'"}).start()
+    server = Gateway(
+        root=root,
+        workers=2,
+        models=[model("m-affinity", *(dep(n, urls) for n in names))],
+        env={"EZAT_ACCESS_LOG": str(access_log), "GUNICORN_CMD_ARGS": "--access-logformat '%(p)s %(U)s %(s)s'"},
+    ).start()
     yield server, access_log
     server.stop()
 
@@ -491,7 +549,7 @@ def test_affinity_holds_across_two_workers(two_workers: tuple[Gateway, Path], cl
     pids: set[str] = set()
     sent = 0
     with ThreadPoolExecutor(16) as pool:
-        for _ in range(5):                        # until both workers were seen (almost always at once)
+        for _ in range(5):  # until both workers were seen (almost always at once)
             assert set(pool.map(one, range(48))) == {200}
             sent += 48
             lines = access_log.read_text().splitlines()
@@ -503,8 +561,17 @@ def test_affinity_holds_across_two_workers(two_workers: tuple[Gateway, Path], cl
     assert landed(clean, names) == [expected]
     # /metrics adds up every worker's samples (prometheus multiprocess mode), whichever answers.
     samples = metric_samples(gw)
-    assert metric(samples, "ezat_requests_total", route="chat.completions", model="test/m-affinity",
-                  deployment=expected, status="200") == sent
+    assert (
+        metric(
+            samples,
+            "ezat_requests_total",
+            route="chat.completions",
+            model="test/m-affinity",
+            deployment=expected,
+            status="200",
+        )
+        == sent
+    )
 
 
 @pytest.fixture(scope="module")
@@ -519,9 +586,9 @@ def _forget_cooldowns(client: redis.Redis, model_id: str) -> None:
 
 
 @pytest.mark.redis
-def test_a_cooldown_is_shared_by_gateways_on_one_redis(urls: dict[str, str], node_redis_url: str,
-                                                       tmp_path_factory: pytest.TempPathFactory,
-                                                       clean: dict[str, Sim]) -> None:
+def test_a_cooldown_is_shared_by_gateways_on_one_redis(
+    urls: dict[str, str], node_redis_url: str, tmp_path_factory: pytest.TempPathFactory, clean: dict[str, Sim]
+) -> None:
     model_id = f"test/m-redis-{time.time_ns()}"
     models = [ModelSpec(id=model_id, aliases=(), deployments=[dep("down", urls), dep("ok-b", urls, 1)])]
     settings = {"redis_url": node_redis_url, "cooldown_failures": 1, "cooldown_s": 30}
@@ -534,13 +601,17 @@ def test_a_cooldown_is_shared_by_gateways_on_one_redis(urls: dict[str, str], nod
         body = {"model": model_id, "max_completion_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}
 
         def post(gw: Gateway, key: str) -> requests.Response:
-            return requests.post(gw.url + "/openai/v1/chat/completions", json=body,
-                                 headers={"authorization": f"Bearer {key}"}, timeout=30)
+            return requests.post(
+                gw.url + "/openai/v1/chat/completions",
+                json=body,
+                headers={"authorization": f"Bearer {key}"},
+                timeout=30,
+            )
 
-        assert post(first, key_1).status_code == 200                  # down fails: cooldown in Redis
+        assert post(first, key_1).status_code == 200  # down fails: cooldown in Redis
         assert counts(clean, "down", "ok-b") == {"down": 1, "ok-b": 1}
         for _ in range(3):
-            assert post(second, key_2).status_code == 200              # the other node skips it
+            assert post(second, key_2).status_code == 200  # the other node skips it
         assert counts(clean, "down", "ok-b") == {"down": 1, "ok-b": 4}
         cooling = metric_samples(second)
         assert metric(cooling, "ezat_deployments_in_cooldown", deployment=f"{model_id}/down") == 1

@@ -46,10 +46,12 @@ class Sim:
         self.port = int(url.rsplit(":", 1)[1])
         self.stderr_path = stderr_path
 
-    def post(self, body: Any, path: str = "/v1/messages", headers: dict[str, str] | None = None,
-             **kwargs: Any) -> requests.Response:
-        return requests.post(self.url + path, json=body, headers={"x-api-key": "x", **(headers or {})},
-                             timeout=30, **kwargs)
+    def post(
+        self, body: Any, path: str = "/v1/messages", headers: dict[str, str] | None = None, **kwargs: Any
+    ) -> requests.Response:
+        return requests.post(
+            self.url + path, json=body, headers={"x-api-key": "x", **(headers or {})}, timeout=30, **kwargs
+        )
 
     def get(self, path: str) -> requests.Response:
         return requests.get(self.url + path, timeout=10)
@@ -86,7 +88,10 @@ def _start(tmp_path: Path, flags: tuple[str, ...]) -> Sim:
     with stderr_path.open("w") as stderr:
         proc = subprocess.Popen(
             [sys.executable, "-m", "ezat_compat.sim", "--bind", "127.0.0.1:0", *flags],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=stderr, text=True,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
             env={**os.environ, "PYTHONPATH": str(ROOT)},
         )
     assert proc.stdout is not None
@@ -179,10 +184,13 @@ def test_healthz_and_identity_headers(sim: Sim) -> None:
     assert response.headers["x-sim-name"] == "sim"
 
 
-@pytest.mark.parametrize(("method", "path", "status"), [
-    pytest.param("GET", "/v2/nothing", 404, id="unknown-route"),
-    pytest.param("GET", "/v1/messages", 405, id="wrong-method"),
-])
+@pytest.mark.parametrize(
+    ("method", "path", "status"),
+    [
+        pytest.param("GET", "/v2/nothing", 404, id="unknown-route"),
+        pytest.param("GET", "/v1/messages", 405, id="wrong-method"),
+    ],
+)
 def test_unknown_routes_answer_the_anthropic_envelope(sim: Sim, method: str, path: str, status: int) -> None:
     response = requests.request(method, sim.url + path, timeout=10)
     assert response.status_code == status
@@ -202,8 +210,11 @@ def test_json_reply(sim: Sim) -> None:
     assert message["content"] == [{"type": "text", "text": "Hello from the simulator. You said: Tell me something"}]
     assert (message["stop_reason"], message["stop_sequence"]) == ("end_turn", None)
     assert message["usage"] == {
-        "input_tokens": 3 + 5, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
-        "output_tokens": 14, "output_tokens_details": {"thinking_tokens": 0},
+        "input_tokens": 3 + 5,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 0,
+        "output_tokens": 14,
+        "output_tokens_details": {"thinking_tokens": 0},
     }
     assert response.headers["request-id"].startswith("req_")
 
@@ -213,8 +224,10 @@ def test_validation_error_over_http(sim: Sim) -> None:
     assert response.status_code == 400
     assert response.json() == {
         "type": "error",
-        "error": {"type": "invalid_request_error", "message":
-                  "`temperature` and `top_p` cannot both be specified for this model. Please use only one."},
+        "error": {
+            "type": "invalid_request_error",
+            "message": "`temperature` and `top_p` cannot both be specified for this model. Please use only one.",
+        },
         "request_id": response.headers["request-id"],
     }
 
@@ -239,14 +252,19 @@ def test_api_key_flag(start_sim: Callable[..., Sim]) -> None:
     assert sim.post(body(), headers={"x-api-key": "sekret"}).status_code == 200
     with anthropic.Anthropic(base_url=sim.url, api_key="sekret", max_retries=0) as sdk:
         assert sdk.messages.create(model=MODEL, max_tokens=50, messages=[{"role": "user", "content": "hi"}]).content
-    with anthropic.Anthropic(base_url=sim.url, api_key="nope", max_retries=0) as sdk, \
-            pytest.raises(anthropic.AuthenticationError):
+    with (
+        anthropic.Anthropic(base_url=sim.url, api_key="nope", max_retries=0) as sdk,
+        pytest.raises(anthropic.AuthenticationError),
+    ):
         sdk.messages.create(model=MODEL, max_tokens=50, messages=[{"role": "user", "content": "hi"}])
 
 
 def test_count_tokens(sim: Sim, client: anthropic.Anthropic) -> None:
-    payload = {"model": MODEL, "messages": [{"role": "user", "content": "How many tokens is this?"}],
-               "tools": [WEATHER]}
+    payload = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "How many tokens is this?"}],
+        "tools": [WEATHER],
+    }
     counted = sim.post(payload, path="/v1/messages/count_tokens")
     assert counted.status_code == 200
     created = sim.post({**payload, "max_tokens": 100}).json()
@@ -269,8 +287,9 @@ def test_prompt_cache_over_http(sim: Sim) -> None:
 
 
 def test_sse_sequence(sim: Sim) -> None:
-    events, error = stream(sim, body("Stream me a few words please", max_tokens=2048,
-                                     thinking={"type": "enabled", "budget_tokens": 1024}))
+    events, error = stream(
+        sim, body("Stream me a few words please", max_tokens=2048, thinking={"type": "enabled", "budget_tokens": 1024})
+    )
     assert error is None
     sequence = names(events)
     assert sequence[:2] == ["message_start", "ping"]
@@ -281,8 +300,11 @@ def test_sse_sequence(sim: Sim) -> None:
     deltas = [(data["index"], data["delta"]["type"]) for name, data, _ in events if name == "content_block_delta"]
     assert [t for i, t in deltas if i == 0][-1] == "signature_delta"
     assert {t for i, t in deltas if i == 1} == {"text_delta"}
-    text = "".join(data["delta"]["text"] for name, data, _ in events
-                   if name == "content_block_delta" and data["delta"]["type"] == "text_delta")
+    text = "".join(
+        data["delta"]["text"]
+        for name, data, _ in events
+        if name == "content_block_delta" and data["delta"]["type"] == "text_delta"
+    )
     assert text == "Hello from the simulator. You said: Stream me a few words please"
     start, final = events[0][1]["message"], events[-2][1]
     assert start["usage"]["output_tokens"] == 1 and start["stop_reason"] is None
@@ -305,24 +327,34 @@ def test_sdk_create_text(client: anthropic.Anthropic) -> None:
 
 
 def test_sdk_create_tool_use(client: anthropic.Anthropic) -> None:
-    message = client.messages.create(model=MODEL, max_tokens=500, tools=[WEATHER],
-                                     messages=[{"role": "user", "content": "Use a tool for Paris"}])
+    message = client.messages.create(
+        model=MODEL, max_tokens=500, tools=[WEATHER], messages=[{"role": "user", "content": "Use a tool for Paris"}]
+    )
     assert message.stop_reason == "tool_use"
     block = message.content[0]
     assert isinstance(block, anthropic.types.ToolUseBlock)
     assert (block.name, block.input) == ("get_weather", {"city": "example", "unit": "celsius"})
-    follow_up = client.messages.create(model=MODEL, max_tokens=500, tools=[WEATHER], messages=[
-        {"role": "user", "content": "Use a tool for Paris"},
-        message.to_param(),
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": block.id, "content": "9°C and clear"}]},
-    ])
+    follow_up = client.messages.create(
+        model=MODEL,
+        max_tokens=500,
+        tools=[WEATHER],
+        messages=[
+            {"role": "user", "content": "Use a tool for Paris"},
+            message.to_param(),
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": block.id, "content": "9°C and clear"}]},
+        ],
+    )
     assert follow_up.content[0].type == "text"
     assert follow_up.content[0].text == "Tool results: 9°C and clear"
 
 
 def test_sdk_create_thinking(client: anthropic.Anthropic) -> None:
-    message = client.messages.create(model=MODEL, max_tokens=2048, thinking={"type": "enabled", "budget_tokens": 1024},
-                                     messages=[{"role": "user", "content": "Think first"}])
+    message = client.messages.create(
+        model=MODEL,
+        max_tokens=2048,
+        thinking={"type": "enabled", "budget_tokens": 1024},
+        messages=[{"role": "user", "content": "Think first"}],
+    )
     thinking, text = message.content
     assert isinstance(thinking, anthropic.types.ThinkingBlock) and thinking.signature and thinking.thinking
     assert isinstance(text, anthropic.types.TextBlock)
@@ -332,22 +364,37 @@ def test_sdk_create_thinking(client: anthropic.Anthropic) -> None:
 
 
 def test_sdk_structured_output(client: anthropic.Anthropic) -> None:
-    schema = {"type": "object", "properties": {"answer": {"type": "string"}, "score": {"type": "number"}},
-              "required": ["answer", "score"], "additionalProperties": False}
-    message = client.messages.create(model=MODEL, max_tokens=200, messages=[{"role": "user", "content": "Rate it"}],
-                                     output_config={"format": {"type": "json_schema", "schema": schema}})
+    schema = {
+        "type": "object",
+        "properties": {"answer": {"type": "string"}, "score": {"type": "number"}},
+        "required": ["answer", "score"],
+        "additionalProperties": False,
+    }
+    message = client.messages.create(
+        model=MODEL,
+        max_tokens=200,
+        messages=[{"role": "user", "content": "Rate it"}],
+        output_config={"format": {"type": "json_schema", "schema": schema}},
+    )
     assert message.content[0].type == "text"
     assert json.loads(message.content[0].text) == {"answer": "example", "score": 1.5}
 
 
-@pytest.mark.parametrize(("extra", "content"), [
-    pytest.param({}, "Stream a reply", id="text"),
-    pytest.param({"tools": [WEATHER]}, "Call the tool twice [[sim:tools=2]]", id="tool-use"),
-    pytest.param({"thinking": {"type": "adaptive"}}, "Think then answer", id="thinking"),
-])
+@pytest.mark.parametrize(
+    ("extra", "content"),
+    [
+        pytest.param({}, "Stream a reply", id="text"),
+        pytest.param({"tools": [WEATHER]}, "Call the tool twice [[sim:tools=2]]", id="tool-use"),
+        pytest.param({"thinking": {"type": "adaptive"}}, "Think then answer", id="thinking"),
+    ],
+)
 def test_sdk_stream_matches_create(client: anthropic.Anthropic, extra: dict[str, Any], content: str) -> None:
-    params: dict[str, Any] = {"model": MODEL, "max_tokens": 1000, "messages": [{"role": "user", "content": content}],
-                              **extra}
+    params: dict[str, Any] = {
+        "model": MODEL,
+        "max_tokens": 1000,
+        "messages": [{"role": "user", "content": content}],
+        **extra,
+    }
     created = client.messages.create(**params)
     with client.messages.stream(**params) as events:
         seen = [event.type for event in events]
@@ -361,15 +408,22 @@ def test_sdk_stream_matches_create(client: anthropic.Anthropic, extra: dict[str,
 
 
 def test_sdk_raw_stream_events(client: anthropic.Anthropic) -> None:
-    raw = client.messages.create(model=MODEL, max_tokens=100, stream=True, tools=[WEATHER],
-                                 tool_choice={"type": "any"}, messages=[{"role": "user", "content": "Go"}])
+    raw = client.messages.create(
+        model=MODEL,
+        max_tokens=100,
+        stream=True,
+        tools=[WEATHER],
+        tool_choice={"type": "any"},
+        messages=[{"role": "user", "content": "Go"}],
+    )
     with raw:
         events = list(raw)
     assert [e.type for e in events[:1]] == ["message_start"]
     start = next(e for e in events if e.type == "content_block_start")
     assert isinstance(start.content_block, anthropic.types.ToolUseBlock) and start.content_block.input == {}
-    partial = [e.delta.partial_json for e in events
-               if e.type == "content_block_delta" and e.delta.type == "input_json_delta"]
+    partial = [
+        e.delta.partial_json for e in events if e.type == "content_block_delta" and e.delta.type == "input_json_delta"
+    ]
     assert 2 <= len(partial) <= 3
     assert json.loads("".join(partial)) == {"city": "example", "unit": "celsius"}
     delta = next(e for e in events if e.type == "message_delta")
@@ -381,14 +435,17 @@ def test_sdk_raw_stream_events(client: anthropic.Anthropic) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("status", "error_type"), [
-    pytest.param(429, "rate_limit_error", id="429"),
-    pytest.param(500, "api_error", id="500"),
-    pytest.param(529, "overloaded_error", id="529"),
-    pytest.param(504, "timeout_error", id="504"),
-    pytest.param(413, "request_too_large", id="413"),
-    pytest.param(403, "permission_error", id="403"),
-])
+@pytest.mark.parametrize(
+    ("status", "error_type"),
+    [
+        pytest.param(429, "rate_limit_error", id="429"),
+        pytest.param(500, "api_error", id="500"),
+        pytest.param(529, "overloaded_error", id="529"),
+        pytest.param(504, "timeout_error", id="504"),
+        pytest.param(413, "request_too_large", id="413"),
+        pytest.param(403, "permission_error", id="403"),
+    ],
+)
 def test_status_marker(sim: Sim, status: int, error_type: str) -> None:
     response = sim.post(body(f"fail please [[sim:status={status},retry_after=3]]"))
     assert response.status_code == status
@@ -434,9 +491,12 @@ def test_error_after_marker(sim: Sim, client: anthropic.Anthropic) -> None:
     assert error is None
     assert names(events) == ["message_start", "ping", "content_block_start", "error"]
     assert events[-1][1] == {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
-    with pytest.raises(anthropic.APIStatusError, match="Overloaded"), client.messages.stream(
-        model=MODEL, max_tokens=100, messages=[{"role": "user", "content": "[[sim:error_after=3]]"}]
-    ) as sdk_stream:
+    with (
+        pytest.raises(anthropic.APIStatusError, match="Overloaded"),
+        client.messages.stream(
+            model=MODEL, max_tokens=100, messages=[{"role": "user", "content": "[[sim:error_after=3]]"}]
+        ) as sdk_stream,
+    ):
         sdk_stream.get_final_message()
 
 
@@ -455,14 +515,18 @@ def test_words_and_tools_markers(sim: Sim) -> None:
     assert tools["stop_reason"] == "tool_use"
 
 
-@pytest.mark.parametrize(("marker", "stop_reason"), [
-    pytest.param("refusal", "refusal", id="refusal"),
-    pytest.param("pause", "pause_turn", id="pause"),
-    pytest.param("context", "model_context_window_exceeded", id="context"),
-])
+@pytest.mark.parametrize(
+    ("marker", "stop_reason"),
+    [
+        pytest.param("refusal", "refusal", id="refusal"),
+        pytest.param("pause", "pause_turn", id="pause"),
+        pytest.param("context", "model_context_window_exceeded", id="context"),
+    ],
+)
 def test_stop_reason_markers(client: anthropic.Anthropic, marker: str, stop_reason: str) -> None:
-    message = client.messages.create(model=MODEL, max_tokens=100,
-                                     messages=[{"role": "user", "content": f"hi [[sim:{marker}]]"}])
+    message = client.messages.create(
+        model=MODEL, max_tokens=100, messages=[{"role": "user", "content": f"hi [[sim:{marker}]]"}]
+    )
     assert message.stop_reason == stop_reason
     assert "[[sim" not in message.content[0].text
 
@@ -487,8 +551,10 @@ def test_fail_status_flag_with_retry_after(start_sim: Callable[..., Sim]) -> Non
     assert response.json()["error"] == {"type": "overloaded_error", "message": "Overloaded"}
     overridden = sim.post(body("[[sim:status=429]]"))
     assert overridden.status_code == 429 and overridden.headers["retry-after"] == "2"
-    with anthropic.Anthropic(base_url=sim.url, api_key="x", max_retries=0) as sdk, \
-            pytest.raises(anthropic.APIStatusError) as caught:
+    with (
+        anthropic.Anthropic(base_url=sim.url, api_key="x", max_retries=0) as sdk,
+        pytest.raises(anthropic.APIStatusError) as caught,
+    ):
         sdk.messages.create(model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "hi"}])
     assert caught.value.status_code == 529
 
@@ -552,8 +618,14 @@ def test_min_cache_tokens_flag(start_sim: Callable[..., Sim]) -> None:
 
 
 def test_bad_flags_exit_with_usage_error() -> None:
-    result = subprocess.run([sys.executable, "-m", "ezat_compat.sim", "--fail-rate", "0.5"], cwd=ROOT,
-                            capture_output=True, text=True, timeout=30, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    result = subprocess.run(
+        [sys.executable, "-m", "ezat_compat.sim", "--fail-rate", "0.5"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert result.returncode == 2
     assert "--fail-rate needs --fail-status" in result.stderr
 
@@ -595,8 +667,14 @@ def test_stats_count_completed_and_aborted_streams(start_sim: Callable[..., Sim]
         first = next(response.iter_content(chunk_size=None))
         assert b"message_start" in first
     stats = sim.wait_stats(lambda s: s["streams_aborted"] == 1 and s["open_streams"] == 0)
-    assert stats == {"requests": 2, "streams_started": 2, "streams_completed": 1, "streams_aborted": 1,
-                     "streams_faulted": 0, "open_streams": 0}
+    assert stats == {
+        "requests": 2,
+        "streams_started": 2,
+        "streams_completed": 1,
+        "streams_aborted": 1,
+        "streams_faulted": 0,
+        "open_streams": 0,
+    }
     sim.delete("/_sim/stats")
     assert sim.stats() == dict.fromkeys(stats, 0)
 
@@ -611,8 +689,10 @@ def test_holds_a_thousand_concurrent_slow_streams(start_sim: Callable[..., Sim])
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, wanted), hard))
     sim = start_sim()
     payload = json.dumps(body("[[sim:stall=20]] slow", stream=True)).encode()
-    request = (b"POST /v1/messages HTTP/1.1\r\nHost: sim\r\nx-api-key: x\r\ncontent-type: application/json\r\n"
-               b"content-length: %d\r\n\r\n%s" % (len(payload), payload))
+    request = (
+        b"POST /v1/messages HTTP/1.1\r\nHost: sim\r\nx-api-key: x\r\ncontent-type: application/json\r\n"
+        b"content-length: %d\r\n\r\n%s" % (len(payload), payload)
+    )
     sockets: list[socket.socket] = []
     try:
         for _ in range(1000):
@@ -621,7 +701,7 @@ def test_holds_a_thousand_concurrent_slow_streams(start_sim: Callable[..., Sim])
             sockets.append(sock)
         stats = sim.wait_stats(lambda s: s["open_streams"] >= 1000, timeout=60)
         assert stats["open_streams"] == 1000
-        for sock in sockets[:: 50]:
+        for sock in sockets[::50]:
             received = b""
             while b"event: ping" not in received:
                 chunk = sock.recv(65536)

@@ -16,14 +16,26 @@ from tests.integration.harness import Gateway, Sim
 
 MODEL = "anthropic/claude-sonnet-5-5"
 pytestmark = pytest.mark.integration
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Current weather for a city",
-                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                                                           "required": ["city"]}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather for a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    }
+]
 
 
 def stream_lines(gateway: Gateway, key: str, body: dict[str, Any]) -> tuple[requests.Response, list[str]]:
-    with requests.post(gateway.url + "/openai/v1/chat/completions", json={**body, "stream": True},
-                       headers={"authorization": f"Bearer {key}"}, stream=True, timeout=60) as resp:
+    with requests.post(
+        gateway.url + "/openai/v1/chat/completions",
+        json={**body, "stream": True},
+        headers={"authorization": f"Bearer {key}"},
+        stream=True,
+        timeout=60,
+    ) as resp:
         lines = [line for line in resp.iter_lines(decode_unicode=True) if line]
     return resp, lines
 
@@ -38,9 +50,13 @@ def body(text: str = "Count from 1 to 10.", **extra: Any) -> dict[str, Any]:
 
 def test_the_spec_stream_with_the_openai_sdk(gateway: Gateway, key: str) -> None:
     client = openai.OpenAI(base_url=gateway.url + "/openai/v1", api_key=key, max_retries=0)
-    stream = client.chat.completions.create(model=MODEL, max_tokens=64, stream=True,
-                                            stream_options={"include_usage": True},
-                                            messages=[{"role": "user", "content": "Count from 1 to 10."}])
+    stream = client.chat.completions.create(
+        model=MODEL,
+        max_tokens=64,
+        stream=True,
+        stream_options={"include_usage": True},
+        messages=[{"role": "user", "content": "Count from 1 to 10."}],
+    )
     chunks = list(stream)
     first, last_choice, usage_chunk = chunks[0], chunks[-2], chunks[-1]
     assert first.choices[0].delta.role == "assistant" and first.choices[0].delta.content == ""
@@ -65,7 +81,12 @@ def test_raw_sse_rules_and_headers(gateway: Gateway, key: str) -> None:
     assert events[0]["id"] == "chatcmpl-" + resp.headers["request-id"]
     assert events[-3]["choices"][0] == {"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop"}
     assert events[-2]["choices"] == [] and set(events[-2]["usage"]) == {
-        "prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details", "completion_tokens_details"}
+        "prompt_tokens",
+        "completion_tokens",
+        "total_tokens",
+        "prompt_tokens_details",
+        "completion_tokens_details",
+    }
 
 
 def test_no_usage_chunk_without_include_usage(gateway: Gateway, key: str) -> None:
@@ -79,15 +100,16 @@ def test_usage_is_recorded_before_done(gateway: Gateway) -> None:
     key = gateway.new_key("stream-usage-org")
     resp, lines = stream_lines(gateway, key, body(stream_options={"include_usage": True}))
     usage = data_of(lines)[-2]["usage"]
-    (row,) = gateway.usage("--org", "stream-usage-org")   # read right after [DONE], no waiting
+    (row,) = gateway.usage("--org", "stream-usage-org")  # read right after [DONE], no waiting
     assert row["request_id"] == resp.headers["request-id"] and row["status"] == 200 and not row["estimated"]
     assert row["output_tokens"] == usage["completion_tokens"]
     assert row["input_tokens"] + row["cache_read_tokens"] + row["cache_write_tokens"] == usage["prompt_tokens"]
 
 
 def test_tool_calls_stream_id_and_name_first_then_arguments(gateway: Gateway, key: str) -> None:
-    _, lines = stream_lines(gateway, key, body("What's the weather in Oslo? Use the tool. [[sim:tools=3]]",
-                                               tools=TOOLS))
+    _, lines = stream_lines(
+        gateway, key, body("What's the weather in Oslo? Use the tool. [[sim:tools=3]]", tools=TOOLS)
+    )
     events = data_of(lines)[:-1]
     calls = [e["choices"][0]["delta"]["tool_calls"][0] for e in events if e["choices"][0]["delta"].get("tool_calls")]
     starts = [c for c in calls if "id" in c]
@@ -106,8 +128,9 @@ def test_tool_calls_stream_id_and_name_first_then_arguments(gateway: Gateway, ke
 
 
 def test_thinking_is_never_sent_but_counted(gateway: Gateway, key: str) -> None:
-    _, lines = stream_lines(gateway, key, body("Think first.", reasoning_effort="high",
-                                               stream_options={"include_usage": True}))
+    _, lines = stream_lines(
+        gateway, key, body("Think first.", reasoning_effort="high", stream_options={"include_usage": True})
+    )
     events = data_of(lines)
     text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events[:-1] if e["choices"])
     assert "think" not in text.lower() or "Think first" in text
@@ -118,7 +141,7 @@ def test_keepalive_pings_while_the_upstream_is_silent(gateway: Gateway, key: str
     started = time.monotonic()
     _, lines = stream_lines(gateway, key, body("Wait for it [[sim:stall=2.6]]"))
     assert time.monotonic() - started >= 2.5
-    assert lines.count(": ping") >= 2          # keepalive_s = 1 in this gateway
+    assert lines.count(": ping") >= 2  # keepalive_s = 1 in this gateway
     assert lines[-1] == "data: [DONE]"
     openai_lines = [line for line in lines if not line.startswith(":")]
     assert all(line.startswith("data: ") for line in openai_lines)
@@ -128,8 +151,9 @@ def test_keepalive_pings_while_the_upstream_is_silent(gateway: Gateway, key: str
 def test_failure_after_the_start_sends_an_error_then_done_and_is_not_billed(gateway: Gateway, marker: str) -> None:
     key = gateway.new_key(f"midstream-{marker[6:9]}")
     org = f"midstream-{marker[6:9]}"
-    resp, lines = stream_lines(gateway, key, body(f"Tell me more {marker} [[sim:words=40]]",
-                                                  stream_options={"include_usage": True}))
+    resp, lines = stream_lines(
+        gateway, key, body(f"Tell me more {marker} [[sim:words=40]]", stream_options={"include_usage": True})
+    )
     assert resp.status_code == 200
     events = data_of(lines)
     assert events[-1] == "[DONE]"
@@ -140,9 +164,12 @@ def test_failure_after_the_start_sends_an_error_then_done_and_is_not_billed(gate
 
 
 def test_failure_before_the_first_chunk_is_a_normal_json_error(gateway: Gateway, key: str) -> None:
-    resp = requests.post(gateway.url + "/openai/v1/chat/completions",
-                         json={**body("hi"), "stream": True, "model": "gpt-9"},
-                         headers={"authorization": f"Bearer {key}"}, timeout=30)
+    resp = requests.post(
+        gateway.url + "/openai/v1/chat/completions",
+        json={**body("hi"), "stream": True, "model": "gpt-9"},
+        headers={"authorization": f"Bearer {key}"},
+        timeout=30,
+    )
     assert resp.status_code == 404 and resp.headers["content-type"].startswith("application/json")
     assert resp.json()["error"]["code"] == "model_not_found"
 
@@ -150,14 +177,18 @@ def test_failure_before_the_first_chunk_is_a_normal_json_error(gateway: Gateway,
 def test_client_closing_early_closes_the_upstream_and_bills_an_estimate(gateway: Gateway, sim: Sim) -> None:
     key = gateway.new_key("early-close-org")
     sim.clear()
-    resp = requests.post(gateway.url + "/openai/v1/chat/completions",
-                         json=body("Long story [[sim:words=400,token_delay_ms=100]]", max_tokens=2000, stream=True),
-                         headers={"authorization": f"Bearer {key}"}, stream=True, timeout=60)
+    resp = requests.post(
+        gateway.url + "/openai/v1/chat/completions",
+        json=body("Long story [[sim:words=400,token_delay_ms=100]]", max_tokens=2000, stream=True),
+        headers={"authorization": f"Bearer {key}"},
+        stream=True,
+        timeout=60,
+    )
     seen = 0
     for line in resp.iter_lines():
         if line.startswith(b"data: "):
             seen += 1
-            if seen == 3:   # the role chunk and two content chunks
+            if seen == 3:  # the role chunk and two content chunks
                 break
     resp.close()
     deadline = time.monotonic() + 15
@@ -170,15 +201,18 @@ def test_client_closing_early_closes_the_upstream_and_bills_an_estimate(gateway:
     (row,) = rows
     assert row["estimated"] is True and row["status"] == 499
     assert 0 < row["output_tokens"] < 400 and float(row["cost_usd"]) > 0
-    assert sim.stats()["streams_aborted"] == 1       # the upstream connection was closed at once
+    assert sim.stats()["streams_aborted"] == 1  # the upstream connection was closed at once
     assert sim.stats()["open_streams"] == 0
 
 
 def test_keepalive_pings_while_the_model_is_thinking(gateway: Gateway, key: str) -> None:
     # The upstream is not silent (thinking deltas keep coming) but nothing reaches the client.
     started = time.monotonic()
-    _, lines = stream_lines(gateway, key, body("Ponder [[sim:thinking_tokens=100,token_delay_ms=150]]",
-                                               reasoning_effort="high", max_tokens=2000))
+    _, lines = stream_lines(
+        gateway,
+        key,
+        body("Ponder [[sim:thinking_tokens=100,token_delay_ms=150]]", reasoning_effort="high", max_tokens=2000),
+    )
     elapsed = time.monotonic() - started
     first_content = next(i for i, line in enumerate(lines) if '"content":"' in line and '"content":""' not in line)
     pings_before_text = lines[:first_content].count(": ping")

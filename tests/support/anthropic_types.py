@@ -48,11 +48,20 @@ def _keys(typed_dict: Any) -> set[str]:
     return set(typed_dict.__required_keys__) | set(typed_dict.__optional_keys__)
 
 
-BLOCKS = {"text": TextBlockParam, "image": ImageBlockParam, "document": DocumentBlockParam,
-          "tool_use": ToolUseBlockParam, "tool_result": ToolResultBlockParam}
+BLOCKS = {
+    "text": TextBlockParam,
+    "image": ImageBlockParam,
+    "document": DocumentBlockParam,
+    "tool_use": ToolUseBlockParam,
+    "tool_result": ToolResultBlockParam,
+}
 SOURCES = {("image", "base64"): Base64ImageSourceParam, ("document", "base64"): Base64PDFSourceParam}
-TOOL_CHOICES = {"auto": ToolChoiceAutoParam, "any": ToolChoiceAnyParam, "tool": ToolChoiceToolParam,
-                "none": ToolChoiceNoneParam}
+TOOL_CHOICES = {
+    "auto": ToolChoiceAutoParam,
+    "any": ToolChoiceAnyParam,
+    "tool": ToolChoiceToolParam,
+    "none": ToolChoiceNoneParam,
+}
 THINKING = {"adaptive": ThinkingConfigAdaptiveParam, "enabled": ThinkingConfigEnabledParam}
 
 

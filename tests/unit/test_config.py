@@ -33,8 +33,14 @@ def write(tmp_path: Path, text: str) -> Path:
 def test_minimal_file_gets_every_default(tmp_path: Path) -> None:
     config = load_config(write(tmp_path, MINIMAL), environ={"ANTHROPIC_API_KEY": "sk-test"})
     gw, model = config.gateway, config.models[0]
-    assert (gw.database_url, gw.redis_url, gw.upstream_timeout_s, gw.keepalive_s, gw.max_body_mb,
-            gw.allow_private_image_hosts) == ("sqlite:///ezat.db", "", 590, 15, 32, False)
+    assert (
+        gw.database_url,
+        gw.redis_url,
+        gw.upstream_timeout_s,
+        gw.keepalive_s,
+        gw.max_body_mb,
+        gw.allow_private_image_hosts,
+    ) == ("sqlite:///ezat.db", "", 590, 15, 32, False)
     assert model.price.cache_read == Decimal("0.30") and model.price.input == Decimal("3.0")
     assert model.deployments[0].api_key == "sk-test" and model.deployments[0].priority == 0
     assert model.deployments[0].weight == 1 and model.max_output_tokens == 64000 and model.sampling is False
@@ -42,23 +48,36 @@ def test_minimal_file_gets_every_default(tmp_path: Path) -> None:
 
 
 def test_environment_overrides_urls(tmp_path: Path) -> None:
-    config = load_config(write(tmp_path, MINIMAL), environ={"EZAT_DATABASE_URL": "postgresql+psycopg://x@h/db",
-                                                            "EZAT_REDIS_URL": "redis://h:6379/0"})
+    config = load_config(
+        write(tmp_path, MINIMAL),
+        environ={"EZAT_DATABASE_URL": "postgresql+psycopg://x@h/db", "EZAT_REDIS_URL": "redis://h:6379/0"},
+    )
     assert config.gateway.database_url == "postgresql+psycopg://x@h/db"
     assert config.gateway.redis_url == "redis://h:6379/0"
 
 
-@pytest.mark.parametrize("change, message", [
-    (('input = 3.0', 'input = "three"'), "ezat.toml: models[0].price.input: Not a valid number."),
-    (('[[models]]', '[gateway]\ndatabse_url = "x"\n[[models]]'), "ezat.toml: gateway.databse_url: Unknown field."),
-    (('name = "primary"', 'name = "primary"\nweigth = 2'),
-     "ezat.toml: models[0].deployments[0].weigth: Unknown field."),
-    (('upstream_model = "claude-sonnet-5-5"', ''),
-     "ezat.toml: models[0].deployments[0].upstream_model: Missing data for required field."),
-    (('aliases = ["claude-sonnet-5-5", "claude-sonnet-5.5"]', 'aliases = ["anthropic/CLAUDE-sonnet-5-5"]'),
-     "ezat.toml: models[0].aliases[0]: 'anthropic/CLAUDE-sonnet-5-5' is already used by anthropic/claude-sonnet-5-5."),
-    (('id = "anthropic', 'id = anthropic'), "ezat.toml: invalid TOML"),
-], ids=["not-a-number", "unknown-gateway-key", "unknown-deployment-key", "missing-key", "alias-clash", "bad-toml"])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (("input = 3.0", 'input = "three"'), "ezat.toml: models[0].price.input: Not a valid number."),
+        (("[[models]]", '[gateway]\ndatabse_url = "x"\n[[models]]'), "ezat.toml: gateway.databse_url: Unknown field."),
+        (
+            ('name = "primary"', 'name = "primary"\nweigth = 2'),
+            "ezat.toml: models[0].deployments[0].weigth: Unknown field.",
+        ),
+        (
+            ('upstream_model = "claude-sonnet-5-5"', ""),
+            "ezat.toml: models[0].deployments[0].upstream_model: Missing data for required field.",
+        ),
+        (
+            ('aliases = ["claude-sonnet-5-5", "claude-sonnet-5.5"]', 'aliases = ["anthropic/CLAUDE-sonnet-5-5"]'),
+            "ezat.toml: models[0].aliases[0]: 'anthropic/CLAUDE-sonnet-5-5' "
+            "is already used by anthropic/claude-sonnet-5-5.",
+        ),
+        (('id = "anthropic', "id = anthropic"), "ezat.toml: invalid TOML"),
+    ],
+    ids=["not-a-number", "unknown-gateway-key", "unknown-deployment-key", "missing-key", "alias-clash", "bad-toml"],
+)
 def test_errors_name_the_file_and_the_key_path(tmp_path: Path, change: tuple[str, str], message: str) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(write(tmp_path, MINIMAL.replace(*change)))
@@ -71,15 +90,29 @@ def test_missing_file_says_what_to_do(tmp_path: Path) -> None:
 
 
 def _catalog() -> Catalog:
-    data: dict[str, Any] = {"models": [{"id": "anthropic/claude-sonnet-5-5", "aliases": ["claude-sonnet-5-5",
-                                                                                    "claude-sonnet-5.5"],
-                                        "price": {"input": 3, "output": 15},
-                                        "deployments": [{"name": "d", "base_url": "http://h", "upstream_model": "m"}]}]}
+    data: dict[str, Any] = {
+        "models": [
+            {
+                "id": "anthropic/claude-sonnet-5-5",
+                "aliases": ["claude-sonnet-5-5", "claude-sonnet-5.5"],
+                "price": {"input": 3, "output": 15},
+                "deployments": [{"name": "d", "base_url": "http://h", "upstream_model": "m"}],
+            }
+        ]
+    }
     return Catalog(parse_config(data).models, created=1)
 
 
-@pytest.mark.parametrize("name", ["anthropic/claude-sonnet-5-5", "claude-sonnet-5-5", "claude-sonnet-5.5",
-                                  "Claude-Sonnet-5.5", "  ANTHROPIC/CLAUDE-SONNET-5-5  "])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "anthropic/claude-sonnet-5-5",
+        "claude-sonnet-5-5",
+        "claude-sonnet-5.5",
+        "Claude-Sonnet-5.5",
+        "  ANTHROPIC/CLAUDE-SONNET-5-5  ",
+    ],
+)
 def test_model_names_match_in_any_case_with_spaces_ignored(name: str) -> None:
     model = _catalog().resolve(name)
     assert model is not None and model.id == "anthropic/claude-sonnet-5-5"
@@ -96,5 +129,7 @@ def test_public_catalog_entry() -> None:
     assert entry["id"] == "anthropic/claude-sonnet-5-5" and entry["maxOutputTokens"] == 64000
     assert entry["capabilities"]["sampling"] is False and entry["capabilities"]["forcedToolChoice"] is True
     assert entry["capabilities"]["efforts"] == ["low", "medium", "high", "xhigh", "max"]
-    assert catalog.openai_list(catalog.models) == {"object": "list", "data": [
-        {"id": "anthropic/claude-sonnet-5-5", "object": "model", "created": 1, "owned_by": "anthropic"}]}
+    assert catalog.openai_list(catalog.models) == {
+        "object": "list",
+        "data": [{"id": "anthropic/claude-sonnet-5-5", "object": "model", "created": 1, "owned_by": "anthropic"}],
+    }

@@ -42,8 +42,9 @@ def make_redis(redis_client: redis.Redis, redis_prefix: str) -> Factory:
     """Each call is another gateway node sharing the same Redis and prefix."""
 
     def factory(*, healthy_cache_s: float = 1.0, **policy: Any) -> Cooldowns:
-        return RedisCooldowns(redis_client, Policy.make(**{**POLICY, **policy}), prefix=redis_prefix,
-                              healthy_cache_s=healthy_cache_s)
+        return RedisCooldowns(
+            redis_client, Policy.make(**{**POLICY, **policy}), prefix=redis_prefix, healthy_cache_s=healthy_cache_s
+        )
 
     return factory
 
@@ -351,8 +352,9 @@ def test_unreachable_redis_fails_open(caplog):
 def test_make_cooldowns_picks_the_backend():
     local = make_cooldowns("", failures=3, cooldown_s=30, max_cooldown_s=300)
     assert isinstance(local, LocalCooldowns)
-    shared = make_cooldowns("redis://127.0.0.1:1/15", failures=3, cooldown_s=30, max_cooldown_s=300,
-                            prefix="x:")  # connects lazily: nothing happens here
+    shared = make_cooldowns(
+        "redis://127.0.0.1:1/15", failures=3, cooldown_s=30, max_cooldown_s=300, prefix="x:"
+    )  # connects lazily: nothing happens here
     assert isinstance(shared, RedisCooldowns)
     assert shared.key("dep") == "x:d:dep"
 

@@ -11,17 +11,34 @@ from ezat_compat.pipeline import estimated_usage
 from ezat_compat.translate.estimate import IMAGE_TOKENS, REQUEST_OVERHEAD_TOKENS, input_tokens_upper_bound
 from ezat_compat.translate.response import Usage
 
-TOOL = {"name": "form", "input_schema": {"type": "object", "properties": {
-    f"field_number_{i:03d}_with_a_long_name": {} for i in range(300)}}}
+TOOL = {
+    "name": "form",
+    "input_schema": {
+        "type": "object",
+        "properties": {f"field_number_{i:03d}_with_a_long_name": {} for i in range(300)},
+    },
+}
 
 
-@pytest.mark.parametrize("body", [
-    {"messages": [{"role": "user", "content": "héllo wörld " * 50}]},
-    {"system": [{"type": "text", "text": "S" * 1000}], "messages": [{"role": "user", "content": "x"}]},
-    {"messages": [{"role": "user", "content": "x"}], "tools": [TOOL]},
-    {"messages": [{"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f",
-                                                     "input": {f"k{i}": i for i in range(500)}}]}]},
-], ids=["non-ascii-text", "system", "tool-schema-keys", "tool-input-keys"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"messages": [{"role": "user", "content": "héllo wörld " * 50}]},
+        {"system": [{"type": "text", "text": "S" * 1000}], "messages": [{"role": "user", "content": "x"}]},
+        {"messages": [{"role": "user", "content": "x"}], "tools": [TOOL]},
+        {
+            "messages": [
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "tool_use", "id": "t", "name": "f", "input": {f"k{i}": i for i in range(500)}}
+                    ],
+                }
+            ]
+        },
+    ],
+    ids=["non-ascii-text", "system", "tool-schema-keys", "tool-input-keys"],
+)
 def test_the_bound_is_at_least_the_json_bytes(body: dict[str, Any]) -> None:
     # A token covers at least one byte, so the request's bytes bound its tokens.
     size = len(json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode())
@@ -38,9 +55,16 @@ def test_images_documents_and_the_context_window() -> None:
     assert input_tokens_upper_bound({"messages": [{"role": "user", "content": "x" * 10**6}]}, 200_000) == 200_000
 
 
-@pytest.mark.parametrize("chars, reported, max_tokens, expected", [
-    (400, 1, 1000, 100), (400, 150, 1000, 150), (10_000, 1, 64, 64), (0, 0, 64, 0),
-], ids=["from-chars", "reported-wins", "capped-at-max-tokens", "nothing"])
+@pytest.mark.parametrize(
+    "chars, reported, max_tokens, expected",
+    [
+        (400, 1, 1000, 100),
+        (400, 150, 1000, 150),
+        (10_000, 1, 64, 64),
+        (0, 0, 64, 0),
+    ],
+    ids=["from-chars", "reported-wins", "capped-at-max-tokens", "nothing"],
+)
 def test_early_close_estimate(chars: int, reported: int, max_tokens: int, expected: int) -> None:
     usage = estimated_usage(Usage(input_tokens=10, output_tokens=reported), chars, max_tokens)
     assert usage.output_tokens == expected and usage.input_tokens == 10

@@ -28,8 +28,16 @@ BACKENDS = ["embedded", pytest.param("redis", marks=pytest.mark.redis)]
 
 
 def key(key_id: int = 1, *, rpm: int | None = None, tpm: int | None = None) -> AuthContext:
-    return AuthContext(key_id=key_id, key_public_id=f"key_{key_id:012x}", org_id=1, org_name="acme",
-                       model_patterns=(), spend_limit_micros=None, rpm=rpm, tpm=tpm)
+    return AuthContext(
+        key_id=key_id,
+        key_public_id=f"key_{key_id:012x}",
+        org_id=1,
+        org_name="acme",
+        model_patterns=(),
+        spend_limit_micros=None,
+        rpm=rpm,
+        tpm=tpm,
+    )
 
 
 class Clock:

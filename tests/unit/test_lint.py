@@ -13,9 +13,28 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_ruff_is_clean() -> None:
-    if shutil.which("ruff") is None and subprocess.run([sys.executable, "-m", "ruff", "--version"],
-                                                       capture_output=True).returncode != 0:
+    if (
+        shutil.which("ruff") is None
+        and subprocess.run([sys.executable, "-m", "ruff", "--version"], capture_output=True).returncode != 0
+    ):
         pytest.skip("ruff is not installed (pip install -e '.[test]')")
-    done = subprocess.run([sys.executable, "-m", "ruff", "check", "--output-format", "concise", "."], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--output-format", "concise", "."],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_ruff_format_is_applied() -> None:
+    """``ruff format --check``: one layout everywhere, so diffs show changes, not style."""
+    done = subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--check", "."],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout + done.stderr

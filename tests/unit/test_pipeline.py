@@ -26,13 +26,33 @@ from ezat_compat.upstream.client import (
     UpstreamStreamError,
 )
 
-AUTH = AuthContext(key_id=1, key_public_id="key_1", org_id=1, org_name="acme", model_patterns=(),
-                   spend_limit_micros=None, rpm=None, tpm=None)
-CONFIG = parse_config({"gateway": {"keepalive_s": 60}, "models": [{
-    "id": "anthropic/m", "aliases": ["m"], "price": {"input": 3, "output": 15},
-    "deployments": [{"name": "a", "base_url": "http://a", "upstream_model": "ma"},
+AUTH = AuthContext(
+    key_id=1,
+    key_public_id="key_1",
+    org_id=1,
+    org_name="acme",
+    model_patterns=(),
+    spend_limit_micros=None,
+    rpm=None,
+    tpm=None,
+)
+CONFIG = parse_config(
+    {
+        "gateway": {"keepalive_s": 60},
+        "models": [
+            {
+                "id": "anthropic/m",
+                "aliases": ["m"],
+                "price": {"input": 3, "output": 15},
+                "deployments": [
+                    {"name": "a", "base_url": "http://a", "upstream_model": "ma"},
                     {"name": "b", "base_url": "http://b", "upstream_model": "mb"},
-                    {"name": "c", "base_url": "http://c", "upstream_model": "mc", "priority": 1}]}]})
+                    {"name": "c", "base_url": "http://c", "upstream_model": "mc", "priority": 1},
+                ],
+            }
+        ],
+    }
+)
 MODEL = CONFIG.models[0]
 
 
@@ -47,8 +67,9 @@ class FakeUpstream:
         self.script = dict(script)
         self.calls: list[tuple[str, bytes]] = []
 
-    def complete(self, deployment: Any, path: str, body: bytes, *, timeout_s: float,
-                 headers: Any = None) -> tuple[bytes, dict[str, str]]:
+    def complete(
+        self, deployment: Any, path: str, body: bytes, *, timeout_s: float, headers: Any = None
+    ) -> tuple[bytes, dict[str, str]]:
         self.calls.append((deployment.name, body))
         answer = self.script[deployment.name]
         if isinstance(answer, Exception):
@@ -105,20 +126,47 @@ class FakeLimits:
 
 def gateway(script: Mapping[str, Any]) -> tuple[Gateway, FakeUpstream, FakeLedger]:
     upstream, ledger = FakeUpstream(script), FakeLedger()
-    gw = Gateway(CONFIG, catalog=Catalog(CONFIG.models), accounts=None, ledger=ledger,  # type: ignore[arg-type]
-                 limits=FakeLimits(), cooldowns=LocalCooldowns(Policy.make(failures=1, cooldown_s=30,  # type: ignore[arg-type]
-                                                                            max_cooldown_s=300)),
-                 upstream=upstream, images=None, metrics=Metrics(), rand=lambda: 0.0)  # type: ignore[arg-type]
+    gw = Gateway(
+        CONFIG,
+        catalog=Catalog(CONFIG.models),
+        accounts=None,
+        ledger=ledger,  # type: ignore[arg-type]
+        limits=FakeLimits(),
+        cooldowns=LocalCooldowns(
+            Policy.make(
+                failures=1,
+                cooldown_s=30,  # type: ignore[arg-type]
+                max_cooldown_s=300,
+            )
+        ),
+        upstream=upstream,
+        images=None,
+        metrics=Metrics(),
+        rand=lambda: 0.0,
+    )  # type: ignore[arg-type]
     return gw, upstream, ledger
 
 
 def admit(gw: Gateway, session: str | None = None) -> Call:
-    return gw.admit(request_id="r1", endpoint="chat.completions", auth=AUTH, model=MODEL, model_name="m",
-                    session=session, body={"messages": [{"role": "user", "content": "hi"}]}, max_tokens=100)
+    return gw.admit(
+        request_id="r1",
+        endpoint="chat.completions",
+        auth=AUTH,
+        model=MODEL,
+        model_name="m",
+        session=session,
+        body={"messages": [{"role": "user", "content": "hi"}]},
+        max_tokens=100,
+    )
 
 
-MESSAGE = json.dumps({"content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",
-                      "usage": {"input_tokens": 10, "output_tokens": 4}}).encode()
+MESSAGE = json.dumps(
+    {
+        "content": [{"type": "text", "text": "ok"}],
+        "stop_reason": "end_turn",
+        "usage": {"input_tokens": 10, "output_tokens": 4},
+    }
+).encode()
 
 
 def test_failover_walks_the_tier_then_the_next_and_sends_each_its_model() -> None:
@@ -145,7 +193,7 @@ def test_when_every_deployment_fails_the_last_failure_is_raised_and_they_cool_do
     err = upstream_to_gateway_error(info.value)
     assert (err.status, err.code, err.retry_after) == (503, "overloaded", 3)
     upstream.calls.clear()
-    with pytest.raises(UpstreamError) as again:   # all in cooldown: no traffic at all
+    with pytest.raises(UpstreamError) as again:  # all in cooldown: no traffic at all
         gw.complete(admit(gw), "/v1/messages", b"{}")
     assert upstream.calls == [] and upstream_to_gateway_error(again.value).status == 503
 
@@ -177,12 +225,17 @@ def events(*items: tuple[str, dict[str, Any]]) -> list[tuple[str, str]]:
 
 
 START = ("message_start", {"type": "message_start", "message": {"usage": {"input_tokens": 7, "output_tokens": 1}}})
-TEXT = [("content_block_start", {"type": "content_block_start", "index": 0,
-                                 "content_block": {"type": "text", "text": ""}}),
-        ("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                 "delta": {"type": "text_delta", "text": "Hello there, friend"}})]
-END = [("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
-                          "usage": {"output_tokens": 5}}), ("message_stop", {"type": "message_stop"})]
+TEXT = [
+    ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+    (
+        "content_block_delta",
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hello there, friend"}},
+    ),
+]
+END = [
+    ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 5}}),
+    ("message_stop", {"type": "message_stop"}),
+]
 
 
 def run_openai_stream(script: list[Any], *, stop_after: int | None = None) -> tuple[list[bytes], FakeLedger, Any]:
@@ -195,7 +248,7 @@ def run_openai_stream(script: list[Any], *, stop_after: int | None = None) -> tu
     for chunk in writer:
         out.append(chunk)
         if stop_after is not None and len(out) == stop_after:
-            writer.close()     # what the server does when the client went away
+            writer.close()  # what the server does when the client went away
             break
     return out, ledger, stream
 
@@ -203,32 +256,41 @@ def run_openai_stream(script: list[Any], *, stop_after: int | None = None) -> tu
 def test_a_complete_stream_is_billed_before_done() -> None:
     out, ledger, stream = run_openai_stream(events(START, *TEXT, *END))
     assert out[-1] == b"data: [DONE]\n\n" and b'"choices":[]' in out[-2]
-    (_, row), = ledger.rows
+    ((_, row),) = ledger.rows
     assert (row.status, row.usage.output_tokens, row.estimated) == (200, 5, False) and stream.closed
 
 
-@pytest.mark.parametrize("tail", [[UpstreamStreamError("cut")],
-                                  events(("error", {"type": "error", "error": {"type": "overloaded_error",
-                                                                               "message": "Overloaded"}}))],
-                         ids=["cut", "error-event"])
+@pytest.mark.parametrize(
+    "tail",
+    [
+        [UpstreamStreamError("cut")],
+        events(("error", {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})),
+    ],
+    ids=["cut", "error-event"],
+)
 def test_a_failure_after_the_start_ends_with_error_then_done_unbilled(tail: list[Any]) -> None:
     out, ledger, _ = run_openai_stream([*events(START, *TEXT), *tail])
     assert out[-1] == b"data: [DONE]\n\n" and out[-2].startswith(b'data: {"error":')
-    (_, row), = ledger.rows
+    ((_, row),) = ledger.rows
     assert row.cost_micros == 0 and row.status >= 500
 
 
 def test_a_client_that_leaves_is_billed_an_estimate_and_the_upstream_closed() -> None:
     _, ledger, stream = run_openai_stream(events(START, *TEXT, *END), stop_after=2)
-    (_, row), = ledger.rows
+    ((_, row),) = ledger.rows
     assert (row.status, row.estimated, row.usage.input_tokens) == (499, True, 7)
-    assert row.usage.output_tokens == 5 and row.cost_micros > 0   # ceil(len("Hello there, friend") / 4)
+    assert row.usage.output_tokens == 5 and row.cost_micros > 0  # ceil(len("Hello there, friend") / 4)
     assert stream.closed
 
 
 def test_a_stream_whose_first_event_is_an_error_fails_over() -> None:
-    gw, _, _ = gateway({"a": events(("error", {"type": "error", "error": {"type": "overloaded_error"}})),
-                               "b": events(START, *TEXT, *END), "c": []})
+    gw, _, _ = gateway(
+        {
+            "a": events(("error", {"type": "error", "error": {"type": "overloaded_error"}})),
+            "b": events(START, *TEXT, *END),
+            "c": [],
+        }
+    )
     call = admit(gw)
     stream, _, first = gw.open_stream(call, "/v1/messages", b"{}")
     assert first[0] == "message_start" and stream.deployment.name == "b"

@@ -15,8 +15,9 @@ from ezat_compat.translate.response import Usage
 
 
 def price(input: str, output: str, cache_write: str, cache_read: str) -> Price:
-    return Price(input=Decimal(input), output=Decimal(output), cache_write=Decimal(cache_write),
-                 cache_read=Decimal(cache_read))
+    return Price(
+        input=Decimal(input), output=Decimal(output), cache_write=Decimal(cache_write), cache_read=Decimal(cache_read)
+    )
 
 
 SONNET = price("3", "15", "3.75", "0.30")
@@ -32,8 +33,12 @@ COSTS = [
     ("output", Usage(output_tokens=1000), SONNET, 15_000),
     ("cache-write", Usage(cache_write_tokens=1000), SONNET, 3_750),
     ("cache-read", Usage(cache_read_tokens=1000), SONNET, 300),
-    ("all-four", Usage(input_tokens=100, cache_write_tokens=200, cache_read_tokens=300, output_tokens=400),
-     SONNET, 300 + 750 + 90 + 6_000),
+    (
+        "all-four",
+        Usage(input_tokens=100, cache_write_tokens=200, cache_read_tokens=300, output_tokens=400),
+        SONNET,
+        300 + 750 + 90 + 6_000,
+    ),
     ("reasoning-is-part-of-output-not-added-twice", Usage(output_tokens=1000, reasoning_tokens=800), SONNET, 15_000),
     ("reasoning-only-output", Usage(input_tokens=10, output_tokens=500, reasoning_tokens=500), SONNET, 30 + 7_500),
     ("one-million-output-tokens-is-the-list-price", Usage(output_tokens=1_000_000), SONNET, 15_000_000),
@@ -44,10 +49,18 @@ COSTS = [
     ("rounded-once-per-request-not-per-part", Usage(input_tokens=1, output_tokens=1), FLAT, 1),
     # As floats, 100 × 0.145 is 14.499999999999998 and would round to 14.
     ("exact-decimal-no-float-drift", Usage(input_tokens=100), price("0.145", "0", "0", "0"), 15),
-    ("many-small-parts-add-exactly", Usage(input_tokens=7, cache_write_tokens=7, cache_read_tokens=7, output_tokens=7),
-     price("0.1", "0.1", "0.1", "0.1"), 3),
-    ("estimated-early-close", Usage(input_tokens=1200, cache_read_tokens=4000, output_tokens=37), SONNET,
-     3_600 + 1_200 + 555),
+    (
+        "many-small-parts-add-exactly",
+        Usage(input_tokens=7, cache_write_tokens=7, cache_read_tokens=7, output_tokens=7),
+        price("0.1", "0.1", "0.1", "0.1"),
+        3,
+    ),
+    (
+        "estimated-early-close",
+        Usage(input_tokens=1200, cache_read_tokens=4000, output_tokens=37),
+        SONNET,
+        3_600 + 1_200 + 555,
+    ),
     ("six-decimal-price", Usage(input_tokens=1_000_000), price("3.123456", "0", "0", "0"), 3_123_456),
 ]
 
@@ -77,18 +90,23 @@ WORST = [
 ]
 
 
-@pytest.mark.parametrize(("input_bound", "max_output", "prices", "expected"), [w[1:] for w in WORST],
-                         ids=[w[0] for w in WORST])
+@pytest.mark.parametrize(
+    ("input_bound", "max_output", "prices", "expected"), [w[1:] for w in WORST], ids=[w[0] for w in WORST]
+)
 def test_worst_case_micros(input_bound: int, max_output: int, prices: Price, expected: int) -> None:
     assert worst_case_micros(input_bound, max_output, prices) == expected
 
 
-@pytest.mark.parametrize("usage", [
-    Usage(input_tokens=900, output_tokens=500),
-    Usage(cache_write_tokens=900, output_tokens=500),
-    Usage(cache_read_tokens=900, output_tokens=500, reasoning_tokens=400),
-    Usage(input_tokens=300, cache_write_tokens=300, cache_read_tokens=300, output_tokens=500),
-], ids=["uncached", "all-written", "all-read", "mixed"])
+@pytest.mark.parametrize(
+    "usage",
+    [
+        Usage(input_tokens=900, output_tokens=500),
+        Usage(cache_write_tokens=900, output_tokens=500),
+        Usage(cache_read_tokens=900, output_tokens=500, reasoning_tokens=400),
+        Usage(input_tokens=300, cache_write_tokens=300, cache_read_tokens=300, output_tokens=500),
+    ],
+    ids=["uncached", "all-written", "all-read", "mixed"],
+)
 def test_worst_case_covers_every_split_of_the_input(usage: Usage) -> None:
     for prices in (SONNET, HAIKU, FLAT, HALF):
         assert cost_micros(usage, prices) <= worst_case_micros(900, 500, prices)

@@ -8,10 +8,30 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "ezat_compat"
-PURE = [*sorted((PACKAGE / "translate").glob("*.py")), PACKAGE / "routing.py", PACKAGE / "pricing.py",
-        PACKAGE / "catalog.py", PACKAGE / "wire" / "paths.py"]
-FORBIDDEN = {"flask", "werkzeug", "requests", "urllib3", "sqlalchemy", "gevent", "redis", "time", "uuid", "random",
-             "socket", "os", "threading", "datetime", "secrets"}
+PURE = [
+    *sorted((PACKAGE / "translate").glob("*.py")),
+    PACKAGE / "routing.py",
+    PACKAGE / "pricing.py",
+    PACKAGE / "catalog.py",
+    PACKAGE / "wire" / "paths.py",
+]
+FORBIDDEN = {
+    "flask",
+    "werkzeug",
+    "requests",
+    "urllib3",
+    "sqlalchemy",
+    "gevent",
+    "redis",
+    "time",
+    "uuid",
+    "random",
+    "socket",
+    "os",
+    "threading",
+    "datetime",
+    "secrets",
+}
 
 
 @pytest.mark.parametrize("path", PURE, ids=lambda p: str(p.relative_to(PACKAGE)))

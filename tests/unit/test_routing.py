@@ -15,8 +15,7 @@ from ezat_compat.routing import plan, rendezvous_order
 
 
 def dep(name: str, *, priority: int = 0, weight: float = 1.0) -> Deployment:
-    return Deployment(name=name, base_url=f"http://{name}.test", upstream_model="m",
-                      priority=priority, weight=weight)
+    return Deployment(name=name, base_url=f"http://{name}.test", upstream_model="m", priority=priority, weight=weight)
 
 
 def no_rand() -> float:
@@ -59,8 +58,7 @@ def test_second_pick_is_weighted_among_the_rest():
     # After "c" (weight 2) goes first, "a" (1) and "b" (3) share the second place 1:3.
     ds = [dep("a", weight=1), dep("b", weight=3), dep("c", weight=2)]
     rand = random.Random(11).random
-    seconds = Counter(p[1].name for p in (plan(ds, session=None, rand=rand) for _ in range(6000))
-                      if p[0].name == "c")
+    seconds = Counter(p[1].name for p in (plan(ds, session=None, rand=rand) for _ in range(6000)) if p[0].name == "c")
     total = sum(seconds.values())
     assert abs(seconds["a"] / total - 0.25) < 0.04, seconds
 
@@ -80,8 +78,13 @@ def test_rand_at_the_edges_of_its_range():
 
 # ---------------------------------------------------------------- tiers and failover order
 
-TIERED = [dep("t1-a", priority=1), dep("t0-a", priority=0, weight=2), dep("t2", priority=2),
-          dep("t1-b", priority=1, weight=3), dep("t0-b", priority=0)]
+TIERED = [
+    dep("t1-a", priority=1),
+    dep("t0-a", priority=0, weight=2),
+    dep("t2", priority=2),
+    dep("t1-b", priority=1, weight=3),
+    dep("t0-b", priority=0),
+]
 
 
 @pytest.mark.parametrize("session", [None, "conversation-42"], ids=["no-session", "session"])
@@ -188,10 +191,22 @@ def test_odd_session_strings_hash():
 
 def test_routing_is_pure():
     tree = ast.parse(Path(routing.__file__).read_text(encoding="utf-8"))
-    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
-                for alias in node.names}
-    imported |= {(node.module or "").split(".")[0] for node in ast.walk(tree)
-                 if isinstance(node, ast.ImportFrom)}
-    forbidden = {"random", "time", "datetime", "uuid", "os", "socket", "requests", "flask", "redis",
-                 "sqlalchemy", "gevent", "threading"}
+    imported = {
+        alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
+    }
+    imported |= {(node.module or "").split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    forbidden = {
+        "random",
+        "time",
+        "datetime",
+        "uuid",
+        "os",
+        "socket",
+        "requests",
+        "flask",
+        "redis",
+        "sqlalchemy",
+        "gevent",
+        "threading",
+    }
     assert not imported & forbidden

@@ -43,13 +43,17 @@ def request(**overrides: Any) -> dict[str, Any]:
 
 
 def user(*content: Any) -> dict[str, Any]:
-    return {"role": "user", "content": list(content) if len(content) != 1 or not isinstance(content[0], str)
-            else content[0]}
+    return {
+        "role": "user",
+        "content": list(content) if len(content) != 1 or not isinstance(content[0], str) else content[0],
+    }
 
 
 def assistant(*content: Any) -> dict[str, Any]:
-    return {"role": "assistant", "content": list(content) if len(content) != 1 or not isinstance(content[0], str)
-            else content[0]}
+    return {
+        "role": "assistant",
+        "content": list(content) if len(content) != 1 or not isinstance(content[0], str) else content[0],
+    }
 
 
 def text(value: str, **extra: Any) -> dict[str, Any]:
@@ -75,40 +79,59 @@ CC = {"type": "ephemeral"}
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("value", "expected"), [
-    pytest.param("", 0, id="empty-is-zero"),
-    pytest.param("a", 1, id="one-char-is-one"),
-    pytest.param("abcd", 1, id="four-chars"),
-    pytest.param("abcde", 2, id="five-chars-round-up"),
-    pytest.param("é" * 8, 2, id="counts-characters-not-bytes"),
-])
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        pytest.param("", 0, id="empty-is-zero"),
+        pytest.param("a", 1, id="one-char-is-one"),
+        pytest.param("abcd", 1, id="four-chars"),
+        pytest.param("abcde", 2, id="five-chars-round-up"),
+        pytest.param("é" * 8, 2, id="counts-characters-not-bytes"),
+    ],
+)
 def test_tokens(value: str, expected: int) -> None:
     assert tokens(value) == expected
 
 
-@pytest.mark.parametrize(("value", "clean", "markers"), [
-    pytest.param("plain text", "plain text", Markers(), id="no-marker"),
-    pytest.param("hi [[sim:status=529]]", "hi", Markers(status=529), id="status"),
-    pytest.param("[[sim:status=429,retry_after=2.5]] go", "go", Markers(status=429, retry_after=2.5),
-                 id="two-keys-float"),
-    pytest.param("a [[sim:refusal]] b [[sim:words=3]]", "a b", Markers(refusal=True, words=3),
-                 id="flag-and-several-markers"),
-    pytest.param("[[sim:delay=0.2, stall=1, cut=3, error_after=4, token_delay_ms=5]]", "",
-                 Markers(delay=0.2, stall=1.0, cut=3, error_after=4, token_delay_ms=5), id="stream-keys"),
-    pytest.param("[[sim:tools=2,thinking_tokens=7,pause,context]]", "",
-                 Markers(tools=2, thinking_tokens=7, pause=True, context=True), id="reply-keys"),
-])
+@pytest.mark.parametrize(
+    ("value", "clean", "markers"),
+    [
+        pytest.param("plain text", "plain text", Markers(), id="no-marker"),
+        pytest.param("hi [[sim:status=529]]", "hi", Markers(status=529), id="status"),
+        pytest.param(
+            "[[sim:status=429,retry_after=2.5]] go", "go", Markers(status=429, retry_after=2.5), id="two-keys-float"
+        ),
+        pytest.param(
+            "a [[sim:refusal]] b [[sim:words=3]]", "a b", Markers(refusal=True, words=3), id="flag-and-several-markers"
+        ),
+        pytest.param(
+            "[[sim:delay=0.2, stall=1, cut=3, error_after=4, token_delay_ms=5]]",
+            "",
+            Markers(delay=0.2, stall=1.0, cut=3, error_after=4, token_delay_ms=5),
+            id="stream-keys",
+        ),
+        pytest.param(
+            "[[sim:tools=2,thinking_tokens=7,pause,context]]",
+            "",
+            Markers(tools=2, thinking_tokens=7, pause=True, context=True),
+            id="reply-keys",
+        ),
+    ],
+)
 def test_parse_markers(value: str, clean: str, markers: Markers) -> None:
     assert parse_markers(value) == (clean, markers)
 
 
-@pytest.mark.parametrize("value", [
-    pytest.param("[[sim:colour=red]]", id="unknown-key"),
-    pytest.param("[[sim:status=abc]]", id="not-a-number"),
-    pytest.param("[[sim:refusal=1]]", id="flag-with-value"),
-    pytest.param("[[sim:words]]", id="key-without-value"),
-    pytest.param("[[sim:delay=-1]]", id="negative"),
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param("[[sim:colour=red]]", id="unknown-key"),
+        pytest.param("[[sim:status=abc]]", id="not-a-number"),
+        pytest.param("[[sim:refusal=1]]", id="flag-with-value"),
+        pytest.param("[[sim:words]]", id="key-without-value"),
+        pytest.param("[[sim:delay=-1]]", id="negative"),
+    ],
+)
 def test_bad_markers_are_refused(value: str) -> None:
     with pytest.raises(InvalidRequestError, match="marker"):
         parse_markers(value)
@@ -117,13 +140,24 @@ def test_bad_markers_are_refused(value: str) -> None:
 def test_error_types_follow_anthropic() -> None:
     got = {status: error_type_for(status) for status in (400, 401, 403, 404, 413, 429, 500, 504, 529, 418, 599)}
     assert got == {
-        400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-        404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 500: "api_error",
-        504: "timeout_error", 529: "overloaded_error", 418: "invalid_request_error", 599: "api_error",
+        400: "invalid_request_error",
+        401: "authentication_error",
+        403: "permission_error",
+        404: "not_found_error",
+        413: "request_too_large",
+        429: "rate_limit_error",
+        500: "api_error",
+        504: "timeout_error",
+        529: "overloaded_error",
+        418: "invalid_request_error",
+        599: "api_error",
     }
     body = error_body(SimError(529), "req_1")
-    assert body == {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"},
-                    "request_id": "req_1"}
+    assert body == {
+        "type": "error",
+        "error": {"type": "overloaded_error", "message": "Overloaded"},
+        "request_id": "req_1",
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -139,8 +173,11 @@ TOOL_RESULT_ERROR = (
     "Each `tool_result` block must have a corresponding `tool_use` block in the previous message."
 )
 INVALID = [
-    ("body-not-object", ["not", "an", "object"],
-     "body: Input should be a valid dictionary or object to extract fields from"),
+    (
+        "body-not-object",
+        ["not", "an", "object"],
+        "body: Input should be a valid dictionary or object to extract fields from",
+    ),
     ("missing-model", {"max_tokens": 5, "messages": [user("hi")]}, "model: Field required"),
     ("missing-max-tokens", {"model": "m", "messages": [user("hi")]}, "max_tokens: Field required"),
     ("missing-messages", {"model": "m", "max_tokens": 5}, "messages: Field required"),
@@ -151,98 +188,199 @@ INVALID = [
     ("messages-empty", request(messages=[]), "messages: at least one message is required"),
     ("messages-not-list", request(messages={}), "messages: Input should be a valid list"),
     ("extra-field", request(frequency_penalty=1), "frequency_penalty: Extra inputs are not permitted"),
-    ("role-system", request(messages=[{"role": "system", "content": "x"}]),
-     "messages.0.role: Input should be 'user' or 'assistant'"),
+    (
+        "role-system",
+        request(messages=[{"role": "system", "content": "x"}]),
+        "messages.0.role: Input should be 'user' or 'assistant'",
+    ),
     ("content-missing", request(messages=[{"role": "user"}]), "messages.0.content: Field required"),
-    ("content-empty-list", request(messages=[user("hi"), assistant("a"), {"role": "user", "content": []}]),
-     "messages.2: all messages must have non-empty content except for the optional final assistant message"),
-    ("content-empty-string", request(messages=[{"role": "user", "content": ""}]),
-     "messages.0: all messages must have non-empty content except for the optional final assistant message"),
-    ("block-unknown-type", request(messages=[user({"type": "video"})]),
-     "messages.0.content.0: Input tag 'video' found using 'type' does not match any of the expected tags: "
-     "'text', 'image', 'document', 'tool_use', 'tool_result', 'thinking', 'redacted_thinking'"),
-    ("block-not-object", request(messages=[user("a", "b")]),
-     "messages.0.content.0: Input should be a valid dictionary or object to extract fields from"),
-    ("text-whitespace", request(messages=[user(text("  \n"))]),
-     "messages: text content blocks must contain non-whitespace text"),
+    (
+        "content-empty-list",
+        request(messages=[user("hi"), assistant("a"), {"role": "user", "content": []}]),
+        "messages.2: all messages must have non-empty content except for the optional final assistant message",
+    ),
+    (
+        "content-empty-string",
+        request(messages=[{"role": "user", "content": ""}]),
+        "messages.0: all messages must have non-empty content except for the optional final assistant message",
+    ),
+    (
+        "block-unknown-type",
+        request(messages=[user({"type": "video"})]),
+        "messages.0.content.0: Input tag 'video' found using 'type' does not match any of the expected tags: "
+        "'text', 'image', 'document', 'tool_use', 'tool_result', 'thinking', 'redacted_thinking'",
+    ),
+    (
+        "block-not-object",
+        request(messages=[user("a", "b")]),
+        "messages.0.content.0: Input should be a valid dictionary or object to extract fields from",
+    ),
+    (
+        "text-whitespace",
+        request(messages=[user(text("  \n"))]),
+        "messages: text content blocks must contain non-whitespace text",
+    ),
     ("text-empty", request(messages=[user(text(""))]), "messages: text content blocks must be non-empty"),
-    ("string-whitespace", request(messages=[user("   ")]),
-     "messages: text content blocks must contain non-whitespace text"),
-    ("system-block-whitespace", request(system=[text(" ")]),
-     "system: text content blocks must contain non-whitespace text"),
+    (
+        "string-whitespace",
+        request(messages=[user("   ")]),
+        "messages: text content blocks must contain non-whitespace text",
+    ),
+    (
+        "system-block-whitespace",
+        request(system=[text(" ")]),
+        "system: text content blocks must contain non-whitespace text",
+    ),
     ("system-block-not-text", request(system=[image()]), "system.0.type: Input should be 'text'"),
-    ("final-assistant-trailing-space", request(messages=[user("hi"), assistant("The answer is ")]),
-     "messages: final assistant content cannot end with trailing whitespace"),
-    ("final-assistant-block-trailing-space", request(messages=[user("hi"), assistant(text("So\n"))]),
-     "messages: final assistant content cannot end with trailing whitespace"),
-    ("tool-use-id-pattern", request(messages=[user("hi"), assistant(tool_use("bad id")), user(tool_result("bad id"))]),
-     "messages.1.content.0.id: String should match pattern '^[a-zA-Z0-9_-]+$'"),
-    ("tool-use-input-not-object",
-     request(messages=[user("hi"), assistant({**tool_use(), "input": []}), user(tool_result())]),
-     "messages.1.content.0.input: Input should be a valid dictionary"),
-    ("tool-use-without-result", request(messages=[user("hi"), assistant(tool_use()), user("thanks")]),
-     TOOL_USE_ERROR),
+    (
+        "final-assistant-trailing-space",
+        request(messages=[user("hi"), assistant("The answer is ")]),
+        "messages: final assistant content cannot end with trailing whitespace",
+    ),
+    (
+        "final-assistant-block-trailing-space",
+        request(messages=[user("hi"), assistant(text("So\n"))]),
+        "messages: final assistant content cannot end with trailing whitespace",
+    ),
+    (
+        "tool-use-id-pattern",
+        request(messages=[user("hi"), assistant(tool_use("bad id")), user(tool_result("bad id"))]),
+        "messages.1.content.0.id: String should match pattern '^[a-zA-Z0-9_-]+$'",
+    ),
+    (
+        "tool-use-input-not-object",
+        request(messages=[user("hi"), assistant({**tool_use(), "input": []}), user(tool_result())]),
+        "messages.1.content.0.input: Input should be a valid dictionary",
+    ),
+    ("tool-use-without-result", request(messages=[user("hi"), assistant(tool_use()), user("thanks")]), TOOL_USE_ERROR),
     ("tool-use-as-last-message", request(messages=[user("hi"), assistant(tool_use())]), TOOL_USE_ERROR),
-    ("tool-result-not-first", request(messages=[user("hi"), assistant(tool_use()), user(text("x"), tool_result())]),
-     TOOL_USE_ERROR),
+    (
+        "tool-result-not-first",
+        request(messages=[user("hi"), assistant(tool_use()), user(text("x"), tool_result())]),
+        TOOL_USE_ERROR,
+    ),
     ("tool-result-unexpected", request(messages=[user(tool_result("toolu_9"))]), TOOL_RESULT_ERROR),
-    ("tool-name-pattern", request(tools=[{**WEATHER, "name": "get weather"}]),
-     "tools.0.name: String should match pattern '^[a-zA-Z0-9_-]{1,128}$'"),
-    ("tool-name-too-long", request(tools=[{**WEATHER, "name": "x" * 129}]),
-     "tools.0.name: String should match pattern '^[a-zA-Z0-9_-]{1,128}$'"),
+    (
+        "tool-name-pattern",
+        request(tools=[{**WEATHER, "name": "get weather"}]),
+        "tools.0.name: String should match pattern '^[a-zA-Z0-9_-]{1,128}$'",
+    ),
+    (
+        "tool-name-too-long",
+        request(tools=[{**WEATHER, "name": "x" * 129}]),
+        "tools.0.name: String should match pattern '^[a-zA-Z0-9_-]{1,128}$'",
+    ),
     ("tool-names-unique", request(tools=[WEATHER, WEATHER]), "tools: Tool names must be unique."),
     ("tool-schema-missing", request(tools=[{"name": "x"}]), "tools.0.input_schema: Field required"),
-    ("tool-schema-not-object-type", request(tools=[{"name": "x", "input_schema": {"type": "array"}}]),
-     "tools.0.input_schema.type: Input should be 'object'"),
-    ("tool-choice-type", request(tools=[WEATHER], tool_choice={"type": "required"}),
-     "tool_choice: Input tag 'required' found using 'type' does not match any of the expected tags: "
-     "'auto', 'any', 'tool', 'none'"),
-    ("tool-choice-unknown-name", request(tools=[WEATHER], tool_choice={"type": "tool", "name": "nope"}),
-     "tool_choice.tool.name: Tool 'nope' not found in `tools`"),
-    ("tool-choice-name-missing", request(tools=[WEATHER], tool_choice={"type": "tool"}),
-     "tool_choice.tool.name: Field required"),
-    ("thinking-type", request(thinking={"type": "on"}),
-     "thinking: Input tag 'on' found using 'type' does not match any of the expected tags: "
-     "'adaptive', 'enabled', 'disabled'"),
-    ("thinking-budget-missing", request(thinking={"type": "enabled"}),
-     "thinking.enabled.budget_tokens: Field required"),
-    ("thinking-budget-small", request(thinking={"type": "enabled", "budget_tokens": 1000}),
-     "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"),
-    ("thinking-budget-not-below-max", request(max_tokens=2000, thinking={"type": "enabled", "budget_tokens": 2000}),
-     "`max_tokens` must be greater than `thinking.budget_tokens`. Please consult our documentation at "
-     "https://docs.claude.com/en/docs/build-with-claude/extended-thinking#max-tokens-and-context-window-size"),
+    (
+        "tool-schema-not-object-type",
+        request(tools=[{"name": "x", "input_schema": {"type": "array"}}]),
+        "tools.0.input_schema.type: Input should be 'object'",
+    ),
+    (
+        "tool-choice-type",
+        request(tools=[WEATHER], tool_choice={"type": "required"}),
+        "tool_choice: Input tag 'required' found using 'type' does not match any of the expected tags: "
+        "'auto', 'any', 'tool', 'none'",
+    ),
+    (
+        "tool-choice-unknown-name",
+        request(tools=[WEATHER], tool_choice={"type": "tool", "name": "nope"}),
+        "tool_choice.tool.name: Tool 'nope' not found in `tools`",
+    ),
+    (
+        "tool-choice-name-missing",
+        request(tools=[WEATHER], tool_choice={"type": "tool"}),
+        "tool_choice.tool.name: Field required",
+    ),
+    (
+        "thinking-type",
+        request(thinking={"type": "on"}),
+        "thinking: Input tag 'on' found using 'type' does not match any of the expected tags: "
+        "'adaptive', 'enabled', 'disabled'",
+    ),
+    (
+        "thinking-budget-missing",
+        request(thinking={"type": "enabled"}),
+        "thinking.enabled.budget_tokens: Field required",
+    ),
+    (
+        "thinking-budget-small",
+        request(thinking={"type": "enabled", "budget_tokens": 1000}),
+        "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024",
+    ),
+    (
+        "thinking-budget-not-below-max",
+        request(max_tokens=2000, thinking={"type": "enabled", "budget_tokens": 2000}),
+        "`max_tokens` must be greater than `thinking.budget_tokens`. Please consult our documentation at "
+        "https://docs.claude.com/en/docs/build-with-claude/extended-thinking#max-tokens-and-context-window-size",
+    ),
     ("temperature-high", request(temperature=1.5), "temperature: Input should be less than or equal to 1"),
     ("temperature-negative", request(temperature=-0.1), "temperature: Input should be greater than or equal to 0"),
     ("top-p-high", request(top_p=2), "top_p: Input should be less than or equal to 1"),
-    ("temperature-and-top-p", request(temperature=0.5, top_p=0.5),
-     "`temperature` and `top_p` cannot both be specified for this model. Please use only one."),
-    ("five-cache-breakpoints",
-     request(system=[text("a", cache_control=CC), text("b", cache_control=CC)],
-             tools=[{**WEATHER, "cache_control": CC}],
-             messages=[user(text("c", cache_control=CC), text("d", cache_control=CC))]),
-     "A maximum of 4 blocks with cache_control may be provided. Found 5."),
-    ("image-media-type", request(messages=[user(image("image/bmp"))]),
-     "messages.0.content.0.source.base64.media_type: Input should be 'image/jpeg', 'image/png', 'image/gif' "
-     "or 'image/webp'"),
-    ("image-bad-base64", request(messages=[user(image(data="not base64!"))]),
-     "messages.0.content.0.source.base64.data: Invalid base64 data"),
-    ("image-source-type", request(messages=[user({"type": "image", "source": {"type": "file", "file_id": "f"}})]),
-     "messages.0.content.0.source: Input tag 'file' found using 'type' does not match any of the expected tags: "
-     "'base64', 'url'"),
-    ("document-media-type",
-     request(messages=[user({"type": "document", "source": {"type": "base64", "media_type": "image/png",
-                                                             "data": PDF}})]),
-     "messages.0.content.0.source.base64.media_type: Input should be 'application/pdf'"),
-    ("effort", request(output_config={"effort": "extreme"}),
-     "output_config.effort: Input should be 'low', 'medium', 'high', 'xhigh' or 'max'"),
-    ("format-type", request(output_config={"format": {"type": "json_object"}}),
-     "output_config.format.type: Input should be 'json_schema'"),
-    ("format-schema-missing", request(output_config={"format": {"type": "json_schema"}}),
-     "output_config.format.schema: Field required"),
-    ("format-schema-not-object", request(output_config={"format": {"type": "json_schema", "schema": []}}),
-     "output_config.format.schema: Input should be a valid dictionary"),
-    ("cache-control-type", request(messages=[user(text("hi", cache_control={"type": "forever"}))]),
-     "messages.0.content.0.cache_control.type: Input should be 'ephemeral'"),
+    (
+        "temperature-and-top-p",
+        request(temperature=0.5, top_p=0.5),
+        "`temperature` and `top_p` cannot both be specified for this model. Please use only one.",
+    ),
+    (
+        "five-cache-breakpoints",
+        request(
+            system=[text("a", cache_control=CC), text("b", cache_control=CC)],
+            tools=[{**WEATHER, "cache_control": CC}],
+            messages=[user(text("c", cache_control=CC), text("d", cache_control=CC))],
+        ),
+        "A maximum of 4 blocks with cache_control may be provided. Found 5.",
+    ),
+    (
+        "image-media-type",
+        request(messages=[user(image("image/bmp"))]),
+        "messages.0.content.0.source.base64.media_type: Input should be 'image/jpeg', 'image/png', 'image/gif' "
+        "or 'image/webp'",
+    ),
+    (
+        "image-bad-base64",
+        request(messages=[user(image(data="not base64!"))]),
+        "messages.0.content.0.source.base64.data: Invalid base64 data",
+    ),
+    (
+        "image-source-type",
+        request(messages=[user({"type": "image", "source": {"type": "file", "file_id": "f"}})]),
+        "messages.0.content.0.source: Input tag 'file' found using 'type' does not match any of the expected tags: "
+        "'base64', 'url'",
+    ),
+    (
+        "document-media-type",
+        request(
+            messages=[user({"type": "document", "source": {"type": "base64", "media_type": "image/png", "data": PDF}})]
+        ),
+        "messages.0.content.0.source.base64.media_type: Input should be 'application/pdf'",
+    ),
+    (
+        "effort",
+        request(output_config={"effort": "extreme"}),
+        "output_config.effort: Input should be 'low', 'medium', 'high', 'xhigh' or 'max'",
+    ),
+    (
+        "format-type",
+        request(output_config={"format": {"type": "json_object"}}),
+        "output_config.format.type: Input should be 'json_schema'",
+    ),
+    (
+        "format-schema-missing",
+        request(output_config={"format": {"type": "json_schema"}}),
+        "output_config.format.schema: Field required",
+    ),
+    (
+        "format-schema-not-object",
+        request(output_config={"format": {"type": "json_schema", "schema": []}}),
+        "output_config.format.schema: Input should be a valid dictionary",
+    ),
+    (
+        "cache-control-type",
+        request(messages=[user(text("hi", cache_control={"type": "forever"}))]),
+        "messages.0.content.0.cache_control.type: Input should be 'ephemeral'",
+    ),
     ("stop-sequences-not-strings", request(stop_sequences=[1]), "stop_sequences.0: Input should be a valid string"),
 ]
 
@@ -261,20 +399,52 @@ VALID = [
     ("consecutive-user-messages-merge", request(messages=[user("a"), user("b")])),
     ("prefill", request(messages=[user("hi"), assistant("The answer is")])),
     ("final-assistant-empty", request(messages=[user("hi"), assistant("")])),
-    ("tool-round-trip", request(tools=[WEATHER], messages=[
-        user("weather?"), assistant(text("Let me check."), tool_use()), user(tool_result(), text("thanks"))])),
-    ("tool-round-trip-merged-user-turns", request(tools=[WEATHER], messages=[
-        user("weather?"), assistant(tool_use()), user(tool_result()), user("and tomorrow?")])),
+    (
+        "tool-round-trip",
+        request(
+            tools=[WEATHER],
+            messages=[
+                user("weather?"),
+                assistant(text("Let me check."), tool_use()),
+                user(tool_result(), text("thanks")),
+            ],
+        ),
+    ),
+    (
+        "tool-round-trip-merged-user-turns",
+        request(
+            tools=[WEATHER],
+            messages=[user("weather?"), assistant(tool_use()), user(tool_result()), user("and tomorrow?")],
+        ),
+    ),
     ("thinking-enabled", request(max_tokens=2048, thinking={"type": "enabled", "budget_tokens": 1024})),
     ("thinking-adaptive", request(thinking={"type": "adaptive"})),
-    ("image-and-pdf", request(messages=[user(image(), {"type": "document", "source": {
-        "type": "base64", "media_type": "application/pdf", "data": PDF}}, text("what is this?"))])),
+    (
+        "image-and-pdf",
+        request(
+            messages=[
+                user(
+                    image(),
+                    {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": PDF}},
+                    text("what is this?"),
+                )
+            ]
+        ),
+    ),
     ("image-url", request(messages=[user({"type": "image", "source": {"type": "url", "url": "https://x/y.png"}})])),
-    ("four-breakpoints", request(system=[text("a", cache_control=CC)], tools=[{**WEATHER, "cache_control": CC}],
-                                 messages=[user(text("c", cache_control=CC), text("d", cache_control=CC))])),
+    (
+        "four-breakpoints",
+        request(
+            system=[text("a", cache_control=CC)],
+            tools=[{**WEATHER, "cache_control": CC}],
+            messages=[user(text("c", cache_control=CC), text("d", cache_control=CC))],
+        ),
+    ),
     ("sampling-temperature", request(temperature=0.0, top_k=5)),
-    ("structured-output", request(output_config={"effort": "low", "format": {
-        "type": "json_schema", "schema": {"type": "object"}}})),
+    (
+        "structured-output",
+        request(output_config={"effort": "low", "format": {"type": "json_schema", "schema": {"type": "object"}}}),
+    ),
     ("tool-choice-named", request(tools=[WEATHER], tool_choice={"type": "tool", "name": "get_weather"})),
 ]
 
@@ -319,15 +489,28 @@ def test_input_tokens_follow_the_formula() -> None:
     assert count_input_tokens(body) == expected
 
 
-@pytest.mark.parametrize("body", [
-    pytest.param(request(messages=[user("x")]), id="one-char"),
-    pytest.param(request(messages=[user(image())]), id="tiny-image"),
-    pytest.param(request(messages=[user({"type": "document", "source": {
-        "type": "base64", "media_type": "application/pdf", "data": PDF}})]), id="tiny-document"),
-    pytest.param(request(messages=[user("é" * 5000)]), id="non-ascii"),
-    pytest.param(request(tools=[WEATHER, CLOCK] * 1, messages=[user("a"), assistant("b"), user("c")] * 3),
-                 id="many-short-messages"),
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param(request(messages=[user("x")]), id="one-char"),
+        pytest.param(request(messages=[user(image())]), id="tiny-image"),
+        pytest.param(
+            request(
+                messages=[
+                    user(
+                        {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": PDF}}
+                    )
+                ]
+            ),
+            id="tiny-document",
+        ),
+        pytest.param(request(messages=[user("é" * 5000)]), id="non-ascii"),
+        pytest.param(
+            request(tools=[WEATHER, CLOCK] * 1, messages=[user("a"), assistant("b"), user("c")] * 3),
+            id="many-short-messages",
+        ),
+    ],
+)
 def test_input_tokens_never_exceed_the_body_bytes(body: dict[str, Any]) -> None:
     for raw in (json.dumps(body, separators=(",", ":"), ensure_ascii=False), json.dumps(body)):
         assert count_input_tokens(body) <= len(raw.encode())
@@ -408,30 +591,48 @@ def test_cache_is_bounded_lru() -> None:
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("schema", "expected"), [
-    pytest.param({"type": "string"}, "example", id="string"),
-    pytest.param({"type": "string", "enum": ["b", "a"]}, "b", id="enum-first"),
-    pytest.param({"const": 3}, 3, id="const"),
-    pytest.param({"type": "integer"}, 1, id="integer"),
-    pytest.param({"type": "integer", "minimum": 5}, 5, id="integer-minimum"),
-    pytest.param({"type": "number"}, 1.5, id="number"),
-    pytest.param({"type": "boolean"}, True, id="boolean"),
-    pytest.param({"type": "null"}, None, id="null"),
-    pytest.param({"type": ["null", "integer"]}, 1, id="nullable"),
-    pytest.param({"type": "array", "items": {"type": "string"}}, [], id="array"),
-    pytest.param({"type": "array", "items": {"type": "integer"}, "minItems": 2}, [1, 1], id="array-min-items"),
-    pytest.param({"type": "object"}, {}, id="empty-object"),
-    pytest.param({"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "integer"}},
-                  "required": ["b"]}, {"b": 1}, id="required-only"),
-    pytest.param({"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "boolean"}}},
-                 {"a": "example", "b": True}, id="all-when-none-required"),
-    pytest.param({"type": "object", "properties": {"o": {"type": "object", "properties": {"n": {"type": "number"}}}}},
-                 {"o": {"n": 1.5}}, id="nested"),
-    pytest.param({"anyOf": [{"type": "null"}, {"type": "integer"}]}, 1, id="any-of-skips-null"),
-    pytest.param({"type": "object", "properties": {"p": {"$ref": "#/$defs/P"}},
-                  "$defs": {"P": {"type": "object", "properties": {"x": {"type": "integer"}}}}},
-                 {"p": {"x": 1}}, id="ref"),
-])
+@pytest.mark.parametrize(
+    ("schema", "expected"),
+    [
+        pytest.param({"type": "string"}, "example", id="string"),
+        pytest.param({"type": "string", "enum": ["b", "a"]}, "b", id="enum-first"),
+        pytest.param({"const": 3}, 3, id="const"),
+        pytest.param({"type": "integer"}, 1, id="integer"),
+        pytest.param({"type": "integer", "minimum": 5}, 5, id="integer-minimum"),
+        pytest.param({"type": "number"}, 1.5, id="number"),
+        pytest.param({"type": "boolean"}, True, id="boolean"),
+        pytest.param({"type": "null"}, None, id="null"),
+        pytest.param({"type": ["null", "integer"]}, 1, id="nullable"),
+        pytest.param({"type": "array", "items": {"type": "string"}}, [], id="array"),
+        pytest.param({"type": "array", "items": {"type": "integer"}, "minItems": 2}, [1, 1], id="array-min-items"),
+        pytest.param({"type": "object"}, {}, id="empty-object"),
+        pytest.param(
+            {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "integer"}}, "required": ["b"]},
+            {"b": 1},
+            id="required-only",
+        ),
+        pytest.param(
+            {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "boolean"}}},
+            {"a": "example", "b": True},
+            id="all-when-none-required",
+        ),
+        pytest.param(
+            {"type": "object", "properties": {"o": {"type": "object", "properties": {"n": {"type": "number"}}}}},
+            {"o": {"n": 1.5}},
+            id="nested",
+        ),
+        pytest.param({"anyOf": [{"type": "null"}, {"type": "integer"}]}, 1, id="any-of-skips-null"),
+        pytest.param(
+            {
+                "type": "object",
+                "properties": {"p": {"$ref": "#/$defs/P"}},
+                "$defs": {"P": {"type": "object", "properties": {"x": {"type": "integer"}}}},
+            },
+            {"p": {"x": 1}},
+            id="ref",
+        ),
+    ],
+)
 def test_schema_value(schema: dict[str, Any], expected: Any) -> None:
     assert schema_value(schema) == expected
 
@@ -476,18 +677,24 @@ def test_words_marker_makes_filler_text() -> None:
     assert len(reply.content[0]["text"].split()) == 25
 
 
-@pytest.mark.parametrize(("marker", "stop_reason"), [
-    pytest.param("refusal", "refusal", id="refusal"),
-    pytest.param("pause", "pause_turn", id="pause"),
-    pytest.param("context", "model_context_window_exceeded", id="context"),
-])
+@pytest.mark.parametrize(
+    ("marker", "stop_reason"),
+    [
+        pytest.param("refusal", "refusal", id="refusal"),
+        pytest.param("pause", "pause_turn", id="pause"),
+        pytest.param("context", "model_context_window_exceeded", id="context"),
+    ],
+)
 def test_stop_reason_markers(marker: str, stop_reason: str) -> None:
     assert reply_for(request(messages=[user(f"hi [[sim:{marker}]]")])).stop_reason == stop_reason
 
 
 def test_thinking_enabled_respects_the_budget_and_counts_in_output() -> None:
-    body = request(max_tokens=4000, thinking={"type": "enabled", "budget_tokens": 1024},
-                   messages=[user("think hard [[sim:thinking_tokens=3000]]")])
+    body = request(
+        max_tokens=4000,
+        thinking={"type": "enabled", "budget_tokens": 1024},
+        messages=[user("think hard [[sim:thinking_tokens=3000]]")],
+    )
     reply = reply_for(body)
     thinking, answer = reply.content
     assert thinking["type"] == "thinking" and thinking["signature"]
@@ -498,8 +705,9 @@ def test_thinking_enabled_respects_the_budget_and_counts_in_output() -> None:
 
 
 def test_thinking_counts_toward_max_tokens() -> None:
-    reply = reply_for(request(max_tokens=2000, thinking={"type": "adaptive"},
-                              messages=[user("[[sim:thinking_tokens=5000]]")]))
+    reply = reply_for(
+        request(max_tokens=2000, thinking={"type": "adaptive"}, messages=[user("[[sim:thinking_tokens=5000]]")])
+    )
     assert [b["type"] for b in reply.content] == ["thinking"]
     assert (reply.thinking_tokens, reply.output_tokens, reply.stop_reason) == (2000, 2000, "max_tokens")
 
@@ -522,12 +730,29 @@ TOOL_CASES = [
     ("choice-any", {"tools": [WEATHER], "tool_choice": {"type": "any"}}, ["get_weather"]),
     ("choice-named", {"tools": [WEATHER, CLOCK], "tool_choice": {"type": "tool", "name": "get_time"}}, ["get_time"]),
     ("choice-none", {"tools": [WEATHER], "tool_choice": {"type": "none"}, "messages": [user("tool")]}, []),
-    ("marker-cycles-tools", {"tools": [WEATHER, CLOCK], "messages": [user("[[sim:tools=3]]")]},
-     ["get_weather", "get_time", "get_weather"]),
-    ("parallel-disabled", {"tools": [WEATHER, CLOCK], "messages": [user("[[sim:tools=3]]")],
-                           "tool_choice": {"type": "auto", "disable_parallel_tool_use": True}}, ["get_weather"]),
-    ("after-tool-results-text", {"tools": [WEATHER], "tool_choice": {"type": "any"}, "messages": [
-        user("tool"), assistant(tool_use()), user(tool_result())]}, []),
+    (
+        "marker-cycles-tools",
+        {"tools": [WEATHER, CLOCK], "messages": [user("[[sim:tools=3]]")]},
+        ["get_weather", "get_time", "get_weather"],
+    ),
+    (
+        "parallel-disabled",
+        {
+            "tools": [WEATHER, CLOCK],
+            "messages": [user("[[sim:tools=3]]")],
+            "tool_choice": {"type": "auto", "disable_parallel_tool_use": True},
+        },
+        ["get_weather"],
+    ),
+    (
+        "after-tool-results-text",
+        {
+            "tools": [WEATHER],
+            "tool_choice": {"type": "any"},
+            "messages": [user("tool"), assistant(tool_use()), user(tool_result())],
+        },
+        [],
+    ),
 ]
 
 
@@ -550,15 +775,25 @@ def test_tool_input_comes_from_the_schema() -> None:
 
 
 def test_tool_results_are_quoted() -> None:
-    reply = reply_for(request(tools=[WEATHER], messages=[
-        user("weather?"), assistant(tool_use("a"), tool_use("b")),
-        user(tool_result("a"), tool_result("b", [text("rain later")]))]))
+    reply = reply_for(
+        request(
+            tools=[WEATHER],
+            messages=[
+                user("weather?"),
+                assistant(tool_use("a"), tool_use("b")),
+                user(tool_result("a"), tool_result("b", [text("rain later")])),
+            ],
+        )
+    )
     assert reply.content == [{"type": "text", "text": "Tool results: 9°C and clear; rain later"}]
 
 
 def test_structured_output_is_json_from_the_schema() -> None:
-    schema = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
-              "required": ["name", "age"]}
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+        "required": ["name", "age"],
+    }
     reply = reply_for(request(output_config={"format": {"type": "json_schema", "schema": schema}}))
     assert json.loads(reply.content[0]["text"]) == {"name": "example", "age": 1}
     assert reply.stop_reason == "end_turn"
@@ -568,10 +803,20 @@ def test_message_json_shape() -> None:
     reply = reply_for(request())
     message = message_json("m", "msg_1", reply, InputUsage(5, 6, 7))
     assert message == {
-        "id": "msg_1", "type": "message", "role": "assistant", "model": "m", "content": reply.content,
-        "stop_reason": "end_turn", "stop_sequence": None,
-        "usage": {"input_tokens": 5, "cache_creation_input_tokens": 6, "cache_read_input_tokens": 7,
-                  "output_tokens": reply.output_tokens, "output_tokens_details": {"thinking_tokens": 0}},
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "m",
+        "content": reply.content,
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {
+            "input_tokens": 5,
+            "cache_creation_input_tokens": 6,
+            "cache_read_input_tokens": 7,
+            "output_tokens": reply.output_tokens,
+            "output_tokens_details": {"thinking_tokens": 0},
+        },
     }
 
 
@@ -580,24 +825,31 @@ def test_message_json_shape() -> None:
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value", [
-    pytest.param("", id="empty"),
-    pytest.param("one", id="one-word"),
-    pytest.param("  leading and trailing  spaces ", id="spaces"),
-    pytest.param("a b c d e f g h i j k", id="many-words"),
-    pytest.param("x" * 200, id="long-word"),
-    pytest.param("line one\nline two\n\n", id="newlines"),
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param("", id="empty"),
+        pytest.param("one", id="one-word"),
+        pytest.param("  leading and trailing  spaces ", id="spaces"),
+        pytest.param("a b c d e f g h i j k", id="many-words"),
+        pytest.param("x" * 200, id="long-word"),
+        pytest.param("line one\nline two\n\n", id="newlines"),
+    ],
+)
 def test_text_pieces_join_back(value: str) -> None:
     pieces = text_pieces(value)
     assert "".join(pieces) == value
     assert all(p and len(p) <= 48 + 2 for p in pieces) or not value
 
 
-@pytest.mark.parametrize("value", [
-    pytest.param({}, id="empty"), pytest.param({"a": "x"}, id="one-key"),
-    pytest.param({"a": 1, "b": [1, 2], "c": {"d": True}}, id="nested"),
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param({}, id="empty"),
+        pytest.param({"a": "x"}, id="one-key"),
+        pytest.param({"a": 1, "b": [1, 2], "c": {"d": True}}, id="nested"),
+    ],
+)
 def test_json_pieces(value: dict[str, Any]) -> None:
     data = json.dumps(value)
     pieces = json_pieces(data)
@@ -606,8 +858,12 @@ def test_json_pieces(value: dict[str, Any]) -> None:
 
 
 def test_message_events_order_and_usage() -> None:
-    body = request(max_tokens=3000, thinking={"type": "enabled", "budget_tokens": 1024}, tools=[WEATHER],
-                   messages=[user("use a tool")])
+    body = request(
+        max_tokens=3000,
+        thinking={"type": "enabled", "budget_tokens": 1024},
+        tools=[WEATHER],
+        messages=[user("use a tool")],
+    )
     message = message_json("m", "msg_1", reply_for(body), InputUsage(10, 20, 30))
     events = message_events(message)
     names = [name for name, _ in events]
@@ -616,21 +872,29 @@ def test_message_events_order_and_usage() -> None:
     assert all(data["type"] == name for name, data in events)
     start = events[0][1]["message"]
     assert start["content"] == [] and start["stop_reason"] is None
-    assert start["usage"] == {"input_tokens": 10, "cache_creation_input_tokens": 20, "cache_read_input_tokens": 30,
-                              "output_tokens": 1}
+    assert start["usage"] == {
+        "input_tokens": 10,
+        "cache_creation_input_tokens": 20,
+        "cache_read_input_tokens": 30,
+        "output_tokens": 1,
+    }
     deltas = [d["delta"]["type"] for n, d in events if n == "content_block_delta"]
     assert deltas.count("thinking_delta") >= 2 and deltas.count("signature_delta") == 1
     assert 2 <= deltas.count("input_json_delta") <= 3
     tool_start = next(d for n, d in events if n == "content_block_start" and d["index"] == 1)
     assert tool_start["content_block"]["input"] == {}
-    partial = "".join(d["delta"]["partial_json"] for n, d in events if n == "content_block_delta"
-                      and d["delta"]["type"] == "input_json_delta")
+    partial = "".join(
+        d["delta"]["partial_json"]
+        for n, d in events
+        if n == "content_block_delta" and d["delta"]["type"] == "input_json_delta"
+    )
     assert json.loads(partial) == message["content"][1]["input"]
     final = events[-2][1]
     assert final["delta"] == {"stop_reason": "tool_use", "stop_sequence": None}
     assert final["usage"]["output_tokens"] == message["usage"]["output_tokens"]
-    assert final["usage"]["output_tokens_details"] == {"thinking_tokens": message["usage"]["output_tokens_details"][
-        "thinking_tokens"]}
+    assert final["usage"]["output_tokens_details"] == {
+        "thinking_tokens": message["usage"]["output_tokens_details"]["thinking_tokens"]
+    }
 
 
 def test_encode_event() -> None:

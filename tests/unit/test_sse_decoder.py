@@ -25,27 +25,57 @@ def _text(index: int, text: str) -> dict[str, Any]:
 
 
 def _json(index: int, partial: str) -> dict[str, Any]:
-    return {"type": "content_block_delta", "index": index,
-            "delta": {"type": "input_json_delta", "partial_json": partial}}
+    return {
+        "type": "content_block_delta",
+        "index": index,
+        "delta": {"type": "input_json_delta", "partial_json": partial},
+    }
 
 
 # What the fixture holds, event by event (the data lines are compact JSON, as Anthropic sends).
 FIXTURE_EVENTS: list[tuple[str, dict[str, Any]]] = [
-    ("message_start", {"type": "message_start", "message": {
-        "model": "claude-sonnet-5-5", "id": "msg_01XFDUDYJgAACzvnptvVoYEL", "type": "message",
-        "role": "assistant", "content": [], "stop_reason": None, "stop_sequence": None,
-        "usage": {"input_tokens": 472, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 2048,
-                  "output_tokens": 2, "service_tier": "standard"}}}),
-    ("content_block_start", {"type": "content_block_start", "index": 0,
-                             "content_block": {"type": "text", "text": ""}}),
+    (
+        "message_start",
+        {
+            "type": "message_start",
+            "message": {
+                "model": "claude-sonnet-5-5",
+                "id": "msg_01XFDUDYJgAACzvnptvVoYEL",
+                "type": "message",
+                "role": "assistant",
+                "content": [],
+                "stop_reason": None,
+                "stop_sequence": None,
+                "usage": {
+                    "input_tokens": 472,
+                    "cache_creation_input_tokens": 0,
+                    "cache_read_input_tokens": 2048,
+                    "output_tokens": 2,
+                    "service_tier": "standard",
+                },
+            },
+        },
+    ),
+    ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
     ("ping", {"type": "ping"}),
     ("content_block_delta", _text(0, "Okay, let me check")),
     ("content_block_delta", _text(0, " the weather in Tōkyō (日本)")),
     ("content_block_delta", _text(0, " — it's usually around 20°C")),
     ("content_block_delta", _text(0, " this time of year.")),
     ("content_block_stop", {"type": "content_block_stop", "index": 0}),
-    ("content_block_start", {"type": "content_block_start", "index": 1, "content_block": {
-        "type": "tool_use", "id": "toolu_01T1x1fJ34qAmk2tNTrN7Up6", "name": "get_weather", "input": {}}}),
+    (
+        "content_block_start",
+        {
+            "type": "content_block_start",
+            "index": 1,
+            "content_block": {
+                "type": "tool_use",
+                "id": "toolu_01T1x1fJ34qAmk2tNTrN7Up6",
+                "name": "get_weather",
+                "input": {},
+            },
+        },
+    ),
     ("content_block_delta", _json(1, "")),
     ("content_block_delta", _json(1, '{"city": "Tō')),
     ("content_block_delta", _json(1, "kyō, 日")),
@@ -53,8 +83,14 @@ FIXTURE_EVENTS: list[tuple[str, dict[str, Any]]] = [
     ("content_block_delta", _json(1, ': "°C"}')),
     ("ping", {"type": "ping"}),
     ("content_block_stop", {"type": "content_block_stop", "index": 1}),
-    ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": None},
-                       "usage": {"output_tokens": 89}}),
+    (
+        "message_delta",
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+            "usage": {"output_tokens": 89},
+        },
+    ),
     ("message_stop", {"type": "message_stop"}),
 ]
 EXPECTED = [(event, _compact(data)) for event, data in FIXTURE_EVENTS]
@@ -76,6 +112,7 @@ def raw() -> bytes:
 
 # -- the recorded stream, split every way ---------------------------------------------------
 
+
 def test_fixture_has_the_hard_parts(raw: bytes):
     """Guards the fixture itself (an editor or a checkout that rewrites line endings breaks it)."""
     assert b"\r\n" in raw
@@ -95,7 +132,7 @@ def test_fixture_split_at_every_byte_boundary(raw: bytes):
 
 
 def test_fixture_one_byte_at_a_time(raw: bytes):
-    assert decode([raw[i:i + 1] for i in range(len(raw))]) == EXPECTED
+    assert decode([raw[i : i + 1] for i in range(len(raw))]) == EXPECTED
 
 
 @pytest.mark.parametrize("seed", range(25), ids=lambda seed: f"seed-{seed}")
@@ -105,7 +142,7 @@ def test_fixture_in_random_chunks(raw: bytes, seed: int):
     i = 0
     while i < len(raw):
         size = rnd.choice((1, 2, 3, rnd.randint(1, 64), rnd.randint(1, 4096)))
-        chunks.append(raw[i:i + size])
+        chunks.append(raw[i : i + size])
         i += size
         if rnd.random() < 0.1:
             chunks.append(b"")  # empty reads happen too
@@ -117,8 +154,8 @@ def test_events_come_out_as_soon_as_they_end(raw: bytes):
     decoder = SSEDecoder()
     seen: list[tuple[str, str]] = []
     for i in range(len(raw)):
-        seen.extend(decoder.feed(raw[i:i + 1]))
-        assert seen == SSEDecoder().feed(raw[:i + 1]), f"after byte {i}"
+        seen.extend(decoder.feed(raw[i : i + 1]))
+        assert seen == SSEDecoder().feed(raw[: i + 1]), f"after byte {i}"
     assert decoder.flush() == []
     assert seen == EXPECTED
 
@@ -166,13 +203,15 @@ RULES: list[tuple[str, list[bytes], list[tuple[str, str]]]] = [
     ("bom-at-start-dropped", [b"\xef\xbb\xbfdata: x\n\n"], [(M, "x")]),
     ("bom-split-across-chunks", [b"\xef", b"\xbb", b"\xbfdata: x\n\n"], [(M, "x")]),
     ("bom-later-is-not-dropped", [b"data: x\n\n\xef\xbb\xbfdata: y\n\n"], [(M, "x")]),
-    ("multibyte-split-across-chunks", [b"data: \xe6\x97", b"\xa5\xe6", b"\x9c\xac \xc2", b"\xb0\n\n"],
-     [(M, "日本 °")]),
+    ("multibyte-split-across-chunks", [b"data: \xe6\x97", b"\xa5\xe6", b"\x9c\xac \xc2", b"\xb0\n\n"], [(M, "日本 °")]),
     ("four-byte-char-split", [b"data: \xf0\x9f", b"\x98", b"\x80\n\n"], [(M, "😀")]),
     ("invalid-utf8-replaced", [b"data: a\xffb\n\n"], [(M, "a\ufffdb")]),
     ("truncated-char-before-newline-replaced", [b"data: \xe6\x97", b"\n\n"], [(M, "\ufffd")]),
-    ("only-cr-and-lf-end-lines", ["data: a\u2028b\u2029c\x0bd\x0ce\x1cf\x85g\n\n".encode()],
-     [(M, "a\u2028b\u2029c\x0bd\x0ce\x1cf\x85g")]),
+    (
+        "only-cr-and-lf-end-lines",
+        ["data: a\u2028b\u2029c\x0bd\x0ce\x1cf\x85g\n\n".encode()],
+        [(M, "a\u2028b\u2029c\x0bd\x0ce\x1cf\x85g")],
+    ),
     ("nul-in-data-kept", [b"data: a\x00b\n\n"], [(M, "a\x00b")]),
     ("empty-chunks-ignored", [b"", b"data: x\n", b"", b"\n", b""], [(M, "x")]),
 ]
@@ -182,15 +221,18 @@ RULES: list[tuple[str, list[bytes], list[tuple[str, str]]]] = [
 def test_whatwg_rule(chunks: list[bytes], expected: list[tuple[str, str]]):
     assert decode(chunks) == expected
     whole = b"".join(chunks)
-    assert decode([whole[i:i + 1] for i in range(len(whole))]) == expected, "byte by byte"
+    assert decode([whole[i : i + 1] for i in range(len(whole))]) == expected, "byte by byte"
 
 
-@pytest.mark.parametrize(("chunks", "last_event_id"), [
-    pytest.param([b"id: 7\ndata: x\n\n"], "7", id="id-set"),
-    pytest.param([b"id: 7\ndata: x\n\ndata: y\n\n"], "7", id="id-kept-across-events"),
-    pytest.param([b"id: 7\n\nid\ndata: y\n\n"], "", id="id-without-value-clears"),
-    pytest.param([b"id: 7\n\nid: a\x00b\n\n"], "7", id="id-with-nul-ignored"),
-])
+@pytest.mark.parametrize(
+    ("chunks", "last_event_id"),
+    [
+        pytest.param([b"id: 7\ndata: x\n\n"], "7", id="id-set"),
+        pytest.param([b"id: 7\ndata: x\n\ndata: y\n\n"], "7", id="id-kept-across-events"),
+        pytest.param([b"id: 7\n\nid\ndata: y\n\n"], "", id="id-without-value-clears"),
+        pytest.param([b"id: 7\n\nid: a\x00b\n\n"], "7", id="id-with-nul-ignored"),
+    ],
+)
 def test_id_field(chunks: list[bytes], last_event_id: str):
     decoder = SSEDecoder()
     for chunk in chunks:
@@ -198,13 +240,16 @@ def test_id_field(chunks: list[bytes], last_event_id: str):
     assert decoder.last_event_id == last_event_id
 
 
-@pytest.mark.parametrize(("line", "retry"), [
-    pytest.param(b"retry: 3000\n", 3000, id="digits"),
-    pytest.param(b"retry: 1.5\n", None, id="not-an-integer-ignored"),
-    pytest.param(b"retry: -1\n", None, id="sign-ignored"),
-    pytest.param("retry: \u0663\n".encode(), None, id="non-ascii-digit-ignored"),
-    pytest.param(b"retry:\n", None, id="empty-ignored"),
-])
+@pytest.mark.parametrize(
+    ("line", "retry"),
+    [
+        pytest.param(b"retry: 3000\n", 3000, id="digits"),
+        pytest.param(b"retry: 1.5\n", None, id="not-an-integer-ignored"),
+        pytest.param(b"retry: -1\n", None, id="sign-ignored"),
+        pytest.param("retry: \u0663\n".encode(), None, id="non-ascii-digit-ignored"),
+        pytest.param(b"retry:\n", None, id="empty-ignored"),
+    ],
+)
 def test_retry_field(line: bytes, retry: int | None):
     decoder = SSEDecoder()
     assert decoder.feed(line + b"data: x\n\n") == [(M, "x")]
@@ -221,22 +266,24 @@ def test_flush_resets_for_a_new_stream():
 def test_long_line_in_many_chunks():
     payload = b"x" * (1 << 20)
     body = b"event: big\ndata: " + payload + b"\n\n"
-    chunks = [body[i:i + 1024] for i in range(0, len(body), 1024)]
+    chunks = [body[i : i + 1024] for i in range(0, len(body), 1024)]
     assert decode(chunks) == [("big", payload.decode())]
 
 
-@pytest.mark.parametrize("body", [
-    pytest.param(b"data: " + b"x" * 200, id="unterminated-line"),
-    pytest.param(b"data: " + b"x" * 60 + b"\n" + (b"data: " + b"x" * 60 + b"\n") * 2, id="many-data-lines"),
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param(b"data: " + b"x" * 200, id="unterminated-line"),
+        pytest.param(b"data: " + b"x" * 60 + b"\n" + (b"data: " + b"x" * 60 + b"\n") * 2, id="many-data-lines"),
+    ],
+)
 def test_event_larger_than_the_cap_is_refused(body: bytes):
     decoder = SSEDecoder(max_event_chars=100)
     with pytest.raises(GatewayError, match="larger than 100 characters"):
         for i in range(0, len(body), 10):
-            decoder.feed(body[i:i + 10])
+            decoder.feed(body[i : i + 10])
 
 
 def test_event_at_the_cap_passes():
     decoder = SSEDecoder(max_event_chars=100)
-    assert decoder.feed(b"data: " + b"x" * 49 + b"\ndata: " + b"y" * 50 + b"\n\n") == [
-        (M, "x" * 49 + "\n" + "y" * 50)]
+    assert decoder.feed(b"data: " + b"x" * 49 + b"\ndata: " + b"y" * 50 + b"\n\n") == [(M, "x" * 49 + "\n" + "y" * 50)]

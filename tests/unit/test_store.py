@@ -34,8 +34,7 @@ BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
 
 
 def _with_schema(url: str, schema: str) -> str:
-    return make_url(url).update_query_dict({"options": f"-csearch_path={schema}"}).render_as_string(
-        hide_password=False)
+    return make_url(url).update_query_dict({"options": f"-csearch_path={schema}"}).render_as_string(hide_password=False)
 
 
 @pytest.fixture(params=BACKENDS)
@@ -75,12 +74,29 @@ def books(engine: Engine) -> Ledger:
     return Ledger(engine)
 
 
-def entry(ctx: AuthContext, cost: int, *, status: int = 200, usage: Usage | None = None,
-          created_at: datetime = NOW, model: str = "claude-sonnet-5-5", estimated: bool = False) -> LedgerEntry:
-    return LedgerEntry(created_at=created_at, org_id=ctx.org_id, key_id=ctx.key_id, endpoint="chat.completions",
-                       model=model, canonical_model="anthropic/claude-sonnet-5-5", deployment="primary",
-                       usage=usage or Usage(input_tokens=10, output_tokens=5), cost_micros=cost, status=status,
-                       estimated=estimated)
+def entry(
+    ctx: AuthContext,
+    cost: int,
+    *,
+    status: int = 200,
+    usage: Usage | None = None,
+    created_at: datetime = NOW,
+    model: str = "claude-sonnet-5-5",
+    estimated: bool = False,
+) -> LedgerEntry:
+    return LedgerEntry(
+        created_at=created_at,
+        org_id=ctx.org_id,
+        key_id=ctx.key_id,
+        endpoint="chat.completions",
+        model=model,
+        canonical_model="anthropic/claude-sonnet-5-5",
+        deployment="primary",
+        usage=usage or Usage(input_tokens=10, output_tokens=5),
+        cost_micros=cost,
+        status=status,
+        estimated=estimated,
+    )
 
 
 def org_row(engine: Engine, name: str) -> Any:
@@ -167,8 +183,10 @@ def test_sqlite_engine_settings(tmp_path) -> None:
     eng = make_engine(f"sqlite:///{tmp_path / 'x.db'}")
     try:
         with eng.connect() as conn:
-            pragmas = {name: conn.exec_driver_sql(f"PRAGMA {name}").scalar()
-                       for name in ("journal_mode", "synchronous", "foreign_keys", "busy_timeout")}
+            pragmas = {
+                name: conn.exec_driver_sql(f"PRAGMA {name}").scalar()
+                for name in ("journal_mode", "synchronous", "foreign_keys", "busy_timeout")
+            }
         assert pragmas == {"journal_mode": "wal", "synchronous": 1, "foreign_keys": 1, "busy_timeout": 10_000}
     finally:
         eng.dispose()
@@ -185,7 +203,11 @@ def test_make_engine_refuses_other_databases() -> None:
 def test_orgs_create_top_up_suspend_resume(accounts: Accounts) -> None:
     created = accounts.create_org("acme", 5_000_000, now=NOW)
     assert (created.name, created.balance_micros, created.reserved_micros, created.suspended) == (
-        "acme", 5_000_000, 0, False)
+        "acme",
+        5_000_000,
+        0,
+        False,
+    )
     assert created.created_at == NOW
     assert accounts.top_up("acme", 2_500_000).balance_micros == 7_500_000
     assert accounts.set_suspended("acme", True).suspended is True
@@ -194,30 +216,48 @@ def test_orgs_create_top_up_suspend_resume(accounts: Accounts) -> None:
     assert [o.name for o in accounts.list_orgs()] == ["acme"]
 
 
-@pytest.mark.parametrize(("call", "message"), [
-    (lambda a: a.create_org("acme"), "already exists"),
-    (lambda a: a.create_org("bad name!"), "not a valid organization name"),
-    (lambda a: a.create_org("neg", -1), "at least 0"),
-    (lambda a: a.top_up("nobody", 1), "no organization named 'nobody'"),
-    (lambda a: a.top_up("acme", 0), "at least 1"),
-    (lambda a: a.set_suspended("nobody", True), "no organization named 'nobody'"),
-    (lambda a: a.get_org("nobody"), "orgs create nobody"),
-    (lambda a: a.create_key("nobody"), "no organization named 'nobody'"),
-    (lambda a: a.create_key("acme", rpm=0), "rpm: must be a whole number of at least 1"),
-    (lambda a: a.create_key("acme", tpm=-5), "tpm: must be a whole number of at least 1"),
-    (lambda a: a.create_key("acme", spend_limit_micros=-1), "spend limit"),
-    (lambda a: a.create_key("acme", models=["a,b"]), "not a model pattern"),
-    (lambda a: a.create_key("acme", models="anthropic/*"), "a list of patterns"),
-    (lambda a: a.create_key("acme", expires_at=datetime(2020, 1, 1, tzinfo=UTC)), "in the past"),
-    (lambda a: a.create_key("acme", expires_at=datetime(2099, 1, 1)), "time zone"),
-    (lambda a: a.revoke_key("key_000000000000"), "no key 'key_000000000000'"),
-    (lambda a: a.list_keys("nobody"), "no organization named 'nobody'"),
-], ids=["duplicate-org", "bad-org-name", "negative-balance", "top-up-unknown", "top-up-zero", "suspend-unknown",
-        "get-unknown", "key-for-unknown-org", "rpm-zero", "tpm-negative", "negative-spend-limit",
-        "comma-in-pattern", "patterns-as-one-string", "expired-at-creation", "naive-expiry", "revoke-unknown",
-        "list-unknown-org"])
-def test_operator_mistakes_raise_store_error(accounts: Accounts, call: Callable[[Accounts], Any],
-                                             message: str) -> None:
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda a: a.create_org("acme"), "already exists"),
+        (lambda a: a.create_org("bad name!"), "not a valid organization name"),
+        (lambda a: a.create_org("neg", -1), "at least 0"),
+        (lambda a: a.top_up("nobody", 1), "no organization named 'nobody'"),
+        (lambda a: a.top_up("acme", 0), "at least 1"),
+        (lambda a: a.set_suspended("nobody", True), "no organization named 'nobody'"),
+        (lambda a: a.get_org("nobody"), "orgs create nobody"),
+        (lambda a: a.create_key("nobody"), "no organization named 'nobody'"),
+        (lambda a: a.create_key("acme", rpm=0), "rpm: must be a whole number of at least 1"),
+        (lambda a: a.create_key("acme", tpm=-5), "tpm: must be a whole number of at least 1"),
+        (lambda a: a.create_key("acme", spend_limit_micros=-1), "spend limit"),
+        (lambda a: a.create_key("acme", models=["a,b"]), "not a model pattern"),
+        (lambda a: a.create_key("acme", models="anthropic/*"), "a list of patterns"),
+        (lambda a: a.create_key("acme", expires_at=datetime(2020, 1, 1, tzinfo=UTC)), "in the past"),
+        (lambda a: a.create_key("acme", expires_at=datetime(2099, 1, 1)), "time zone"),
+        (lambda a: a.revoke_key("key_000000000000"), "no key 'key_000000000000'"),
+        (lambda a: a.list_keys("nobody"), "no organization named 'nobody'"),
+    ],
+    ids=[
+        "duplicate-org",
+        "bad-org-name",
+        "negative-balance",
+        "top-up-unknown",
+        "top-up-zero",
+        "suspend-unknown",
+        "get-unknown",
+        "key-for-unknown-org",
+        "rpm-zero",
+        "tpm-negative",
+        "negative-spend-limit",
+        "comma-in-pattern",
+        "patterns-as-one-string",
+        "expired-at-creation",
+        "naive-expiry",
+        "revoke-unknown",
+        "list-unknown-org",
+    ],
+)
+def test_operator_mistakes_raise_store_error(accounts: Accounts, call: Callable[[Accounts], Any], message: str) -> None:
     accounts.create_org("acme")
     with pytest.raises(StoreError, match=re.escape(message)):
         call(accounts)
@@ -230,8 +270,15 @@ def test_keys_create_list_revoke(accounts: Accounts, engine: Engine) -> None:
     accounts.create_org("acme")
     accounts.create_org("beta")
     info, secret = accounts.create_key(
-        "acme", name="ci", models=["anthropic/claude-sonnet-*", " claude-haiku-4 "], spend_limit_micros=5_000_000,
-        rpm=10, tpm=20_000, expires_at=NOW + timedelta(days=30), now=NOW)
+        "acme",
+        name="ci",
+        models=["anthropic/claude-sonnet-*", " claude-haiku-4 "],
+        spend_limit_micros=5_000_000,
+        rpm=10,
+        tpm=20_000,
+        expires_at=NOW + timedelta(days=30),
+        now=NOW,
+    )
     other, other_secret = accounts.create_key("beta", now=NOW + timedelta(seconds=1))
 
     assert re.fullmatch(r"ezat_sk_[A-Za-z0-9]{32}", secret)
@@ -256,10 +303,18 @@ def test_keys_create_list_revoke(accounts: Accounts, engine: Engine) -> None:
     assert accounts.list_keys("acme")[0].revoked_at == NOW + timedelta(hours=1)
 
     assert info.to_json() == {
-        "id": info.id, "prefix": info.prefix, "org": "acme", "name": "ci",
-        "models": ["anthropic/claude-sonnet-*", "claude-haiku-4"], "spend_limit_usd": "5.000000",
-        "spent_usd": "0.000000", "rpm": 10, "tpm": 20_000, "created_at": "2025-06-01T12:00:00Z",
-        "expires_at": "2025-07-01T12:00:00Z", "revoked_at": None,
+        "id": info.id,
+        "prefix": info.prefix,
+        "org": "acme",
+        "name": "ci",
+        "models": ["anthropic/claude-sonnet-*", "claude-haiku-4"],
+        "spend_limit_usd": "5.000000",
+        "spent_usd": "0.000000",
+        "rpm": 10,
+        "tpm": 20_000,
+        "created_at": "2025-06-01T12:00:00Z",
+        "expires_at": "2025-07-01T12:00:00Z",
+        "revoked_at": None,
     }
 
 
@@ -299,14 +354,19 @@ AUTH = [
     ("expired", 3601, AuthenticationError, "This API key has expired."),
     ("expired-at-the-instant", 3600, AuthenticationError, "This API key has expired."),
     ("just-before-expiry", 3599, None, None),
-    ("suspended-org", 0, PermissionDeniedError, "The organization 'acme' is suspended; ask your administrator "
-                                                "to resume it."),
+    (
+        "suspended-org",
+        0,
+        PermissionDeniedError,
+        "The organization 'acme' is suspended; ask your administrator to resume it.",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("case", "later", "error", "message"), AUTH, ids=[a[0] for a in AUTH])
-def test_authenticate(accounts: Accounts, case: str, later: int, error: type[Exception] | None,
-                      message: str | None) -> None:
+def test_authenticate(
+    accounts: Accounts, case: str, later: int, error: type[Exception] | None, message: str | None
+) -> None:
     secret = _arrange_auth(accounts, case)
     when = NOW + timedelta(seconds=later)
     if error is None:
@@ -344,11 +404,20 @@ ALLOWS = [
 ]
 
 
-@pytest.mark.parametrize(("patterns", "model", "aliases", "allowed"), [a[1:] for a in ALLOWS],
-                         ids=[a[0] for a in ALLOWS])
+@pytest.mark.parametrize(
+    ("patterns", "model", "aliases", "allowed"), [a[1:] for a in ALLOWS], ids=[a[0] for a in ALLOWS]
+)
 def test_allows(patterns: tuple[str, ...], model: str, aliases: tuple[str, ...], allowed: bool) -> None:
-    ctx = AuthContext(key_id=1, key_public_id="key_x", org_id=1, org_name="acme", model_patterns=patterns,
-                      spend_limit_micros=None, rpm=None, tpm=None)
+    ctx = AuthContext(
+        key_id=1,
+        key_public_id="key_x",
+        org_id=1,
+        org_name="acme",
+        model_patterns=patterns,
+        spend_limit_micros=None,
+        rpm=None,
+        tpm=None,
+    )
     assert ctx.allows(model, aliases) is allowed
 
 
@@ -371,9 +440,20 @@ def test_reserve_then_settle_arithmetic(accounts: Accounts, books: Ledger, engin
     with engine.connect() as conn:
         row = conn.execute(select(ledger)).one()
     assert (row.request_id, row.created_at, row.org_id, row.key_id, row.endpoint, row.model) == (
-        "req-1", NOW, ctx.org_id, ctx.key_id, "chat.completions", "claude-sonnet-5-5")
-    assert (row.input_tokens, row.cache_write_tokens, row.cache_read_tokens, row.output_tokens,
-            row.reasoning_tokens) == (100, 20, 30, 40, 7)
+        "req-1",
+        NOW,
+        ctx.org_id,
+        ctx.key_id,
+        "chat.completions",
+        "claude-sonnet-5-5",
+    )
+    assert (
+        row.input_tokens,
+        row.cache_write_tokens,
+        row.cache_read_tokens,
+        row.output_tokens,
+        row.reasoning_tokens,
+    ) == (100, 20, 30, 40, 7)
     assert (row.cost_micros, row.status, row.estimated) == (120_345, 200, False)
 
 
@@ -394,8 +474,9 @@ def test_402_when_the_balance_cannot_cover_the_worst_case(accounts: Accounts, bo
     books.reserve(ctx, "fits-exactly", 100_000)
 
 
-def test_402_when_the_key_spend_limit_cannot_cover_the_worst_case(accounts: Accounts, books: Ledger,
-                                                                   engine: Engine) -> None:
+def test_402_when_the_key_spend_limit_cannot_cover_the_worst_case(
+    accounts: Accounts, books: Ledger, engine: Engine
+) -> None:
     ctx = setup_key(accounts, balance=10_000_000, spend_limit_micros=1_000_000)
     books.reserve(ctx, "a", 700_000)
     books.settle("a", entry(ctx, 600_000))
@@ -478,23 +559,49 @@ def test_settle_without_a_reservation_still_records(accounts: Accounts, books: L
     assert count(engine, ledger) == 1
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"endpoint": "completions"}, "endpoint"),
-    ({"cost_micros": -1}, "negative"),
-    ({"status": 42}, "HTTP status"),
-], ids=["unknown-endpoint", "negative-cost", "not-a-status"])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"endpoint": "completions"}, "endpoint"),
+        ({"cost_micros": -1}, "negative"),
+        ({"status": 42}, "HTTP status"),
+    ],
+    ids=["unknown-endpoint", "negative-cost", "not-a-status"],
+)
 def test_ledger_entry_refuses_bad_values(kwargs: dict[str, Any], message: str) -> None:
-    base: dict[str, Any] = {"created_at": NOW, "org_id": 1, "key_id": 1, "endpoint": "messages", "model": "m",
-                            "canonical_model": "c", "deployment": "d"}
+    base: dict[str, Any] = {
+        "created_at": NOW,
+        "org_id": 1,
+        "key_id": 1,
+        "endpoint": "messages",
+        "model": "m",
+        "canonical_model": "c",
+        "deployment": "d",
+    }
     with pytest.raises(ValueError, match=message):
         LedgerEntry(**{**base, **kwargs})
 
 
 # ---------------------------------------------------------------- usage reports
 
-USAGE_FIELDS = ["request_id", "created_at", "org", "key_id", "endpoint", "model", "canonical_model", "deployment",
-                "input_tokens", "cache_write_tokens", "cache_read_tokens", "output_tokens", "reasoning_tokens",
-                "cost_usd", "status", "estimated"]
+USAGE_FIELDS = [
+    "request_id",
+    "created_at",
+    "org",
+    "key_id",
+    "endpoint",
+    "model",
+    "canonical_model",
+    "deployment",
+    "input_tokens",
+    "cache_write_tokens",
+    "cache_read_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "cost_usd",
+    "status",
+    "estimated",
+]
 
 
 def test_usage_rows_and_summary(accounts: Accounts, books: Ledger) -> None:
@@ -502,8 +609,10 @@ def test_usage_rows_and_summary(accounts: Accounts, books: Ledger) -> None:
     b = setup_key(accounts, org="beta")
     usage = Usage(input_tokens=10, cache_write_tokens=1, cache_read_tokens=2, output_tokens=5, reasoning_tokens=3)
     books.settle("r1", entry(a, 1_500, usage=usage, created_at=NOW))
-    books.settle("r2", entry(a, 2_500, usage=usage, created_at=NOW + timedelta(minutes=1), model="Claude-Sonnet-5.5",
-                             estimated=True))
+    books.settle(
+        "r2",
+        entry(a, 2_500, usage=usage, created_at=NOW + timedelta(minutes=1), model="Claude-Sonnet-5.5", estimated=True),
+    )
     books.settle("r3", entry(b, 1_000, usage=usage, created_at=NOW + timedelta(minutes=2)))
     books.settle("r4", entry(a, 0, status=500, usage=Usage(), created_at=NOW + timedelta(minutes=3)))
 
@@ -511,10 +620,22 @@ def test_usage_rows_and_summary(accounts: Accounts, books: Ledger) -> None:
     assert [list(r) for r in rows] == [USAGE_FIELDS] * 4
     assert [r["request_id"] for r in rows] == ["r1", "r2", "r3", "r4"]
     assert rows[1] == {
-        "request_id": "r2", "created_at": "2025-06-01T12:01:00Z", "org": "acme", "key_id": a.key_public_id,
-        "endpoint": "chat.completions", "model": "Claude-Sonnet-5.5", "canonical_model": "anthropic/claude-sonnet-5-5",
-        "deployment": "primary", "input_tokens": 10, "cache_write_tokens": 1, "cache_read_tokens": 2,
-        "output_tokens": 5, "reasoning_tokens": 3, "cost_usd": "0.002500", "status": 200, "estimated": True,
+        "request_id": "r2",
+        "created_at": "2025-06-01T12:01:00Z",
+        "org": "acme",
+        "key_id": a.key_public_id,
+        "endpoint": "chat.completions",
+        "model": "Claude-Sonnet-5.5",
+        "canonical_model": "anthropic/claude-sonnet-5-5",
+        "deployment": "primary",
+        "input_tokens": 10,
+        "cache_write_tokens": 1,
+        "cache_read_tokens": 2,
+        "output_tokens": 5,
+        "reasoning_tokens": 3,
+        "cost_usd": "0.002500",
+        "status": 200,
+        "estimated": True,
     }
     assert [r["request_id"] for r in books.usage_rows(org="beta")] == ["r3"]
     assert [r["request_id"] for r in books.usage_rows(key_public_id=a.key_public_id)] == ["r1", "r2", "r4"]
@@ -522,12 +643,30 @@ def test_usage_rows_and_summary(accounts: Accounts, books: Ledger) -> None:
     assert [r["request_id"] for r in books.usage_rows(org="acme", since=NOW + timedelta(seconds=1))] == ["r2", "r4"]
 
     assert books.usage_summary() == [
-        {"org": "acme", "key_id": a.key_public_id, "model": "anthropic/claude-sonnet-5-5", "requests": 3,
-         "input_tokens": 20, "cache_write_tokens": 2, "cache_read_tokens": 4, "output_tokens": 10,
-         "reasoning_tokens": 6, "cost_usd": "0.004000"},
-        {"org": "beta", "key_id": b.key_public_id, "model": "anthropic/claude-sonnet-5-5", "requests": 1,
-         "input_tokens": 10, "cache_write_tokens": 1, "cache_read_tokens": 2, "output_tokens": 5,
-         "reasoning_tokens": 3, "cost_usd": "0.001000"},
+        {
+            "org": "acme",
+            "key_id": a.key_public_id,
+            "model": "anthropic/claude-sonnet-5-5",
+            "requests": 3,
+            "input_tokens": 20,
+            "cache_write_tokens": 2,
+            "cache_read_tokens": 4,
+            "output_tokens": 10,
+            "reasoning_tokens": 6,
+            "cost_usd": "0.004000",
+        },
+        {
+            "org": "beta",
+            "key_id": b.key_public_id,
+            "model": "anthropic/claude-sonnet-5-5",
+            "requests": 1,
+            "input_tokens": 10,
+            "cache_write_tokens": 1,
+            "cache_read_tokens": 2,
+            "output_tokens": 5,
+            "reasoning_tokens": 3,
+            "cost_usd": "0.001000",
+        },
     ]
     assert books.usage_summary(org="beta")[0]["requests"] == 1
     with pytest.raises(StoreError, match="no organization named 'nobody'"):
@@ -543,8 +682,9 @@ IN_FLIGHT = 200
 COVERED = 100  # the balance (or the key's spend limit) covers exactly this many worst cases
 
 
-def reserve_then_settle(engine: Engine, ctx: AuthContext, prefix: str, n: int, seed: int,
-                        between: Callable[[], None]) -> tuple[dict[str, int], int, list[str]]:
+def reserve_then_settle(
+    engine: Engine, ctx: AuthContext, prefix: str, n: int, seed: int, between: Callable[[], None]
+) -> tuple[dict[str, int], int, list[str]]:
     """``n`` threads reserve at once; after ``between()`` the admitted ones settle at once, each
     with a random real cost ≤ its reservation. Returns (admitted id -> cost, refused, errors)."""
     books = Ledger(engine)
@@ -590,8 +730,9 @@ def _cycles_child(url: str, secret: str, worker: int, n: int, start: Any, reserv
     try:
         ctx = Accounts(engine).authenticate(secret, datetime.now(UTC))
         start.wait(timeout=60)
-        result = reserve_then_settle(engine, ctx, f"p{worker}", n, seed=worker,
-                                     between=lambda: reserved.wait(timeout=60))
+        result = reserve_then_settle(
+            engine, ctx, f"p{worker}", n, seed=worker, between=lambda: reserved.wait(timeout=60)
+        )
         queue.put(result)
     except Exception as exc:
         queue.put(f"error: {exc!r}")
@@ -614,8 +755,11 @@ class Watcher:
         while not self._stop.is_set():
             with self.engine.connect() as conn:
                 org = conn.execute(select(orgs.c.balance_micros, orgs.c.reserved_micros)).one()
-                key = conn.execute(select(api_keys.c.spend_limit_micros, api_keys.c.spent_micros,
-                                          api_keys.c.reserved_micros).where(api_keys.c.id == self.key_id)).one()
+                key = conn.execute(
+                    select(api_keys.c.spend_limit_micros, api_keys.c.spent_micros, api_keys.c.reserved_micros).where(
+                        api_keys.c.id == self.key_id
+                    )
+                ).one()
             self.samples += 1
             if org.balance_micros < 0 or org.balance_micros - org.reserved_micros < 0:
                 self.violations.append(f"org {tuple(org)}")
@@ -634,8 +778,9 @@ class Watcher:
 
 @pytest.mark.parametrize("mode", ["threads", "processes"])
 @pytest.mark.parametrize("limit", ["balance", "key-spend-limit"])
-def test_concurrent_reserve_settle_never_overshoots(accounts: Accounts, engine: Engine, db_url: str, mode: str,
-                                                     limit: str) -> None:
+def test_concurrent_reserve_settle_never_overshoots(
+    accounts: Accounts, engine: Engine, db_url: str, mode: str, limit: str
+) -> None:
     if limit == "balance":
         balance, spend_limit = COVERED * WORST, None
     else:
@@ -650,8 +795,9 @@ def test_concurrent_reserve_settle_never_overshoots(accounts: Accounts, engine: 
         else:
             workers = 4
             start, reserved = SPAWN.Barrier(workers), SPAWN.Barrier(workers)
-            results = run_processes(_cycles_child, [(db_url, secret, w, IN_FLIGHT // workers, start, reserved)
-                                                    for w in range(workers)])
+            results = run_processes(
+                _cycles_child, [(db_url, secret, w, IN_FLIGHT // workers, start, reserved) for w in range(workers)]
+            )
     admitted = {rid: cost for result in results for rid, cost in result[0].items()}
     refused = sum(result[1] for result in results)
     errors = [e for result in results for e in result[2]]

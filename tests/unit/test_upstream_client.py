@@ -39,8 +39,14 @@ class _Handler(socketserver.BaseRequestHandler):
                     return
                 buffer += data
             head, _, buffer = buffer.partition(b"\r\n\r\n")
-            length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                           if line.lower().startswith(b"content-length:")), 0)
+            length = next(
+                (
+                    int(line.split(b":")[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                ),
+                0,
+            )
             while len(buffer) < length:
                 buffer += sock.recv(65536)
             body, buffer = buffer[:length], buffer[length:]
@@ -72,8 +78,12 @@ class ScriptedServer(socketserver.ThreadingTCPServer):
 
 def respond(status: int, body: bytes, headers: str = "") -> Script:
     def script(sock: socket.socket, _: bytes) -> None:
-        sock.sendall(f"HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
-                     f"{headers}\r\n".encode() + body)
+        sock.sendall(
+            f"HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
+            f"{headers}\r\n".encode()
+            + body
+        )
+
     return script
 
 
@@ -86,6 +96,7 @@ def chunked(*events: bytes, end: bool = True) -> Script:
             sock.sendall(b"0\r\n\r\n")
         else:
             sock.shutdown(socket.SHUT_RDWR)
+
     return script
 
 
@@ -110,8 +121,9 @@ def client() -> Iterator[UpstreamClient]:
     c.pool.clear()
 
 
-def test_complete_sends_the_deployments_key_and_reuses_the_connection(server: ScriptedServer,
-                                                                     client: UpstreamClient) -> None:
+def test_complete_sends_the_deployments_key_and_reuses_the_connection(
+    server: ScriptedServer, client: UpstreamClient
+) -> None:
     server.scripts = [respond(200, b'{"ok":1}'), respond(200, b'{"ok":2}')]
     body = with_model(encode_body({"max_tokens": 5}), "claude-x", stream=False)
     assert client.complete(deployment(server.url), "/v1/messages", body, timeout_s=5)[0] == b'{"ok":1}'
@@ -122,23 +134,43 @@ def test_complete_sends_the_deployments_key_and_reuses_the_connection(server: Sc
     assert server.requests[0].endswith(b'{"model":"claude-x","stream":false,"max_tokens":5}')
 
 
-@pytest.mark.parametrize("status, failover", [(429, True), (500, True), (502, True), (503, True), (504, True),
-                                              (529, True), (401, True), (403, True), (404, True), (400, False),
-                                              (413, False), (422, False)])
-def test_status_errors_and_failover(server: ScriptedServer, client: UpstreamClient, status: int,
-                                    failover: bool) -> None:
+@pytest.mark.parametrize(
+    "status, failover",
+    [
+        (429, True),
+        (500, True),
+        (502, True),
+        (503, True),
+        (504, True),
+        (529, True),
+        (401, True),
+        (403, True),
+        (404, True),
+        (400, False),
+        (413, False),
+        (422, False),
+    ],
+)
+def test_status_errors_and_failover(
+    server: ScriptedServer, client: UpstreamClient, status: int, failover: bool
+) -> None:
     body = b'{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}'
     server.scripts = [respond(status, body, "Retry-After: 7\r\n")]
     with pytest.raises(UpstreamStatusError) as info:
         client.complete(deployment(server.url), "/v1/messages", b"{}", timeout_s=5)
     err = info.value
     assert (err.status, err.failover, err.retry_after, err.error_type, err.message) == (
-        status, failover, 7.0, "overloaded_error", "Overloaded")
+        status,
+        failover,
+        7.0,
+        "overloaded_error",
+        "Overloaded",
+    )
 
 
 def test_connection_refused_fails_over(client: UpstreamClient) -> None:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))          # bound but not listening: refused
+        s.bind(("127.0.0.1", 0))  # bound but not listening: refused
         url = f"http://127.0.0.1:{s.getsockname()[1]}"
         with pytest.raises(UpstreamConnectError) as info:
             client.complete(deployment(url), "/v1/messages", b"{}", timeout_s=5)
@@ -159,11 +191,12 @@ def test_a_drip_past_the_deadline_is_a_timeout(server: ScriptedServer, client: U
         for _ in range(100):
             sock.sendall(b" ")
             time.sleep(0.05)
+
     server.scripts = [drip]
     started = time.monotonic()
     with pytest.raises(UpstreamTimeoutError):
         client.complete(deployment(server.url), "/v1/messages", b"{}", timeout_s=1)
-    assert time.monotonic() - started < 2     # wall clock, not a per-read timeout
+    assert time.monotonic() - started < 2  # wall clock, not a per-read timeout
 
 
 def test_a_chunked_json_answer_is_read_whole(server: ScriptedServer, client: UpstreamClient) -> None:
@@ -172,10 +205,14 @@ def test_a_chunked_json_answer_is_read_whole(server: ScriptedServer, client: Ups
     assert data == b'{"content": [], "usage": {}}'
 
 
-def test_a_complete_stream_gives_its_events_and_its_connection_back(server: ScriptedServer,
-                                                                   client: UpstreamClient) -> None:
-    events = [b'event: message_start\ndata: {"a":1}\n\n', b'event: ping\r\ndata: {}\r\n\r\n',
-              b'event: message_stop\ndata: {"type":"message_stop"}\n\n']
+def test_a_complete_stream_gives_its_events_and_its_connection_back(
+    server: ScriptedServer, client: UpstreamClient
+) -> None:
+    events = [
+        b'event: message_start\ndata: {"a":1}\n\n',
+        b"event: ping\r\ndata: {}\r\n\r\n",
+        b'event: message_stop\ndata: {"type":"message_stop"}\n\n',
+    ]
     server.scripts = [chunked(*events), respond(200, b"{}")]
     stream = client.open_stream(deployment(server.url), "/v1/messages", b"{}")
     assert [e for e, _ in stream.events()] == ["message_start", "ping", "message_stop"]
@@ -186,7 +223,7 @@ def test_a_complete_stream_gives_its_events_and_its_connection_back(server: Scri
 
 
 def test_a_stream_cut_mid_way_is_a_stream_error(server: ScriptedServer, client: UpstreamClient) -> None:
-    server.scripts = [chunked(b'event: message_start\ndata: {}\n\n', end=False)]
+    server.scripts = [chunked(b"event: message_start\ndata: {}\n\n", end=False)]
     server.close_after = True
     stream = client.open_stream(deployment(server.url), "/v1/messages", b"{}")
     events = stream.events()
@@ -198,8 +235,7 @@ def test_a_stream_cut_mid_way_is_a_stream_error(server: ScriptedServer, client: 
 
 
 def test_closing_a_stream_early_drops_its_connection(server: ScriptedServer, client: UpstreamClient) -> None:
-    server.scripts = [chunked(b'event: message_start\ndata: {}\n\n', b'event: ping\ndata: {}\n\n'),
-                      respond(200, b"{}")]
+    server.scripts = [chunked(b"event: message_start\ndata: {}\n\n", b"event: ping\ndata: {}\n\n"), respond(200, b"{}")]
     stream = client.open_stream(deployment(server.url), "/v1/messages", b"{}")
     next(stream.events())
     stream.close()
@@ -207,11 +243,15 @@ def test_closing_a_stream_early_drops_its_connection(server: ScriptedServer, cli
     assert server.connections == 2
 
 
-@pytest.mark.parametrize("body, model, stream, expected", [
-    (b'{"a":1}', "m", None, b'{"model":"m","a":1}'),
-    (b"{}", "m", True, b'{"model":"m","stream":true}'),
-    (b'{"a":"\\u00e9"}', 'x"y', False, b'{"model":"x\\"y","stream":false,"a":"\\u00e9"}'),
-])
-def test_with_model_splices_without_reserialising(body: bytes, model: str, stream: bool | None,
-                                                  expected: bytes) -> None:
+@pytest.mark.parametrize(
+    "body, model, stream, expected",
+    [
+        (b'{"a":1}', "m", None, b'{"model":"m","a":1}'),
+        (b"{}", "m", True, b'{"model":"m","stream":true}'),
+        (b'{"a":"\\u00e9"}', 'x"y', False, b'{"model":"x\\"y","stream":false,"a":"\\u00e9"}'),
+    ],
+)
+def test_with_model_splices_without_reserialising(
+    body: bytes, model: str, stream: bool | None, expected: bytes
+) -> None:
     assert with_model(body, model, stream=stream) == expected

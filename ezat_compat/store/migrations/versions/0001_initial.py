@@ -57,8 +57,7 @@ def upgrade() -> None:
         "reservations",
         sa.Column("request_id", sa.String(64), primary_key=True),
         sa.Column("org_id", sa.Integer(), sa.ForeignKey("orgs.id", name="fk_reservations_org_id"), nullable=False),
-        sa.Column("key_id", sa.Integer(), sa.ForeignKey("api_keys.id", name="fk_reservations_key_id"),
-                  nullable=False),
+        sa.Column("key_id", sa.Integer(), sa.ForeignKey("api_keys.id", name="fk_reservations_key_id"), nullable=False),
         sa.Column("amount_micros", sa.BigInteger(), nullable=False),
         sa.Column("created_at", sa.BigInteger(), nullable=False),
     )
