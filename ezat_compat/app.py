@@ -18,8 +18,8 @@ from ezat_compat.api import anthropic as anthropic_api
 from ezat_compat.api import openai as openai_api
 from ezat_compat.api.common import gateway, json_response, new_request_id, too_large
 from ezat_compat.catalog import Catalog
-from ezat_compat.config import Config
 from ezat_compat.cooldowns import make_cooldowns
+from ezat_compat.domain import Config
 from ezat_compat.errors import (
     GatewayError,
     InvalidRequestError,

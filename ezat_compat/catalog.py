@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ezat_compat.config import Model
+from ezat_compat.domain import Model
 
 
 def _key(name: str) -> str:

@@ -17,7 +17,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ezat_compat import __version__
-from ezat_compat.config import Config, ConfigError, load_config, resolve_config_path
+from ezat_compat.config import ConfigError, load_config, resolve_config_path
+from ezat_compat.domain import Config
 
 
 class CLIError(Exception):

@@ -1,4 +1,5 @@
-"""The configuration: one TOML file, validated once, turned into frozen dataclasses.
+"""The configuration: one TOML file, validated once, loaded into the frozen dataclasses of
+``domain.py``.
 
 Named by ``--config PATH`` or ``EZAT_CONFIG``; ``EZAT_DATABASE_URL`` and ``EZAT_REDIS_URL``
 override the file's URLs. Every key beyond ``id``, ``aliases``, ``price`` and a deployment's
@@ -12,107 +13,29 @@ from __future__ import annotations
 import os
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 from marshmallow import RAISE, Schema, ValidationError, fields, validate, validates_schema
 
+from ezat_compat.domain import (
+    EFFORTS,
+    THINKING_STYLES,
+    Config,
+    Deployment,
+    GatewaySettings,
+    Model,
+    Price,
+    ServerSettings,
+)
 from ezat_compat.wire.paths import flatten_errors, format_error
 
-EFFORTS = ("low", "medium", "high", "xhigh", "max")
-THINKING_STYLES = ("adaptive", "budget", "always", "none")
 DEFAULT_CONFIG_NAME = "ezat.toml"
 
 
 class ConfigError(Exception):
     """The configuration can't be used; the message says which file and key, and why."""
-
-
-# ---------------------------------------------------------------- dataclasses
-
-
-@dataclass(frozen=True)
-class Price:
-    """USD per million tokens (equivalently: micro-USD per token)."""
-
-    input: Decimal
-    output: Decimal
-    cache_write: Decimal
-    cache_read: Decimal
-
-
-@dataclass(frozen=True)
-class Deployment:
-    name: str
-    base_url: str
-    upstream_model: str
-    api_key_env: str = "ANTHROPIC_API_KEY"
-    api_key: str = field(default="", repr=False)
-    anthropic_version: str = "2023-06-01"
-    priority: int = 0
-    weight: float = 1.0
-
-
-@dataclass(frozen=True)
-class Model:
-    id: str
-    aliases: tuple[str, ...]
-    price: Price
-    deployments: tuple[Deployment, ...]
-    context_window: int = 200_000
-    max_output_tokens: int = 64_000
-    sampling: bool = False
-    caching: bool = True
-    min_cache_tokens: int = 1024
-    efforts: tuple[str, ...] = EFFORTS
-    thinking: str = "adaptive"
-    forced_tool_choice: bool = True
-    prefill: bool = False
-    structured_output: bool = True
-    vision: bool = True
-    pdf: bool = True
-    tools: bool = True
-
-
-@dataclass(frozen=True)
-class Gateway:
-    database_url: str = "sqlite:///ezat.db"
-    redis_url: str = ""
-    upstream_timeout_s: float = 590.0
-    stream_idle_timeout_s: float = 600.0
-    connect_timeout_s: float = 10.0
-    keepalive_s: float = 15.0
-    max_body_mb: float = 32.0
-    allow_private_image_hosts: bool = False
-    image_fetch_threads: int = 64
-    cooldown_failures: int = 3
-    cooldown_s: float = 30.0
-    max_cooldown_s: float = 300.0
-
-
-@dataclass(frozen=True)
-class Server:
-    bind: str = "127.0.0.1:8080"
-    workers: int = 2
-    worker_connections: int = 4000
-    timeout_s: int = 30
-    graceful_timeout_s: int = 30
-    http_keepalive_s: int = 5
-    log_level: str = "info"
-
-
-@dataclass(frozen=True)
-class Config:
-    gateway: Gateway
-    server: Server
-    models: tuple[Model, ...]
-    path: str = ""
-
-    @property
-    def max_body_bytes(self) -> int:
-        return int(self.gateway.max_body_mb * 1024 * 1024)
 
 
 # ---------------------------------------------------------------- schemas
@@ -250,8 +173,8 @@ def parse_config(
     if "EZAT_REDIS_URL" in environ:
         gateway["redis_url"] = environ["EZAT_REDIS_URL"]
     return Config(
-        gateway=Gateway(**gateway),
-        server=Server(**loaded["server"]),
+        gateway=GatewaySettings(**gateway),
+        server=ServerSettings(**loaded["server"]),
         models=tuple(_build_model(m, environ) for m in loaded["models"]),
         path=path,
     )

@@ -21,8 +21,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ezat_compat.catalog import Catalog
-from ezat_compat.config import Config, Deployment, Model
 from ezat_compat.cooldowns import Cooldowns
+from ezat_compat.domain import Config, Deployment, Model, Usage
 from ezat_compat.errors import (
     AuthenticationError,
     GatewayError,
@@ -42,7 +42,7 @@ from ezat_compat.store.accounts import Accounts, AuthContext
 from ezat_compat.store.ledger import CLIENT_CLOSED, STALE_RESERVATION, Ledger, LedgerEntry
 from ezat_compat.translate.estimate import input_tokens_upper_bound
 from ezat_compat.translate.request import ImageSlot
-from ezat_compat.translate.response import Usage, usage_from_anthropic
+from ezat_compat.translate.response import usage_from_anthropic
 from ezat_compat.translate.upstream_errors import rewrite_upstream_message
 from ezat_compat.upstream.client import (
     UpstreamClient,

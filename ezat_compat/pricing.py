@@ -16,8 +16,7 @@ from __future__ import annotations
 import re
 from decimal import ROUND_CEILING, ROUND_HALF_UP, Context, Decimal
 
-from ezat_compat.config import Price
-from ezat_compat.translate.response import Usage
+from ezat_compat.domain import Price, Usage
 
 MICROS_PER_USD = 1_000_000
 MAX_MICROS = 2**63 - 1  # what a BIGINT column holds

@@ -29,7 +29,7 @@ import math
 from collections.abc import Callable, Sequence
 from hashlib import blake2b
 
-from ezat_compat.config import Deployment
+from ezat_compat.domain import Deployment
 
 _SCALE = 2.0**-53
 

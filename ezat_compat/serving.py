@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ezat_compat.config import Config
+from ezat_compat.domain import Config
 
 
 def gunicorn_argv(config: Config) -> list[str]:

@@ -15,6 +15,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ezat_compat.api.sse import PING, pump
+from ezat_compat.domain import Usage
 from ezat_compat.errors import (
     GatewayError,
     InvalidRequestError,
@@ -33,7 +34,7 @@ from ezat_compat.pipeline import (
     upstream_to_gateway_error,
 )
 from ezat_compat.store.ledger import CLIENT_CLOSED
-from ezat_compat.translate.response import Usage, merge_usage, usage_from_anthropic
+from ezat_compat.translate.response import merge_usage, usage_from_anthropic
 from ezat_compat.translate.stream import DONE, StreamTranslator, encode_chunk, encode_error
 from ezat_compat.upstream.client import UpstreamStream, UpstreamStreamError
 

@@ -15,7 +15,7 @@ from flask import Blueprint, Response, request
 
 from ezat_compat.api.common import api_key, gateway, json_response, raw_json_response, read_json, request_id
 from ezat_compat.api.sse import SSE_HEADERS, StreamBody
-from ezat_compat.config import Model
+from ezat_compat.domain import Model
 from ezat_compat.errors import GatewayError, InvalidRequestError, anthropic_error_type
 from ezat_compat.pipeline import Call, Gateway, upstream_to_gateway_error
 from ezat_compat.store.accounts import AuthContext

@@ -37,13 +37,13 @@ from sqlalchemy import (
     update,
 )
 
+from ezat_compat.domain import Usage
 from ezat_compat.errors import InsufficientQuotaError
 from ezat_compat.pricing import micros_to_usd
 from ezat_compat.store.accounts import AuthContext, StoreError, iso
 from ezat_compat.store.db import write_engine
 from ezat_compat.store.hotpath import REFUSED_BY_ORG, make_hot_path
 from ezat_compat.store.tables import MODEL_MAX, api_keys, ledger, orgs, reservations, to_epoch_micros
-from ezat_compat.translate.response import Usage
 
 ENDPOINTS = ("chat.completions", "messages")
 CLIENT_CLOSED = 499  # the status of a request whose client left early (still billed)

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ezat_compat.config import Model
+from ezat_compat.domain import Model
 from ezat_compat.errors import InvalidRequestError
 from ezat_compat.translate.ids import encode_tool_id
 from ezat_compat.translate.media import PDF_MEDIA_TYPE, decode_base64, is_pdf, sniff_image_type

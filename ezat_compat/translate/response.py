@@ -5,26 +5,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from ezat_compat.domain import Usage
 from ezat_compat.translate.ids import decode_tool_id
 from ezat_compat.translate.tables import finish_reason
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    """Token counts of one request, in Anthropic's terms (what billing needs)."""
-
-    input_tokens: int = 0
-    cache_write_tokens: int = 0
-    cache_read_tokens: int = 0
-    output_tokens: int = 0
-    reasoning_tokens: int = 0
-
-    @property
-    def prompt_tokens(self) -> int:
-        return self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
 
 
 def _count(value: Any) -> int:

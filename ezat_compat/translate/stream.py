@@ -23,8 +23,9 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
+from ezat_compat.domain import Usage
 from ezat_compat.translate.ids import decode_tool_id
-from ezat_compat.translate.response import Usage, merge_usage, tool_arguments, usage_to_openai
+from ezat_compat.translate.response import merge_usage, tool_arguments, usage_to_openai
 from ezat_compat.translate.tables import finish_reason as to_finish_reason
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})

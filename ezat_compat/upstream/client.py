@@ -35,7 +35,7 @@ from urllib3.exceptions import (
 )
 
 from ezat_compat import __version__
-from ezat_compat.config import Deployment
+from ezat_compat.domain import Deployment
 from ezat_compat.upstream.sse import SSEDecoder
 
 # Statuses after which another deployment may be tried (the request was not the client's fault).

@@ -40,13 +40,13 @@ from sqlalchemy import Engine, create_engine, make_url, select, text
 
 from ezat_compat.app import embedded_limits_path
 from ezat_compat.catalog import Catalog
-from ezat_compat.config import Model, load_config
+from ezat_compat.config import load_config
+from ezat_compat.domain import Model, Usage
 from ezat_compat.pricing import cost_micros, micros_to_usd, usd_to_micros, worst_case_micros
 from ezat_compat.store.accounts import hash_key
 from ezat_compat.store.tables import api_keys, orgs
 from ezat_compat.translate.estimate import input_tokens_upper_bound
 from ezat_compat.translate.request import openai_to_anthropic
-from ezat_compat.translate.response import Usage
 from ezat_compat.wire.openai import load_chat_request
 from tests.integration.conftest import standard_models
 from tests.integration.harness import Gateway, Sim

@@ -22,7 +22,7 @@ import httpx2
 import pytest
 import requests
 
-from ezat_compat.config import Deployment
+from ezat_compat.domain import Deployment
 from ezat_compat.routing import rendezvous_order
 from tests.integration.harness import Gateway, ModelSpec, Sim
 

@@ -23,7 +23,7 @@ import redis
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from ezat_compat.config import Deployment
+from ezat_compat.domain import Deployment
 from ezat_compat.routing import rendezvous_order
 from tests.integration.harness import Gateway, ModelSpec, Sim
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from ezat_compat.domain import Usage
 from ezat_compat.pipeline import estimated_usage
 from ezat_compat.translate.estimate import IMAGE_TOKENS, REQUEST_OVERHEAD_TOKENS, input_tokens_upper_bound
-from ezat_compat.translate.response import Usage
 
 TOOL = {
     "name": "form",

@@ -210,7 +210,7 @@ def test_a_session_always_starts_at_the_same_deployment() -> None:
 def test_settle_bills_once_and_failed_requests_cost_nothing() -> None:
     gw, _, ledger = gateway({"a": MESSAGE})
     call = admit(gw)
-    from ezat_compat.translate.response import Usage
+    from ezat_compat.domain import Usage
 
     gw.settle(call, Usage(input_tokens=10, output_tokens=4), 200)
     gw.settle(call, Usage(input_tokens=10, output_tokens=4), 200)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ezat_compat import routing
-from ezat_compat.config import Deployment
+from ezat_compat.domain import Deployment
 from ezat_compat.routing import plan, rendezvous_order
 
 

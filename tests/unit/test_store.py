@@ -21,12 +21,12 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import Engine, create_engine, func, make_url, select, text
 
+from ezat_compat.domain import Usage
 from ezat_compat.errors import AuthenticationError, InsufficientQuotaError, PermissionDeniedError
 from ezat_compat.store.accounts import Accounts, AuthContext, StoreError, hash_key
 from ezat_compat.store.db import make_engine, migrate
 from ezat_compat.store.ledger import Ledger, LedgerEntry
 from ezat_compat.store.tables import api_keys, ledger, metadata, orgs, reservations
-from ezat_compat.translate.response import Usage
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 SPAWN = multiprocessing.get_context("spawn")

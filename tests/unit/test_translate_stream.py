@@ -16,8 +16,9 @@ from anthropic.types import RawMessageStreamEvent
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletionChunk
 
+from ezat_compat.domain import Usage
 from ezat_compat.translate.ids import encode_tool_id
-from ezat_compat.translate.response import Usage, usage_to_openai
+from ezat_compat.translate.response import usage_to_openai
 from ezat_compat.translate.stream import DONE, StreamTranslator, encode_chunk, encode_error
 from ezat_compat.upstream.sse import iter_sse
 

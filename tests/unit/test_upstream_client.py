@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from ezat_compat.config import Deployment
+from ezat_compat.domain import Deployment
 from ezat_compat.upstream.client import (
     UpstreamClient,
     UpstreamConnectError,

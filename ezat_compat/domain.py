@@ -1,0 +1,115 @@
+"""The gateway's domain types: models, deployments, prices, usage and the settings.
+
+Plain frozen dataclasses and nothing else: no I/O, no framework, no TOML. ``config.py`` loads
+the configuration file into them; the pure core (``translate/``, ``pricing``, ``routing``,
+``catalog``) and the shell alike take them as parameters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+EFFORTS = ("low", "medium", "high", "xhigh", "max")
+THINKING_STYLES = ("adaptive", "budget", "always", "none")
+
+
+@dataclass(frozen=True)
+class Price:
+    """USD per million tokens (equivalently: micro-USD per token)."""
+
+    input: Decimal
+    output: Decimal
+    cache_write: Decimal
+    cache_read: Decimal
+
+
+@dataclass(frozen=True)
+class Deployment:
+    name: str
+    base_url: str
+    upstream_model: str
+    api_key_env: str = "ANTHROPIC_API_KEY"
+    api_key: str = field(default="", repr=False)
+    anthropic_version: str = "2023-06-01"
+    priority: int = 0
+    weight: float = 1.0
+
+
+@dataclass(frozen=True)
+class Model:
+    id: str
+    aliases: tuple[str, ...]
+    price: Price
+    deployments: tuple[Deployment, ...]
+    context_window: int = 200_000
+    max_output_tokens: int = 64_000
+    sampling: bool = False
+    caching: bool = True
+    min_cache_tokens: int = 1024
+    efforts: tuple[str, ...] = EFFORTS
+    thinking: str = "adaptive"
+    forced_tool_choice: bool = True
+    prefill: bool = False
+    structured_output: bool = True
+    vision: bool = True
+    pdf: bool = True
+    tools: bool = True
+
+
+@dataclass(frozen=True)
+class GatewaySettings:
+    """``[gateway]``: the database, Redis, timeouts, keep-alive, body and image limits, cooldowns."""
+
+    database_url: str = "sqlite:///ezat.db"
+    redis_url: str = ""
+    upstream_timeout_s: float = 590.0
+    stream_idle_timeout_s: float = 600.0
+    connect_timeout_s: float = 10.0
+    keepalive_s: float = 15.0
+    max_body_mb: float = 32.0
+    allow_private_image_hosts: bool = False
+    image_fetch_threads: int = 64
+    cooldown_failures: int = 3
+    cooldown_s: float = 30.0
+    max_cooldown_s: float = 300.0
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """``[server]``: how gunicorn serves the app."""
+
+    bind: str = "127.0.0.1:8080"
+    workers: int = 2
+    worker_connections: int = 4000
+    timeout_s: int = 30
+    graceful_timeout_s: int = 30
+    http_keepalive_s: int = 5
+    log_level: str = "info"
+
+
+@dataclass(frozen=True)
+class Config:
+    gateway: GatewaySettings
+    server: ServerSettings
+    models: tuple[Model, ...]
+    path: str = ""
+
+    @property
+    def max_body_bytes(self) -> int:
+        return int(self.gateway.max_body_mb * 1024 * 1024)
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token counts of one request, in Anthropic's terms (what billing needs)."""
+
+    input_tokens: int = 0
+    cache_write_tokens: int = 0
+    cache_read_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
