@@ -16,18 +16,13 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound, Reque
 
 from ezat_compat.api import anthropic as anthropic_api
 from ezat_compat.api import openai as openai_api
-from ezat_compat.api.common import gateway, json_response, new_request_id, too_large
+from ezat_compat.api.common import gateway, json_response, new_request_id, raw_json_response, too_large
 from ezat_compat.catalog import Catalog
 from ezat_compat.cooldowns import make_cooldowns
+from ezat_compat.dialects.anthropic_messages import AnthropicMessages
+from ezat_compat.dialects.openai_chat import OpenAIChat
 from ezat_compat.domain import Config
-from ezat_compat.errors import (
-    GatewayError,
-    InvalidRequestError,
-    MethodNotAllowedError,
-    RouteNotFoundError,
-    render_anthropic,
-    render_openai,
-)
+from ezat_compat.errors import GatewayError, InvalidRequestError, MethodNotAllowedError, RouteNotFoundError
 from ezat_compat.limits import RateLimits
 from ezat_compat.metrics import Metrics
 from ezat_compat.pipeline import Gateway
@@ -39,6 +34,8 @@ from ezat_compat.upstream.images import ImageFetcher
 
 log = logging.getLogger("ezat_compat")
 ANTHROPIC_PREFIX = "/v1/"
+ANTHROPIC = AnthropicMessages()
+OPENAI = OpenAIChat()
 
 
 def embedded_limits_path(database_url: str) -> str:
@@ -85,11 +82,10 @@ def build_gateway(config: Config) -> Gateway:
 
 
 def _render(err: GatewayError) -> Response:
-    if request.path.startswith(ANTHROPIC_PREFIX):
-        status, body, headers = render_anthropic(err, getattr(g, "request_id", None))
-    else:
-        status, body, headers = render_openai(err)
-    return json_response(body, status, headers)
+    """The error in the envelope of the dialect the path belongs to (routing 404/405 included)."""
+    dialect = ANTHROPIC if request.path.startswith(ANTHROPIC_PREFIX) else OPENAI
+    status, body, headers = dialect.render_error(err, getattr(g, "request_id", None))
+    return raw_json_response(body, status, headers)
 
 
 def _http_error(exc: HTTPException) -> GatewayError:
@@ -111,10 +107,6 @@ def _register_errors(app: Flask) -> None:
     @app.errorhandler(GatewayError)
     def gateway_error(err: GatewayError) -> Response:
         return _render(err)
-
-    @app.errorhandler(anthropic_api.UpstreamPassthrough)
-    def passthrough(err: anthropic_api.UpstreamPassthrough) -> Response:
-        return err.response(g.request_id)
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> Response:
@@ -158,7 +150,9 @@ def create_app(config: Config, *, gateway_core: Gateway | None = None) -> Flask:
 
     @app.after_request
     def add_request_id(response: Response) -> Response:
-        response.headers["request-id"] = getattr(g, "request_id", "")
+        rid = getattr(g, "request_id", "")
+        response.headers["request-id"] = rid
+        response.headers["x-request-id"] = rid  # what the OpenAI SDKs read (``_request_id``)
         return response
 
     app.register_blueprint(openai_api.bp)

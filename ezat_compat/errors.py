@@ -1,12 +1,14 @@
 """The error tree of the gateway and its two renderers.
 
-Every failure a client can see is a ``GatewayError``. Each class carries its HTTP status
+Every failure is a ``GatewayError``: what a client can see, and what the upstream client
+raises (``UpstreamError``, which the pipeline always maps to a client error through the one
+table in ``failures.py`` before anyone renders it). Each client class carries its HTTP status
 and how each dialect names it; ``render_openai`` and ``render_anthropic`` are the only places
 that build error bodies.
 
     GatewayError (500, server_error / api_error)
     ├── InvalidRequestError        400  the client's request is wrong: fix it, don't retry
-    │   └── RouteNotFoundError     404  no such route
+    │   ├── RouteNotFoundError     404  no such route
     │   └── MethodNotAllowedError  405
     ├── AuthenticationError        401  missing, invalid, revoked or expired key
     ├── InsufficientQuotaError     402  balance or key spend limit exhausted
@@ -15,13 +17,23 @@ that build error bodies.
     ├── RequestTooLargeError       413  body over max_body_mb
     ├── RateLimitError             429  wait ``retry_after`` seconds
     ├── OverloadedError            503 (Anthropic: 529)  no capacity; wait ``retry_after``
-    └── UpstreamTimeoutError       504  a non-streaming request took too long; stream instead
+    ├── GatewayTimeoutError        504  a non-streaming request took too long; stream instead
+    └── UpstreamError              what the upstream client raises; ``failover`` says whether
+        │                          another deployment may try
+        ├── UpstreamConnectError   connection refused / reset before an answer: fail over
+        ├── UpstreamTimeoutError   no answer within the deadline: fail over
+        ├── UpstreamStatusError    a non-2xx answer: ``status``, ``retry_after``, the parsed
+        │                          Anthropic error (``error_type``, ``message``) and raw ``body``
+        └── UpstreamStreamError    the stream broke after it started: never fail over
 
 Spec: chat-completions.md, "Errors".
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 
@@ -34,11 +46,19 @@ class GatewayError(Exception):
     anthropic_type: ClassVar[str] = "api_error"
     anthropic_status: ClassVar[int | None] = None  # when it differs from ``status``
 
-    def __init__(self, message: str, *, param: str | None = None, retry_after: int | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        retry_after: int | None = None,
+        upstream: UpstreamAnswer | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.param = param
         self.retry_after = retry_after
+        self.upstream = upstream  # the upstream's own answer, which Anthropic clients get as it came
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.message!r}, param={self.param!r})"
@@ -123,7 +143,7 @@ class OverloadedError(GatewayError):
     anthropic_status = 529
 
 
-class UpstreamTimeoutError(GatewayError):
+class GatewayTimeoutError(GatewayError):
     """A non-streaming request outlived ``upstream_timeout_s``. Stream it instead."""
 
     status = 504
@@ -132,26 +152,119 @@ class UpstreamTimeoutError(GatewayError):
     anthropic_type = "timeout_error"
 
 
-_ANTHROPIC_TYPE_BY_STATUS: dict[int, str] = {
-    cls.anthropic_status or cls.status: cls.anthropic_type
-    for cls in (
-        InvalidRequestError,
-        AuthenticationError,
-        InsufficientQuotaError,
-        PermissionDeniedError,
-        ModelNotFoundError,
-        RequestTooLargeError,
-        RateLimitError,
-        GatewayError,
-        OverloadedError,
-        UpstreamTimeoutError,
-    )
+@dataclass(frozen=True, slots=True)
+class UpstreamAnswer:
+    """An upstream error answer as it came: its status, Anthropic's ``error`` object (None when
+    the body wasn't Anthropic's envelope, e.g. a proxy's HTML page) and its ``retry-after``."""
+
+    status: int
+    error: Mapping[str, Any] | None
+    message: str
+    retry_after: str | None
+
+
+# Anthropic's error types and their statuses (Anthropic's errors page), both directions.
+ANTHROPIC_TYPE_TO_STATUS: dict[str, int] = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "billing_error": 402,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "timeout_error": 504,
+    "overloaded_error": 529,
 }
+_ANTHROPIC_STATUS_TO_TYPE = {status: kind for kind, status in ANTHROPIC_TYPE_TO_STATUS.items()}
 
 
 def anthropic_error_type(status: int) -> str:
     """Anthropic's error type for an HTTP status (for upstream answers that carry none)."""
-    return _ANTHROPIC_TYPE_BY_STATUS.get(status) or ("invalid_request_error" if status < 500 else "api_error")
+    return _ANTHROPIC_STATUS_TO_TYPE.get(status) or ("invalid_request_error" if status < 500 else "api_error")
+
+
+# ---------------------------------------------------------------- what the upstream client raises
+
+
+class UpstreamError(GatewayError):
+    """Base of upstream failures. ``failover``: another deployment may be tried."""
+
+    failover = True
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.upstream_retry_after = retry_after
+
+
+class UpstreamConnectError(UpstreamError):
+    """The deployment could not be reached (refused, reset, DNS). Safe to fail over."""
+
+
+class UpstreamTimeoutError(UpstreamError):
+    """No complete answer before the deadline. Fail over if nothing reached the client."""
+
+
+class UpstreamStreamError(UpstreamError):
+    """The upstream stream broke after it started. The client must be told mid-stream."""
+
+    failover = False
+
+
+# Statuses after which another deployment may be tried (the request was not the client's fault).
+FAILOVER_STATUSES = frozenset({429, 500, 502, 503, 504, 529})
+# The deployment's own key or model is wrong: the gateway's fault, also worth another deployment.
+DEPLOYMENT_FAULT_STATUSES = frozenset({401, 402, 403, 404})
+
+
+class UpstreamStatusError(UpstreamError):
+    """A non-2xx answer. Fail over on 429/5xx/529 and on the deployment's own 401-404."""
+
+    def __init__(self, status: int, body: bytes, headers: Mapping[str, str]) -> None:
+        self.status_code = status
+        self.body = body
+        self.headers = {name.lower(): value for name, value in headers.items()}  # names in lower case
+        self.error, message = _parse_error(body)
+        self.error_type = self.error.get("type") if self.error is not None else None
+        super().__init__(message or f"upstream answered HTTP {status}", retry_after=parse_retry_after(self.headers))
+        self.failover = status in FAILOVER_STATUSES or status in DEPLOYMENT_FAULT_STATUSES
+
+    @classmethod
+    def from_event(cls, error: Mapping[str, Any]) -> UpstreamStatusError:
+        """An ``error`` event of a stream, as the HTTP answer its type stands for."""
+        status = ANTHROPIC_TYPE_TO_STATUS.get(str(error.get("type")), 500)
+        return cls(status, json.dumps({"type": "error", "error": dict(error)}).encode(), {})
+
+    def answer(self) -> UpstreamAnswer:
+        error = self.error if self.error is not None and isinstance(self.error.get("type"), str) else None
+        return UpstreamAnswer(self.status_code, error, self.message, self.headers.get("retry-after"))
+
+
+def _parse_error(body: bytes) -> tuple[dict[str, Any] | None, str]:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None, ""
+    if isinstance(data, dict) and isinstance(data.get("error"), dict):
+        err: dict[str, Any] = data["error"]
+        return err, err.get("message") if isinstance(err.get("message"), str) else ""
+    return None, ""
+
+
+def parse_retry_after(headers: Mapping[str, str]) -> float | None:
+    """``retry-after`` in seconds (numeric form; HTTP dates are ignored). ``headers`` must
+    look names up case-insensitively or have them in lower case."""
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    return seconds if seconds >= 0 else None
+
+
+# ---------------------------------------------------------------- renderers
 
 
 def error_headers(err: GatewayError) -> dict[str, str]:
@@ -171,12 +284,28 @@ def render_openai(err: GatewayError) -> tuple[int, dict[str, Any], dict[str, str
     return err.status, body, error_headers(err)
 
 
+def anthropic_status(err: GatewayError) -> int:
+    """The status an Anthropic client gets for ``err``: the upstream's own when it is passed on."""
+    if err.upstream is not None:
+        return err.upstream.status
+    return err.anthropic_status or err.status
+
+
 def render_anthropic(err: GatewayError, request_id: str | None = None) -> tuple[int, dict[str, Any], dict[str, str]]:
-    """(status, body, headers) in Anthropic's envelope; 529 stays 529 in this dialect."""
-    body: dict[str, Any] = {"type": "error", "error": {"type": err.anthropic_type, "message": err.message}}
+    """(status, body, headers) in Anthropic's envelope; 529 stays 529 in this dialect. An
+    upstream answer carried by ``err`` is passed on as it came (its status, error object and
+    ``retry-after``; an envelope is made for a body that wasn't Anthropic's)."""
+    answer = err.upstream
+    if answer is not None:
+        error = answer.error or {"type": anthropic_error_type(answer.status), "message": answer.message}
+        body: dict[str, Any] = {"type": "error", "error": error}
+        headers = {"retry-after": answer.retry_after} if answer.retry_after else {}
+    else:
+        body = {"type": "error", "error": {"type": err.anthropic_type, "message": err.message}}
+        headers = error_headers(err)
     if request_id:
         body["request_id"] = request_id
-    return err.anthropic_status or err.status, body, error_headers(err)
+    return anthropic_status(err), body, headers
 
 
 def openai_error_event(err: GatewayError) -> dict[str, Any]:

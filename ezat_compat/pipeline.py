@@ -1,18 +1,20 @@
-"""The gateway core shared by both dialects:
-auth -> limits -> (validate -> translate, in the blueprints) -> route -> upstream -> bill.
+"""The pipeline: one owner per request, one order for every dialect.
 
-``Gateway`` holds the process's collaborators (stores, limits, cooldowns, upstream client,
-image fetcher, metrics) and exposes one method per phase. The blueprints call the phases in
-order; the stream writers of ``streaming.py`` use ``settle`` and ``stream_failed`` too.
-Spec: chat-completions.md "Streaming", "Errors"; issues 6 (routing, failover) and 7 (billing, limits).
+    key -> body -> parse (validate, translate) -> limits and admission -> images
+        -> route and failover -> upstream -> translate back -> bill
+
+``Gateway.handle(dialect, request)`` runs those phases and returns a ``Reply`` (JSON) or a
+``StreamSession`` (a started stream, for the writer in ``api/sse.py``). Before admission a
+failure simply raises (nothing is held). After admission every exit — success, an upstream
+failure, a bug while encoding or translating, the client leaving, the worker shutting down —
+goes through ``Run.settle``: the ledger row is written and the reservation released, once.
+Spec: chat-completions.md "Streaming", "Errors" (failed requests aren't billed).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import math
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -22,100 +24,55 @@ from typing import Any
 
 from ezat_compat.catalog import Catalog
 from ezat_compat.cooldowns import Cooldowns
+from ezat_compat.dialects import Dialect, Parsed, ReplyIds
 from ezat_compat.domain import Config, Deployment, Model, Usage
 from ezat_compat.errors import (
     AuthenticationError,
     GatewayError,
     InvalidRequestError,
     ModelNotFoundError,
-    OverloadedError,
     PermissionDeniedError,
-    RateLimitError,
-    RequestTooLargeError,
+    UpstreamError,
+    UpstreamStatusError,
+    UpstreamStreamError,
     UpstreamTimeoutError,
 )
 from ezat_compat.limits import RateLimits
 from ezat_compat.metrics import Metrics
 from ezat_compat.pricing import cost_micros, worst_case_micros
 from ezat_compat.routing import plan
+from ezat_compat.session import StreamSession
 from ezat_compat.store.accounts import Accounts, AuthContext
 from ezat_compat.store.ledger import CLIENT_CLOSED, STALE_RESERVATION, Ledger, LedgerEntry
 from ezat_compat.translate.estimate import input_tokens_upper_bound
 from ezat_compat.translate.request import ImageSlot
-from ezat_compat.translate.response import usage_from_anthropic
-from ezat_compat.translate.upstream_errors import rewrite_upstream_message
-from ezat_compat.upstream.client import (
-    UpstreamClient,
-    UpstreamConnectError,
-    UpstreamError,
-    UpstreamStatusError,
-    UpstreamStream,
-    UpstreamStreamError,
-    with_model,
-)
-from ezat_compat.upstream.client import (
-    UpstreamTimeoutError as UpstreamTimeout,
-)
+from ezat_compat.upstream.client import UpstreamClient, UpstreamStream, encode_body, with_model
 from ezat_compat.upstream.images import ImageFetcher, ImageFetchError
+from ezat_compat.wire.json import BodyError, decode_body
 
 log = logging.getLogger("ezat_compat")
 
 STATUS_OK = 200
-
-CHARS_PER_TOKEN = 4
 SWEEP_EVERY_S = 600.0  # how often a worker releases reservations of workers that died
+MISSING_KEY = "Missing API key: send it as 'Authorization: Bearer ezat_sk_…' or in the 'x-api-key' header."
 
 
-def _retry_after(seconds: float | None) -> int | None:
-    return None if seconds is None else max(1, math.ceil(seconds))
+@dataclass(slots=True)
+class ClientRequest:
+    """What the pipeline needs of an HTTP request (the blueprint builds it; no Flask below)."""
+
+    request_id: str
+    api_key: str | None
+    headers: Mapping[str, str]  # looked up case-insensitively
+    read_body: Callable[[], bytes]  # 413 raises
 
 
-def upstream_to_gateway_error(
-    exc: UpstreamError, *, source_map: Mapping[tuple[Any, ...], str] | None = None, timeout_s: float = 590
-) -> GatewayError:
-    """The one upstream-failure table (spec "Errors": the Anthropic statuses, 529 -> 503)."""
-    retry = _retry_after(exc.retry_after)
-    if isinstance(exc, UpstreamTimeout):
-        return UpstreamTimeoutError(
-            f'The request took longer than {timeout_s:g} seconds; stream it instead ("stream": true).'
-        )
-    if isinstance(exc, UpstreamConnectError):
-        return GatewayError("The upstream provider could not be reached; try again shortly.", retry_after=retry)
-    if isinstance(exc, UpstreamStreamError):
-        return GatewayError("The upstream stream broke off before the reply was complete.")
-    if not isinstance(exc, UpstreamStatusError):
-        return GatewayError("The upstream provider failed.")
-    status = exc.status
-    if status == 400 or (400 <= status < 500 and status not in (401, 402, 403, 404, 413, 429)):
-        message, param = rewrite_upstream_message(exc.message or "invalid request", source_map or {})
-        return InvalidRequestError(message, param=param)
-    if status in (401, 402, 403, 404):
-        return GatewayError(
-            f"The upstream deployment refused the gateway's request (HTTP {status}); "
-            "this is a gateway configuration problem, not yours.",
-            retry_after=retry,
-        )
-    if status == 413:
-        return RequestTooLargeError(exc.message or "The request is too large for the upstream provider.")
-    if status == 429:
-        return RateLimitError(
-            exc.message or "The upstream provider is rate limiting; retry later.", retry_after=retry or 1
-        )
-    if status in (503, 529):
-        return OverloadedError(
-            exc.message or "The upstream provider is overloaded; retry later.", retry_after=retry or 1
-        )
-    if status == 504:
-        return UpstreamTimeoutError(exc.message or "The upstream provider timed out.")
-    return GatewayError(exc.message or f"The upstream provider failed (HTTP {status}).", retry_after=retry)
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A JSON answer: the body's bytes and the status."""
 
-
-def client_status(err: BaseException) -> int:
-    """The status an OpenAI client gets for ``err`` (for the ledger and the metrics)."""
-    return err.status if isinstance(err, GatewayError) else 500
-
-
-# ---------------------------------------------------------------- one admitted request
+    body: bytes
+    status: int = STATUS_OK
 
 
 def health_key(model: Model, deployment: Deployment) -> str:
@@ -138,22 +95,8 @@ class Call:
     max_tokens: int = 0
     deployment: str = ""
     settled: bool = False
+    billed: bool = True
     attempts: list[str] = field(default_factory=list)
-
-
-def estimated_usage(usage: Usage, produced_chars: int, max_tokens: int) -> Usage:
-    """Usage of a stream the client closed early: output estimated from what was produced,
-    never above the output limit (the reservation covers that much, no more)."""
-    estimate = math.ceil(produced_chars / CHARS_PER_TOKEN)
-    if max_tokens > 0:
-        estimate = min(estimate, max_tokens)
-    return Usage(
-        input_tokens=usage.input_tokens,
-        cache_write_tokens=usage.cache_write_tokens,
-        cache_read_tokens=usage.cache_read_tokens,
-        output_tokens=max(usage.output_tokens, estimate),
-        reasoning_tokens=usage.reasoning_tokens,
-    )
 
 
 class Gateway:
@@ -189,13 +132,23 @@ class Gateway:
         self.keepalive_s = config.gateway.keepalive_s
         self._next_sweep = time.monotonic() + SWEEP_EVERY_S
 
-    # ------------------------------------------------------------ auth, model, admission
+    # ------------------------------------------------------------ the request, end to end
+
+    def handle(self, dialect: Dialect, request: ClientRequest) -> Reply | StreamSession:
+        """Run one request of ``dialect``; ``GatewayError`` raises carry what the client gets."""
+        auth = self.authenticate(request.api_key)
+        try:
+            body = decode_body(request.read_body())
+        except BodyError as exc:
+            path = dialect.body_path(exc.path) if exc.path else None
+            raise InvalidRequestError(f"{path}: {exc.message}" if path else exc.message, param=path) from None
+        parsed = dialect.parse(body, request.headers, lambda name: self.resolve(auth, name))
+        call = self.admit(request.request_id, dialect.endpoint, auth, parsed)
+        return Run(self, dialect, parsed, call).go()
 
     def authenticate(self, secret: str | None) -> AuthContext:
         if not secret:
-            raise AuthenticationError(
-                "Missing API key: send it as 'Authorization: Bearer ezat_sk_…' or in the 'x-api-key' header."
-            )
+            raise AuthenticationError(MISSING_KEY)
         return self.accounts.authenticate(secret, datetime.now(UTC))
 
     def resolve(self, auth: AuthContext, name: Any) -> Model:
@@ -207,35 +160,27 @@ class Gateway:
             raise PermissionDeniedError(f"This key may not use the model `{name}`.", param="model")
         return model
 
-    def admit(
-        self,
-        *,
-        request_id: str,
-        endpoint: str,
-        auth: AuthContext,
-        model: Model,
-        model_name: str,
-        session: str | None,
-        body: Mapping[str, Any],
-        max_tokens: int,
-    ) -> Call:
-        """Rate limits, then reserve the worst-case cost (429 / 402)."""
+    def admit(self, request_id: str, endpoint: str, auth: AuthContext, parsed: Parsed) -> Call:
+        """Rate limits, then reserve the worst-case cost (429 / 402); unbilled requests reserve nothing."""
         if time.monotonic() >= self._next_sweep:
             self._sweep_stale_reservations()
         self.limits.admit(auth)
-        bound = input_tokens_upper_bound(body, model.context_window)
-        reserve = worst_case_micros(bound, max_tokens, model.price)
-        self.ledger.reserve(auth, request_id, reserve)
+        reserve = 0
+        if parsed.billed:
+            bound = input_tokens_upper_bound(parsed.body, parsed.model.context_window)
+            reserve = worst_case_micros(bound, parsed.max_tokens, parsed.model.price)
+            self.ledger.reserve(auth, request_id, reserve)
         return Call(
             request_id=request_id,
             endpoint=endpoint,
             auth=auth,
-            model=model,
-            model_name=model_name,
-            session=session,
+            model=parsed.model,
+            model_name=parsed.model_name,
+            session=parsed.session,
             reserved_micros=reserve,
             started=time.monotonic(),
-            max_tokens=max_tokens,
+            max_tokens=parsed.max_tokens,
+            billed=parsed.billed,
         )
 
     def _sweep_stale_reservations(self) -> None:
@@ -270,6 +215,9 @@ class Gateway:
         if call.settled:
             return
         call.settled = True
+        self.metrics.requests.labels(call.endpoint, call.model.id, call.deployment or "-", str(status)).inc()
+        if not call.billed:
+            return
         billed = status in (STATUS_OK, CLIENT_CLOSED) and usage is not None
         usage = usage if billed and usage is not None else Usage()
         cost = cost_micros(usage, call.model.price) if billed else 0
@@ -296,27 +244,6 @@ class Gateway:
                 self.limits.record_tokens(call.auth, usage.prompt_tokens + usage.output_tokens)
             except Exception:
                 log.exception("could not count tokens of request %s", call.request_id)
-        self.metrics.requests.labels(call.endpoint, call.model.id, call.deployment or "-", str(status)).inc()
-
-    @contextlib.contextmanager
-    def settling_failures(
-        self,
-        call: Call,
-        upstream_error: Callable[[UpstreamError], Exception],
-        status_of: Callable[[BaseException], int] | None = None,
-    ) -> Iterator[None]:
-        """Inside this block a failure is settled at no cost, with the status the client gets,
-        then raised: upstream failures as ``upstream_error`` maps them, the rest as they are."""
-        status_of = status_of or client_status
-        try:
-            yield
-        except UpstreamError as exc:
-            err = upstream_error(exc)
-            self.settle(call, None, status_of(err))
-            raise err from None
-        except BaseException as err:
-            self.settle(call, None, status_of(err))
-            raise
 
     # ------------------------------------------------------------ routing and failover
 
@@ -331,25 +258,21 @@ class Gateway:
         if isinstance(exc, UpstreamStatusError) and not exc.failover:
             self.cooldowns.success(health_key(call.model, deployment))  # it answered: the client's fault
             return
-        self.cooldowns.failure(health_key(call.model, deployment), self.clock(), exc.retry_after)
-        reason = str(exc.status) if isinstance(exc, UpstreamStatusError) else type(exc).__name__
+        self.cooldowns.failure(health_key(call.model, deployment), self.clock(), exc.upstream_retry_after)
+        reason = str(exc.status_code) if isinstance(exc, UpstreamStatusError) else type(exc).__name__
         self.metrics.failovers.labels(call.model.id, deployment.name, reason).inc()
         log.warning("deployment %s failed for request %s: %s", deployment.name, call.request_id, exc.message)
 
     def _exhausted(self, call: Call, last: UpstreamError | None) -> UpstreamError:
         if last is not None:
             return last
+        error = {
+            "type": "overloaded_error",
+            "message": f"No deployment of model {call.model.id} is available right now; retry shortly.",
+        }
         return UpstreamStatusError(
             529,
-            json.dumps(
-                {
-                    "type": "error",
-                    "error": {
-                        "type": "overloaded_error",
-                        "message": f"No deployment of model {call.model.id} is available right now; retry shortly.",
-                    },
-                }
-            ).encode(),
+            json.dumps({"type": "error", "error": error}).encode(),
             {"retry-after": str(max(1, int(self.config.gateway.cooldown_s)))},
         )
 
@@ -390,7 +313,7 @@ class Gateway:
             self.metrics.upstream_latency.labels(deployment.name, "false").observe(time.monotonic() - started)
             return data, response_headers
         if last is None and time.monotonic() >= deadline:
-            last = UpstreamTimeout("no deployment answered in time")
+            last = UpstreamTimeoutError("no deployment answered in time")
         raise self._exhausted(call, last)
 
     def open_stream(
@@ -414,7 +337,7 @@ class Gateway:
                 if first is None:
                     raise UpstreamStreamError("the upstream stream ended before its first event")
                 if first[0] == "error":
-                    raise _first_event_error(first[1])
+                    raise UpstreamStatusError.from_event(_event_error(first[1]))
             except UpstreamError as exc:
                 if stream is not None:
                     stream.close()
@@ -429,39 +352,96 @@ class Gateway:
             return stream, events, first
         raise self._exhausted(call, last)
 
-    # ------------------------------------------------------------ stream writers
 
-    def abandoned(self, call: Call, stream: UpstreamStream, first: tuple[str, str]) -> None:
-        """The client left before the stream's first chunk was sent: close the upstream and
-        bill the input the upstream already counted (``message_start``), estimated."""
-        stream.close()
-        message = parse_event(first[1]).get("message") if first[0] == "message_start" else None
-        usage = usage_from_anthropic(message.get("usage") if isinstance(message, dict) else None)
-        self.settle(call, usage, CLIENT_CLOSED, estimated=True)
-
-    def stream_failed(self, call: Call, deployment: Deployment, failure: GatewayError) -> None:
-        """A stream broke after it started: the deployment failed, the request costs nothing."""
-        self.cooldowns.failure(health_key(call.model, deployment), self.clock(), None)
-        self.settle(call, None, failure.status)
-
-
-def _first_event_error(data: str) -> UpstreamStatusError:
-    """An ``error`` event as the very first event: treated like the matching HTTP status."""
-    payload = parse_event(data)
-    error = payload.get("error") if isinstance(payload.get("error"), dict) else {}
-    status = {
-        "overloaded_error": 529,
-        "rate_limit_error": 429,
-        "api_error": 500,
-        "invalid_request_error": 400,
-        "timeout_error": 504,
-    }.get(str(error.get("type")), 500)
-    return UpstreamStatusError(status, json.dumps({"type": "error", "error": error}).encode(), {})
-
-
-def parse_event(data: str) -> dict[str, Any]:
+def _event_error(data: str) -> Mapping[str, Any]:
+    """The error object of an ``error`` event (empty when the event is odd)."""
     try:
-        parsed = json.loads(data)
+        payload = json.loads(data)
     except ValueError:
         raise UpstreamStreamError("the upstream sent an event that is not JSON") from None
-    return parsed if isinstance(parsed, dict) else {}
+    error = payload.get("error") if isinstance(payload, dict) else None
+    return error if isinstance(error, dict) else {}
+
+
+class Run:
+    """One admitted request from its upstream call to its ledger row; the owner of its stream."""
+
+    __slots__ = ("call", "deployment", "dialect", "gw", "parsed", "started")
+
+    def __init__(self, gw: Gateway, dialect: Dialect, parsed: Parsed, call: Call) -> None:
+        self.gw = gw
+        self.dialect = dialect
+        self.parsed = parsed
+        self.call = call
+        self.deployment: Deployment | None = None
+        self.started = 0.0
+
+    def go(self) -> Reply | StreamSession:
+        """Images, upstream with failover, the answer translated back; every exit settles."""
+        gw, parsed, call = self.gw, self.parsed, self.call
+        try:
+            gw.fetch_images(parsed.image_slots)
+            body = encode_body(parsed.body)
+            ids = ReplyIds(call.request_id, int(gw.clock()))
+            if parsed.stream:
+                upstream, events, first = gw.open_stream(call, parsed.path, body, headers=parsed.headers)
+                self.deployment = upstream.deployment
+                self.started = time.monotonic()
+                gw.metrics.streams_open.inc()
+                try:
+                    return StreamSession(
+                        upstream=upstream,
+                        events=events,
+                        first=first,
+                        translator=self.dialect.translator(parsed, ids),
+                        owner=self,
+                        ping=self.dialect.ping,
+                        keepalive_s=gw.keepalive_s,
+                        max_tokens=call.max_tokens,
+                    )
+                except BaseException:
+                    upstream.close()
+                    gw.metrics.streams_open.dec()
+                    raise
+            data, _ = gw.complete(call, parsed.path, body, stream_flag=parsed.stream_flag, headers=parsed.headers)
+            out, usage = self.dialect.reply(parsed, data, ids)
+        except UpstreamError as exc:
+            err = self.failure(exc)
+            self.settle(None, self.dialect.status_of(err))
+            raise err from None
+        except GatewayError as err:
+            self.settle(None, self.dialect.status_of(err))
+            raise
+        except BaseException:
+            self.settle(None, 500)
+            raise
+        self.settle(usage, STATUS_OK)
+        return Reply(out)
+
+    def settle(self, usage: Usage | None, status: int, *, estimated: bool = False) -> None:
+        self.gw.settle(self.call, usage, status, estimated=estimated)
+
+    # ------------------------------------------------------------ the stream's owner
+
+    def failure(self, exc: UpstreamError) -> GatewayError:
+        return self.dialect.client_error(exc, self.parsed, timeout_s=self.gw.timeout_s, streaming=self.parsed.stream)
+
+    def succeeded(self, usage: Usage) -> None:
+        gw = self.gw
+        if self.deployment is not None:
+            gw.cooldowns.success(health_key(self.call.model, self.deployment))
+            gw.metrics.upstream_latency.labels(self.deployment.name, "true").observe(time.monotonic() - self.started)
+        self.settle(usage, STATUS_OK)
+
+    def failed(self, failure: GatewayError) -> None:
+        """A stream broke after it started: the deployment failed, the request costs nothing."""
+        if self.deployment is not None:
+            self.gw.cooldowns.failure(health_key(self.call.model, self.deployment), self.gw.clock(), None)
+        self.settle(None, self.dialect.status_of(failure))
+
+    def left(self, usage: Usage) -> None:
+        """The client went away: bill what was produced, estimated."""
+        self.settle(usage, CLIENT_CLOSED, estimated=True)
+
+    def closed(self) -> None:
+        self.gw.metrics.streams_open.dec()

@@ -9,8 +9,10 @@ from typing import Any
 
 from flask import Request, Response, current_app, g
 
-from ezat_compat.errors import InvalidRequestError, RequestTooLargeError
-from ezat_compat.pipeline import Gateway
+from ezat_compat.api.sse import stream_response
+from ezat_compat.errors import RequestTooLargeError
+from ezat_compat.pipeline import ClientRequest, Gateway, Reply
+from ezat_compat.session import StreamSession
 
 JSON_TYPE = "application/json"
 
@@ -79,15 +81,16 @@ def read_body(request: Request) -> bytes:
     return b"".join(chunks)
 
 
-def read_json(request: Request) -> Any:
-    """The parsed JSON body (400 if it isn't JSON, 413 if it is too large)."""
-    raw = read_body(request)
-    if not raw:
-        raise InvalidRequestError("The request body is empty; send a JSON object.")
-    try:
-        return json.loads(raw)
-    except ValueError as exc:
-        raise InvalidRequestError(f"The request body is not valid JSON: {exc}.") from None
+def client_request(request: Request) -> ClientRequest:
+    """What the pipeline needs of this request: id, key, headers, and the body on demand."""
+    return ClientRequest(request_id(), api_key(request), request.headers, lambda: read_body(request))
+
+
+def respond(result: Reply | StreamSession) -> Response:
+    """The pipeline's result as the HTTP response: JSON, or the stream writer."""
+    if isinstance(result, Reply):
+        return raw_json_response(result.body, result.status)
+    return stream_response(result)
 
 
 def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:

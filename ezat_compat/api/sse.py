@@ -1,9 +1,13 @@
-"""The stream writer's side: upstream events read on their own greenlet (or thread) into a
-bounded queue, so the writer can send a keep-alive while the upstream is silent and notices a
-client that left (the ping is the disconnect probe). The only gevent-aware code.
+"""The stream writer: drives a ``StreamSession`` into the client's response. The only
+gevent-aware code.
+
+The upstream's events are read on their own greenlet (or thread) into a bounded queue, so the
+writer can send the dialect's keep-alive after ``keepalive_s`` without a write — while the
+upstream is silent or while the model thinks (events that produce no bytes) — and notices a
+client that left: the ping is the disconnect probe. One timer: the time of the last write.
 
 Design: "Streaming is a generator: upstream events are read on their own greenlet/thread into
-a queue"; style habit 8.
+a queue"; style habit 8 (parse -> translate -> encode -> write; ``finally`` closes and bills).
 """
 
 from __future__ import annotations
@@ -11,12 +15,18 @@ from __future__ import annotations
 import functools
 import queue
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
-PING: Any = object()
-_END: Any = object()
+from flask import Response
+
+from ezat_compat.session import StreamSession
+
 QUEUE_SIZE = 256
+SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+_SILENCE: Any = object()
+_END: Any = object()
 
 
 class _Raised:
@@ -35,89 +45,108 @@ def _gevent_patched() -> bool:
     return bool(monkey.is_module_patched("socket"))
 
 
-def _spawn(target: Any) -> None:
-    if _gevent_patched():
-        import gevent
+class Reader:
+    """Consumes ``source`` on another greenlet/thread; ``get`` waits at most ``timeout``.
 
-        gevent.spawn(target)
-    else:
-        threading.Thread(target=target, daemon=True, name="ezat-upstream-reader").start()
-
-
-def _queue() -> Any:
-    if _gevent_patched():
-        import gevent.queue
-
-        return gevent.queue.Queue(QUEUE_SIZE)
-    return queue.Queue(QUEUE_SIZE)
-
-
-def pump(source: Iterator[Any], keepalive_s: float) -> Iterator[Any]:
-    """Yield ``source``'s items, and ``PING`` after every ``keepalive_s`` without one.
-
-    ``source`` is consumed on another greenlet/thread; its exceptions are re-raised here.
-    Closing this generator stops the reader at its next item (close the upstream response
-    too, so a reader blocked on the socket wakes up).
+    ``get`` returns an item, ``_SILENCE`` when none came in time, ``_END`` at the end, or a
+    ``_Raised`` with what the source raised. ``stop`` makes the reader quit at its next item
+    (close the upstream too, so a reader blocked on the socket wakes up).
     """
-    items = _queue()
-    stopped = threading.Event()
 
-    def put(item: Any) -> None:
-        while not stopped.is_set():
+    def __init__(self, source: Iterator[Any]) -> None:
+        self._source = source
+        self._stopped = threading.Event()
+        if _gevent_patched():
+            import gevent
+            import gevent.queue
+
+            self._items: Any = gevent.queue.Queue(QUEUE_SIZE)
+            gevent.spawn(self._read)
+        else:
+            self._items = queue.Queue(QUEUE_SIZE)
+            threading.Thread(target=self._read, daemon=True, name="ezat-upstream-reader").start()
+
+    def _put(self, item: Any) -> None:
+        while not self._stopped.is_set():
             try:
-                items.put(item, timeout=1.0)
+                self._items.put(item, timeout=1.0)
                 return
-            except queue.Full:
-                continue
-            except Exception:  # gevent.queue.Full
+            except Exception:  # queue.Full / gevent.queue.Full
                 continue
 
-    def read() -> None:
+    def _read(self) -> None:
         try:
-            for item in source:
-                if stopped.is_set():
+            for item in self._source:
+                if self._stopped.is_set():
                     return
-                put(item)
+                self._put(item)
         except BaseException as exc:
-            put(_Raised(exc))
+            self._put(_Raised(exc))
         finally:
-            put(_END)
+            self._put(_END)
 
-    _spawn(read)
+    def get(self, timeout: float) -> Any:
+        try:
+            return self._items.get(timeout=max(timeout, 0.0))
+        except Exception:  # queue.Empty / gevent.queue.Empty
+            return _SILENCE
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+
+def relay(session: StreamSession) -> Iterator[bytes]:
+    """The client's bytes: the session's translation of each upstream event, the keep-alive
+    after ``keepalive_s`` without a write, and the session's ending."""
+    reader = Reader(session.events)
+    keepalive_s = session.keepalive_s
+    clock = time.monotonic
     try:
-        while True:
-            try:
-                item = items.get(timeout=keepalive_s)
-            except Exception:  # queue.Empty / gevent.queue.Empty
-                yield PING
+        if session.head:
+            yield session.head
+        last_write = clock()
+        while not session.over:
+            item = reader.get(keepalive_s - (clock() - last_write))
+            if item is _SILENCE:
+                yield session.ping
+                last_write = clock()
                 continue
             if item is _END:
+                yield session.ended()
                 return
-            if isinstance(item, _Raised):
-                raise item.exc
-            yield item
+            if type(item) is _Raised:
+                yield session.broke(item.exc)
+                return
+            try:
+                out = session.feed(*item)
+            except Exception as exc:
+                out = session.broke(exc)
+            if out:
+                yield out
+                last_write = clock()
+            elif clock() - last_write >= keepalive_s:
+                yield session.ping
+                last_write = clock()
     finally:
-        stopped.set()
+        reader.stop()
+        session.close()
 
 
 class StreamBody:
-    """A response body around a stream generator that is always finalised: if the server
-    closes the response before the first chunk was pulled (the client left while the headers
-    were being written), ``on_abandon`` still runs so the upstream is closed and billed."""
+    """A response body that always ends its session: also when the server closes the response
+    before the first chunk was pulled (the client left while the headers were being written)."""
 
-    def __init__(self, generator: Iterator[bytes], on_abandon: Any) -> None:
-        self._generator = generator
-        self._on_abandon = on_abandon
-        self._started = False
+    def __init__(self, session: StreamSession) -> None:
+        self._session = session
+        self._chunks = relay(session)
 
     def __iter__(self) -> Iterator[bytes]:
-        self._started = True
-        return self._generator
+        return self._chunks
 
     def close(self) -> None:
-        if not self._started:
-            self._on_abandon()
-        self._generator.close()
+        self._chunks.close()
+        self._session.close()
 
 
-SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+def stream_response(session: StreamSession) -> Response:
+    return Response(StreamBody(session), mimetype="text/event-stream", headers=SSE_HEADERS)

@@ -1,11 +1,9 @@
 """The upstream client: one urllib3 connection pool per process, one exception map.
 
-    UpstreamError                 base; ``failover`` says whether another deployment may try
-    ├── UpstreamConnectError      connection refused / reset before an answer: fail over
-    ├── UpstreamTimeoutError      no answer within the deadline: fail over (non-stream: 504)
-    ├── UpstreamStatusError       a non-2xx answer; ``status``, ``retry_after``, the parsed
-    │                             Anthropic error (``error_type``, ``message``) and raw ``body``
-    └── UpstreamStreamError       the stream broke after it started: never fail over
+Low-level failures become the ``UpstreamError`` subtree of ``errors.py`` here and nowhere
+else: refused or reset connections ``UpstreamConnectError``, no answer in time
+``UpstreamTimeoutError``, a non-2xx answer ``UpstreamStatusError``, a stream that broke after
+it started ``UpstreamStreamError``.
 
 Gunicorn forks after import, so the pool is created lazily in each process.
 Spec: chat-completions.md "Errors"; issue 6 (failover on refused connections, timeouts,
@@ -36,78 +34,17 @@ from urllib3.exceptions import (
 
 from ezat_compat import __version__
 from ezat_compat.domain import Deployment
+from ezat_compat.errors import (
+    UpstreamConnectError,
+    UpstreamError,
+    UpstreamStatusError,
+    UpstreamStreamError,
+    UpstreamTimeoutError,
+)
 from ezat_compat.upstream.sse import SSEDecoder
 
-# Statuses after which another deployment may be tried (the request was not the client's fault).
-FAILOVER_STATUSES = frozenset({429, 500, 502, 503, 504, 529})
-# The deployment's own key or model is wrong: the gateway's fault, also worth another deployment.
-DEPLOYMENT_FAULT_STATUSES = frozenset({401, 402, 403, 404})
 USER_AGENT = f"ezat-compat/{__version__}"
 READ_CHUNK = 64 * 1024
-
-
-class UpstreamError(Exception):
-    """Base of upstream failures. ``failover``: another deployment may be tried."""
-
-    failover = True
-
-    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.retry_after = retry_after
-
-
-class UpstreamConnectError(UpstreamError):
-    """The deployment could not be reached (refused, reset, DNS). Safe to fail over."""
-
-
-class UpstreamTimeoutError(UpstreamError):
-    """No complete answer before the deadline. Fail over if nothing reached the client."""
-
-
-class UpstreamStreamError(UpstreamError):
-    """The upstream stream broke after it started. The client must be told mid-stream."""
-
-    failover = False
-
-
-class UpstreamStatusError(UpstreamError):
-    """A non-2xx answer. Fail over on 429/5xx/529 and on the deployment's own 401-404."""
-
-    def __init__(self, status: int, body: bytes, headers: Mapping[str, str]) -> None:
-        self.status = status
-        self.body = body
-        self.headers = {name.lower(): value for name, value in headers.items()}  # names in lower case
-        self.error_type, message = _parse_error(body)
-        super().__init__(message or f"upstream answered HTTP {status}", retry_after=parse_retry_after(self.headers))
-        self.failover = status in FAILOVER_STATUSES or status in DEPLOYMENT_FAULT_STATUSES
-
-
-def _parse_error(body: bytes) -> tuple[str | None, str]:
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return None, ""
-    if isinstance(data, dict) and isinstance(data.get("error"), dict):
-        err = data["error"]
-        return (
-            err.get("type") if isinstance(err.get("type"), str) else None,
-            err.get("message") if isinstance(err.get("message"), str) else "",
-        )
-    return None, ""
-
-
-def parse_retry_after(headers: Mapping[str, str]) -> float | None:
-    """``retry-after`` in seconds (numeric form; HTTP dates are ignored). ``headers`` must
-    look names up case-insensitively or have them in lower case."""
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        return None
-    return seconds if seconds >= 0 else None
 
 
 class UpstreamStream:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from ezat_compat.domain import Usage
-from ezat_compat.pipeline import estimated_usage
+from ezat_compat.session import estimated_usage
 from ezat_compat.translate.estimate import IMAGE_TOKENS, REQUEST_OVERHEAD_TOKENS, input_tokens_upper_bound
 
 TOOL = {

@@ -1,5 +1,7 @@
-"""The gateway core with fakes around it (no HTTP, no database): failover order and rules,
-cooldowns, billing once, and the stream writers' endings (done, error, client gone)."""
+"""The pipeline with fakes around it (no HTTP, no database): failover order and rules,
+cooldowns, billing once, the stream session's endings (done, error, client gone), and a failure
+injected at every phase after admission, for both dialects, streaming and not: no reservation is
+ever left and the one ledger row tells the truth."""
 
 from __future__ import annotations
 
@@ -10,21 +12,25 @@ from typing import Any
 
 import pytest
 
+from ezat_compat.api.sse import StreamBody, relay
 from ezat_compat.catalog import Catalog
 from ezat_compat.config import parse_config
 from ezat_compat.cooldowns import LocalCooldowns, Policy
-from ezat_compat.errors import GatewayError
-from ezat_compat.metrics import Metrics
-from ezat_compat.pipeline import Call, Gateway, upstream_to_gateway_error
-from ezat_compat.store.accounts import AuthContext
-from ezat_compat.streaming import openai_stream
-from ezat_compat.translate.stream import StreamTranslator
-from ezat_compat.upstream.client import (
+from ezat_compat.dialects import Parsed
+from ezat_compat.dialects.anthropic_messages import AnthropicMessages
+from ezat_compat.dialects.openai_chat import OpenAIChat
+from ezat_compat.errors import (
+    GatewayError,
     UpstreamConnectError,
     UpstreamError,
     UpstreamStatusError,
     UpstreamStreamError,
 )
+from ezat_compat.failures import client_error
+from ezat_compat.metrics import Metrics
+from ezat_compat.pipeline import Call, ClientRequest, Gateway, Reply
+from ezat_compat.session import StreamSession
+from ezat_compat.store.accounts import AuthContext
 
 AUTH = AuthContext(
     key_id=1,
@@ -101,6 +107,8 @@ class FakeStream:
 
 
 class FakeLedger:
+    """Holds reservations like the real ledger: ``settle`` writes the row and releases the hold."""
+
     def __init__(self) -> None:
         self.reserved: dict[str, int] = {}
         self.rows: list[tuple[str, Any]] = []
@@ -109,6 +117,9 @@ class FakeLedger:
         self.reserved[request_id] = amount
 
     def settle(self, request_id: str, entry: Any) -> bool:
+        if any(rid == request_id for rid, _ in self.rows):
+            return False
+        self.reserved.pop(request_id, None)
         self.rows.append((request_id, entry))
         return True
 
@@ -124,40 +135,41 @@ class FakeLimits:
         self.tokens += tokens
 
 
+class FakeAccounts:
+    def authenticate(self, secret: str, now: Any) -> AuthContext:
+        return AUTH
+
+
+class FakeImages:
+    def fetch_all(self, urls: list[str]) -> list[Any]:
+        raise AssertionError("no image URLs in these requests")
+
+
 def gateway(script: Mapping[str, Any]) -> tuple[Gateway, FakeUpstream, FakeLedger]:
     upstream, ledger = FakeUpstream(script), FakeLedger()
     gw = Gateway(
         CONFIG,
         catalog=Catalog(CONFIG.models),
-        accounts=None,
+        accounts=FakeAccounts(),  # type: ignore[arg-type]
         ledger=ledger,  # type: ignore[arg-type]
-        limits=FakeLimits(),
-        cooldowns=LocalCooldowns(
-            Policy.make(
-                failures=1,
-                cooldown_s=30,  # type: ignore[arg-type]
-                max_cooldown_s=300,
-            )
-        ),
-        upstream=upstream,
-        images=None,
+        limits=FakeLimits(),  # type: ignore[arg-type]
+        cooldowns=LocalCooldowns(Policy.make(failures=1, cooldown_s=30, max_cooldown_s=300)),
+        upstream=upstream,  # type: ignore[arg-type]
+        images=FakeImages(),  # type: ignore[arg-type]
         metrics=Metrics(),
         rand=lambda: 0.0,
-    )  # type: ignore[arg-type]
+    )
     return gw, upstream, ledger
 
 
-def admit(gw: Gateway, session: str | None = None) -> Call:
-    return gw.admit(
-        request_id="r1",
-        endpoint="chat.completions",
-        auth=AUTH,
-        model=MODEL,
-        model_name="m",
-        session=session,
-        body={"messages": [{"role": "user", "content": "hi"}]},
-        max_tokens=100,
-    )
+def parsed(body: dict[str, Any] | None = None, *, stream: bool = False) -> Parsed:
+    return Parsed(model=MODEL, model_name="m", body=body or {"max_tokens": 100}, stream=stream, max_tokens=100)
+
+
+def admit(gw: Gateway, session: str | None = None, request_id: str = "r1") -> Call:
+    p = parsed({"messages": [{"role": "user", "content": "hi"}]})
+    p.session = session
+    return gw.admit(request_id, "chat.completions", AUTH, p)
 
 
 MESSAGE = json.dumps(
@@ -189,13 +201,13 @@ def test_when_every_deployment_fails_the_last_failure_is_raised_and_they_cool_do
     gw, upstream, _ = gateway({"a": status(529), "b": status(503), "c": status(529)})
     with pytest.raises(UpstreamStatusError) as info:
         gw.complete(admit(gw), "/v1/messages", b"{}")
-    assert info.value.status == 529
-    err = upstream_to_gateway_error(info.value)
+    assert info.value.status_code == 529
+    err = client_error(info.value)
     assert (err.status, err.code, err.retry_after) == (503, "overloaded", 3)
     upstream.calls.clear()
     with pytest.raises(UpstreamError) as again:  # all in cooldown: no traffic at all
         gw.complete(admit(gw), "/v1/messages", b"{}")
-    assert upstream.calls == [] and upstream_to_gateway_error(again.value).status == 503
+    assert upstream.calls == [] and client_error(again.value).status == 503
 
 
 def test_a_session_always_starts_at_the_same_deployment() -> None:
@@ -238,24 +250,48 @@ END = [
 ]
 
 
+OPENAI = OpenAIChat()
+ANTHROPIC = AnthropicMessages()
+DIALECTS = {"openai": OPENAI, "anthropic": ANTHROPIC}
+
+
+def request(dialect: str, *, stream: bool, body: dict[str, Any] | None = None, rid: str = "r1") -> ClientRequest:
+    payload = body or {"model": "m", "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]}
+    if stream:
+        payload = {**payload, "stream": True}
+    raw = json.dumps(payload).encode()
+    return ClientRequest(request_id=rid, api_key="k", headers={}, read_body=lambda: raw)
+
+
 def run_openai_stream(script: list[Any], *, stop_after: int | None = None) -> tuple[list[bytes], FakeLedger, Any]:
-    gw, _, ledger = gateway({"a": script, "b": script, "c": script})
-    call = admit(gw)
-    stream, evs, first = gw.open_stream(call, "/v1/messages", b"{}")
-    translator = StreamTranslator(completion_id="chatcmpl-r1", created=1, model="m", include_usage=True)
-    writer = openai_stream(gw, call, stream, evs, first, translator, True)
+    gw, _upstream, ledger = gateway({"a": script, "b": script, "c": script})
+    session = gw.handle(
+        OPENAI,
+        request(
+            "openai",
+            stream=True,
+            body={
+                "model": "m",
+                "max_tokens": 100,
+                "messages": [{"role": "user", "content": "hi"}],
+                "stream_options": {"include_usage": True},
+            },
+        ),
+    )
+    assert isinstance(session, StreamSession)
+    writer = relay(session)
     out = []
     for chunk in writer:
         out.append(chunk)
         if stop_after is not None and len(out) == stop_after:
             writer.close()  # what the server does when the client went away
             break
-    return out, ledger, stream
+    return out, ledger, session._upstream
 
 
 def test_a_complete_stream_is_billed_before_done() -> None:
     out, ledger, stream = run_openai_stream(events(START, *TEXT, *END))
-    assert out[-1] == b"data: [DONE]\n\n" and b'"choices":[]' in out[-2]
+    assert out[-1].endswith(b"data: [DONE]\n\n") and b'"choices":[]' in out[-1]
     ((_, row),) = ledger.rows
     assert (row.status, row.usage.output_tokens, row.estimated) == (200, 5, False) and stream.closed
 
@@ -270,7 +306,7 @@ def test_a_complete_stream_is_billed_before_done() -> None:
 )
 def test_a_failure_after_the_start_ends_with_error_then_done_unbilled(tail: list[Any]) -> None:
     out, ledger, _ = run_openai_stream([*events(START, *TEXT), *tail])
-    assert out[-1] == b"data: [DONE]\n\n" and out[-2].startswith(b'data: {"error":')
+    assert out[-1].endswith(b"data: [DONE]\n\n") and out[-1].startswith(b'data: {"error":')
     ((_, row),) = ledger.rows
     assert row.cost_micros == 0 and row.status >= 500
 
@@ -294,4 +330,182 @@ def test_a_stream_whose_first_event_is_an_error_fails_over() -> None:
     call = admit(gw)
     stream, _, first = gw.open_stream(call, "/v1/messages", b"{}")
     assert first[0] == "message_start" and stream.deployment.name == "b"
-    assert isinstance(upstream_to_gateway_error(UpstreamStreamError("x")), GatewayError)
+    assert isinstance(client_error(UpstreamStreamError("x")), GatewayError)
+
+
+# ---------------------------------------------------------------- a failure at every phase after admission
+
+
+class Boom(RuntimeError):
+    """A bug, raised where no bug should be."""
+
+
+def _raise(exc: BaseException) -> Any:
+    def fail(*_: Any, **__: Any) -> Any:
+        raise exc
+
+    return fail
+
+
+def _bad_reply(dialect: Any) -> Any:
+    class Broken(type(dialect)):  # type: ignore[misc]
+        def reply(self, *_: Any) -> Any:
+            raise Boom("translating the reply failed")
+
+    return Broken()
+
+
+# (case, stream, script for every deployment, patch(gw, monkeypatch) or None, dialect -> expected status)
+NONSTREAM_CASES: list[tuple[str, Any, Any, dict[str, int]]] = [
+    (
+        "images",
+        MESSAGE,
+        lambda gw, mp: mp.setattr(gw, "fetch_images", _raise(Boom())),
+        {"openai": 500, "anthropic": 500},
+    ),
+    (
+        "encode",
+        MESSAGE,
+        lambda gw, mp: mp.setattr("ezat_compat.pipeline.encode_body", _raise(Boom())),
+        {"openai": 500, "anthropic": 500},
+    ),
+    ("upstream-400", status(400), None, {"openai": 400, "anthropic": 400}),
+    ("upstream-529-everywhere", status(529), None, {"openai": 503, "anthropic": 529}),
+    ("upstream-unreachable", UpstreamConnectError("refused"), None, {"openai": 500, "anthropic": 500}),
+    (
+        "nothing-available",
+        MESSAGE,
+        lambda gw, mp: mp.setattr(gw.cooldowns, "acquire", lambda *_: False),
+        {"openai": 503, "anthropic": 529},
+    ),
+    ("reply-not-json", b"<html>", None, {"openai": 500, "anthropic": 500}),
+    ("shutdown", SystemExit(0), None, {"openai": 500, "anthropic": 500}),
+]
+
+
+@pytest.mark.parametrize("dialect", ["openai", "anthropic"])
+@pytest.mark.parametrize(("case", "answer", "patch", "expected"), NONSTREAM_CASES, ids=[c[0] for c in NONSTREAM_CASES])
+def test_a_failure_after_admission_is_settled_once_unbilled(
+    monkeypatch: pytest.MonkeyPatch, dialect: str, case: str, answer: Any, patch: Any, expected: dict[str, int]
+) -> None:
+    gw, _, ledger = gateway({"a": answer, "b": answer, "c": answer})
+    if patch is not None:
+        patch(gw, monkeypatch)
+    with pytest.raises(BaseException) as raised:
+        gw.handle(DIALECTS[dialect], request(dialect, stream=False))
+    if isinstance(raised.value, GatewayError):
+        assert DIALECTS[dialect].status_of(raised.value) == expected[dialect]
+    ((_, row),) = ledger.rows
+    assert (row.status, row.cost_micros, ledger.reserved) == (expected[dialect], 0, {})
+
+
+@pytest.mark.parametrize("dialect", ["openai", "anthropic"])
+def test_a_bug_while_translating_the_reply_is_settled_unbilled(dialect: str) -> None:
+    gw, _, ledger = gateway({"a": MESSAGE, "b": MESSAGE, "c": MESSAGE})
+    with pytest.raises(Boom):
+        gw.handle(_bad_reply(DIALECTS[dialect]), request(dialect, stream=False))
+    ((_, row),) = ledger.rows
+    assert (row.status, row.cost_micros, ledger.reserved) == (500, 0, {})
+
+
+@pytest.mark.parametrize("dialect", ["openai", "anthropic"])
+def test_a_success_is_billed_and_releases_its_reservation(dialect: str) -> None:
+    gw, _, ledger = gateway({"a": MESSAGE, "b": MESSAGE, "c": MESSAGE})
+    reply = gw.handle(DIALECTS[dialect], request(dialect, stream=False))
+    assert isinstance(reply, Reply)
+    ((_, row),) = ledger.rows
+    assert (row.status, row.usage.output_tokens, ledger.reserved) == (200, 4, {}) and row.cost_micros > 0
+
+
+OVERLOADED_EVENT = ("error", {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
+STREAM_CASES: list[tuple[str, list[Any], dict[str, int], bool]] = [
+    # (case, upstream script, dialect -> status, billed)
+    ("complete", events(START, *TEXT, *END), {"openai": 200, "anthropic": 200}, True),
+    ("cut", [*events(START, *TEXT), UpstreamStreamError("cut")], {"openai": 500, "anthropic": 500}, False),
+    ("error-event", events(START, *TEXT, OVERLOADED_EVENT), {"openai": 503, "anthropic": 529}, False),
+    ("ended-early", events(START, *TEXT), {"openai": 500, "anthropic": 500}, False),
+    ("event-not-json", [*events(START), ("content_block_delta", "{oops")], {"openai": 500, "anthropic": 500}, False),
+    ("upstream-bug", [*events(START), Boom("reader")], {"openai": 500, "anthropic": 500}, False),
+    ("shutdown", [*events(START), SystemExit(0)], {"openai": 500, "anthropic": 500}, False),
+]
+
+
+@pytest.mark.parametrize("dialect", ["openai", "anthropic"])
+@pytest.mark.parametrize(("case", "script", "expected", "billed"), STREAM_CASES, ids=[c[0] for c in STREAM_CASES])
+def test_every_stream_ending_is_settled_once(
+    dialect: str, case: str, script: list[Any], expected: dict[str, int], billed: bool
+) -> None:
+    gw, _, ledger = gateway({"a": script, "b": script, "c": script})
+    session = gw.handle(DIALECTS[dialect], request(dialect, stream=True))
+    assert isinstance(session, StreamSession)
+    body = b"".join(StreamBody(session))
+    ((_, row),) = ledger.rows
+    assert (row.status, row.cost_micros > 0, ledger.reserved) == (expected[dialect], billed, {})
+    assert session._upstream.closed  # type: ignore[attr-defined]
+    if dialect == "openai":
+        assert body.endswith(b"data: [DONE]\n\n")
+    if not billed:
+        assert b"error" in body.rsplit(b"\n\n", 3)[-2] or b"error" in body.rsplit(b"\n\n", 3)[-3]
+
+
+@pytest.mark.parametrize("dialect", ["openai", "anthropic"])
+@pytest.mark.parametrize("pulled", [0, 1, 2], ids=["before-the-first-chunk", "after-the-head", "mid-stream"])
+def test_a_client_that_leaves_pays_for_what_was_produced(dialect: str, pulled: int) -> None:
+    gw, _, ledger = gateway({"a": events(START, *TEXT, *END), "b": [], "c": []})
+    session = gw.handle(DIALECTS[dialect], request(dialect, stream=True))
+    assert isinstance(session, StreamSession)
+    body = StreamBody(session)
+    chunks = iter(body)
+    for _ in range(pulled):
+        next(chunks)
+    body.close()  # the server closes the response: the client went away
+    ((_, row),) = ledger.rows
+    assert (row.status, row.estimated, row.usage.input_tokens, ledger.reserved) == (499, True, 7, {})
+    assert session._upstream.closed  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("dialect", ["openai", "anthropic"])
+def test_a_failure_opening_the_stream_is_settled_unbilled(dialect: str) -> None:
+    gw, _, ledger = gateway({"a": status(400), "b": [], "c": []})
+    with pytest.raises(GatewayError):
+        gw.handle(DIALECTS[dialect], request(dialect, stream=True))
+    ((_, row),) = ledger.rows
+    assert (row.status, row.cost_micros, ledger.reserved) == (400, 0, {})
+
+
+@pytest.mark.parametrize(
+    ("dialect", "message", "param"),
+    [
+        ("openai", "metadata.user_id: contains a lone UTF-16 surrogate", "metadata.user_id"),
+        ("anthropic", "metadata.user_id: contains a lone UTF-16 surrogate", "metadata.user_id"),
+        ("openai", "messages[0].content: contains a lone UTF-16 surrogate", "messages[0].content"),
+        ("anthropic", "messages.0.content: contains a lone UTF-16 surrogate", "messages.0.content"),
+    ],
+)
+def test_a_lone_surrogate_answers_400_naming_the_field_before_anything_is_held(
+    dialect: str, message: str, param: str
+) -> None:
+    gw, upstream, ledger = gateway({"a": MESSAGE, "b": MESSAGE, "c": MESSAGE})
+    where = "metadata" if param.startswith("metadata") else "messages"
+    body = (
+        b'{"model":"m","max_tokens":100,"metadata":{"user_id":"\\ud800"},"messages":[{"role":"user","content":"hi"}]}'
+        if where == "metadata"
+        else b'{"model":"m","max_tokens":100,"messages":[{"role":"user","content":"x\\ud800"}]}'
+    )
+    req = ClientRequest(request_id="r1", api_key="k", headers={}, read_body=lambda: body)
+    with pytest.raises(GatewayError) as raised:
+        gw.handle(DIALECTS[dialect], req)
+    assert (raised.value.status, raised.value.param) == (400, param)
+    assert raised.value.message.startswith(message)
+    assert ledger.rows == [] and ledger.reserved == {} and upstream.calls == []
+
+
+@pytest.mark.parametrize("dialect", ["openai", "anthropic"])
+def test_json_nested_too_deep_answers_400(dialect: str) -> None:
+    gw, _, ledger = gateway({"a": MESSAGE})
+    body = b"[" * 100_000 + b"]" * 100_000
+    req = ClientRequest(request_id="r1", api_key="k", headers={}, read_body=lambda: body)
+    with pytest.raises(GatewayError) as raised:
+        gw.handle(DIALECTS[dialect], req)
+    assert raised.value.status == 400 and "nested too deeply" in raised.value.message
+    assert ledger.rows == []

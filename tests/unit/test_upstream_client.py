@@ -159,7 +159,7 @@ def test_status_errors_and_failover(
     with pytest.raises(UpstreamStatusError) as info:
         client.complete(deployment(server.url), "/v1/messages", b"{}", timeout_s=5)
     err = info.value
-    assert (err.status, err.failover, err.retry_after, err.error_type, err.message) == (
+    assert (err.status_code, err.failover, err.upstream_retry_after, err.error_type, err.message) == (
         status,
         failover,
         7.0,

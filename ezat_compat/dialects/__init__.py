@@ -1,0 +1,97 @@
+"""Client dialects: what differs between the APIs the gateway serves, and nothing else.
+
+A dialect parses a client body into the upstream request (validation and translation),
+turns an upstream message into its response, makes its stream translator and renders its
+errors. The pipeline (``pipeline.py``) runs every dialect in the same order; a new dialect is
+one module here plus one route.
+
+    Dialect.parse(body, headers, resolve)   -> Parsed       (400 / 403 / 404 raise)
+    Dialect.reply(parsed, data, ids)        -> (bytes, Usage)
+    Dialect.translator(parsed, ids)         -> EventTranslator
+    Dialect.client_error(exc, parsed, ...)  -> GatewayError  (the one table, in failures.py)
+    Dialect.status_of(err) / render_error   -> the status and envelope this dialect's clients get
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ezat_compat.domain import Model, Usage
+from ezat_compat.errors import GatewayError, UpstreamError
+from ezat_compat.translate.request import ImageSlot
+
+MESSAGES_PATH = "/v1/messages"
+Resolve = Callable[[Any], Model]  # the client's model name -> its model (404 / 403 raise)
+
+
+@dataclass(slots=True)
+class Parsed:
+    """A client request as the pipeline runs it: the upstream body and what routing, admission
+    and billing need. ``context`` is the dialect's own (its translation), for ``reply``,
+    ``translator`` and ``client_error``."""
+
+    model: Model
+    model_name: str  # as the client sent it
+    body: dict[str, Any]  # the upstream body, without "model" (and "stream" for streams)
+    stream: bool
+    max_tokens: int
+    session: str | None = None  # routing affinity
+    path: str = MESSAGES_PATH
+    stream_flag: bool | None = False  # "stream" put in front of a non-streaming body (None: as sent)
+    headers: Mapping[str, str] | None = None  # forwarded to the upstream
+    image_slots: list[ImageSlot] = field(default_factory=list)
+    billed: bool = True  # False: no reservation and no ledger row (count_tokens)
+    context: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyIds:
+    """What a dialect's response names: the gateway's request id and the creation time."""
+
+    request_id: str
+    created: int
+
+
+class EventTranslator(Protocol):
+    """A dialect's stream translator: upstream events in, the client's bytes out.
+
+    ``feed`` gets every upstream event (type and raw data) and returns the bytes to send
+    (possibly none). ``done``: the reply ended normally; ``error``: the upstream sent an
+    ``error`` event (its error object). ``end()`` is what follows a success once the usage is
+    recorded; ``fail(err)`` what tells the client of a failure after the start.
+    """
+
+    usage: Usage
+    done: bool
+    error: Mapping[str, Any] | None
+
+    def feed(self, event: str, data: str) -> bytes: ...
+
+    def produced_chars(self) -> int: ...
+
+    def end(self) -> bytes: ...
+
+    def fail(self, err: GatewayError) -> bytes: ...
+
+
+class Dialect(Protocol):
+    endpoint: str  # the ledger's and the metrics' name of the endpoint
+    ping: bytes  # the keep-alive this dialect's streams send while nothing else is written
+
+    def parse(self, body: Any, headers: Mapping[str, str], resolve: Resolve) -> Parsed: ...
+
+    def reply(self, parsed: Parsed, data: bytes, ids: ReplyIds) -> tuple[bytes, Usage | None]: ...
+
+    def translator(self, parsed: Parsed, ids: ReplyIds) -> EventTranslator: ...
+
+    def client_error(
+        self, exc: UpstreamError, parsed: Parsed | None, *, timeout_s: float, streaming: bool
+    ) -> GatewayError: ...
+
+    def status_of(self, err: GatewayError) -> int: ...
+
+    def render_error(self, err: GatewayError, request_id: str | None) -> tuple[int, bytes, dict[str, str]]: ...
+
+    def body_path(self, parts: Sequence[str | int]) -> str: ...

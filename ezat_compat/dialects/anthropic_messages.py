@@ -1,0 +1,156 @@
+"""Anthropic Messages, native: ``POST /v1/messages`` and ``/v1/messages/count_tokens``.
+
+Same keys, permissions, limits, routing, failover, affinity and billing as the OpenAI
+endpoint; bodies pass through unchanged except the model name (the deployment's
+``upstream_model``), events one by one; Anthropic's error envelope and statuses (529 kept),
+and the upstream's own error answers passed on as they came (design.md, "HTTP surface").
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ezat_compat.dialects import MESSAGES_PATH, EventTranslator, Parsed, ReplyIds, Resolve
+from ezat_compat.domain import Usage
+from ezat_compat.errors import GatewayError, InvalidRequestError, UpstreamError, anthropic_status, render_anthropic
+from ezat_compat.failures import client_error
+from ezat_compat.translate.response import merge_usage, usage_from_anthropic
+from ezat_compat.wire.json import encode_json
+
+FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta")
+COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
+
+
+def _data(data: str) -> Mapping[str, Any]:
+    try:
+        parsed = json.loads(data)
+    except ValueError:
+        raise GatewayError("The upstream sent an event that is not JSON.") from None
+    return parsed if isinstance(parsed, dict) else {}
+
+
+class EventMeter:
+    """Passes a native stream through event by event, reading on the way what billing needs:
+    usage, produced characters, the end and an error event."""
+
+    __slots__ = ("_produced", "done", "error", "usage")
+
+    def __init__(self) -> None:
+        self.usage = Usage()
+        self._produced = 0
+        self.done = False
+        self.error: Mapping[str, Any] | None = None
+
+    def feed(self, event: str, data: str) -> bytes:
+        if event == "content_block_delta":
+            delta = _data(data).get("delta") or {}
+            for key in ("text", "partial_json", "thinking"):
+                value = delta.get(key)
+                if isinstance(value, str):
+                    self._produced += len(value)
+        elif event == "message_start":
+            message = _data(data).get("message") or {}
+            self.usage = usage_from_anthropic(message.get("usage"))
+        elif event == "message_delta":
+            self.usage = merge_usage(self.usage, _data(data).get("usage"))
+        elif event == "message_stop":
+            self.done = True
+        elif event == "error":
+            error = _data(data).get("error")
+            self.error = error if isinstance(error, dict) else {}
+        return b"event: " + event.encode() + b"\ndata: " + data.encode() + b"\n\n"
+
+    def produced_chars(self) -> int:
+        return self._produced
+
+    def end(self) -> bytes:
+        return b""
+
+    def fail(self, err: GatewayError) -> bytes:
+        """An ``error`` event, unless the upstream's own was already passed on."""
+        if self.error is not None:
+            return b""
+        return b"event: error\ndata: " + encode_json(render_anthropic(err)[1]) + b"\n\n"
+
+
+class AnthropicMessages:
+    """``POST /v1/messages``, JSON or ``"stream": true``."""
+
+    endpoint = "messages"
+    ping = b'event: ping\ndata: {"type": "ping"}\n\n'
+    path = MESSAGES_PATH
+    billed = True
+
+    def _model(self, body: Any, resolve: Resolve) -> tuple[Any, str]:
+        if not isinstance(body, dict):
+            raise InvalidRequestError("The request body must be a JSON object.")
+        name = body.get("model")
+        if not isinstance(name, str) or not name.strip():
+            raise InvalidRequestError("model: Field required", param="model")
+        return resolve(name), name
+
+    def parse(self, body: Any, headers: Mapping[str, str], resolve: Resolve) -> Parsed:
+        model, name = self._model(body, resolve)
+        stream = self.billed and body.get("stream") is True
+        max_tokens = body.get("max_tokens")
+        if (
+            isinstance(max_tokens, bool)
+            or not isinstance(max_tokens, int)
+            or not 1 <= max_tokens <= model.max_output_tokens
+        ):
+            max_tokens = model.max_output_tokens
+        # with_model puts "model" (and, for streams, "stream") back in front; every other field,
+        # an explicit "stream": false included, goes upstream as the client sent it.
+        upstream = {k: v for k, v in body.items() if k != "model" and not (stream and k == "stream")}
+        return Parsed(
+            model=model,
+            model_name=name,
+            body=upstream,
+            stream=stream,
+            max_tokens=max_tokens,
+            session=headers.get("x-ezat-session"),
+            path=self.path,
+            stream_flag=None,
+            headers={h: headers[h] for h in FORWARDED_HEADERS if headers.get(h)},
+            billed=self.billed,
+        )
+
+    def reply(self, parsed: Parsed, data: bytes, ids: ReplyIds) -> tuple[bytes, Usage | None]:
+        """The upstream's bytes as they came; the usage read for billing."""
+        try:
+            message = json.loads(data)
+        except ValueError:
+            raise GatewayError("The upstream provider sent a reply that is not JSON.") from None
+        return data, usage_from_anthropic(message.get("usage") if isinstance(message, dict) else None)
+
+    def translator(self, parsed: Parsed, ids: ReplyIds) -> EventTranslator:
+        return EventMeter()
+
+    def client_error(
+        self, exc: UpstreamError, parsed: Parsed | None, *, timeout_s: float, streaming: bool
+    ) -> GatewayError:
+        return client_error(exc, timeout_s=timeout_s, streaming=streaming)
+
+    def status_of(self, err: GatewayError) -> int:
+        return anthropic_status(err)
+
+    def render_error(self, err: GatewayError, request_id: str | None) -> tuple[int, bytes, dict[str, str]]:
+        status, body, headers = render_anthropic(err, request_id)
+        return status, encode_json(body), headers
+
+    def body_path(self, parts: Sequence[str | int]) -> str:
+        """``messages.0.content.1.text``, Anthropic's form."""
+        return ".".join(str(part) for part in parts)
+
+
+class AnthropicCountTokens(AnthropicMessages):
+    """``POST /v1/messages/count_tokens``: routed with failover like messages, never billed."""
+
+    endpoint = "count_tokens"
+    path = COUNT_TOKENS_PATH
+    billed = False
+
+    def reply(self, parsed: Parsed, data: bytes, ids: ReplyIds) -> tuple[bytes, Usage | None]:
+        return data, None

@@ -1,0 +1,160 @@
+"""OpenAI Chat Completions (spec: chat-completions.md): validated by the marshmallow schemas of
+``wire/openai.py``, translated by ``translate/`` into Anthropic Messages and back, errors in
+OpenAI's envelope with the spec's status table (529 becomes 503)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from functools import partial
+from typing import Any
+
+from ezat_compat.dialects import EventTranslator, Parsed, ReplyIds, Resolve
+from ezat_compat.domain import Model, Usage
+from ezat_compat.errors import GatewayError, InvalidRequestError, UpstreamError, render_openai
+from ezat_compat.failures import client_error
+from ezat_compat.translate.request import Translation, openai_to_anthropic
+from ezat_compat.translate.response import anthropic_to_openai, usage_from_anthropic
+from ezat_compat.translate.stream import DONE, StreamTranslator, encode_chunk, encode_error
+from ezat_compat.translate.upstream_errors import rewrite_upstream_message
+from ezat_compat.wire.json import encode_json
+from ezat_compat.wire.openai import RequestValidationError, load_chat_request
+
+NOT_JSON = "The upstream provider sent a reply that is not JSON."
+MODEL_NAME_MAX = 128
+
+
+def _parse_event(data: str) -> Mapping[str, Any]:
+    try:
+        parsed = json.loads(data)
+    except ValueError:
+        raise GatewayError("The upstream sent an event that is not JSON.") from None
+    return parsed if isinstance(parsed, dict) else {}
+
+
+class ChunkTranslator:
+    """Anthropic events -> ``chat.completion.chunk`` lines (``translate.stream`` does the
+    translating; this encodes and ends the stream as the spec's "Streaming" says)."""
+
+    __slots__ = ("chunks",)
+
+    def __init__(self, chunks: StreamTranslator) -> None:
+        self.chunks = chunks
+
+    @property
+    def usage(self) -> Usage:
+        return self.chunks.usage
+
+    @property
+    def done(self) -> bool:
+        return self.chunks.done
+
+    @property
+    def error(self) -> Mapping[str, Any] | None:
+        return self.chunks.error
+
+    def feed(self, event: str, data: str) -> bytes:
+        produced = self.chunks.feed(event, _parse_event(data))
+        if not produced:
+            return b""
+        if len(produced) == 1:
+            return encode_chunk(produced[0])
+        return b"".join(encode_chunk(chunk) for chunk in produced)
+
+    def produced_chars(self) -> int:
+        return self.chunks.produced_chars + self.chunks.thinking_chars
+
+    def end(self) -> bytes:
+        """After the usage is recorded: the usage chunk when asked for, then ``[DONE]``."""
+        if self.chunks.include_usage:
+            return encode_chunk(self.chunks.usage_chunk()) + DONE
+        return DONE
+
+    def fail(self, err: GatewayError) -> bytes:
+        """``data: {"error": …}`` then ``data: [DONE]``; no usage chunk."""
+        return encode_error(render_openai(err)[1]) + DONE
+
+
+class OpenAIChat:
+    """``POST /openai/v1/chat/completions``."""
+
+    endpoint = "chat.completions"
+    ping = b": ping\n\n"
+
+    def parse(self, body: Any, headers: Mapping[str, str], resolve: Resolve) -> Parsed:
+        """An unknown or forbidden model answers 404 / 403 before the rest of the body is judged
+        (then the schema, then the translation: "Ignored and refused fields")."""
+        name = body.get("model") if isinstance(body, dict) else None
+        model: Model | None = None
+        if isinstance(name, str) and 0 < len(name) <= MODEL_NAME_MAX:
+            model = resolve(name)
+        try:
+            req = load_chat_request(body)
+        except RequestValidationError as exc:
+            message = f"{exc.path}: {exc.message}" if exc.path else exc.message
+            raise InvalidRequestError(message, param=exc.path or None) from None
+        if model is None:
+            model = resolve(req["model"])
+        auto_cache = headers.get("x-ezat-cache", "").strip().lower() != "off"
+        translation = openai_to_anthropic(req, model, auto_cache=auto_cache)
+        return Parsed(
+            model=model,
+            model_name=req["model"],
+            body=translation.body,
+            stream=translation.stream,
+            max_tokens=translation.body["max_tokens"],
+            session=headers.get("x-ezat-session") or translation.session,
+            image_slots=translation.image_slots,
+            context=translation,
+        )
+
+    def reply(self, parsed: Parsed, data: bytes, ids: ReplyIds) -> tuple[bytes, Usage | None]:
+        try:
+            message = json.loads(data)
+        except ValueError:
+            raise GatewayError(NOT_JSON) from None
+        if not isinstance(message, dict):
+            raise GatewayError(NOT_JSON)
+        completion = anthropic_to_openai(
+            message, completion_id="chatcmpl-" + ids.request_id, created=ids.created, model=parsed.model_name
+        )
+        return encode_json(completion), usage_from_anthropic(message.get("usage"))
+
+    def translator(self, parsed: Parsed, ids: ReplyIds) -> EventTranslator:
+        translation: Translation = parsed.context
+        return ChunkTranslator(
+            StreamTranslator(
+                completion_id="chatcmpl-" + ids.request_id,
+                created=ids.created,
+                model=parsed.model_name,
+                include_usage=translation.include_usage,
+            )
+        )
+
+    def client_error(
+        self, exc: UpstreamError, parsed: Parsed | None, *, timeout_s: float, streaming: bool
+    ) -> GatewayError:
+        """The spec's status table; an upstream 400's paths are mapped back into the client's request."""
+        source_map = parsed.context.source_map if parsed is not None and parsed.context is not None else {}
+        err = client_error(
+            exc,
+            rewrite=partial(rewrite_upstream_message, source_map=source_map),
+            timeout_s=timeout_s,
+            streaming=streaming,
+        )
+        err.upstream = None  # OpenAI clients never get the upstream's own answer
+        return err
+
+    def status_of(self, err: GatewayError) -> int:
+        return err.status
+
+    def render_error(self, err: GatewayError, request_id: str | None) -> tuple[int, bytes, dict[str, str]]:
+        status, body, headers = render_openai(err)
+        return status, encode_json(body), headers
+
+    def body_path(self, parts: Sequence[str | int]) -> str:
+        """``messages[0].content[2].text``, the spec's form."""
+        out = ""
+        for part in parts:
+            out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        return out

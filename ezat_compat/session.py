@@ -1,0 +1,147 @@
+"""One started stream: the upstream stream, its first event, the dialect's translator, and the
+hooks that end it (settle, cooldowns, metrics) — what the pipeline hands the stream writer.
+
+The writer (``api/sse.py``) reads ``events`` on its own greenlet and calls exactly one ending:
+``feed`` until ``over`` (the reply ended, or the upstream sent an ``error`` event), ``ended``
+(the upstream closed the body early), ``broke`` (the stream broke, or a bug while relaying);
+``close`` always, last: a stream not over by then was left by the client and is billed for what
+was produced, estimated (spec chat-completions.md, "Streaming": usage is recorded before
+``data: [DONE]``; a failure after the start ends with an error event and is not billed).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterator
+from typing import Protocol
+
+from ezat_compat.dialects import EventTranslator
+from ezat_compat.domain import Usage
+from ezat_compat.errors import GatewayError, UpstreamError, UpstreamStatusError
+from ezat_compat.failures import STREAM_ENDED_EARLY
+
+log = logging.getLogger("ezat_compat")
+CHARS_PER_TOKEN = 4
+RELAY_FAILED = "The gateway failed while relaying the stream."
+
+
+def estimated_usage(usage: Usage, produced_chars: int, max_tokens: int) -> Usage:
+    """Usage of a stream the client closed early: output estimated from what was produced,
+    never above the output limit (the reservation covers that much, no more)."""
+    estimate = math.ceil(produced_chars / CHARS_PER_TOKEN)
+    if max_tokens > 0:
+        estimate = min(estimate, max_tokens)
+    return Usage(
+        input_tokens=usage.input_tokens,
+        cache_write_tokens=usage.cache_write_tokens,
+        cache_read_tokens=usage.cache_read_tokens,
+        output_tokens=max(usage.output_tokens, estimate),
+        reasoning_tokens=usage.reasoning_tokens,
+    )
+
+
+class Upstream(Protocol):
+    def close(self) -> None: ...
+
+
+class StreamOwner(Protocol):
+    """What the pipeline does when a stream ends (each called at most once, then ``closed``)."""
+
+    def succeeded(self, usage: Usage) -> None: ...
+
+    def failed(self, failure: GatewayError) -> None: ...
+
+    def left(self, usage: Usage) -> None: ...
+
+    def closed(self) -> None: ...
+
+    def failure(self, exc: UpstreamError) -> GatewayError: ...
+
+
+class StreamSession:
+    """A started stream. ``head`` is the translation of the first event (already read)."""
+
+    __slots__ = (
+        "_closed",
+        "_max_tokens",
+        "_owner",
+        "_translator",
+        "_upstream",
+        "events",
+        "head",
+        "keepalive_s",
+        "over",
+        "ping",
+    )
+
+    def __init__(
+        self,
+        *,
+        upstream: Upstream,
+        events: Iterator[tuple[str, str]],
+        first: tuple[str, str],
+        translator: EventTranslator,
+        owner: StreamOwner,
+        ping: bytes,
+        keepalive_s: float,
+        max_tokens: int,
+    ) -> None:
+        self._upstream = upstream
+        self._translator = translator
+        self._owner = owner
+        self._max_tokens = max_tokens
+        self._closed = False
+        self.events = events
+        self.ping = ping
+        self.keepalive_s = keepalive_s
+        self.over = False
+        self.head = b""
+        self.head = self.feed(*first)
+
+    def feed(self, event: str, data: str) -> bytes:
+        """The client's bytes for one upstream event; after the last one, the stream's ending."""
+        translator = self._translator
+        out = translator.feed(event, data)
+        if translator.done:
+            return out + self._succeed()
+        if translator.error is not None:
+            return out + self._fail(self._owner.failure(UpstreamStatusError.from_event(translator.error)))
+        return out
+
+    def ended(self) -> bytes:
+        """The upstream ended the body before the reply was complete."""
+        return self._fail(GatewayError(STREAM_ENDED_EARLY))
+
+    def broke(self, exc: BaseException) -> bytes:
+        """The upstream stream broke, or relaying it failed (a bug: logged)."""
+        if isinstance(exc, UpstreamError):
+            return self._fail(self._owner.failure(exc))
+        log.error("relaying a stream failed", exc_info=exc)
+        return self._fail(GatewayError(RELAY_FAILED))
+
+    def _succeed(self) -> bytes:
+        self.over = True
+        self._upstream.close()
+        self._owner.succeeded(self._translator.usage)
+        return self._translator.end()
+
+    def _fail(self, failure: GatewayError) -> bytes:
+        self.over = True
+        self._upstream.close()
+        self._owner.failed(failure)
+        return self._translator.fail(failure)
+
+    def close(self) -> None:
+        """Always, last (idempotent): a stream that isn't over was left by the client."""
+        if self._closed:
+            return
+        self._closed = True
+        self._upstream.close()
+        try:
+            if not self.over:
+                self.over = True
+                translator = self._translator
+                self._owner.left(estimated_usage(translator.usage, translator.produced_chars(), self._max_tokens))
+        finally:
+            self._owner.closed()
