@@ -18,6 +18,7 @@ from ezat_compat.domain import Model
 from ezat_compat.errors import InvalidRequestError
 from ezat_compat.translate.ids import encode_tool_id
 from ezat_compat.translate.media import PDF_MEDIA_TYPE, decode_base64, is_pdf, sniff_image_type
+from ezat_compat.translate.schema import fit_schema
 from ezat_compat.translate.tables import (
     DEFAULT_MAX_TOKENS,
     EFFORT_TO_THINKING_BUDGET,
@@ -324,7 +325,8 @@ def _finish_conversation(conv: _Conversation, model: Model, model_name: str) -> 
 
 
 def _tools(tools: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str]]:
-    """Function tools -> Anthropic tools: name, description, schema, strict, cache_control."""
+    """Function tools -> Anthropic tools: name, description, schema, strict, cache_control.
+    A ``strict`` tool's schema is fitted to structured outputs (``schema.fit_schema``). Spec: "Tools"."""
     out: list[tuple[dict[str, Any], str]] = []
     names: set[str] = set()
     for t, tool in enumerate(tools):
@@ -343,6 +345,8 @@ def _tools(tools: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str]]:
             schema = {"type": "object", **schema}
         elif schema["type"] != "object":
             raise _bad(f"tools[{t}].function.parameters.type", 'must be "object"')
+        if fn.get("strict"):  # decoded under the structured-output grammar: fitted to it
+            schema = fit_schema(schema, f"tools[{t}].function.parameters")
         block: dict[str, Any] = {"name": name}
         if fn.get("description"):
             block["description"] = fn["description"]
@@ -451,12 +455,14 @@ def _stop_sequences(stop: str | list[str] | None) -> list[str]:
 
 
 def _output_format(response_format: dict[str, Any] | None, model: Model, model_name: str) -> dict[str, Any] | None:
-    """``json_schema`` -> native structured output; ``text`` -> nothing."""
+    """``json_schema`` -> native structured output, the schema fitted to what Anthropic accepts
+    (``schema.fit_schema``); ``text`` -> nothing. Spec: "Output length and format"."""
     if not response_format or response_format["type"] != "json_schema":
         return None
     if not model.structured_output:
         raise _bad("response_format", f"model {model_name} does not support structured output (json_schema)")
-    return {"type": "json_schema", "schema": response_format["json_schema"]["schema"]}
+    schema = fit_schema(response_format["json_schema"]["schema"], "response_format.json_schema.schema")
+    return {"type": "json_schema", "schema": schema}
 
 
 # ---------------------------------------------------------------- prompt caching

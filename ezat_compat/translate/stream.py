@@ -4,7 +4,9 @@ Spec: chat-completions.md "Streaming" and api-reference.txt "Response Body":
 
 1. the first chunk (on ``message_start``) has ``delta: {"role": "assistant", "content": ""}``;
 2. text arrives as ``delta.content``; a ``tool_use`` block becomes ``delta.tool_calls``: first
-   the ``id`` and ``function.name`` (arguments ``""``), then ``function.arguments`` in pieces;
+   the ``id`` and ``function.name`` (arguments ``""``), then ``function.arguments`` in pieces,
+   sent as they arrive. A call with no arguments (Anthropic streams one ``partial_json: ""``)
+   gets ``"{}"`` when its block stops, so the arguments are always JSON, as without streaming;
 3. thinking is never returned (its tokens show in ``reasoning_tokens``);
 4. the last choice chunk has an empty ``delta`` and the ``finish_reason``; it is sent when
    ``message_stop`` arrives, so nothing can follow it;
@@ -74,6 +76,7 @@ class StreamTranslator:
         "_base",
         "_open_tools",
         "_tool_count",
+        "_tools_without_arguments",
         "completion_id",
         "created",
         "done",
@@ -101,6 +104,8 @@ class StreamTranslator:
         self.thinking_chars = 0  # thinking is billed as output too: counted for early-close estimates
         # Anthropic block index -> OpenAI tool_calls index, for tool_use blocks still open.
         self._open_tools: dict[int | None, int] = {}
+        # Block indexes of open tool_use blocks that have sent no arguments yet.
+        self._tools_without_arguments: set[int | None] = set()
         self._tool_count = 0
         self._base: dict[str, Any] = {
             "id": completion_id,
@@ -150,8 +155,7 @@ class StreamTranslator:
         if event == "content_block_start":
             return self._block_start(data)
         if event == "content_block_stop":
-            self._open_tools.pop(_index(data), None)
-            return []
+            return self._block_stop(_index(data))
         if event == "message_start":
             message = _obj(data.get("message"))
             self.usage = merge_usage(self.usage, _obj(message.get("usage")))
@@ -167,6 +171,8 @@ class StreamTranslator:
             if self.finish_reason is None:  # no stop_reason came: Anthropic's default, end_turn
                 self.finish_reason = to_finish_reason(None)
             chunks = self._opening()
+            for index in list(self._open_tools):  # blocks the upstream never stopped
+                chunks.extend(self._block_stop(index))
             chunks.append(self._chunk({}, self.finish_reason))
             return chunks
         if event == "error":
@@ -197,16 +203,28 @@ class StreamTranslator:
             part = delta.get("partial_json")
             if tool_index is None or not part or not isinstance(part, str):
                 return []
-            self.produced_chars += len(part)
-            chunks = self._opening()
-            call = {"index": tool_index, "function": {"arguments": part}}
-            chunks.append(self._chunk({"tool_calls": [call]}))
-            return chunks
+            self._tools_without_arguments.discard(_index(data))
+            return self._arguments(tool_index, part)
         if kind == "thinking_delta":
             thinking = delta.get("thinking")
             if isinstance(thinking, str):
                 self.thinking_chars += len(thinking)
         return []  # thinking_delta, signature_delta, citations_delta, unknown: nothing is sent
+
+    def _arguments(self, tool_index: int, part: str) -> list[dict[str, Any]]:
+        """A ``function.arguments`` piece for the OpenAI tool call ``tool_index``."""
+        self.produced_chars += len(part)
+        chunks = self._opening()
+        chunks.append(self._chunk({"tool_calls": [{"index": tool_index, "function": {"arguments": part}}]}))
+        return chunks
+
+    def _block_stop(self, index: int | None) -> list[dict[str, Any]]:
+        """A tool block that ends having sent no arguments sends ``"{}"``: arguments are JSON."""
+        tool_index = self._open_tools.pop(index, None)
+        if tool_index is None or index not in self._tools_without_arguments:
+            return []
+        self._tools_without_arguments.discard(index)
+        return self._arguments(tool_index, "{}")
 
     def _block_start(self, data: Mapping[str, Any]) -> list[dict[str, Any]]:
         block = _obj(data.get("content_block"))
@@ -221,6 +239,8 @@ class StreamTranslator:
             # Anthropic starts with input {} and streams it; a full input given up front is sent whole.
             tool_input = block.get("input")
             arguments = tool_arguments(tool_input) if tool_input and isinstance(tool_input, Mapping) else ""
+            if not arguments:
+                self._tools_without_arguments.add(_index(data))
             self.produced_chars += len(arguments)
             call = {
                 "index": tool_index,

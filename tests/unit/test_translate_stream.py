@@ -537,6 +537,95 @@ ROWS: list[Row] = [
         finish_reason="tool_calls",
         produced_chars=16,
     ),
+    # A call with no arguments: the real API streams content_block_start (input {}) and one
+    # input_json_delta with partial_json "". Arguments must still be JSON: "{}" when the block stops.
+    Row(
+        "no-arguments-call-streams-empty-object",
+        around(tool_start(0, "toolu_n", "get_time"), args(0, ""), block_stop(0), stop_reason="tool_use"),
+        [ROLE, call_start(0, "toolu_n", "get_time"), call_args(0, "{}"), finish("tool_calls")],
+        calls=[("toolu_n", "get_time", "{}")],
+        finish_reason="tool_calls",
+        produced_chars=2,
+    ),
+    Row(
+        "no-arguments-call-without-any-input-delta",
+        around(tool_start(0, "toolu_n", "get_time"), block_stop(0), stop_reason="tool_use"),
+        [ROLE, call_start(0, "toolu_n", "get_time"), call_args(0, "{}"), finish("tool_calls")],
+        calls=[("toolu_n", "get_time", "{}")],
+        finish_reason="tool_calls",
+        produced_chars=2,
+    ),
+    Row(
+        "no-arguments-call-whose-block-never-stops",
+        around(tool_start(0, "toolu_n", "get_time"), args(0, ""), stop_reason="tool_use"),
+        [ROLE, call_start(0, "toolu_n", "get_time"), call_args(0, "{}"), finish("tool_calls")],
+        calls=[("toolu_n", "get_time", "{}")],
+        finish_reason="tool_calls",
+        produced_chars=2,
+    ),
+    Row(
+        "parallel-calls-with-then-without-arguments",
+        around(
+            tool_start(0, "toolu_a", "get_weather"),
+            args(0, ""),
+            args(0, '{"city": '),
+            args(0, '"Oslo"}'),
+            block_stop(0),
+            tool_start(1, "toolu_b", "get_time"),
+            args(1, ""),
+            block_stop(1),
+            stop_reason="tool_use",
+        ),
+        [
+            ROLE,
+            call_start(0, "toolu_a", "get_weather"),
+            call_args(0, '{"city": '),
+            call_args(0, '"Oslo"}'),
+            call_start(1, "toolu_b", "get_time"),
+            call_args(1, "{}"),
+            finish("tool_calls"),
+        ],
+        calls=[("toolu_a", "get_weather", '{"city": "Oslo"}'), ("toolu_b", "get_time", "{}")],
+        finish_reason="tool_calls",
+        produced_chars=16 + 2,
+    ),
+    Row(
+        "parallel-calls-without-then-with-arguments",
+        around(
+            text_start(0),
+            text(0, "Two calls."),
+            block_stop(0),
+            tool_start(1, "toolu_b", "get_time"),
+            args(1, ""),
+            block_stop(1),
+            tool_start(2, "toolu_a", "get_weather"),
+            args(2, ""),
+            args(2, '{"city": "Lima"}'),
+            block_stop(2),
+            stop_reason="tool_use",
+        ),
+        [
+            ROLE,
+            content("Two calls."),
+            call_start(0, "toolu_b", "get_time"),
+            call_args(0, "{}"),
+            call_start(1, "toolu_a", "get_weather"),
+            call_args(1, '{"city": "Lima"}'),
+            finish("tool_calls"),
+        ],
+        content="Two calls.",
+        calls=[("toolu_b", "get_time", "{}"), ("toolu_a", "get_weather", '{"city": "Lima"}')],
+        finish_reason="tool_calls",
+        produced_chars=10 + 2 + 16,
+    ),
+    Row(
+        "explicit-empty-object-arguments-are-not-doubled",
+        around(tool_start(0, "toolu_n", "get_time"), args(0, ""), args(0, "{}"), block_stop(0), stop_reason="tool_use"),
+        [ROLE, call_start(0, "toolu_n", "get_time"), call_args(0, "{}"), finish("tool_calls")],
+        calls=[("toolu_n", "get_time", "{}")],
+        finish_reason="tool_calls",
+        produced_chars=2,
+    ),
     Row(
         "encoded-tool-id-decoded",
         around(tool_start(0, encode_tool_id("call 42/é"), "f"), args(0, "{}"), stop_reason="tool_use"),
@@ -876,6 +965,83 @@ def test_recorded_stream_end_to_end():
     assert completion.choices[0].finish_reason == "tool_calls"
     assert completion.usage is not None
     assert (completion.usage.prompt_tokens, completion.usage.completion_tokens) == (472 + 2048, 89)
+
+
+# -- tool arguments are streamed as they arrive, and are always JSON ------------------------
+
+
+def test_arguments_are_sent_on_the_event_that_brings_them():
+    """The "{}" for a call without arguments waits for its block's end; real arguments never wait."""
+    translator = StreamTranslator(completion_id=ID, created=CREATED, model=MODEL, include_usage=False)
+    outputs = [
+        [c["choices"][0]["delta"] for c in translator.feed(event, data)]
+        for event, data in [
+            message_start(),
+            tool_start(0, "toolu_a", "f"),
+            args(0, ""),
+            args(0, '{"a"'),
+            args(0, ": 1}"),
+            block_stop(0),
+            tool_start(1, "toolu_b", "g"),
+            args(1, ""),
+            block_stop(1),
+        ]
+    ]
+    assert outputs == [
+        [ROLE],
+        [call_start(0, "toolu_a", "f")],
+        [],
+        [call_args(0, '{"a"')],
+        [call_args(0, ": 1}")],
+        [],
+        [call_start(1, "toolu_b", "g")],
+        [],
+        [call_args(1, "{}")],
+    ]
+
+
+def _sse(events: list[Event]) -> bytes:
+    return b"".join(f"event: {event}\ndata: {json.dumps(data)}\n\n".encode() for event, data in events)
+
+
+NO_ARGUMENT_STREAMS = [
+    pytest.param(
+        around(tool_start(0, "toolu_n", "get_time"), args(0, ""), block_stop(0), stop_reason="tool_use"),
+        [("toolu_n", "get_time", {})],
+        id="one-call-without-arguments",
+    ),
+    pytest.param(
+        around(
+            tool_start(0, "toolu_a", "get_weather"),
+            args(0, ""),
+            args(0, '{"city": "Oslo"}'),
+            block_stop(0),
+            tool_start(1, "toolu_b", "get_time"),
+            args(1, ""),
+            block_stop(1),
+            stop_reason="tool_use",
+        ),
+        [("toolu_a", "get_weather", {"city": "Oslo"}), ("toolu_b", "get_time", {})],
+        id="parallel-with-and-without-arguments",
+    ),
+]
+
+
+@pytest.mark.parametrize("events, expected", NO_ARGUMENT_STREAMS)
+def test_no_argument_calls_parse_as_json_however_the_bytes_are_split(events: list[Event], expected: list[Any]):
+    """The upstream bytes split at every boundary, decoded, translated and accumulated by the
+    openai SDK: every call's arguments parse as a JSON object."""
+    raw = _sse(events)
+    for cut in range(len(raw) + 1):
+        translator = StreamTranslator(completion_id=ID, created=CREATED, model=MODEL, include_usage=False)
+        state: ChatCompletionStreamState[None] = ChatCompletionStreamState()
+        for event, data in iter_sse([raw[:cut], raw[cut:]]):
+            for c in translator.feed(event, json.loads(data)):
+                state.handle_chunk(ChatCompletionChunk.model_validate(json.loads(encode_chunk(c)[6:])))
+        assert translator.done, f"split at byte {cut}"
+        calls = state.current_completion_snapshot.choices[0].message.tool_calls or []
+        got = [(c.id, c.function.name, json.loads(c.function.arguments)) for c in calls]
+        assert got == expected, f"split at byte {cut}"
 
 
 # -- encoding -------------------------------------------------------------------------------
