@@ -27,8 +27,8 @@ import time
 import weakref
 from collections.abc import Callable
 from functools import lru_cache
-from typing import Any
 
+import redis
 from limits import RateLimitItem, RateLimitItemPerSecond
 from limits.errors import StorageError
 from limits.storage import RedisStorage, Storage
@@ -295,8 +295,12 @@ class RateLimits:
 
     def close(self) -> None:
         """Release the storage's connections (tests, shutdown)."""
-        storage: Any = self._storage
+        storage = self._storage
         if isinstance(storage, SQLiteCounterStorage):
             storage.close()
         elif isinstance(storage, RedisStorage):
-            storage.get_connection().close()
+            # ``limits`` types the connection as its protocol of the commands it sends, which has no
+            # ``close``; what ``RedisStorage`` builds from a ``redis://`` URL is a ``redis.Redis`` client.
+            connection = storage.get_connection()
+            if isinstance(connection, redis.Redis):
+                connection.close()

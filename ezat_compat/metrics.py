@@ -76,8 +76,13 @@ class Metrics:
             ["model", "deployment", "reason"],
             registry=reg,
         )
-        gauge_kwargs = {"multiprocess_mode": "livesum"} if self.multiprocess else {}
-        self.streams_open = Gauge("ezat_streams_open", "Streams being served now", registry=reg, **gauge_kwargs)
+        self.streams_open = Gauge(
+            "ezat_streams_open",
+            "Streams being served now",
+            registry=reg,
+            # "all" is the package's default: one sample per live process.
+            multiprocess_mode="livesum" if self.multiprocess else "all",
+        )
         self.billing_errors = Counter("ezat_billing_errors", "Usage records that could not be written", registry=reg)
         self._cooling: Callable[[], list[str]] | None = None
 
