@@ -247,7 +247,8 @@ def _parse_error(body: bytes) -> tuple[dict[str, Any] | None, str]:
         return None, ""
     if isinstance(data, dict) and isinstance(data.get("error"), dict):
         err: dict[str, Any] = data["error"]
-        return err, err.get("message") if isinstance(err.get("message"), str) else ""
+        message = err.get("message")
+        return err, message if isinstance(message, str) else ""
     return None, ""
 
 

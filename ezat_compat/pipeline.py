@@ -24,7 +24,7 @@ from typing import Any
 
 from ezat_compat.catalog import Catalog
 from ezat_compat.cooldowns import Cooldowns
-from ezat_compat.dialects import Dialect, Parsed, ReplyIds
+from ezat_compat.dialects import Dialect, Headers, Parsed, ReplyIds
 from ezat_compat.domain import Config, Deployment, Model, Usage
 from ezat_compat.errors import (
     AuthenticationError,
@@ -63,7 +63,7 @@ class ClientRequest:
 
     request_id: str
     api_key: str | None
-    headers: Mapping[str, str]  # looked up case-insensitively
+    headers: Headers  # looked up case-insensitively
     read_body: Callable[[], bytes]  # 413 raises
 
 

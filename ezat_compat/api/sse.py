@@ -16,7 +16,7 @@ import functools
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 from flask import Response
@@ -95,7 +95,7 @@ class Reader:
         self._stopped.set()
 
 
-def relay(session: StreamSession) -> Iterator[bytes]:
+def relay(session: StreamSession) -> Generator[bytes, None, None]:
     """The client's bytes: the session's translation of each upstream event, the keep-alive
     after ``keepalive_s`` without a write, and the session's ending."""
     reader = Reader(session.events)

@@ -23,6 +23,14 @@ from ezat_compat.errors import GatewayError, UpstreamError
 from ezat_compat.translate.request import ImageSlot
 
 MESSAGES_PATH = "/v1/messages"
+
+
+class Headers(Protocol):
+    """The request's headers, looked up case-insensitively (werkzeug's, or a dict in tests)."""
+
+    def get(self, key: str, /) -> str | None: ...
+
+
 Resolve = Callable[[Any], Model]  # the client's model name -> its model (404 / 403 raise)
 
 
@@ -63,9 +71,14 @@ class EventTranslator(Protocol):
     recorded; ``fail(err)`` what tells the client of a failure after the start.
     """
 
-    usage: Usage
-    done: bool
-    error: Mapping[str, Any] | None
+    @property
+    def usage(self) -> Usage: ...
+
+    @property
+    def done(self) -> bool: ...
+
+    @property
+    def error(self) -> Mapping[str, Any] | None: ...
 
     def feed(self, event: str, data: str) -> bytes: ...
 
@@ -80,7 +93,7 @@ class Dialect(Protocol):
     endpoint: str  # the ledger's and the metrics' name of the endpoint
     ping: bytes  # the keep-alive this dialect's streams send while nothing else is written
 
-    def parse(self, body: Any, headers: Mapping[str, str], resolve: Resolve) -> Parsed: ...
+    def parse(self, body: Any, headers: Headers, resolve: Resolve) -> Parsed: ...
 
     def reply(self, parsed: Parsed, data: bytes, ids: ReplyIds) -> tuple[bytes, Usage | None]: ...
 

@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ezat_compat.dialects import MESSAGES_PATH, EventTranslator, Parsed, ReplyIds, Resolve
+from ezat_compat.dialects import MESSAGES_PATH, EventTranslator, Headers, Parsed, ReplyIds, Resolve
 from ezat_compat.domain import Usage
 from ezat_compat.errors import GatewayError, InvalidRequestError, UpstreamError, anthropic_status, render_anthropic
 from ezat_compat.failures import client_error
@@ -91,7 +91,7 @@ class AnthropicMessages:
             raise InvalidRequestError("model: Field required", param="model")
         return resolve(name), name
 
-    def parse(self, body: Any, headers: Mapping[str, str], resolve: Resolve) -> Parsed:
+    def parse(self, body: Any, headers: Headers, resolve: Resolve) -> Parsed:
         model, name = self._model(body, resolve)
         stream = self.billed and body.get("stream") is True
         max_tokens = body.get("max_tokens")
@@ -113,7 +113,7 @@ class AnthropicMessages:
             session=headers.get("x-ezat-session"),
             path=self.path,
             stream_flag=None,
-            headers={h: headers[h] for h in FORWARDED_HEADERS if headers.get(h)},
+            headers={h: v for h in FORWARDED_HEADERS if (v := headers.get(h))},
             billed=self.billed,
         )
 

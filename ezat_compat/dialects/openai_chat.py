@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
-from ezat_compat.dialects import EventTranslator, Parsed, ReplyIds, Resolve
+from ezat_compat.dialects import EventTranslator, Headers, Parsed, ReplyIds, Resolve
 from ezat_compat.domain import Model, Usage
 from ezat_compat.errors import GatewayError, InvalidRequestError, UpstreamError, render_openai
 from ezat_compat.failures import client_error
@@ -81,7 +81,7 @@ class OpenAIChat:
     endpoint = "chat.completions"
     ping = b": ping\n\n"
 
-    def parse(self, body: Any, headers: Mapping[str, str], resolve: Resolve) -> Parsed:
+    def parse(self, body: Any, headers: Headers, resolve: Resolve) -> Parsed:
         """An unknown or forbidden model answers 404 / 403 before the rest of the body is judged
         (then the schema, then the translation: "Ignored and refused fields")."""
         name = body.get("model") if isinstance(body, dict) else None
@@ -95,7 +95,7 @@ class OpenAIChat:
             raise InvalidRequestError(message, param=exc.path or None) from None
         if model is None:
             model = resolve(req["model"])
-        auto_cache = headers.get("x-ezat-cache", "").strip().lower() != "off"
+        auto_cache = (headers.get("x-ezat-cache") or "").strip().lower() != "off"
         translation = openai_to_anthropic(req, model, auto_cache=auto_cache)
         return Parsed(
             model=model,

@@ -260,7 +260,7 @@ def _messages(messages: list[dict[str, Any]], model: Model, model_name: str, slo
         content_path = path if isinstance(content, str) else f"{path}.content"
         if role in ("system", "developer"):
             # Joined into the system prompt wherever they appear; one text block per part.
-            conv.system.extend(_content_blocks(content, content_path, model, model_name, slots))
+            conv.system.extend(_content_blocks(content or "", content_path, model, model_name, slots))
             continue
         conv.seen_turn_message = True
         if role == "tool":

@@ -59,9 +59,9 @@ class UpstreamStream:
     def _chunks(self) -> Iterator[bytes]:
         response = self.response
         if response.chunked:  # what upstreams send for a stream: each HTTP chunk as it arrives
-            yield from response.read_chunked(None, decode_content=True)  # type: ignore[attr-defined]
+            yield from response.read_chunked(None, decode_content=True)
         else:
-            while chunk := response.read1(READ_CHUNK):  # type: ignore[attr-defined]
+            while chunk := response.read1(READ_CHUNK):
                 yield chunk
 
     def events(self) -> Iterator[tuple[str, str]]:
@@ -157,7 +157,7 @@ class UpstreamClient:
         pool only when the body was read to its end."""
         chunks = []
         try:  # read1: whatever one socket read brings, so the deadline is checked as bytes trickle
-            while chunk := response.read1(READ_CHUNK):  # type: ignore[attr-defined]
+            while chunk := response.read1(READ_CHUNK):
                 chunks.append(chunk)
                 if time.monotonic() > deadline:
                     raise UpstreamTimeoutError(f"{deployment.name} did not answer in time")
