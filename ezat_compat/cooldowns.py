@@ -70,6 +70,11 @@ class Cooldowns(Protocol):
         """Names that ``acquire`` would refuse now (in cooldown or probe out), for a gauge."""
         ...
 
+    def wait_s(self, name: str, now: float) -> float:
+        """Seconds until ``acquire`` may accept ``name`` again, as far as this node knows
+        (0 when it may now): the ``retry-after`` of "no deployment available"."""
+        ...
+
 
 @dataclass(frozen=True)
 class Policy:
@@ -181,6 +186,14 @@ class LocalCooldowns:
                 and st.until is not None
                 and (now < st.until or (st.probe is not None and now < st.probe))
             )
+
+    def wait_s(self, name: str, now: float) -> float:
+        with self._lock:
+            st = self._live(name, now)
+            if st is None or st.until is None:
+                return 0.0
+            end = st.until if now < st.until else (st.probe or now)
+            return max(0.0, end - now)
 
     def _live(self, name: str, now: float) -> _State | None:
         st = self._states.get(name)
@@ -397,6 +410,10 @@ class RedisCooldowns:
             if u is not None and (now < float(u) or (p is not None and now < float(p))):
                 out.append(name)
         return out
+
+    def wait_s(self, name: str, now: float) -> float:
+        """From the refusal this node last saw (``acquire`` refuses before anyone asks this)."""
+        return max(0.0, self._refused_until.get(name, now) - now)
 
     def _fail_open(self, name: str, now: float, exc: Exception) -> None:
         self._healthy_until[name] = now + self._cache_s

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -270,10 +271,10 @@ class Gateway:
             "type": "overloaded_error",
             "message": f"No deployment of model {call.model.id} is available right now; retry shortly.",
         }
+        now = self.clock()
+        wait = min(self.cooldowns.wait_s(health_key(call.model, d), now) for d in call.model.deployments)
         return UpstreamStatusError(
-            529,
-            json.dumps({"type": "error", "error": error}).encode(),
-            {"retry-after": str(max(1, int(self.config.gateway.cooldown_s)))},
+            529, json.dumps({"type": "error", "error": error}).encode(), {"retry-after": str(max(1, math.ceil(wait)))}
         )
 
     def complete(

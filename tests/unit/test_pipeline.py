@@ -509,3 +509,20 @@ def test_json_nested_too_deep_answers_400(dialect: str) -> None:
         gw.handle(DIALECTS[dialect], req)
     assert raised.value.status == 400 and "nested too deeply" in raised.value.message
     assert ledger.rows == []
+
+
+def test_no_deployment_available_tells_the_seconds_until_the_first_cooldown_ends() -> None:
+    """After upstream 529s with ``retry-after: 3`` the next request is told 3 s, not cooldown_s (30 s)."""
+    now = [1000.0]
+    gw, upstream, _ = gateway({"a": status(529), "b": status(529), "c": status(529)})
+    gw.clock = lambda: now[0]
+    with pytest.raises(GatewayError):
+        gw.handle(OPENAI, request("openai", stream=False))
+    now[0] += 1.2
+    with pytest.raises(GatewayError) as raised:
+        gw.handle(OPENAI, request("openai", stream=False, rid="r2"))
+    assert (raised.value.status, raised.value.retry_after) == (503, 2)  # ceil(3 - 1.2)
+    now[0] += 0.9
+    with pytest.raises(GatewayError) as raised:
+        gw.handle(ANTHROPIC, request("anthropic", stream=False, rid="r3"))
+    assert raised.value.upstream is not None and raised.value.upstream.retry_after == "1"  # at least 1
