@@ -514,7 +514,7 @@ def test_json_nested_too_deep_answers_400(dialect: str) -> None:
 def test_no_deployment_available_tells_the_seconds_until_the_first_cooldown_ends() -> None:
     """After upstream 529s with ``retry-after: 3`` the next request is told 3 s, not cooldown_s (30 s)."""
     now = [1000.0]
-    gw, upstream, _ = gateway({"a": status(529), "b": status(529), "c": status(529)})
+    gw, _, _ = gateway({"a": status(529), "b": status(529), "c": status(529)})
     gw.clock = lambda: now[0]
     with pytest.raises(GatewayError):
         gw.handle(OPENAI, request("openai", stream=False))
