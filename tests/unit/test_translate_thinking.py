@@ -285,7 +285,7 @@ def test_prefix_stays_the_same_from_round_to_round() -> None:
 
 
 def test_parallel_calls_in_one_turn_get_the_blocks_once() -> None:
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "user", "content": "Weather in two cities?"},
         {"role": "assistant", "content": "Checking both.", "tool_calls": [_call("call_a"), _call("call_b", "Osaka")]},
         _result("call_a"),
@@ -300,7 +300,7 @@ def test_parallel_calls_in_one_turn_get_the_blocks_once() -> None:
 
 def test_calls_split_over_messages_the_translation_merged() -> None:
     """Some clients send one assistant message per parallel call; the translation merges them."""
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "user", "content": "Weather in two cities?"},
         {"role": "assistant", "content": None, "tool_calls": [_call("call_a")]},
         {"role": "assistant", "content": None, "tool_calls": [_call("call_b", "Osaka")]},
@@ -344,7 +344,7 @@ def test_latest_turn_without_blocks_changes_nothing(found: dict[str, Any]) -> No
     ],
 )
 def test_turn_edited_by_the_client(found: dict[str, Any]) -> None:
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "user", "content": "Weather?"},
         {"role": "assistant", "tool_calls": [_call("call_a"), _call("call_b")]},
         _result("call_a"),
@@ -366,7 +366,7 @@ def test_earlier_turn_without_blocks_is_left_as_is() -> None:
 
 
 def test_text_only_assistant_turns_untouched() -> None:
-    messages = [
+    messages: list[dict[str, Any]] = [
         *rounds(1),
         {"role": "assistant", "content": "It is 20°C in Tokyo."},
         {"role": "user", "content": "Thanks! And tomorrow?"},
@@ -408,7 +408,7 @@ def test_cache_breakpoints_stay_where_the_translation_put_them() -> None:
 
 
 def test_source_map_follows_the_inserted_blocks() -> None:
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "user", "content": "Weather?"},
         {"role": "assistant", "content": [{"type": "text", "text": "Checking."}], "tool_calls": [_call("call_a")]},
         _result("call_a"),
