@@ -103,6 +103,7 @@ class _GatewaySchema(_Strict):
     cooldown_failures = fields.Int(load_default=3, strict=True, validate=validate.Range(min=1))
     cooldown_s = fields.Float(load_default=30.0, validate=validate.Range(min=0))
     max_cooldown_s = fields.Float(load_default=300.0, validate=validate.Range(min=0))
+    thinking_ttl_s = fields.Float(load_default=86400.0, validate=validate.Range(min=0, min_inclusive=False))
 
 
 class _ServerSchema(_Strict):

@@ -73,6 +73,7 @@ class GatewaySettings:
     cooldown_failures: int = 3
     cooldown_s: float = 30.0
     max_cooldown_s: float = 300.0
+    thinking_ttl_s: float = 86400.0  # how long thinking blocks are kept for the client's next tool round
 
 
 @dataclass(frozen=True)

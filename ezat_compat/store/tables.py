@@ -1,4 +1,5 @@
-"""The schema: organisations, API keys, open reservations and the ledger (SQLAlchemy Core).
+"""The schema: organisations, API keys, open reservations, the ledger and kept thinking blocks
+(SQLAlchemy Core).
 
 Money columns are integer micro-USD (``BigInteger``). Times are stored as integer epoch
 microseconds (UTC) through ``UtcMicros``, so every backend compares and indexes them the
@@ -24,6 +25,7 @@ from sqlalchemy import (
     SmallInteger,
     String,
     Table,
+    Text,
     TypeDecorator,
 )
 
@@ -136,4 +138,17 @@ ledger = Table(
     Index("ux_ledger_request_id", "request_id", unique=True),
     Index("ix_ledger_org_created", "org_id", "created_at"),
     Index("ix_ledger_key_created", "key_id", "created_at"),
+)
+
+# Thinking blocks of a reply that called tools, kept for the client's next round (store/thinking.py):
+# one row per tool call id the client sees (its SHA-256, so any id length indexes), the blocks as
+# the JSON text received. A cache: no foreign key, rows past ``expires_at`` are ignored and purged.
+thinking_stash = Table(
+    "thinking_stash",
+    metadata,
+    Column("org_id", Integer, primary_key=True, autoincrement=False),
+    Column("tool_key", String(64), primary_key=True),
+    Column("blocks", Text, nullable=False),
+    Column("expires_at", UtcMicros, nullable=False),
+    Index("ix_thinking_stash_expires_at", "expires_at"),
 )
