@@ -29,6 +29,7 @@ from ezat_compat.pipeline import Gateway
 from ezat_compat.store.accounts import Accounts
 from ezat_compat.store.db import make_engine
 from ezat_compat.store.ledger import Ledger
+from ezat_compat.store.thinking import make_thinking_stash
 from ezat_compat.upstream.client import UpstreamClient
 from ezat_compat.upstream.images import ImageFetcher
 
@@ -78,6 +79,7 @@ def build_gateway(config: Config) -> Gateway:
         ),
         images=ImageFetcher(threads=gw_cfg.image_fetch_threads, allow_private=gw_cfg.allow_private_image_hosts),
         metrics=metrics,
+        thinking=make_thinking_stash(engine, gw_cfg.redis_url, gw_cfg.thinking_ttl_s),
     )
 
 

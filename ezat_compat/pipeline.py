@@ -25,7 +25,7 @@ from typing import Any
 
 from ezat_compat.catalog import Catalog
 from ezat_compat.cooldowns import Cooldowns
-from ezat_compat.dialects import Dialect, Headers, Parsed, ReplyIds
+from ezat_compat.dialects import Dialect, Headers, KeptThinking, Parsed, ReplyIds
 from ezat_compat.domain import Config, Deployment, Model, Usage
 from ezat_compat.errors import (
     AuthenticationError,
@@ -45,6 +45,7 @@ from ezat_compat.routing import plan
 from ezat_compat.session import StreamSession
 from ezat_compat.store.accounts import Accounts, AuthContext
 from ezat_compat.store.ledger import CLIENT_CLOSED, STALE_RESERVATION, Ledger, LedgerEntry
+from ezat_compat.store.thinking import ThinkingStash
 from ezat_compat.translate.estimate import input_tokens_upper_bound
 from ezat_compat.translate.request import ImageSlot
 from ezat_compat.upstream.client import UpstreamClient, UpstreamStream, encode_body, with_model
@@ -115,6 +116,7 @@ class Gateway:
         upstream: UpstreamClient,
         images: ImageFetcher,
         metrics: Metrics,
+        thinking: ThinkingStash,
         clock: Callable[[], float] = time.time,
         rand: Callable[[], float] = random.random,
     ) -> None:
@@ -127,6 +129,7 @@ class Gateway:
         self.upstream = upstream
         self.images = images
         self.metrics = metrics
+        self.thinking = thinking
         self.clock = clock
         self.rand = rand
         self.timeout_s = config.gateway.upstream_timeout_s
@@ -144,6 +147,8 @@ class Gateway:
             path = dialect.body_path(exc.path) if exc.path else None
             raise InvalidRequestError(f"{path}: {exc.message}" if path else exc.message, param=path) from None
         parsed = dialect.parse(body, request.headers, lambda name: self.resolve(auth, name))
+        if parsed.thinking_ids:  # thinking kept from earlier rounds of a tool loop
+            dialect.restore_thinking(parsed, self.thinking.get(auth.org_id, parsed.thinking_ids, self.clock()))
         call = self.admit(request.request_id, dialect.endpoint, auth, parsed)
         return Run(self, dialect, parsed, call).go()
 
@@ -405,7 +410,7 @@ class Run:
                     gw.metrics.streams_open.dec()
                     raise
             data, _ = gw.complete(call, parsed.path, body, stream_flag=parsed.stream_flag, headers=parsed.headers)
-            out, usage = self.dialect.reply(parsed, data, ids)
+            answer = self.dialect.reply(parsed, data, ids)
         except UpstreamError as exc:
             err = self.failure(exc)
             self.settle(None, self.dialect.status_of(err))
@@ -416,19 +421,27 @@ class Run:
         except BaseException:
             self.settle(None, 500)
             raise
-        self.settle(usage, STATUS_OK)
-        return Reply(out)
+        self.keep(answer.kept)
+        self.settle(answer.usage, STATUS_OK)
+        return Reply(answer.body)
 
     def settle(self, usage: Usage | None, status: int, *, estimated: bool = False) -> None:
         self.gw.settle(self.call, usage, status, estimated=estimated)
+
+    def keep(self, kept: KeptThinking | None) -> None:
+        """The reply's thinking, kept for the client's next round of the tool loop (the stash
+        never fails a request: its errors are logged)."""
+        if kept is not None:
+            self.gw.thinking.put(self.call.auth.org_id, kept[0], kept[1], self.gw.clock())
 
     # ------------------------------------------------------------ the stream's owner
 
     def failure(self, exc: UpstreamError) -> GatewayError:
         return self.dialect.client_error(exc, self.parsed, timeout_s=self.gw.timeout_s, streaming=self.parsed.stream)
 
-    def succeeded(self, usage: Usage) -> None:
+    def succeeded(self, usage: Usage, kept: KeptThinking | None) -> None:
         gw = self.gw
+        self.keep(kept)
         if self.deployment is not None:
             gw.cooldowns.success(health_key(self.call.model, self.deployment))
             gw.metrics.upstream_latency.labels(self.deployment.name, "true").observe(time.monotonic() - self.started)

@@ -16,7 +16,7 @@ import math
 from collections.abc import Iterator
 from typing import Protocol
 
-from ezat_compat.dialects import EventTranslator
+from ezat_compat.dialects import EventTranslator, KeptThinking
 from ezat_compat.domain import Usage
 from ezat_compat.errors import GatewayError, UpstreamError, UpstreamStatusError
 from ezat_compat.failures import STREAM_ENDED_EARLY
@@ -48,7 +48,7 @@ class Upstream(Protocol):
 class StreamOwner(Protocol):
     """What the pipeline does when a stream ends (each called at most once, then ``closed``)."""
 
-    def succeeded(self, usage: Usage) -> None: ...
+    def succeeded(self, usage: Usage, kept: KeptThinking | None) -> None: ...
 
     def failed(self, failure: GatewayError) -> None: ...
 
@@ -123,7 +123,7 @@ class StreamSession:
     def _succeed(self) -> bytes:
         self.over = True
         self._upstream.close()
-        self._owner.succeeded(self._translator.usage)
+        self._owner.succeeded(self._translator.usage, self._translator.kept())
         return self._translator.end()
 
     def _fail(self, failure: GatewayError) -> bytes:

@@ -6,7 +6,7 @@ errors. The pipeline (``pipeline.py``) runs every dialect in the same order; a n
 one module here plus one route.
 
     Dialect.parse(body, headers, resolve)   -> Parsed       (400 / 403 / 404 raise)
-    Dialect.reply(parsed, data, ids)        -> (bytes, Usage)
+    Dialect.reply(parsed, data, ids)        -> Answer (bytes, usage, thinking to keep)
     Dialect.translator(parsed, ids)         -> EventTranslator
     Dialect.client_error(exc, parsed, ...)  -> GatewayError  (the one table, in failures.py)
     Dialect.status_of(err) / render_error   -> the status and envelope this dialect's clients get
@@ -51,7 +51,21 @@ class Parsed:
     headers: Mapping[str, str] | None = None  # forwarded to the upstream
     image_slots: list[ImageSlot] = field(default_factory=list)
     billed: bool = True  # False: no reservation and no ledger row (count_tokens)
+    thinking_ids: list[str] = field(default_factory=list)  # tool calls whose kept thinking to look up
     context: Any = None
+
+
+# (client tool call ids, the thinking blocks that preceded those calls, as received)
+KeptThinking = tuple[list[str], list[dict[str, Any]]]
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A dialect's JSON response: the bytes, the usage to bill, the thinking to keep."""
+
+    body: bytes
+    usage: Usage | None
+    kept: KeptThinking | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +100,8 @@ class EventTranslator(Protocol):
 
     def end(self) -> bytes: ...
 
+    def kept(self) -> KeptThinking | None: ...
+
     def fail(self, err: GatewayError) -> bytes: ...
 
 
@@ -95,7 +111,9 @@ class Dialect(Protocol):
 
     def parse(self, body: Any, headers: Headers, resolve: Resolve) -> Parsed: ...
 
-    def reply(self, parsed: Parsed, data: bytes, ids: ReplyIds) -> tuple[bytes, Usage | None]: ...
+    def restore_thinking(self, parsed: Parsed, found: Mapping[str, list[dict[str, Any]]]) -> None: ...
+
+    def reply(self, parsed: Parsed, data: bytes, ids: ReplyIds) -> Answer: ...
 
     def translator(self, parsed: Parsed, ids: ReplyIds) -> EventTranslator: ...
 

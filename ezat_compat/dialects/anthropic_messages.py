@@ -12,7 +12,16 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ezat_compat.dialects import MESSAGES_PATH, EventTranslator, Headers, Parsed, ReplyIds, Resolve
+from ezat_compat.dialects import (
+    MESSAGES_PATH,
+    Answer,
+    EventTranslator,
+    Headers,
+    KeptThinking,
+    Parsed,
+    ReplyIds,
+    Resolve,
+)
 from ezat_compat.domain import Usage
 from ezat_compat.errors import GatewayError, InvalidRequestError, UpstreamError, anthropic_status, render_anthropic
 from ezat_compat.failures import client_error
@@ -68,6 +77,9 @@ class EventMeter:
     def end(self) -> bytes:
         return b""
 
+    def kept(self) -> KeptThinking | None:
+        return None  # native clients carry their own thinking blocks
+
     def fail(self, err: GatewayError) -> bytes:
         """An ``error`` event, unless the upstream's own was already passed on."""
         if self.error is not None:
@@ -117,13 +129,16 @@ class AnthropicMessages:
             billed=self.billed,
         )
 
-    def reply(self, parsed: Parsed, data: bytes, ids: ReplyIds) -> tuple[bytes, Usage | None]:
+    def restore_thinking(self, parsed: Parsed, found: Mapping[str, list[dict[str, Any]]]) -> None:
+        """Never asked: native clients carry their own thinking blocks (``thinking_ids`` stays empty)."""
+
+    def reply(self, parsed: Parsed, data: bytes, ids: ReplyIds) -> Answer:
         """The upstream's bytes as they came; the usage read for billing."""
         try:
             message = json.loads(data)
         except ValueError:
             raise GatewayError("The upstream provider sent a reply that is not JSON.") from None
-        return data, usage_from_anthropic(message.get("usage") if isinstance(message, dict) else None)
+        return Answer(data, usage_from_anthropic(message.get("usage") if isinstance(message, dict) else None))
 
     def translator(self, parsed: Parsed, ids: ReplyIds) -> EventTranslator:
         return EventMeter()
@@ -152,5 +167,5 @@ class AnthropicCountTokens(AnthropicMessages):
     path = COUNT_TOKENS_PATH
     billed = False
 
-    def reply(self, parsed: Parsed, data: bytes, ids: ReplyIds) -> tuple[bytes, Usage | None]:
-        return data, None
+    def reply(self, parsed: Parsed, data: bytes, ids: ReplyIds) -> Answer:
+        return Answer(data, None)

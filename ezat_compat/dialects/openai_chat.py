@@ -6,16 +6,24 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from ezat_compat.dialects import EventTranslator, Headers, Parsed, ReplyIds, Resolve
+from ezat_compat.dialects import Answer, EventTranslator, Headers, KeptThinking, Parsed, ReplyIds, Resolve
 from ezat_compat.domain import Model, Usage
 from ezat_compat.errors import GatewayError, InvalidRequestError, UpstreamError, render_openai
 from ezat_compat.failures import client_error
 from ezat_compat.translate.request import Translation, openai_to_anthropic
 from ezat_compat.translate.response import anthropic_to_openai, usage_from_anthropic
 from ezat_compat.translate.stream import DONE, StreamTranslator, encode_chunk, encode_error
+from ezat_compat.translate.thinking import (
+    ThinkingCollector,
+    assistant_tool_ids,
+    restore_thinking,
+    thinking_of_reply,
+    without_thinking,
+)
 from ezat_compat.translate.upstream_errors import rewrite_upstream_message
 from ezat_compat.wire.json import encode_json
 from ezat_compat.wire.openai import RequestValidationError, load_chat_request
@@ -32,14 +40,24 @@ def _parse_event(data: str) -> Mapping[str, Any]:
     return parsed if isinstance(parsed, dict) else {}
 
 
+@dataclass(frozen=True, slots=True)
+class Context:
+    """The OpenAI dialect's own part of a parsed request."""
+
+    req: dict[str, Any]  # the validated client request
+    translation: Translation
+
+
 class ChunkTranslator:
     """Anthropic events -> ``chat.completion.chunk`` lines (``translate.stream`` does the
-    translating; this encodes and ends the stream as the spec's "Streaming" says)."""
+    translating; this encodes and ends the stream as the spec's "Streaming" says). With
+    thinking requested, the thinking blocks before tool calls are collected to be kept."""
 
-    __slots__ = ("chunks",)
+    __slots__ = ("chunks", "thinking")
 
-    def __init__(self, chunks: StreamTranslator) -> None:
+    def __init__(self, chunks: StreamTranslator, thinking: ThinkingCollector | None) -> None:
         self.chunks = chunks
+        self.thinking = thinking
 
     @property
     def usage(self) -> Usage:
@@ -54,7 +72,10 @@ class ChunkTranslator:
         return self.chunks.error
 
     def feed(self, event: str, data: str) -> bytes:
-        produced = self.chunks.feed(event, _parse_event(data))
+        parsed = _parse_event(data)
+        if self.thinking is not None:
+            self.thinking.feed(event, parsed)
+        produced = self.chunks.feed(event, parsed)
         if not produced:
             return b""
         if len(produced) == 1:
@@ -70,9 +91,17 @@ class ChunkTranslator:
             return encode_chunk(self.chunks.usage_chunk()) + DONE
         return DONE
 
+    def kept(self) -> KeptThinking | None:
+        return self.thinking.result() if self.thinking is not None else None
+
     def fail(self, err: GatewayError) -> bytes:
         """``data: {"error": …}`` then ``data: [DONE]``; no usage chunk."""
         return encode_error(render_openai(err)[1]) + DONE
+
+
+def _tool_ids(translation: Translation) -> list[str]:
+    """The client ids of the tool calls in the request's assistant turns (their thinking is looked up)."""
+    return [tool_id for ids in assistant_tool_ids(translation.body) for tool_id in ids]
 
 
 class OpenAIChat:
@@ -105,10 +134,20 @@ class OpenAIChat:
             max_tokens=translation.body["max_tokens"],
             session=headers.get("x-ezat-session") or translation.session,
             image_slots=translation.image_slots,
-            context=translation,
+            thinking_ids=_tool_ids(translation) if translation.thinking else [],
+            context=Context(req, translation),
         )
 
-    def reply(self, parsed: Parsed, data: bytes, ids: ReplyIds) -> tuple[bytes, Usage | None]:
+    def restore_thinking(self, parsed: Parsed, found: Mapping[str, list[dict[str, Any]]]) -> None:
+        """Kept thinking back at the start of the assistant tool turns; when the last one's
+        can't be found, the request goes without thinking (the upstream's own advice)."""
+        context: Context = parsed.context
+        translation = context.translation
+        if not restore_thinking(parsed.body, found, translation.source_map):
+            without_thinking(parsed.body, context.req, parsed.model)
+            translation.thinking = False
+
+    def reply(self, parsed: Parsed, data: bytes, ids: ReplyIds) -> Answer:
         try:
             message = json.loads(data)
         except ValueError:
@@ -118,24 +157,28 @@ class OpenAIChat:
         completion = anthropic_to_openai(
             message, completion_id="chatcmpl-" + ids.request_id, created=ids.created, model=parsed.model_name
         )
-        return encode_json(completion), usage_from_anthropic(message.get("usage"))
+        context: Context = parsed.context
+        content = message.get("content")
+        kept = thinking_of_reply(content) if context.translation.thinking and isinstance(content, list) else None
+        return Answer(encode_json(completion), usage_from_anthropic(message.get("usage")), kept)
 
     def translator(self, parsed: Parsed, ids: ReplyIds) -> EventTranslator:
-        translation: Translation = parsed.context
+        translation = parsed.context.translation
         return ChunkTranslator(
             StreamTranslator(
                 completion_id="chatcmpl-" + ids.request_id,
                 created=ids.created,
                 model=parsed.model_name,
                 include_usage=translation.include_usage,
-            )
+            ),
+            ThinkingCollector() if translation.thinking else None,
         )
 
     def client_error(
         self, exc: UpstreamError, parsed: Parsed | None, *, timeout_s: float, streaming: bool
     ) -> GatewayError:
         """The spec's status table; an upstream 400's paths are mapped back into the client's request."""
-        source_map = parsed.context.source_map if parsed is not None and parsed.context is not None else {}
+        source_map = parsed.context.translation.source_map if parsed is not None and parsed.context else {}
         err = client_error(
             exc,
             rewrite=partial(rewrite_upstream_message, source_map=source_map),

@@ -145,6 +145,20 @@ class FakeImages:
         raise AssertionError("no image URLs in these requests")
 
 
+class FakeStash:
+    """The thinking stash in a dict: (org, client tool id) -> blocks."""
+
+    def __init__(self) -> None:
+        self.kept: dict[tuple[int, str], list[dict[str, Any]]] = {}
+
+    def put(self, org_id: int, tool_ids: Any, blocks: list[dict[str, Any]], now: float) -> None:
+        for tool_id in tool_ids:
+            self.kept[(org_id, tool_id)] = blocks
+
+    def get(self, org_id: int, tool_ids: Any, now: float) -> dict[str, list[dict[str, Any]]]:
+        return {i: self.kept[(org_id, i)] for i in tool_ids if (org_id, i) in self.kept}
+
+
 def gateway(script: Mapping[str, Any]) -> tuple[Gateway, FakeUpstream, FakeLedger]:
     upstream, ledger = FakeUpstream(script), FakeLedger()
     gw = Gateway(
@@ -157,6 +171,7 @@ def gateway(script: Mapping[str, Any]) -> tuple[Gateway, FakeUpstream, FakeLedge
         upstream=upstream,  # type: ignore[arg-type]
         images=FakeImages(),  # type: ignore[arg-type]
         metrics=Metrics(),
+        thinking=FakeStash(),
         rand=lambda: 0.0,
     )
     return gw, upstream, ledger
@@ -526,3 +541,87 @@ def test_no_deployment_available_tells_the_seconds_until_the_first_cooldown_ends
     with pytest.raises(GatewayError) as raised:
         gw.handle(ANTHROPIC, request("anthropic", stream=False, rid="r3"))
     assert raised.value.upstream is not None and raised.value.upstream.retry_after == "1"  # at least 1
+
+
+# ---------------------------------------------------------------- thinking kept across tool loops
+
+THINKING = {"type": "thinking", "thinking": "Let me look it up.", "signature": "c2lnbmVk"}
+TOOL_REPLY = json.dumps(
+    {
+        "content": [THINKING, {"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {"q": "x"}}],
+        "stop_reason": "tool_use",
+        "usage": {"input_tokens": 10, "output_tokens": 4},
+    }
+).encode()
+
+
+def _start(index: int, block: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    return ("content_block_start", {"type": "content_block_start", "index": index, "content_block": block})
+
+
+def _delta(index: int, **delta: str) -> tuple[str, dict[str, Any]]:
+    return ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
+
+
+def _stop(index: int) -> tuple[str, dict[str, Any]]:
+    return ("content_block_stop", {"type": "content_block_stop", "index": index})
+
+
+TOOL_STREAM = events(
+    START,
+    _start(0, {"type": "thinking", "thinking": ""}),
+    _delta(0, type="thinking_delta", thinking="Let me look it up."),
+    _delta(0, type="signature_delta", signature="c2lnbmVk"),
+    _stop(0),
+    _start(1, {"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {}}),
+    _delta(1, type="input_json_delta", partial_json='{"q":"x"}'),
+    _stop(1),
+    ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 5}}),
+    ("message_stop", {"type": "message_stop"}),
+)
+TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object", "properties": {}}}}]
+
+
+def loop_request(rounds: int, *, stream: bool, rid: str) -> ClientRequest:
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "look x up"}]
+    for n in range(rounds):
+        call = {"id": f"toolu_{n + 1}", "type": "function", "function": {"name": "lookup", "arguments": '{"q":"x"}'}}
+        messages += [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"toolu_{n + 1}", "content": "found"},
+        ]
+    body = {"model": "m", "max_tokens": 2000, "reasoning_effort": "high", "tools": TOOLS, "messages": messages}
+    return request("openai", stream=stream, body=body, rid=rid)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_thinking_before_tool_calls_is_kept_and_put_back_next_round(stream: bool) -> None:
+    gw, upstream, _ = gateway({"a": TOOL_STREAM if stream else TOOL_REPLY, "b": [], "c": []})
+    first = gw.handle(OPENAI, loop_request(0, stream=stream, rid="r1"))
+    if isinstance(first, StreamSession):
+        assert b"Let me look it up" not in b"".join(StreamBody(first))  # thinking never reaches the client
+    else:
+        assert b"Let me look it up" not in first.body
+    upstream.script["a"] = MESSAGE
+    gw.handle(OPENAI, loop_request(1, stream=False, rid="r2"))
+    sent = json.loads(upstream.calls[-1][1])
+    assistant = next(m for m in sent["messages"] if m["role"] == "assistant")
+    assert "thinking" in sent and assistant["content"][0] == THINKING  # exactly as received
+    assert [b["type"] for b in assistant["content"]] == ["thinking", "tool_use"]
+
+
+def test_without_kept_thinking_the_request_goes_without_thinking() -> None:
+    gw, upstream, _ = gateway({"a": TOOL_REPLY, "b": [], "c": []})
+    gw.handle(OPENAI, loop_request(1, stream=False, rid="r2"))  # toolu_1 was never seen: expired, or elsewhere
+    sent = json.loads(upstream.calls[-1][1])
+    assistant = next(m for m in sent["messages"] if m["role"] == "assistant")
+    assert "thinking" not in sent and assistant["content"][0]["type"] == "tool_use"
+
+
+def test_kept_thinking_is_scoped_to_the_organisation() -> None:
+    gw, upstream, _ = gateway({"a": TOOL_REPLY, "b": [], "c": []})
+    gw.handle(OPENAI, loop_request(0, stream=False, rid="r1"))
+    other = dataclasses.replace(AUTH, org_id=2)
+    gw.accounts.authenticate = lambda *_: other  # type: ignore[method-assign]
+    gw.handle(OPENAI, loop_request(1, stream=False, rid="r2"))
+    assert "thinking" not in json.loads(upstream.calls[-1][1])
