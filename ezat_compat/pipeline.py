@@ -56,7 +56,8 @@ from ezat_compat.upstream.client import (
 from ezat_compat.upstream.client import (
     UpstreamTimeoutError as UpstreamTimeout,
 )
-from ezat_compat.upstream.images import ImageFetcher, ImageFetchError
+from ezat_compat.upstream.imagefit import UpstreamImageLimits
+from ezat_compat.upstream.images import ImageFetcher
 
 log = logging.getLogger("ezat_compat")
 
@@ -250,18 +251,11 @@ class Gateway:
                 "released %d reservations older than %s (a worker died mid-request)", released, STALE_RESERVATION
             )
 
-    def fetch_images(self, slots: list[ImageSlot]) -> None:
-        """Download http(s) image URLs into their blocks (400 naming the part on failure)."""
-        if not slots:
-            return
-        try:
-            fetched = self.images.fetch_all([slot.url for slot in slots])
-        except ImageFetchError as exc:
-            index = min(max(exc.index, 0), len(slots) - 1)
-            path = slots[index].path
-            raise InvalidRequestError(f"{path}: {exc.reason}", param=path) from None
-        for slot, image in zip(slots, fetched, strict=True):
-            slot.block["source"] = {"type": "base64", "media_type": image.media_type, "data": image.data_b64}
+    def fetch_images(self, slots: list[ImageSlot], model: Model | None = None) -> None:
+        """Download the image URLs and fit every image to ``model``'s upstream limits, in place
+        (400 naming the part on failure). Spec: "Images and PDFs"."""
+        if slots:
+            self.images.prepare(slots, UpstreamImageLimits() if model is None else UpstreamImageLimits.of(model))
 
     # ------------------------------------------------------------ billing
 
