@@ -239,7 +239,8 @@ def fit_gw(big_sim: Sim, small_sim: Sim, tmp_path_factory: pytest.TempPathFactor
         root=tmp_path_factory.mktemp("gw-fit"),
         models=models,
         gateway_settings={"allow_private_image_hosts": True, "image_fetch_threads": POOL},
-    ).start()
+    )
+    server.start()
     yield server
     server.stop()
 
@@ -366,7 +367,7 @@ def assert_within_upstream_rules(body: dict[str, Any], *, images: int | None = N
     if images is not None:
         assert len(sources) == images
     max_side = 2000 if len(sources) > 20 else 8000
-    opened = []
+    opened: list[Image.Image] = []
     for source in sources:
         assert source["type"] == "base64" and len(source["data"]) <= 5 * MB, len(source["data"])
         picture = Image.open(io.BytesIO(base64.b64decode(source["data"])))
