@@ -46,6 +46,7 @@ from werkzeug.serving import make_server
 from ezat_compat.sim.app import SimConfig, make_app
 from ezat_compat.store.accounts import Accounts
 from ezat_compat.store.db import make_engine
+from ezat_compat.store.hotpath import make_hot_path
 from tests.conftest import free_port
 from tests.integration.harness import Gateway, ModelSpec, Sim
 from tests.integration.test_image_fetch import IMAGES, PNG, ImageServer, noise_png
@@ -339,9 +340,11 @@ def usage_row(gateway: Gateway, request_id: str) -> dict[str, Any]:
 def org_money(gateway: Gateway, org: str) -> tuple[int, int]:
     """(balance, available) of ``org`` in micro-USD, read from the gateway's database."""
     engine = make_engine(f"sqlite:///{(gateway.root / 'ezat.db').as_posix()}")
+    hot_path = make_hot_path(engine)
     try:
-        info = Accounts(engine).get_org(org)
+        info = Accounts(engine, hot_path).get_org(org)
     finally:
+        hot_path.close()
         engine.dispose()
     return info.balance_micros, info.available_micros
 
