@@ -68,6 +68,7 @@ class ClientRequest:
     api_key: str | None
     headers: Headers  # looked up case-insensitively
     read_body: Callable[[], bytes]  # 413 raises
+    connected: Callable[[], bool] = lambda: True  # is the client still there (a cheap peek)?
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +160,7 @@ class Gateway:
         if parsed.thinking_ids:  # thinking kept from earlier rounds of a tool loop
             dialect.restore_thinking(parsed, self.thinking.get(auth.org_id, parsed.thinking_ids, self.clock()))
         call = self.admit(request.request_id, dialect.endpoint, auth, parsed)
-        return Run(self, dialect, parsed, call).go()
+        return Run(self, dialect, parsed, call, request.connected).go()
 
     def authenticate(self, secret: str | None) -> AuthContext:
         if not secret:
@@ -374,10 +375,13 @@ def _event_error(data: str) -> Mapping[str, Any]:
 class Run:
     """One admitted request from its upstream call to its ledger row; the owner of its stream."""
 
-    __slots__ = ("call", "deployment", "dialect", "gw", "parsed", "session", "started")
+    __slots__ = ("call", "connected", "deployment", "dialect", "gw", "parsed", "session", "started")
 
-    def __init__(self, gw: Gateway, dialect: Dialect, parsed: Parsed, call: Call) -> None:
+    def __init__(
+        self, gw: Gateway, dialect: Dialect, parsed: Parsed, call: Call, connected: Callable[[], bool]
+    ) -> None:
         self.gw = gw
+        self.connected = connected
         self.dialect = dialect
         self.parsed = parsed
         self.call = call
@@ -428,7 +432,9 @@ class Run:
             self.settle(None, 500)
             raise
         self.keep(answer.kept)
-        self.settle(answer.usage, STATUS_OK)
+        # A client that left while the upstream worked is recorded as having left (it pays for
+        # what was produced, as a stream's does), not as a 200 nobody received.
+        self.settle(answer.usage, STATUS_OK if self.connected() else CLIENT_CLOSED)
         return Reply(answer.body)
 
     def settle(self, usage: Usage | None, status: int, *, estimated: bool = False) -> None:
