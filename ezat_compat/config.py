@@ -114,6 +114,8 @@ class _ServerSchema(_Strict):
     graceful_timeout_s = fields.Int(load_default=30, strict=True, validate=validate.Range(min=1))
     http_keepalive_s = fields.Int(load_default=5, strict=True, validate=validate.Range(min=0))
     log_level = fields.Str(load_default="info", validate=validate.OneOf(["debug", "info", "warning", "error"]))
+    pidfile = fields.Str(load_default="")
+    name = fields.Str(load_default="", validate=validate.Length(max=64))
 
 
 class _ConfigSchema(_Strict):

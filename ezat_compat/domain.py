@@ -87,6 +87,8 @@ class ServerSettings:
     graceful_timeout_s: int = 30
     http_keepalive_s: int = 5
     log_level: str = "info"
+    pidfile: str = ""  # the master's pid is written here when set (systemd's PIDFile=, monitoring)
+    name: str = ""  # names the instance in process titles (``ps``); default: the config file's path
 
 
 @dataclass(frozen=True)
