@@ -257,7 +257,15 @@ class Gateway:
     # ------------------------------------------------------------ routing and failover
 
     def _attempts(self, call: Call) -> Iterator[Deployment]:
-        deployments = call.model.deployments
+        # A deployment whose key variable is unset is skipped (start-up warned about it); with none
+        # left the request fails saying which variable to set.
+        deployments = tuple(d for d in call.model.deployments if d.api_key)
+        if not deployments:
+            names = sorted({d.api_key_env for d in call.model.deployments})
+            raise GatewayError(
+                f"No deployment of model {call.model.id} has an upstream key: "
+                f"set {' or '.join(names)} in the gateway's environment."
+            )
         order = deployments if len(deployments) == 1 else plan(deployments, session=call.session, rand=self.rand)
         for deployment in order:
             if self.cooldowns.acquire(health_key(call.model, deployment), self.clock()):
@@ -280,7 +288,8 @@ class Gateway:
             "message": f"No deployment of model {call.model.id} is available right now; retry shortly.",
         }
         now = self.clock()
-        wait = min(self.cooldowns.wait_s(health_key(call.model, d), now) for d in call.model.deployments)
+        keyed = [d for d in call.model.deployments if d.api_key] or call.model.deployments
+        wait = min(self.cooldowns.wait_s(health_key(call.model, d), now) for d in keyed)
         return UpstreamStatusError(
             529, json.dumps({"type": "error", "error": error}).encode(), {"retry-after": str(max(1, math.ceil(wait)))}
         )

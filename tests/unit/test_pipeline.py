@@ -57,7 +57,8 @@ CONFIG = parse_config(
                 ],
             }
         ],
-    }
+    },
+    environ={"ANTHROPIC_API_KEY": "sk-up"},
 )
 MODEL = CONFIG.models[0]
 
