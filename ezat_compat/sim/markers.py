@@ -2,7 +2,7 @@
 
 The keys and what they do are listed in ``ezat_compat.sim``'s docstring; ``parse_markers``
 refuses an unknown key or a bad value with a 400, so a typo in a test is seen. ``args=`` takes a
-JSON object and must be the last key of its marker (its JSON may hold commas):
+JSON object and must be the last key of its marker (its JSON may hold commas, not "]]"):
 ``[[sim:tool=get_weather,args={"city": "Paris"}]]``.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 
 from ezat_compat.sim.errors import InvalidRequestError
 
-MARKER_RE = re.compile(r"\[\[sim:([^\]]*)\]\]")
+MARKER_RE = re.compile(r"\[\[sim:(.*?)\]\]", re.DOTALL)  # up to the first "]]"
 _INT_MARKERS = frozenset({"status", "cut", "error_after", "token_delay_ms", "tools", "words", "thinking_tokens"})
 _FLOAT_MARKERS = frozenset({"retry_after", "delay", "stall"})
 _FLAG_MARKERS = frozenset({"refusal", "pause", "context"})

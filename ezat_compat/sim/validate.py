@@ -280,11 +280,11 @@ def _final_assistant_no_trailing_whitespace(body: Mapping[str, Any], caps: Model
 def _tool_use_answered(body: Mapping[str, Any], caps: ModelCaps) -> str | None:
     turns = _turns(body["messages"])
     for t, turn in enumerate(turns):
-        if turn.role != "assistant" or t + 1 == len(turns):
-            continue  # a trailing assistant turn is a prefill: nothing can answer it yet
+        if turn.role != "assistant":
+            continue
         uses = [(i, b["id"]) for i, _, b in turn.entries if b["type"] == "tool_use"]
         answered: set[str] = set()
-        for _, _, block in turns[t + 1].entries:
+        for _, _, block in turns[t + 1].entries if t + 1 < len(turns) else ():
             if block["type"] != "tool_result":
                 break
             answered.add(block["tool_use_id"])
