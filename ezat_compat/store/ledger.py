@@ -55,7 +55,7 @@ from ezat_compat.store.hotpath import (
 )
 from ezat_compat.store.journal import Journal, ReplayReport
 from ezat_compat.store.tables import MODEL_MAX, api_keys, ledger, orgs, to_epoch_micros
-from ezat_compat.store.workers import BOOT, HOST, is_dead, live_tag, parse_tag, tag_prefix, worker_tag
+from ezat_compat.store.workers import BOOT, HOST, is_dead, live_tag, parse_tag, start_ticks, tag_prefix, worker_tag
 
 log = logging.getLogger("ezat_compat")
 
@@ -286,6 +286,28 @@ class Ledger:
             parsed = parse_tag(tag)
             assert parsed is not None
             # ``tag`` as a prefix also matches a longer start time of the same pid: keep that one if it runs.
+            released += self.release_worker(tag, keep=live_tag(parsed.parent, parsed.pid))
+        return released
+
+    def release_orphaned(self) -> list[str]:
+        """``release_worker`` for every dead worker on this host whose master is dead too (a
+        whole gateway that crashed; a live master releases its own workers'): run on start,
+        after ``replay``."""
+        prefix = f"{HOST}:"
+
+        def orphaned(execute: Execute, _params: None) -> tuple[list[str], bool]:
+            rows = execute(RESERVING_WORKERS_SQL, {"length": len(prefix), "prefix": prefix}).fetchall()
+            found = []
+            for (worker,) in rows:
+                tag = parse_tag(worker)
+                if tag is not None and is_dead(tag) and (tag.boot != BOOT or start_ticks(tag.parent) is None):
+                    found.append(worker)
+            return found, False
+
+        released: list[str] = []
+        for tag in self._write(orphaned, None):
+            parsed = parse_tag(tag)
+            assert parsed is not None
             released += self.release_worker(tag, keep=live_tag(parsed.parent, parsed.pid))
         return released
 
