@@ -121,7 +121,7 @@ class Outcome:
 def chat(url: str, key: str, text_: str, *, stream: bool, max_tokens: int = 64, timeout_s: float = 60) -> Outcome:
     """One chat completion; never raises (a cut connection is an ``error``)."""
     out = Outcome()
-    body = {
+    body: dict[str, Any] = {
         "model": "anthropic/claude-sonnet-5-5",
         "max_completion_tokens": max_tokens,
         "messages": [{"role": "user", "content": text_}],
