@@ -79,6 +79,7 @@ def _guard_reload(server: Any) -> None:
 
 def on_starting(server: Any) -> None:
     _start_checks(server)
+    _release_dead_worker(None)  # on start: the journal, then the holds of dead workers of dead masters
     drain_then_stop(server, _config.server.drain_s)
 
 
@@ -101,6 +102,46 @@ def child_exit(server: Any, worker: Any) -> None:
     from prometheus_client import multiprocess
 
     multiprocess.mark_process_dead(worker.pid)
+    _release_dead_worker(worker.pid)
+
+
+def _recover(ledger: Any, worker_pid: int | None) -> None:
+    """The master's part of "nothing stuck": apply the usage journal (settlements the dead
+    worker couldn't write, store/journal.py), then settle the reservations that worker
+    (``worker_pid``; None on start: those of dead workers of dead masters on this host) still holds as gateway
+    failures (store/ledger.py ``release_worker``). Releasing waits for a complete replay, so
+    a journaled settlement always wins; what is left is done by the workers' ``maintain``."""
+    import logging
+    import os
+
+    from ezat_compat.store.workers import BOOT, HOST, live_tag, tag_prefix
+
+    try:
+        if ledger.replay().failed:
+            return
+        if worker_pid is None:
+            ledger.release_orphaned()
+        else:
+            prefix = tag_prefix(HOST, BOOT, os.getpid(), worker_pid)
+            ledger.release_worker(prefix, keep=live_tag(os.getpid(), worker_pid))
+    except Exception as exc:
+        logging.getLogger("ezat_compat").warning("could not release dead workers' reservations yet: %s", exc)
+
+
+def _release_dead_worker(pid: int | None) -> None:
+    """Release the reservations of worker ``pid`` that just exited, whatever killed it (None: on
+    start, those of dead workers of dead masters)."""
+    from ezat_compat.store.db import make_engine
+    from ezat_compat.store.hotpath import make_hot_path
+    from ezat_compat.store.ledger import Ledger
+
+    engine = make_engine(_config.gateway.database_url, pool_size=1, max_overflow=0)
+    hot_path = make_hot_path(engine)
+    try:
+        _recover(Ledger(engine, hot_path), pid)
+    finally:
+        hot_path.close()
+        engine.dispose()
 
 
 def on_exit(server: Any) -> None:

@@ -180,12 +180,15 @@ class Gateway:
         """Rate limits, then reserve the worst-case cost (429 / 402); unbilled requests reserve nothing."""
         if time.monotonic() >= self._next_sweep:
             self._sweep_stale_reservations()
+        self.ledger.maintain()  # in the background, every few seconds: journal replay, dead workers' holds
         self.limits.admit(auth)
         reserve = 0
         if parsed.billed:
             bound = input_tokens_upper_bound(parsed.body, parsed.model.context_window)
             reserve = worst_case_micros(bound, parsed.max_tokens, parsed.model.price)
-            self.ledger.reserve(auth, request_id, reserve)
+            self.ledger.reserve(
+                auth, request_id, reserve, endpoint=endpoint, model=parsed.model_name, canonical_model=parsed.model.id
+            )
         return Call(
             request_id=request_id,
             endpoint=endpoint,
@@ -243,8 +246,8 @@ class Gateway:
             status=status,
             estimated=estimated,
         )
-        try:
-            self.ledger.settle(call.request_id, entry)
+        try:  # the database, or when it fails the fsynced journal (replayed later): before [DONE]
+            self.ledger.settle_durably(call.request_id, entry)
         except Exception:
             self.metrics.billing_errors.inc()
             log.exception("could not record usage of request %s", call.request_id)

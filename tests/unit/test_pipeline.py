@@ -114,8 +114,14 @@ class FakeLedger:
         self.reserved: dict[str, int] = {}
         self.rows: list[tuple[str, Any]] = []
 
-    def reserve(self, ctx: AuthContext, request_id: str, amount: int) -> None:
+    def reserve(self, ctx: AuthContext, request_id: str, amount: int, **_request: str) -> None:
         self.reserved[request_id] = amount
+
+    def maintain(self) -> None:
+        pass
+
+    def settle_durably(self, request_id: str, entry: Any) -> bool:
+        return self.settle(request_id, entry)
 
     def settle(self, request_id: str, entry: Any) -> bool:
         if any(rid == request_id for rid, _ in self.rows):
