@@ -1,0 +1,501 @@
+"""Client input never causes a 500: hostile bodies against the real gateway and simulator.
+
+Hypothesis mutates valid bodies of both endpoints (``POST /openai/v1/chat/completions`` and
+``POST /v1/messages``, streaming and not): any value replaced by a hostile one (lone surrogates,
+huge, negative and fractional numbers, ``NaN``/``Infinity``, nesting far past the limit, wrong
+types, empty and huge arrays, null), keys deleted, unknown keys added, duplicate keys, invalid
+UTF-8; and it sends random JSON and random bytes. Every answer must be a success or a 4xx in
+the dialect's envelope (OpenAI's ``{"error": {...}}`` on /openai/v1, Anthropic's
+``{"type": "error", ...}`` on /v1), never a 5xx, never a traceback or an internal path, and the
+gateway must log no unexpected error. Bounded: a fixed number of examples per test, each request
+under a timeout (design.md "HTTP surface"; chat-completions.md "Errors").
+
+Failures are collected rather than raised, so one run reports every distinct problem with the
+bodies that caused it (hypothesis' shrinking is not needed to read them).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.integration.conftest import standard_models
+from tests.integration.harness import Gateway, Sim
+
+pytestmark = pytest.mark.integration
+
+OPENAI_PATH = "/openai/v1/chat/completions"
+NATIVE_PATH = "/v1/messages"
+EXAMPLES = int(os.environ.get("EZAT_FUZZ_EXAMPLES", "300"))
+TIMEOUT_S = 30
+LEAKS = ("Traceback", "/ezat_compat/", '.py"', 'File "', "site-packages")
+PNG_1PX = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
+
+
+# ---------------------------------------------------------------- valid bodies to mutate
+
+OPENAI_BASES: list[dict[str, Any]] = [
+    {"model": "claude-sonnet-5-5", "messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 16},
+    {
+        "model": "claude-haiku-4-5",
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "max_tokens": 32,
+        "temperature": 0.5,
+        "top_p": 0.9,
+        "stop": ["\n\n", "END"],
+        "n": 1,
+        "logprobs": False,
+        "top_logprobs": 0,
+        "seed": 7,
+        "user": "u-1",
+        "metadata": {"k": "v"},
+        "prompt_cache_key": "conv-1",
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "developer", "content": [{"type": "text", "text": "Really brief."}]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "What is this?", "cache_control": {"type": "ephemeral"}},
+                    {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG_1PX}", "detail": "low"}},
+                ],
+            },
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "call_1", "type": "function", "function": {"name": "look", "arguments": '{"q": "png"}'}}
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call_1", "content": [{"type": "text", "text": "a pixel"}]},
+        ],
+        "tools": [
+            {
+                "type": "function",
+                "function": {
+                    "name": "look",
+                    "description": "Look something up.",
+                    "parameters": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
+                    "strict": False,
+                },
+            }
+        ],
+        "tool_choice": "auto",
+        "parallel_tool_calls": False,
+    },
+    {
+        "model": "claude-sonnet-5-5",
+        "stream": True,
+        "reasoning_effort": "low",
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "Answer in JSON."}]}],
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {
+                "name": "answer",
+                "strict": True,
+                "schema": {
+                    "type": "object",
+                    "properties": {"answer": {"type": "string"}, "score": {"type": "integer", "minimum": 0}},
+                    "required": ["answer", "score"],
+                    "additionalProperties": False,
+                },
+            },
+        },
+    },
+    {
+        "model": "claude-haiku-4-5",
+        "max_completion_tokens": 64,
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+        "tool_choice": {"type": "function", "function": {"name": "f"}},
+        "messages": [
+            {"role": "user", "content": "Call f."},
+            {"role": "assistant", "content": "Sure:"},
+        ],
+    },
+]
+
+NATIVE_BASES: list[dict[str, Any]] = [
+    {"model": "claude-sonnet-5-5", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]},
+    {
+        "model": "claude-haiku-4-5",
+        "max_tokens": 2048,
+        "stream": True,
+        "system": [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
+        "metadata": {"user_id": "u-1"},
+        "stop_sequences": ["END"],
+        "thinking": {"type": "enabled", "budget_tokens": 1024},
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "What is this?"},
+                    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG_1PX}},
+                ],
+            },
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "look", "input": {}}]},
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "a pixel"}],
+            },
+        ],
+        "tools": [
+            {
+                "name": "look",
+                "description": "Look something up.",
+                "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}},
+            }
+        ],
+        "tool_choice": {"type": "auto"},
+    },
+    {
+        "model": "claude-haiku-4-5",
+        "max_tokens": 32,
+        "temperature": 0.3,
+        "top_k": 5,
+        "system": "Be brief.",
+        "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello"}],
+    },
+    {
+        "model": "claude-sonnet-5-5",
+        "max_tokens": 64,
+        "stream": True,
+        "output_config": {"effort": "low"},
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+    },
+]
+
+
+# ---------------------------------------------------------------- hostile values
+
+
+@dataclass(frozen=True)
+class Raw:
+    """JSON text (or bytes that are not UTF-8) put into the body as is, where no Python value
+    serialises to it: ``NaN``, ``1e400``, 5,000-digit integers, deep nesting, ``\\xff``."""
+
+    data: bytes
+
+
+def deep(levels: int, opener: str = "[") -> Raw:
+    closer = "]" if opener == "[" else "}"
+    inner = "[" * levels + "1" + "]" * levels if opener == "[" else '{"a":' * levels + "1" + closer * levels
+    return Raw(inner.encode())
+
+
+HOSTILE_FIXED: list[Any] = [
+    "\ud800",
+    "x\udfff",
+    "\udbff\ud800",  # reversed pair: two lone surrogates
+    "",
+    " ",
+    None,
+    True,
+    False,
+    0,
+    -1,
+    1,
+    2**31,
+    2**63 - 1,
+    2**63,
+    2**64,
+    -(2**63) - 1,
+    10**30,
+    -(10**30),
+    1e308,
+    -1e308,
+    0.5,
+    -0.0,
+    1e-320,
+    64.0,
+    [],
+    {},
+    [None],
+    {"": None},
+    {"type": None},
+    [{}],
+    "x" * 100_000,
+    [0] * 20_000,
+    ["a"] * 5_000,
+    Raw(b"NaN"),
+    Raw(b"Infinity"),
+    Raw(b"-Infinity"),
+    Raw(b"1e400"),
+    Raw(b"-1e400"),
+    Raw(b"9" * 5000),
+    Raw(b'"\xff\xfe"'),
+    Raw(b'"\xed\xa0\x80"'),  # a surrogate encoded as UTF-8 bytes (CESU): not UTF-8
+    Raw(b'"\\ud800\\u0041"'),
+    deep(199),
+    deep(200),
+    deep(201),
+    deep(1_000),
+    deep(5_000),
+    deep(199, "{"),
+    deep(250, "{"),
+    deep(2_000, "{"),
+]
+
+json_leaves = (
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20)
+)
+random_json = st.recursive(
+    json_leaves,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=12,
+)
+surrogate_text = st.text(st.characters(categories=("Cs", "Lu", "Nd", "Zs")), min_size=1, max_size=10)
+hostile = st.sampled_from(HOSTILE_FIXED).map(copy.deepcopy) | random_json | surrogate_text
+unknown_key = st.sampled_from(["x", "extra", "type", "role", "content", "text", "\ud800", ""]) | st.text(max_size=8)
+
+
+# ---------------------------------------------------------------- mutation
+
+
+def paths(value: Any, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    """Every location in a body, the body itself included."""
+    yield prefix
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from paths(item, (*prefix, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from paths(item, (*prefix, index))
+
+
+def _parent(body: Any, path: tuple[Any, ...]) -> Any:
+    for part in path[:-1]:
+        body = body[part]
+    return body
+
+
+@st.composite
+def mutated(draw: st.DrawFn, bases: list[dict[str, Any]]) -> Any:
+    """A valid body with one to three hostile changes."""
+    body: Any = json.loads(json.dumps(draw(st.sampled_from(bases))))
+    for _ in range(draw(st.integers(1, 3))):
+        locations = list(paths(body))
+        path = draw(st.sampled_from(locations))
+        action = draw(st.sampled_from(["replace", "replace", "replace", "delete", "add", "wrap"]))
+        if not path:
+            if action in ("replace", "wrap"):
+                body = draw(hostile) if action == "replace" else [body]
+                continue
+            action = "add"
+        if action == "add":
+            target = _parent(body, (*path, None)) if path else body
+            if isinstance(target, dict):
+                target[draw(unknown_key)] = draw(hostile)
+            elif isinstance(target, list):
+                target.append(draw(hostile))
+            continue
+        parent, last = _parent(body, path), path[-1]
+        if action == "delete":
+            del parent[last]
+        elif action == "wrap":
+            parent[last] = draw(st.sampled_from([[parent[last]], {"value": parent[last]}]))
+        else:
+            parent[last] = draw(hostile)
+    return body
+
+
+def encode(body: Any) -> bytes:
+    """``body`` as JSON bytes (ASCII escapes, so a lone surrogate travels as ``\\ud800``), each
+    ``Raw`` spliced in where it stands."""
+    raws: list[bytes] = []
+
+    def marker(value: Any) -> Any:
+        if isinstance(value, Raw):
+            raws.append(value.data)
+            return f"\x00raw{len(raws) - 1}\x00"
+        if isinstance(value, dict):
+            return {(marker(k) if isinstance(k, Raw) else k): marker(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [marker(v) for v in value]
+        return value
+
+    text = json.dumps(marker(body)).encode()
+    for index, data in enumerate(raws):
+        text = text.replace(f'"\\u0000raw{index}\\u0000"'.encode(), data, 1)
+    return text
+
+
+@st.composite
+def hostile_bytes(draw: st.DrawFn, bases: list[dict[str, Any]]) -> bytes:
+    """A mutated body as bytes, sometimes with a duplicated key (the last one wins) or cut short."""
+    raw = encode(draw(mutated(bases)))
+    twist = draw(st.sampled_from(["none", "none", "none", "duplicate", "truncate"]))
+    if twist == "duplicate" and raw.startswith(b"{") and len(raw) > 2:
+        key = draw(st.sampled_from(["model", "max_tokens", "messages", "stream", "max_completion_tokens", "system"]))
+        raw = raw[:-1] + b"," + json.dumps(key).encode() + b":" + encode(draw(hostile)) + b"}"
+    elif twist == "truncate" and len(raw) > 1:
+        raw = raw[: draw(st.integers(1, len(raw) - 1))]
+    return raw
+
+
+# ---------------------------------------------------------------- the checks
+
+
+def _sse_data(text: str) -> Iterator[str]:
+    for line in text.splitlines():
+        if line.startswith("data:"):
+            yield line[5:].strip()
+
+
+def problems(dialect: str, response: requests.Response) -> list[str]:
+    """What is wrong with one answer (empty when it is a success or a proper 4xx)."""
+    found = []
+    text = response.content.decode("utf-8", "replace")
+    status = response.status_code
+    if status >= 500:
+        found.append(f"status {status}")
+    found += [f"leaks {leak!r}" for leak in LEAKS if leak in text]
+    if status == 200 and response.headers.get("content-type", "").startswith("text/event-stream"):
+        for data in _sse_data(text):
+            if data == "[DONE]":
+                continue
+            event = json.loads(data)
+            error = event.get("error") if dialect == "openai" else (event if event.get("type") == "error" else None)
+            if error is not None:
+                found.append(f"stream error event {data[:300]}")
+        return found
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return [*found, f"not JSON: {text[:200]!r}"]
+    if status == 200:
+        expected = "chat.completion" if dialect == "openai" else "message"
+        if body.get("object" if dialect == "openai" else "type") != expected:
+            found.append(f"200 that is no {expected}")
+        return found
+    if dialect == "openai":
+        error = body.get("error") if isinstance(body, dict) else None
+        ok = isinstance(error, dict) and isinstance(error.get("message"), str) and isinstance(error.get("type"), str)
+        ok = ok and "param" in error and "code" in error
+    else:
+        error = body.get("error") if isinstance(body, dict) else None
+        ok = body.get("type") == "error" and isinstance(error, dict)
+        ok = ok and isinstance(error.get("type"), str) and isinstance(error.get("message"), str)
+    if not ok:
+        found.append("body outside the envelope")
+    return found
+
+
+@dataclass
+class Fuzzer:
+    gateway: Gateway
+    key: str
+    http: requests.Session
+    sent: int = 0
+
+    def __post_init__(self) -> None:
+        self.failures: dict[str, list[str]] = {}
+        self.statuses: dict[int, int] = {}
+        self.logged = len(self.gateway.log_text())
+
+    def send(self, dialect: str, raw: bytes) -> None:
+        path = OPENAI_PATH if dialect == "openai" else NATIVE_PATH
+        headers = {"authorization": f"Bearer {self.key}", "content-type": "application/json"}
+        response = self.http.post(self.gateway.url + path, data=raw, headers=headers, timeout=TIMEOUT_S)
+        self.sent += 1
+        self.statuses[response.status_code] = self.statuses.get(response.status_code, 0) + 1
+        for problem in problems(dialect, response):
+            self.failures.setdefault(f"{dialect}: {problem}", []).append(
+                f"{raw[:300]!r} -> {response.status_code} {response.text[:300]!r}"
+            )
+            with (self.gateway.root / "fuzz-failures.jsonl").open("ab") as saved:  # whole bodies, to replay
+                saved.write(json.dumps({"path": path, "body": raw.decode("latin-1")}).encode() + b"\n")
+
+    def check(self) -> None:
+        """No bad answer, and nothing unexpected in the gateway's log since this test began."""
+        print(f"{self.sent} bodies sent, statuses {sorted(self.statuses.items())}")
+        assert self.sent > 0
+        log = self.gateway.log_text()[self.logged :]
+        assert not self.failures, self.report() + "\n" + log[-4000:]
+        assert "Traceback" not in log and "unexpected error" not in log, log[-4000:]
+
+    def report(self) -> str:
+        lines = [f"{len(v)} x {k}\n    " + "\n    ".join(v[:3]) for k, v in sorted(self.failures.items())]
+        head = f"{sum(map(len, self.failures.values()))} bad answers of {self.sent}"
+        return f"{head} (bodies in {self.gateway.root / 'fuzz-failures.jsonl'}):\n" + "\n".join(lines)
+
+
+# ---------------------------------------------------------------- servers
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Gateway, str]]:
+    sim = Sim(name="sim-a", flags=("--min-cache-tokens", "16")).start()
+    root: Path = tmp_path_factory.mktemp("fuzz")
+    gateway = Gateway(root=root, models=standard_models(sim.url), gateway_settings={"keepalive_s": 1}).start()
+    try:
+        yield gateway, gateway.new_key("fuzz", balance="100000")
+    finally:
+        gateway.stop()
+        sim.stop()
+
+
+@pytest.fixture
+def fuzzer(served: tuple[Gateway, str]) -> Iterator[Fuzzer]:
+    gateway, key = served
+    with requests.Session() as http:
+        yield Fuzzer(gateway, key, http)
+
+
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
+)
+
+
+@pytest.mark.parametrize("dialect", ["openai", "anthropic"])
+def test_mutated_bodies_never_cause_a_500(fuzzer: Fuzzer, dialect: str) -> None:
+    bases = OPENAI_BASES if dialect == "openai" else NATIVE_BASES
+
+    @FUZZ
+    @given(raw=hostile_bytes(bases))
+    def run(raw: bytes) -> None:
+        fuzzer.send(dialect, raw)
+
+    run()
+    fuzzer.check()
+
+
+@pytest.mark.parametrize("dialect", ["openai", "anthropic"])
+def test_random_bodies_never_cause_a_500(fuzzer: Fuzzer, dialect: str) -> None:
+    objects = st.dictionaries(
+        st.sampled_from(["model", "messages", "max_tokens", "stream", "system", "tools", "metadata"])
+        | st.text(max_size=6),
+        hostile,
+        max_size=6,
+    )
+
+    @settings(FUZZ, max_examples=max(EXAMPLES // 3, 1))
+    @given(raw=st.binary(max_size=64) | objects.map(encode) | hostile.map(encode))
+    def run(raw: bytes) -> None:
+        fuzzer.send(dialect, raw)
+
+    run()
+    fuzzer.check()
+
+
+def test_the_valid_bases_succeed(served: tuple[Gateway, str]) -> None:
+    """The fuzzer starts from bodies the gateway accepts (else it would only test refusals)."""
+    gateway, key = served
+    headers = {"authorization": f"Bearer {key}"}
+    for path, bases in ((OPENAI_PATH, OPENAI_BASES), (NATIVE_PATH, NATIVE_BASES)):
+        for base in bases:
+            response = requests.post(gateway.url + path, json=base, headers=headers, timeout=TIMEOUT_S)
+            assert response.status_code == 200, (base, response.text)
