@@ -246,6 +246,41 @@ HOSTILE_FIXED: list[Any] = [
     deep(2_000, "{"),
 ]
 
+# JSON inside strings (tool call arguments, data URLs): parsed again by the gateway.
+JSON_IN_STRINGS = [
+    '{"a": NaN}',
+    '{"a": 1e400}',
+    '{"a": "\\ud800"}',
+    "[" * 5_000 + "]" * 5_000,
+    '{"a": ' + "[" * 300 + "]" * 300 + "}",
+    "{" * 3,
+    "data:image/png;base64,",
+    "data:image/png;base64,!!!!",
+    "data:;base64," + "A" * 64,
+    "data:application/pdf;base64,JVBERi0=",
+]
+HOSTILE_FIXED += JSON_IN_STRINGS
+
+
+def same_type(value: Any) -> st.SearchStrategy[Any]:
+    """Hostile values of the type a field already has, so that more bodies pass the schema and
+    reach translation, admission and the upstream."""
+    if isinstance(value, bool):
+        return st.booleans()
+    if isinstance(value, int):
+        return st.sampled_from([0, -1, 2**31, 2**53 + 1, 2**63 - 1, 2**63, 2**64, 10**30, -(10**30)]) | st.integers()
+    if isinstance(value, float):
+        return st.sampled_from([0.0, -0.0, 1e308, -1e308, 1e-320, 2.0, 1.0000001]) | st.floats(allow_nan=False)
+    if isinstance(value, str):
+        strings = ["", " ", "x" * 100_000, "\ud800", "a\udc00b", "\u0000", "é" * 50, *JSON_IN_STRINGS]
+        return st.sampled_from([*strings, Raw(b'"\xed\xa0\x80"'), Raw(b'"\xff"'), Raw(b'"\\udfff"')]) | st.text()
+    if isinstance(value, list):
+        return st.sampled_from([[], value * 500, [*value, *value]]) if value else st.just([None])
+    if isinstance(value, dict):
+        return st.sampled_from([{}, {**value, "unknown": 1}, {k: v for k, v in list(value.items())[1:]}])
+    return st.none()
+
+
 json_leaves = (
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20)
 )
@@ -255,7 +290,8 @@ random_json = st.recursive(
     max_leaves=12,
 )
 surrogate_text = st.text(st.characters(categories=("Cs", "Lu", "Nd", "Zs")), min_size=1, max_size=10)
-hostile = st.sampled_from(HOSTILE_FIXED).map(copy.deepcopy) | random_json | surrogate_text
+fixed_hostile = st.sampled_from(HOSTILE_FIXED).map(copy.deepcopy)
+hostile = fixed_hostile | fixed_hostile | fixed_hostile | random_json | surrogate_text
 unknown_key = st.sampled_from(["x", "extra", "type", "role", "content", "text", "\ud800", ""]) | st.text(max_size=8)
 
 
@@ -283,12 +319,12 @@ def _parent(body: Any, path: tuple[Any, ...]) -> Any:
 def mutated(draw: st.DrawFn, bases: list[dict[str, Any]]) -> Any:
     """A valid body with one to three hostile changes."""
     body: Any = json.loads(json.dumps(draw(st.sampled_from(bases))))
-    for _ in range(draw(st.integers(1, 3))):
+    for _ in range(draw(st.sampled_from([1, 1, 1, 2, 3]))):
         locations = list(paths(body))
         path = draw(st.sampled_from(locations))
-        action = draw(st.sampled_from(["replace", "replace", "replace", "delete", "add", "wrap"]))
+        action = draw(st.sampled_from(["typed"] * 4 + ["replace"] * 3 + ["delete", "add", "wrap"]))
         if not path:
-            if action in ("replace", "wrap"):
+            if action in ("typed", "replace", "wrap"):
                 body = draw(hostile) if action == "replace" else [body]
                 continue
             action = "add"
@@ -302,6 +338,8 @@ def mutated(draw: st.DrawFn, bases: list[dict[str, Any]]) -> Any:
         parent, last = _parent(body, path), path[-1]
         if action == "delete":
             del parent[last]
+        elif action == "typed":
+            parent[last] = copy.deepcopy(draw(same_type(parent[last])))
         elif action == "wrap":
             parent[last] = draw(st.sampled_from([[parent[last]], {"value": parent[last]}]))
         else:
@@ -406,15 +444,24 @@ class Fuzzer:
     def send(self, dialect: str, raw: bytes) -> None:
         path = OPENAI_PATH if dialect == "openai" else NATIVE_PATH
         headers = {"authorization": f"Bearer {self.key}", "content-type": "application/json"}
-        response = self.http.post(self.gateway.url + path, data=raw, headers=headers, timeout=TIMEOUT_S)
         self.sent += 1
+        try:
+            response = self.http.post(self.gateway.url + path, data=raw, headers=headers, timeout=TIMEOUT_S)
+        except requests.RequestException as exc:
+            self.failures.setdefault(f"{dialect}: no answer ({type(exc).__name__})", []).append(repr(raw[:300]))
+            self._save(path, raw)
+            return
         self.statuses[response.status_code] = self.statuses.get(response.status_code, 0) + 1
         for problem in problems(dialect, response):
             self.failures.setdefault(f"{dialect}: {problem}", []).append(
                 f"{raw[:300]!r} -> {response.status_code} {response.text[:300]!r}"
             )
-            with (self.gateway.root / "fuzz-failures.jsonl").open("ab") as saved:  # whole bodies, to replay
-                saved.write(json.dumps({"path": path, "body": raw.decode("latin-1")}).encode() + b"\n")
+            self._save(path, raw)
+
+    def _save(self, path: str, raw: bytes) -> None:
+        """The whole body, to replay (``body`` holds the bytes as latin-1)."""
+        with (self.gateway.root / "fuzz-failures.jsonl").open("ab") as saved:
+            saved.write(json.dumps({"path": path, "body": raw.decode("latin-1")}).encode() + b"\n")
 
     def check(self) -> None:
         """No bad answer, and nothing unexpected in the gateway's log since this test began."""
