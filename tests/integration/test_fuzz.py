@@ -19,7 +19,9 @@ from __future__ import annotations
 import copy
 import json
 import os
+import uuid
 from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +30,9 @@ import pytest
 import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sqlalchemy import Engine, create_engine, make_url, text
 
+from ezat_compat.app import embedded_limits_path
 from tests.integration.conftest import standard_models
 from tests.integration.harness import Gateway, Sim
 
@@ -434,6 +438,7 @@ class Fuzzer:
     gateway: Gateway
     key: str
     http: requests.Session
+    examples: int = EXAMPLES
     sent: int = 0
 
     def __post_init__(self) -> None:
@@ -480,27 +485,56 @@ class Fuzzer:
 # ---------------------------------------------------------------- servers
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Gateway, str]]:
-    sim = Sim(name="sim-a", flags=("--min-cache-tokens", "16")).start()
-    root: Path = tmp_path_factory.mktemp("fuzz")
-    gateway = Gateway(root=root, models=standard_models(sim.url), gateway_settings={"keepalive_s": 1}).start()
-    try:
-        yield gateway, gateway.new_key("fuzz", balance="100000")
-    finally:
-        gateway.stop()
-        sim.stop()
+@dataclass(frozen=True)
+class Served:
+    gateway: Gateway
+    key: str
+    examples: int
+
+
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """The gateway (with its own simulator) on SQLite, then on PostgreSQL in a schema of its own
+    (numbers reach the database differently: SQLite's INTEGER is 64-bit, PostgreSQL's BIGINT too)."""
+    root: Path = tmp_path_factory.mktemp(f"fuzz-{request.param}")
+    with ExitStack() as cleanup:
+        settings_: dict[str, Any] = {"keepalive_s": 1}
+        env: dict[str, str] = {}
+        if request.param == "postgresql":
+            base = request.getfixturevalue("postgres_url")
+            schema = f"ezat_fuzz_{uuid.uuid4().hex[:12]}"
+            admin = create_engine(base)
+            cleanup.callback(admin.dispose)
+            with admin.begin() as conn:
+                conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+            cleanup.callback(lambda: _drop_schema(admin, schema))
+            url = make_url(base).update_query_dict({"options": f"-csearch_path={schema}"})
+            settings_["database_url"] = env["EZAT_DATABASE_URL"] = url.render_as_string(hide_password=False)
+            counters = embedded_limits_path(settings_["database_url"])
+            for suffix in ("", "-wal", "-shm"):
+                cleanup.callback(Path(counters + suffix).unlink, missing_ok=True)
+        sim = Sim(name="sim-a", flags=("--min-cache-tokens", "16")).start()
+        cleanup.callback(sim.stop)
+        gateway = Gateway(root=root, models=standard_models(sim.url), gateway_settings=settings_, env=env)
+        cleanup.callback(gateway.stop)
+        gateway.start()
+        # PostgreSQL runs a third of the examples: the rules are the same, the 2-core budget is not.
+        examples = EXAMPLES if request.param == "sqlite" else max(EXAMPLES // 3, 1)
+        yield Served(gateway, gateway.new_key("fuzz", balance="100000"), examples)
+
+
+def _drop_schema(admin: Engine, schema: str) -> None:
+    with admin.begin() as conn:
+        conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
 
 
 @pytest.fixture
-def fuzzer(served: tuple[Gateway, str]) -> Iterator[Fuzzer]:
-    gateway, key = served
+def fuzzer(served: Served) -> Iterator[Fuzzer]:
     with requests.Session() as http:
-        yield Fuzzer(gateway, key, http)
+        yield Fuzzer(served.gateway, served.key, http, examples=served.examples)
 
 
 FUZZ = settings(
-    max_examples=EXAMPLES,
     deadline=None,
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
@@ -511,7 +545,7 @@ FUZZ = settings(
 def test_mutated_bodies_never_cause_a_500(fuzzer: Fuzzer, dialect: str) -> None:
     bases = OPENAI_BASES if dialect == "openai" else NATIVE_BASES
 
-    @FUZZ
+    @settings(FUZZ, max_examples=fuzzer.examples)
     @given(raw=hostile_bytes(bases))
     def run(raw: bytes) -> None:
         fuzzer.send(dialect, raw)
@@ -529,7 +563,7 @@ def test_random_bodies_never_cause_a_500(fuzzer: Fuzzer, dialect: str) -> None:
         max_size=6,
     )
 
-    @settings(FUZZ, max_examples=max(EXAMPLES // 3, 1))
+    @settings(FUZZ, max_examples=max(fuzzer.examples // 3, 1))
     @given(raw=st.binary(max_size=64) | objects.map(encode) | hostile.map(encode))
     def run(raw: bytes) -> None:
         fuzzer.send(dialect, raw)
@@ -538,10 +572,10 @@ def test_random_bodies_never_cause_a_500(fuzzer: Fuzzer, dialect: str) -> None:
     fuzzer.check()
 
 
-def test_the_valid_bases_succeed(served: tuple[Gateway, str]) -> None:
+def test_the_valid_bases_succeed(served: Served) -> None:
     """The fuzzer starts from bodies the gateway accepts (else it would only test refusals)."""
-    gateway, key = served
-    headers = {"authorization": f"Bearer {key}"}
+    gateway = served.gateway
+    headers = {"authorization": f"Bearer {served.key}"}
     for path, bases in ((OPENAI_PATH, OPENAI_BASES), (NATIVE_PATH, NATIVE_BASES)):
         for base in bases:
             response = requests.post(gateway.url + path, json=base, headers=headers, timeout=TIMEOUT_S)
