@@ -529,7 +529,7 @@ def test_json_nested_too_deep_answers_400(dialect: str) -> None:
     req = ClientRequest(request_id="r1", api_key="k", headers={}, read_body=lambda: body)
     with pytest.raises(GatewayError) as raised:
         gw.handle(DIALECTS[dialect], req)
-    assert raised.value.status == 400 and "nested too deeply" in raised.value.message
+    assert raised.value.status == 400 and "nested more than 200 levels deep" in raised.value.message
     assert ledger.rows == []
 
 
