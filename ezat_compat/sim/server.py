@@ -166,7 +166,7 @@ def serve(config: SimConfig, host: str, port: int, *, out: TextIO | None = None)
 
         def __init__(self, sock: Any, address: Any, server: Any, rfile: Any = None) -> None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            super().__init__(sock, address, server, rfile)
+            super().__init__(sock, address, server, rfile)  # type: ignore[call-arg]  # types-gevent omits rfile
 
     _raise_open_file_limit()
     server = WSGIServer((host, port), make_app(config), log=None, backlog=LISTEN_BACKLOG, handler_class=NoDelayHandler)
