@@ -147,9 +147,9 @@ class RecordingLedger(FakeLedger):
         super().__init__()
         self.amounts: list[int] = []
 
-    def reserve(self, ctx: AuthContext, request_id: str, amount: int) -> None:
+    def reserve(self, ctx: AuthContext, request_id: str, amount: int, **request: str) -> None:
         self.amounts.append(amount)
-        super().reserve(ctx, request_id, amount)
+        super().reserve(ctx, request_id, amount, **request)
 
 
 INT64_MAX = 2**63 - 1
