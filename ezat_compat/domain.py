@@ -87,6 +87,20 @@ class ServerSettings:
     graceful_timeout_s: int = 30
     http_keepalive_s: int = 5
     log_level: str = "info"
+    metrics_bind: str = ""  # HOST:PORT serving /metrics alone (then /metrics on ``bind`` answers 404)
+
+
+LOG_FORMATS = ("json", "text")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+@dataclass(frozen=True)
+class LoggingSettings:
+    """``[logging]``: one line per record on stderr, ours and gunicorn's alike."""
+
+    format: str = "json"  # json | text
+    level: str = ""  # debug | info | warning | error; empty: ``[server] log_level``
+    access_log: bool = True  # one line per request
 
 
 @dataclass(frozen=True)
@@ -95,6 +109,7 @@ class Config:
     server: ServerSettings
     models: tuple[Model, ...]
     path: str = ""
+    logging: LoggingSettings = field(default_factory=LoggingSettings)
 
     @property
     def max_body_bytes(self) -> int:

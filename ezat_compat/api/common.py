@@ -83,7 +83,7 @@ def read_body(request: Request) -> bytes:
 
 def client_request(request: Request) -> ClientRequest:
     """What the pipeline needs of this request: id, key, headers, and the body on demand."""
-    return ClientRequest(request_id(), api_key(request), request.headers, lambda: read_body(request))
+    return ClientRequest(request_id(), api_key(request), request.headers, lambda: read_body(request), g.record)
 
 
 def respond(result: Reply | StreamSession) -> Response:
