@@ -73,7 +73,7 @@ def _observability_settings() -> None:
 
     global logconfig_dict, logger_class, bind
     logging.captureWarnings(True)  # warnings become records: one line each, like the rest
-    logconfig_dict = logging_config(_config.logging, _config.server.log_level)
+    logconfig_dict = logging_config(_config.logging, _config.server.log_level, os.environ.get("EZAT_ACCESS_LOG"))
     logger_class = gunicorn_logger_class()
     if _config.server.metrics_bind and _config.server.metrics_bind not in bind:
         bind = [*bind, _config.server.metrics_bind]

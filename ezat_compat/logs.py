@@ -106,12 +106,20 @@ class LineFormatter(logging.Formatter):
         return record.getMessage()
 
 
-def logging_config(settings: LoggingSettings, level: str) -> dict[str, Any]:
+def logging_config(settings: LoggingSettings, level: str, access_file: str | None = None) -> dict[str, Any]:
     """The ``dictConfig`` of the process: gunicorn's error and access loggers and ours on
     stderr in ``settings.format``; the request log (``ezat_compat.access``) on or off by
-    ``settings.access_log``, whatever the level; ``level`` for everything else."""
+    ``settings.access_log``, whatever the level; ``level`` for everything else. gunicorn's
+    access log written to a file (``access_file``, not ``-``) keeps its own line format."""
     formatter = "json" if settings.format == "json" else "text"
     level_name = (settings.level or level or "info").upper()
+    access_handler: dict[str, Any] = {
+        "class": "logging.StreamHandler",
+        "formatter": formatter,
+        "stream": "ext://sys.stderr",
+    }
+    if access_file and access_file != "-":
+        access_handler = {"class": "logging.FileHandler", "formatter": "line", "filename": access_file}
     return {
         "version": 1,
         "disable_existing_loggers": False,
@@ -123,11 +131,12 @@ def logging_config(settings: LoggingSettings, level: str) -> dict[str, Any]:
         "handlers": {
             "stderr": {"class": "logging.StreamHandler", "formatter": formatter, "stream": "ext://sys.stderr"},
             "requests": {"class": "logging.StreamHandler", "formatter": "line", "stream": "ext://sys.stderr"},
+            "gunicorn_access": access_handler,
         },
         "root": {"level": level_name, "handlers": ["stderr"]},
         "loggers": {
             "gunicorn.error": {"level": level_name, "handlers": ["stderr"], "propagate": False},
-            "gunicorn.access": {"level": "INFO", "handlers": ["stderr"], "propagate": False},
+            "gunicorn.access": {"level": "INFO", "handlers": ["gunicorn_access"], "propagate": False},
             ACCESS_LOGGER: {
                 "level": "INFO" if settings.access_log else "CRITICAL",
                 "handlers": ["requests"],
