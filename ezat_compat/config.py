@@ -21,10 +21,13 @@ from marshmallow import RAISE, Schema, ValidationError, fields, validate, valida
 
 from ezat_compat.domain import (
     EFFORTS,
+    LOG_FORMATS,
+    LOG_LEVELS,
     THINKING_STYLES,
     Config,
     Deployment,
     GatewaySettings,
+    LoggingSettings,
     Model,
     Price,
     ServerSettings,
@@ -120,14 +123,27 @@ class _ServerSchema(_Strict):
     graceful_timeout_s = fields.Int(load_default=630, strict=True, validate=validate.Range(min=1))
     drain_s = fields.Float(load_default=10.0, validate=validate.Range(min=0))
     http_keepalive_s = fields.Int(load_default=5, strict=True, validate=validate.Range(min=0))
-    log_level = fields.Str(load_default="info", validate=validate.OneOf(["debug", "info", "warning", "error"]))
+    log_level = fields.Str(load_default="info", validate=validate.OneOf(LOG_LEVELS))
     pidfile = fields.Str(load_default="")
     name = fields.Str(load_default="", validate=validate.Length(max=64))
+    metrics_bind = fields.Str(load_default="")
+
+    @validates_schema
+    def _metrics_bind_apart(self, data: dict[str, Any], **_: Any) -> None:
+        if data.get("metrics_bind") and data["metrics_bind"] == data.get("bind"):
+            raise ValidationError({"metrics_bind": ["Must differ from bind: it serves /metrics on its own address."]})
+
+
+class _LoggingSchema(_Strict):
+    format = fields.Str(load_default="json", validate=validate.OneOf(LOG_FORMATS))
+    level = fields.Str(load_default="", validate=validate.OneOf(("", *LOG_LEVELS)))
+    access_log = fields.Bool(load_default=True)
 
 
 class _ConfigSchema(_Strict):
     gateway = fields.Nested(_GatewaySchema, load_default=dict)
     server = fields.Nested(_ServerSchema, load_default=dict)
+    logging = fields.Nested(_LoggingSchema, load_default=dict)
     models = fields.List(fields.Nested(_ModelSchema), required=True, validate=validate.Length(min=1))
 
     @validates_schema
@@ -187,6 +203,7 @@ def parse_config(
         server=ServerSettings(**loaded["server"]),
         models=tuple(_build_model(m, environ) for m in loaded["models"]),
         path=path,
+        logging=LoggingSettings(**loaded["logging"]),
     )
 
 

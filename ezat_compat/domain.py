@@ -98,6 +98,20 @@ class ServerSettings:
     log_level: str = "info"
     pidfile: str = ""  # the master's pid is written here when set (systemd's PIDFile=, monitoring)
     name: str = ""  # names the instance in process titles (``ps``); default: the config file's path
+    metrics_bind: str = ""  # HOST:PORT serving /metrics alone (then /metrics on ``bind`` answers 404)
+
+
+LOG_FORMATS = ("json", "text")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+@dataclass(frozen=True)
+class LoggingSettings:
+    """``[logging]``: one line per record on stderr, ours and gunicorn's alike."""
+
+    format: str = "json"  # json | text
+    level: str = ""  # debug | info | warning | error; empty: ``[server] log_level``
+    access_log: bool = True  # one line per request
 
 
 @dataclass(frozen=True)
@@ -106,6 +120,7 @@ class Config:
     server: ServerSettings
     models: tuple[Model, ...]
     path: str = ""
+    logging: LoggingSettings = field(default_factory=LoggingSettings)
 
     @property
     def max_body_bytes(self) -> int:

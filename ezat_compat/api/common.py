@@ -84,11 +84,13 @@ def read_body(request: Request) -> bytes:
 
 
 def client_request(request: Request) -> ClientRequest:
-    """What the pipeline needs of this request: id, key, headers, the body on demand, and
-    whether the client is still connected."""
+    """What the pipeline needs of this request: id, key, headers, the body on demand, whether
+    the client is still connected, and its log record."""
     sock = request.environ.get("gunicorn.socket")
     connected = (lambda: still_connected(sock)) if sock is not None else (lambda: True)
-    return ClientRequest(request_id(), api_key(request), request.headers, lambda: read_body(request), connected)
+    return ClientRequest(
+        request_id(), api_key(request), request.headers, lambda: read_body(request), connected, g.record
+    )
 
 
 def still_connected(sock: socket.socket) -> bool:
