@@ -110,6 +110,10 @@ class _GatewaySchema(_Strict):
     cooldown_s = fields.Float(load_default=30.0, validate=validate.Range(min=0))
     max_cooldown_s = fields.Float(load_default=300.0, validate=validate.Range(min=0))
     thinking_ttl_s = fields.Float(load_default=86400.0, validate=validate.Range(min=0, min_inclusive=False))
+    data_dir = fields.Str(load_default="")
+    first_event_timeout_s = fields.Float(load_default=30.0, validate=validate.Range(min=0, min_inclusive=False))
+    image_fetch_per_request = fields.Int(load_default=4, strict=True, validate=validate.Range(min=1, max=1024))
+    image_fetch_per_org = fields.Int(load_default=8, strict=True, validate=validate.Range(min=1, max=1024))
 
 
 class _ServerSchema(_Strict):
@@ -120,6 +124,8 @@ class _ServerSchema(_Strict):
     graceful_timeout_s = fields.Int(load_default=30, strict=True, validate=validate.Range(min=1))
     http_keepalive_s = fields.Int(load_default=5, strict=True, validate=validate.Range(min=0))
     log_level = fields.Str(load_default="info", validate=validate.OneOf(["debug", "info", "warning", "error"]))
+    body_grace_s = fields.Float(load_default=10.0, validate=validate.Range(min=0, min_inclusive=False))
+    body_min_rate_kbps = fields.Float(load_default=64.0, validate=validate.Range(min=0, min_inclusive=False))
 
 
 class _ConfigSchema(_Strict):

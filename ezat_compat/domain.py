@@ -82,6 +82,10 @@ class GatewaySettings:
     cooldown_s: float = 30.0
     max_cooldown_s: float = 300.0
     thinking_ttl_s: float = 86400.0  # how long thinking blocks are kept for the client's next tool round
+    data_dir: str = ""  # counters and journal; relative to the config file's folder ("" = that folder)
+    first_event_timeout_s: float = 30.0  # a stream without headers and a first event by then fails over
+    image_fetch_per_request: int = 4  # downloads one request may run at once
+    image_fetch_per_org: int = 8  # downloads one organisation may run at once (per worker)
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,8 @@ class ServerSettings:
     graceful_timeout_s: int = 30
     http_keepalive_s: int = 5
     log_level: str = "info"
+    body_grace_s: float = 10.0  # a request body may take this long, then must keep up body_min_rate_kbps
+    body_min_rate_kbps: float = 64.0  # KiB/s: 32 MB take at most 10 s + 512 s
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from ezat_compat.errors import (
     UpstreamStreamError,
     UpstreamTimeoutError,
 )
-from ezat_compat.limits import RateLimits
+from ezat_compat.limits import RateLimits, TokenHold
 from ezat_compat.metrics import Metrics
 from ezat_compat.pricing import cost_micros, worst_case_micros
 from ezat_compat.routing import plan
@@ -100,6 +100,7 @@ class Call:
     settled: bool = False
     billed: bool = True
     attempts: list[str] = field(default_factory=list)
+    tokens: TokenHold | None = None  # the tpm reservation, settled to the real count
 
 
 class Gateway:
@@ -171,12 +172,16 @@ class Gateway:
         """Rate limits, then reserve the worst-case cost (429 / 402); unbilled requests reserve nothing."""
         if time.monotonic() >= self._next_sweep:
             self._sweep_stale_reservations()
-        self.limits.admit(auth)
         reserve = 0
+        bound = input_tokens_upper_bound(parsed.body, parsed.model.context_window) if parsed.billed else 0
+        tokens = self.limits.admit(auth, bound + parsed.max_tokens if parsed.billed else 0)
         if parsed.billed:
-            bound = input_tokens_upper_bound(parsed.body, parsed.model.context_window)
             reserve = worst_case_micros(bound, parsed.max_tokens, parsed.model.price)
-            self.ledger.reserve(auth, request_id, reserve)
+            try:
+                self.ledger.reserve(auth, request_id, reserve)
+            except BaseException:
+                self.limits.settle_tokens(tokens, 0)
+                raise
         return Call(
             request_id=request_id,
             endpoint=endpoint,
@@ -188,6 +193,7 @@ class Gateway:
             started=time.monotonic(),
             max_tokens=parsed.max_tokens,
             billed=parsed.billed,
+            tokens=tokens,
         )
 
     def _sweep_stale_reservations(self) -> None:
@@ -239,11 +245,10 @@ class Gateway:
         except Exception:
             self.metrics.billing_errors.inc()
             log.exception("could not record usage of request %s", call.request_id)
-        if billed:
-            try:
-                self.limits.record_tokens(call.auth, usage.prompt_tokens + usage.output_tokens)
-            except Exception:
-                log.exception("could not count tokens of request %s", call.request_id)
+        try:
+            self.limits.settle_tokens(call.tokens, usage.prompt_tokens + usage.output_tokens if billed else 0)
+        except Exception:
+            log.exception("could not count tokens of request %s", call.request_id)
 
     # ------------------------------------------------------------ routing and failover
 
