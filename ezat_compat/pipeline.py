@@ -325,8 +325,9 @@ class Gateway:
         self, call: Call, path: str, body: bytes, *, headers: Mapping[str, str] | None = None
     ) -> tuple[UpstreamStream, Iterator[tuple[str, str]], tuple[str, str]]:
         """Open a stream with failover until its first event arrives (nothing has reached the
-        client yet, so another deployment may still take it). Returns the stream, its event
-        iterator and the first event."""
+        client yet, so another deployment may still take it). A deployment that hasn't sent its
+        headers and first event within ``first_event_timeout_s`` is a failed attempt (cooled as
+        any other). Returns the stream, its event iterator and the first event."""
         last: UpstreamError | None = None
         for deployment in self._attempts(call):
             call.deployment = deployment.name
@@ -335,7 +336,11 @@ class Gateway:
             stream: UpstreamStream | None = None
             try:
                 stream = self.upstream.open_stream(
-                    deployment, path, with_model(body, deployment.upstream_model, stream=True), headers=headers
+                    deployment,
+                    path,
+                    with_model(body, deployment.upstream_model, stream=True),
+                    headers=headers,
+                    first_event_timeout_s=self.config.gateway.first_event_timeout_s,
                 )
                 events = stream.events()
                 first = next(events, None)

@@ -29,6 +29,7 @@ FAILOVER_MODEL = "anthropic/claude-sonnet-5-5"  # the silent simulator first, th
 CHAT = "/openai/v1/chat/completions"
 MESSAGES = "/v1/messages"
 GRACE_S = 2.0
+COOLDOWN_S = 3.0
 WORKER_CONNECTIONS = 2000  # a quarter of the default 2 workers x 4,000
 SLOW_BODIES = 2000  # as many as the worker holds: the issue's 8,000 on 8,000, at a quarter of the scale
 STACKS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
@@ -80,7 +81,12 @@ def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
             root=root,
             models=models,
             workers=1,
-            gateway_settings={"database_url": database_url, "first_event_timeout_s": 1.5, "cooldown_failures": 1},
+            gateway_settings={
+                "database_url": database_url,
+                "first_event_timeout_s": 1.5,
+                "cooldown_failures": 1,
+                "cooldown_s": COOLDOWN_S,
+            },
             server_settings={"worker_connections": WORKER_CONNECTIONS, "body_grace_s": GRACE_S},
             env={"EZAT_DATABASE_URL": database_url, "EZAT_REDIS_URL": ""},
         )
@@ -244,3 +250,36 @@ def test_2000_slow_bodies_leave_other_clients_answered_within_a_second(
         f"probe latencies {', '.join(f'{s:.3f}' for s in latencies)} s"
     )
     assert max(latencies) < 1.0, latencies
+
+
+# ---------------------------------------------------------------- the first-event deadline of streams
+
+
+def _stream(gateway: Gateway, key: str, path: str) -> requests.Response:
+    body = {"model": FAILOVER_MODEL, "max_tokens": 16, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    headers = {"authorization": f"Bearer {key}", "anthropic-version": "2023-06-01"}
+    return requests.post(gateway.url + path, json=body, headers=headers, timeout=20)
+
+
+@pytest.mark.parametrize("path", [CHAT, MESSAGES], ids=["openai", "anthropic"])
+def test_a_stream_that_sends_no_first_event_fails_over_before_the_client_sees_a_byte(
+    stack: tuple[Gateway, Sim], key: str, path: str
+) -> None:
+    """The first deployment accepts the connection and stays silent for 60 s; after the 1.5 s
+    first-event deadline the request goes to the healthy one, and the silent one cools."""
+    gateway, healthy = stack
+    healthy.clear()
+    time.sleep(COOLDOWN_S + 0.1)  # an earlier test may have cooled the silent deployment
+    started = time.monotonic()
+    resp = _stream(gateway, key, path)
+    elapsed = time.monotonic() - started
+    assert resp.status_code == 200, resp.text
+    assert resp.text.rstrip().endswith("data: [DONE]" if path == CHAT else '"type":"message_stop"}'), resp.text
+    assert 1.3 <= elapsed < 10, elapsed
+    assert healthy.stats()["streams_completed"] == 1
+    # The silent deployment cooled (cooldown_failures = 1): the next stream goes straight to the healthy one.
+    started = time.monotonic()
+    again = _stream(gateway, key, path)
+    assert again.status_code == 200 and time.monotonic() - started < 1.3
+    rows = [r for r in gateway.usage() if r["request_id"] == resp.headers["request-id"]]
+    assert [r["deployment"] for r in rows] == ["healthy"] and rows[0]["status"] == 200

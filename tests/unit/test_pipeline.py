@@ -83,7 +83,9 @@ class FakeUpstream:
             raise answer
         return answer, {}
 
-    def open_stream(self, deployment: Any, path: str, body: bytes, *, headers: Any = None) -> FakeStream:
+    def open_stream(
+        self, deployment: Any, path: str, body: bytes, *, headers: Any = None, first_event_timeout_s: Any = None
+    ) -> FakeStream:
         self.calls.append((deployment.name, body))
         answer = self.script[deployment.name]
         if isinstance(answer, Exception):
