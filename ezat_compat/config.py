@@ -112,8 +112,6 @@ class _GatewaySchema(_Strict):
     thinking_ttl_s = fields.Float(load_default=86400.0, validate=validate.Range(min=0, min_inclusive=False))
     data_dir = fields.Str(load_default="")
     first_event_timeout_s = fields.Float(load_default=30.0, validate=validate.Range(min=0, min_inclusive=False))
-    image_fetch_per_request = fields.Int(load_default=4, strict=True, validate=validate.Range(min=1, max=1024))
-    image_fetch_per_org = fields.Int(load_default=8, strict=True, validate=validate.Range(min=1, max=1024))
 
 
 class _ServerSchema(_Strict):

@@ -84,8 +84,6 @@ class GatewaySettings:
     thinking_ttl_s: float = 86400.0  # how long thinking blocks are kept for the client's next tool round
     data_dir: str = ""  # counters and journal; relative to the config file's folder ("" = that folder)
     first_event_timeout_s: float = 30.0  # a stream without headers and a first event by then fails over
-    image_fetch_per_request: int = 4  # downloads one request may run at once
-    image_fetch_per_org: int = 8  # downloads one organisation may run at once (per worker)
 
 
 @dataclass(frozen=True)
