@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import tempfile
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -53,14 +52,21 @@ ANTHROPIC = AnthropicMessages()
 OPENAI = OpenAIChat()
 
 
-def embedded_limits_path(database_url: str) -> str:
-    """Where the embedded (no Redis) rate-limit counters live: next to a SQLite database,
-    else in the temp folder, one file per database."""
+def data_folder(config: Config) -> str:
+    """The data folder: ``[gateway] data_dir``, relative to the config file's folder (default:
+    that folder itself). Counters and the journal live here, created private (``datafiles``)."""
+    base = os.path.dirname(os.path.abspath(config.path or "."))
+    return os.path.join(base, config.gateway.data_dir) if config.gateway.data_dir else base
+
+
+def embedded_limits_path(database_url: str, data_dir: str) -> str:
+    """Where the embedded (no Redis) rate-limit counters live: next to a SQLite database, else
+    in the data folder, one file per database (never at a predictable name in a shared /tmp)."""
     url = make_url(database_url)
     if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
         return os.path.abspath(url.database) + "-limits"
     digest = hashlib.sha256(database_url.encode()).hexdigest()[:16]
-    return os.path.join(tempfile.gettempdir(), f"ezat-limits-{digest}.db")
+    return os.path.join(os.path.abspath(data_dir), f"limits-{digest}.db")
 
 
 def build_gateway(config: Config) -> Gateway:
@@ -90,7 +96,7 @@ def build_gateway(config: Config) -> Gateway:
         catalog=Catalog(config.models, created=int(time.time())),
         accounts=Accounts(engine, hot_path),
         ledger=Ledger(engine, hot_path),
-        limits=RateLimits(redis_url, embedded_limits_path(gw_cfg.database_url)),
+        limits=RateLimits(redis_url, embedded_limits_path(gw_cfg.database_url, data_folder(config))),
         cooldowns=cooldowns,
         upstream=UpstreamClient(
             connect_timeout_s=gw_cfg.connect_timeout_s, stream_idle_timeout_s=gw_cfg.stream_idle_timeout_s

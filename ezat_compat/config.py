@@ -113,6 +113,8 @@ class _GatewaySchema(_Strict):
     cooldown_s = fields.Float(load_default=30.0, validate=validate.Range(min=0))
     max_cooldown_s = fields.Float(load_default=300.0, validate=validate.Range(min=0))
     thinking_ttl_s = fields.Float(load_default=86400.0, validate=validate.Range(min=0, min_inclusive=False))
+    data_dir = fields.Str(load_default="")
+    first_event_timeout_s = fields.Float(load_default=30.0, validate=validate.Range(min=0, min_inclusive=False))
 
 
 class _ServerSchema(_Strict):
@@ -127,6 +129,8 @@ class _ServerSchema(_Strict):
     pidfile = fields.Str(load_default="")
     name = fields.Str(load_default="", validate=validate.Length(max=64))
     metrics_bind = fields.Str(load_default="")
+    body_grace_s = fields.Float(load_default=10.0, validate=validate.Range(min=0, min_inclusive=False))
+    body_min_rate_kbps = fields.Float(load_default=64.0, validate=validate.Range(min=0, min_inclusive=False))
 
     @validates_schema
     def _metrics_bind_apart(self, data: dict[str, Any], **_: Any) -> None:

@@ -82,6 +82,8 @@ class GatewaySettings:
     cooldown_s: float = 30.0
     max_cooldown_s: float = 300.0
     thinking_ttl_s: float = 86400.0  # how long thinking blocks are kept for the client's next tool round
+    data_dir: str = ""  # counters and journal; relative to the config file's folder ("" = that folder)
+    first_event_timeout_s: float = 30.0  # a stream without headers and a first event by then fails over
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,8 @@ class ServerSettings:
     pidfile: str = ""  # the master's pid is written here when set (systemd's PIDFile=, monitoring)
     name: str = ""  # names the instance in process titles (``ps``); default: the config file's path
     metrics_bind: str = ""  # HOST:PORT serving /metrics alone (then /metrics on ``bind`` answers 404)
+    body_grace_s: float = 10.0  # a request body may take this long, then must keep up body_min_rate_kbps
+    body_min_rate_kbps: float = 64.0  # KiB/s: 32 MB take at most 10 s + 512 s
 
 
 LOG_FORMATS = ("json", "text")

@@ -133,6 +133,12 @@ def post_worker_init(worker: Any) -> None:
     on_worker_term(worker, lambda: gateway.cut_streams(shutting_down()), float(_config.server.graceful_timeout_s))
 
 
+def pre_request(worker: Any, req: Any) -> None:
+    from ezat_compat.api.bodies import remember_server_request
+
+    remember_server_request(req)  # a body that doesn't arrive in time closes its connection
+
+
 def child_exit(server: Any, worker: Any) -> None:
     from prometheus_client import multiprocess
 

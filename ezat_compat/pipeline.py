@@ -38,7 +38,7 @@ from ezat_compat.errors import (
     UpstreamStreamError,
     UpstreamTimeoutError,
 )
-from ezat_compat.limits import RateLimits
+from ezat_compat.limits import RateLimits, TokenHold
 from ezat_compat.logs import RequestRecord
 from ezat_compat.metrics import Metrics
 from ezat_compat.pricing import cost_micros, worst_case_micros
@@ -104,6 +104,7 @@ class Call:
     billed: bool = True
     attempts: list[str] = field(default_factory=list)
     record: RequestRecord = field(default_factory=RequestRecord)
+    tokens: TokenHold | None = None  # the tpm reservation, settled to the real count
 
 
 class Gateway:
@@ -191,14 +192,23 @@ class Gateway:
         if time.monotonic() >= self._next_sweep:
             self._sweep_stale_reservations()
         self.ledger.maintain()  # in the background, every few seconds: journal replay, dead workers' holds
-        self.limits.admit(auth)
         reserve = 0
+        bound = input_tokens_upper_bound(parsed.body, parsed.model.context_window) if parsed.billed else 0
+        tokens = self.limits.admit(auth, bound + parsed.max_tokens if parsed.billed else 0)
         if parsed.billed:
-            bound = input_tokens_upper_bound(parsed.body, parsed.model.context_window)
             reserve = worst_case_micros(bound, parsed.max_tokens, parsed.model.price)
-            self.ledger.reserve(
-                auth, request_id, reserve, endpoint=endpoint, model=parsed.model_name, canonical_model=parsed.model.id
-            )
+            try:
+                self.ledger.reserve(
+                    auth,
+                    request_id,
+                    reserve,
+                    endpoint=endpoint,
+                    model=parsed.model_name,
+                    canonical_model=parsed.model.id,
+                )
+            except BaseException:
+                self.limits.settle_tokens(tokens, 0)
+                raise
         return Call(
             request_id=request_id,
             endpoint=endpoint,
@@ -210,6 +220,7 @@ class Gateway:
             started=time.monotonic(),
             max_tokens=parsed.max_tokens,
             billed=parsed.billed,
+            tokens=tokens,
         )
 
     def _sweep_stale_reservations(self) -> None:
@@ -262,11 +273,10 @@ class Gateway:
         except Exception:
             self.metrics.billing_errors.inc()
             log.exception("could not record usage of request %s", call.request_id)
-        if billed:
-            try:
-                self.limits.record_tokens(call.auth, usage.prompt_tokens + usage.output_tokens)
-            except Exception:
-                log.exception("could not count tokens of request %s", call.request_id)
+        try:
+            self.limits.settle_tokens(call.tokens, usage.prompt_tokens + usage.output_tokens if billed else 0)
+        except Exception:
+            log.exception("could not count tokens of request %s", call.request_id)
 
     # ------------------------------------------------------------ routing and failover
 
@@ -354,8 +364,9 @@ class Gateway:
         self, call: Call, path: str, body: bytes, *, headers: Mapping[str, str] | None = None
     ) -> tuple[UpstreamStream, Iterator[tuple[str, str]], tuple[str, str]]:
         """Open a stream with failover until its first event arrives (nothing has reached the
-        client yet, so another deployment may still take it). Returns the stream, its event
-        iterator and the first event."""
+        client yet, so another deployment may still take it). A deployment that hasn't sent its
+        headers and first event within ``first_event_timeout_s`` is a failed attempt (cooled as
+        any other). Returns the stream, its event iterator and the first event."""
         last: UpstreamError | None = None
         for deployment in self._attempts(call):
             call.deployment = deployment.name
@@ -364,7 +375,11 @@ class Gateway:
             stream: UpstreamStream | None = None
             try:
                 stream = self.upstream.open_stream(
-                    deployment, path, with_model(body, deployment.upstream_model, stream=True), headers=headers
+                    deployment,
+                    path,
+                    with_model(body, deployment.upstream_model, stream=True),
+                    headers=headers,
+                    first_event_timeout_s=self.config.gateway.first_event_timeout_s,
                 )
                 events = stream.events()
                 first = next(events, None)
