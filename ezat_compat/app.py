@@ -23,6 +23,7 @@ from ezat_compat.dialects.anthropic_messages import AnthropicMessages
 from ezat_compat.dialects.openai_chat import OpenAIChat
 from ezat_compat.domain import Config
 from ezat_compat.errors import GatewayError, InvalidRequestError, MethodNotAllowedError, RouteNotFoundError
+from ezat_compat.forwarded import TrustedForwarded
 from ezat_compat.limits import RateLimits
 from ezat_compat.metrics import Metrics
 from ezat_compat.pipeline import Gateway
@@ -164,6 +165,7 @@ def create_app(config: Config, *, gateway_core: Gateway | None = None) -> Flask:
     app.register_blueprint(anthropic_api.bp)
     _register_public(app)
     _register_errors(app)
+    app.wsgi_app = TrustedForwarded(app.wsgi_app, config.server.forwarded_allow_ips)  # type: ignore[method-assign]
     return app
 
 

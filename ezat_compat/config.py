@@ -29,6 +29,7 @@ from ezat_compat.domain import (
     Price,
     ServerSettings,
 )
+from ezat_compat.forwarded import parse_allow_list
 from ezat_compat.wire.paths import flatten_errors, format_error
 
 DEFAULT_CONFIG_NAME = "ezat.toml"
@@ -112,6 +113,14 @@ class _GatewaySchema(_Strict):
     thinking_ttl_s = fields.Float(load_default=86400.0, validate=validate.Range(min=0, min_inclusive=False))
 
 
+def _allow_list(value: str) -> None:
+    """``forwarded_allow_ips``: gunicorn's comma-separated addresses or networks, or ``*``."""
+    try:
+        parse_allow_list(value)
+    except ValueError as exc:
+        raise ValidationError(str(exc)) from None
+
+
 class _ServerSchema(_Strict):
     bind = fields.Str(load_default="127.0.0.1:8080")
     workers = fields.Int(load_default=2, strict=True, validate=validate.Range(min=1, max=256))
@@ -121,6 +130,7 @@ class _ServerSchema(_Strict):
     drain_s = fields.Float(load_default=10.0, validate=validate.Range(min=0))
     http_keepalive_s = fields.Int(load_default=5, strict=True, validate=validate.Range(min=0))
     log_level = fields.Str(load_default="info", validate=validate.OneOf(["debug", "info", "warning", "error"]))
+    forwarded_allow_ips = fields.Str(load_default="127.0.0.1", validate=_allow_list)
 
 
 class _ConfigSchema(_Strict):

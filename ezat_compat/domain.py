@@ -96,6 +96,7 @@ class ServerSettings:
     drain_s: float = 10.0  # on SIGTERM: not-ready while still serving, before the graceful stop
     http_keepalive_s: int = 5
     log_level: str = "info"
+    forwarded_allow_ips: str = "127.0.0.1"  # proxies whose X-Forwarded-For names the client (gunicorn's list)
 
 
 @dataclass(frozen=True)
