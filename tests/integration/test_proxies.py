@@ -397,8 +397,14 @@ def test_a_client_that_leaves_a_stream_is_recorded_as_499(proxy: Proxy, gw: Gate
 
 
 def test_a_client_that_leaves_a_non_streaming_request_is_recorded_as_499(
-    proxy: Proxy, gw: Gateway, gw_key: str
+    proxy: Proxy, gw: Gateway, gw_key: str, request: pytest.FixtureRequest
 ) -> None:
+    """nginx closes its connection to the gateway when the client leaves (the gateway's peek
+    sees it). HAProxy 2.6 takes the client's FIN for a half-close and keeps waiting for the
+    answer (``option abortonclose`` only drops requests still queued or connecting), so the
+    gateway can't know: recorded as 200. Strict: this fails once HAProxy passes it on."""
+    if proxy.name == "haproxy":
+        request.applymarker(pytest.mark.xfail(strict=True, reason="HAProxy 2.6 keeps a half-closed request"))
     before = {r["request_id"] for r in gw.usage()}
     send_and_leave(proxy.url, gw_key, chat("slow one [[sim:delay=2]]", max_tokens=64), read_until=None)
     deadline = time.monotonic() + 20
@@ -452,3 +458,8 @@ def test_a_stream_cut_by_a_dying_worker_raises_in_the_openai_sdk(proxy: Proxy, g
         for chunk in chunks:
             received += bool(chunk.choices and chunk.choices[0].delta.content)
     assert received < 100, (proxy.name, received, caught.value)
+
+
+@pytest.mark.parametrize("recipe", ["nginx.conf", "haproxy.cfg"])
+def test_the_readme_shows_the_recipes_as_tested(recipe: str) -> None:
+    assert (REPO / "deploy" / recipe).read_text().rstrip() in (REPO / "README.md").read_text()
