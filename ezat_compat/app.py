@@ -32,6 +32,7 @@ from ezat_compat.dialects.openai_chat import OpenAIChat
 from ezat_compat.domain import Config
 from ezat_compat.drain import start_draining, stop_draining
 from ezat_compat.errors import GatewayError, InvalidRequestError, MethodNotAllowedError, RouteNotFoundError
+from ezat_compat.forwarded import TrustedForwarded
 from ezat_compat.limits import RateLimits
 from ezat_compat.logs import Outages, RequestLog
 from ezat_compat.metrics import Metrics
@@ -262,6 +263,7 @@ def create_app(config: Config, *, gateway_core: Gateway | None = None) -> Flask:
     app.register_blueprint(anthropic_api.bp)
     _register_public(app, config)
     _register_errors(app)
+    app.wsgi_app = TrustedForwarded(app.wsgi_app, config.server.forwarded_allow_ips)  # type: ignore[method-assign]
     return app
 
 

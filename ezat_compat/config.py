@@ -32,6 +32,7 @@ from ezat_compat.domain import (
     Price,
     ServerSettings,
 )
+from ezat_compat.forwarded import parse_allow_list
 from ezat_compat.wire.paths import flatten_errors, format_error
 
 DEFAULT_CONFIG_NAME = "ezat.toml"
@@ -117,6 +118,14 @@ class _GatewaySchema(_Strict):
     first_event_timeout_s = fields.Float(load_default=30.0, validate=validate.Range(min=0, min_inclusive=False))
 
 
+def _allow_list(value: str) -> None:
+    """``forwarded_allow_ips``: gunicorn's comma-separated addresses or networks, or ``*``."""
+    try:
+        parse_allow_list(value)
+    except ValueError as exc:
+        raise ValidationError(str(exc)) from None
+
+
 class _ServerSchema(_Strict):
     bind = fields.Str(load_default="127.0.0.1:8080")
     workers = fields.Int(load_default=2, strict=True, validate=validate.Range(min=1, max=256))
@@ -131,6 +140,7 @@ class _ServerSchema(_Strict):
     metrics_bind = fields.Str(load_default="")
     body_grace_s = fields.Float(load_default=10.0, validate=validate.Range(min=0, min_inclusive=False))
     body_min_rate_kbps = fields.Float(load_default=64.0, validate=validate.Range(min=0, min_inclusive=False))
+    forwarded_allow_ips = fields.Str(load_default="127.0.0.1", validate=_allow_list)
 
     @validates_schema
     def _metrics_bind_apart(self, data: dict[str, Any], **_: Any) -> None:

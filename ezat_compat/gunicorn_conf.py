@@ -42,6 +42,8 @@ worker_connections = _config.server.worker_connections
 timeout = _config.server.timeout_s
 graceful_timeout = _config.server.graceful_timeout_s
 keepalive = _config.server.http_keepalive_s
+# The proxies trusted with X-Forwarded-* (gunicorn: the scheme; the app: the client's address).
+forwarded_allow_ips = _config.server.forwarded_allow_ips
 loglevel = _config.server.log_level
 accesslog = os.environ.get("EZAT_ACCESS_LOG") or None
 errorlog = "-"
