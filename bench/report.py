@@ -77,7 +77,7 @@ def _goal(
 
 
 def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """The six targets of issue 8, each judged on this run's figures (``met`` None: not measured)."""
+    """The six performance targets, each judged on this run's figures (``met`` None: not measured)."""
     cmp = results["comparisons"]
     workers = results["meta"]["workers"]
     out = []
@@ -319,7 +319,7 @@ def table(results: dict[str, Any]) -> str:
                 parts[-1] += f" [error: {img['raw']['error_samples'][0][:160]}]"
         urls = imgs[next(iter(imgs))]["urls"]
         lines += [f"{urls} image URLs that take 1 s each, in one request: " + "; ".join(parts), ""]
-    lines.append("targets (issue 8), judged on this run:")
+    lines.append("performance targets, judged on this run:")
     for goal in results.get("goals", []):
         verdict = {True: "MET", False: "MISSED", None: "n/a"}[goal["met"]]
         lines.append(

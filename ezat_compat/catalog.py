@@ -1,7 +1,7 @@
 """The model catalog: canonical ids and aliases, and the public views of a model.
 
 Pure: built once from the config. A name matches in any letter case with surrounding
-spaces ignored (api-reference: "ModelName"); responses echo the name exactly as sent.
+spaces ignored (API reference, "ModelName"); responses echo the name exactly as sent.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Deployment health: consecutive failures and upstream ``retry-after`` put a deployment in a
-cooldown; after it, a single probe request decides whether it is healthy again (issue 6).
+cooldown; after it, a single probe request decides whether it is healthy again.
 
 One state machine per deployment name, kept per process (``LocalCooldowns``) or shared by
 every worker and gateway node through Redis (``RedisCooldowns``, chosen when ``redis_url`` is

@@ -27,7 +27,7 @@ that build error bodies.
         │                          Anthropic error (``error_type``, ``message``) and raw ``body``
         └── UpstreamStreamError    the stream broke after it started: never fail over
 
-Spec: chat-completions.md, "Errors".
+Chat Completions reference, "Errors".
 """
 
 from __future__ import annotations

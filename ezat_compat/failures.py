@@ -1,6 +1,6 @@
 """Upstream failure -> the client's error: the one table, for JSON answers and streams alike.
 
-Spec: chat-completions.md "Errors" (the Anthropic statuses, 529 -> 503 for OpenAI clients;
+Chat Completions reference, "Errors" (the Anthropic statuses, 529 -> 503 for OpenAI clients;
 failed requests aren't billed). An upstream ``error`` event mid-stream is first turned into
 the HTTP answer its type stands for (``UpstreamStatusError.from_event``), so one table serves
 both paths.

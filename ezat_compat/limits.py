@@ -1,4 +1,4 @@
-"""Per-key rate limits: requests per minute and tokens per minute (issue 7), with ``limits``.
+"""Per-key rate limits: requests per minute and tokens per minute, with ``limits``.
 
 Both are exact: whichever workers and nodes serve them, a key never gets more than its
 budget admitted in one minute.

@@ -8,7 +8,7 @@
 failure simply raises (nothing is held). After admission every exit — success, an upstream
 failure, a bug while encoding or translating, the client leaving, the worker shutting down —
 goes through ``Run.settle``: the ledger row is written and the reservation released, once.
-Spec: chat-completions.md "Streaming", "Errors" (failed requests aren't billed).
+Chat Completions reference, "Streaming" and "Errors" (failed requests aren't billed).
 """
 
 from __future__ import annotations

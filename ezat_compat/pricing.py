@@ -3,8 +3,8 @@
 Money is integers: every amount the gateway stores or compares is micro-USD (``int``).
 A model's ``Price`` is in USD per million tokens, which is the same number as micro-USD per
 token, so a cost is ``tokens × price`` with exact ``Decimal`` arithmetic, rounded once per
-request (design.md, "Money is integers"; spec chat-completions.md, "Request and response":
-thinking tokens are billed as output).
+request (Chat Completions reference, "Request and response": thinking tokens are billed as
+output).
 
 - ``cost_micros``: what a finished request costs (settled into the ledger).
 - ``worst_case_micros``: what a request may cost at most (reserved before it runs).

@@ -2,11 +2,11 @@
 
 ``plan(deployments, session=..., rand=...)`` returns every deployment exactly once, in the order
 the caller should try them; the caller walks the list, skips deployments that its cooldowns
-refuse (``Cooldowns.acquire``) and fails over to the next one (issue 6: routing, failover,
-session affinity). The rules:
+refuse (``Cooldowns.acquire``) and fails over to the next one (routing, failover and session
+affinity). The rules:
 
 - **Tiers.** Deployments are grouped by ``priority``; lower tiers come first, so failover walks
-  the whole of a tier before it reaches the next one (design.md, ``[[models.deployments]]``).
+  the whole of a tier before it reaches the next one (``priority`` of ``[[models.deployments]]``).
 - **Without a session**, a tier is put in a weighted random order without replacement: the
   first pick is proportional to ``weight``, the next one is picked the same way among the rest,
   and so on. Traffic shares by weight; failover stays inside the tier until it is exhausted.

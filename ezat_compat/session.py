@@ -5,7 +5,7 @@ The writer (``api/sse.py``) reads ``events`` on its own greenlet and calls exact
 ``feed`` until ``over`` (the reply ended, or the upstream sent an ``error`` event), ``ended``
 (the upstream closed the body early), ``broke`` (the stream broke, or a bug while relaying);
 ``close`` always, last: a stream not over by then was left by the client and is billed for what
-was produced, estimated (spec chat-completions.md, "Streaming": usage is recorded before
+was produced, estimated (Chat Completions reference, "Streaming": usage is recorded before
 ``data: [DONE]``; a failure after the start ends with an error event and is not billed).
 """
 

@@ -1,5 +1,5 @@
 """Anthropic's dialect on HTTP: native ``POST /v1/messages``, ``/v1/messages/count_tokens`` and
-the model list (design.md, "HTTP surface")."""
+the model list."""
 
 from __future__ import annotations
 

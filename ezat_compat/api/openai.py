@@ -1,4 +1,4 @@
-"""OpenAI's dialect on HTTP: ``/openai/v1/chat/completions`` and the model list (spec: chat-completions.md)."""
+"""OpenAI's dialect on HTTP: ``/openai/v1/chat/completions`` and the model list (Chat Completions reference)."""
 
 from __future__ import annotations
 

@@ -6,8 +6,8 @@ writer can send the dialect's keep-alive after ``keepalive_s`` without a write â
 upstream is silent or while the model thinks (events that produce no bytes) â€” and notices a
 client that left: the ping is the disconnect probe. One timer: the time of the last write.
 
-Design: "Streaming is a generator: upstream events are read on their own greenlet/thread into
-a queue"; style habit 8 (parse -> translate -> encode -> write; ``finally`` closes and bills).
+The stream is a generator: upstream events are read on their own greenlet (or thread) into a
+queue; each one is parsed, translated, encoded and written, and ``finally`` closes and bills.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Same keys, permissions, limits, routing, failover, affinity and billing as the OpenAI
 endpoint; bodies pass through unchanged except the model name (the deployment's
 ``upstream_model``), events one by one; Anthropic's error envelope and statuses (529 kept),
-and the upstream's own error answers passed on as they came (design.md, "HTTP surface").
+and the upstream's own error answers passed on as they came.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""OpenAI Chat Completions (spec: chat-completions.md): validated by the marshmallow schemas of
+"""OpenAI Chat Completions (Chat Completions reference): validated by the marshmallow schemas of
 ``wire/openai.py``, translated by ``translate/`` into Anthropic Messages and back, errors in
 OpenAI's envelope with the spec's status table (529 becomes 503)."""
 

@@ -1,6 +1,6 @@
-"""Organisations, API keys and authentication (issue 2 item 4, issue 7).
+"""Organisations, API keys and authentication.
 
-The CLI calls ``Accounts`` to manage orgs and keys (design.md, "Operator interface"); the
+The CLI calls ``Accounts`` to manage orgs and keys (``ezat-compat orgs …``, ``keys …``); the
 request pipeline calls ``Accounts.authenticate`` once per request, which costs one indexed
 SELECT and never caches, so a revoked or expired key is refused at once by every worker.
 
@@ -81,8 +81,8 @@ class KeyInfo:
     revoked_at: datetime | None
 
     def to_json(self) -> dict[str, Any]:
-        """The object of ``keys list --json`` (design.md): dollars as decimal strings, times as
-        ISO 8601 UTC, ``models`` as a list (empty: every model)."""
+        """The object of ``keys list --json`` (a contract of the operator interface): dollars as
+        decimal strings, times as ISO 8601 UTC, ``models`` as a list (empty: every model)."""
         return {
             "id": self.id,
             "prefix": self.prefix,

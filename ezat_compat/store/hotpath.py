@@ -107,7 +107,7 @@ DATABASE_RETRY_AFTER_S = 5
 class DatabaseUnavailableError(OverloadedError):
     """The database doesn't answer (down, unreachable, locked beyond the busy timeout, not
     writable): 503 ``overloaded`` with ``retry-after`` for OpenAI clients, 529
-    ``overloaded_error`` for Anthropic's. Spec: errors.md (the gateway's capacity)."""
+    ``overloaded_error`` for Anthropic's. Chat Completions reference, "Errors" (503: no capacity right now)."""
 
     def __init__(self) -> None:
         super().__init__(

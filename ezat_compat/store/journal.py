@@ -1,6 +1,6 @@
 """The usage journal: settlements the database couldn't take, kept on local disk until it can.
 
-Spec: chat-completions.md "Streaming" (usage is recorded before ``data: [DONE]``). When a
+Chat Completions reference, "Streaming" (usage is recorded before ``data: [DONE]``). When a
 settlement fails on the database, ``Journal.append`` writes its ledger row as one JSON line to
 this process's file and fsyncs it before returning, so the stream's ``[DONE]`` follows a
 durable record. ``Journal.replay`` later applies every row through ``Ledger``'s settle, whose

@@ -11,15 +11,15 @@ Every billed request goes through two short transactions:
 2. ``settle(request_id, entry)`` when the request ends, however it ends (``finally``): writes
    the ledger row, releases the reservation and debits the real cost, all in one transaction,
    so the sum of the ledger's costs always equals what was debited. A second settle of the
-   same request is a no-op. Failed requests are settled with cost 0 (spec chat-completions.md,
+   same request is a no-op. Failed requests are settled with cost 0 (Chat Completions reference,
    "Errors": failed requests aren't billed); a client that closed a stream early pays for what
    was produced (status 499, ``estimated=True``).
 
 Each reservation names the worker that holds it (``store/workers.py``). When a worker dies,
 ``release_worker`` (gunicorn's master, ``child_exit``) or ``maintain`` (its siblings, every few
 seconds) settles its reservations as gateway failures: status ``WORKER_DIED`` (500), cost 0 —
-the stream was cut by the gateway, and a failure after the start isn't billed (spec
-chat-completions.md "Streaming"). ``sweep_stale`` (six hours) remains the last resort.
+the stream was cut by the gateway, and a failure after the start isn't billed (Chat
+Completions reference, "Streaming"). ``sweep_stale`` (six hours) remains the last resort.
 
 When the database can't take a settlement, ``settle_durably`` writes it to the usage journal
 (``store/journal.py``) instead, and ``replay`` / ``maintain`` apply it once the database answers.
@@ -391,7 +391,7 @@ class Ledger:
     def usage_rows(
         self, org: str | None = None, key_public_id: str | None = None, since: datetime | None = None
     ) -> list[dict[str, Any]]:
-        """One dict per request, oldest first, with the fields of ``usage --json`` (design.md).
+        """One dict per request, oldest first, with the fields of ``usage --json`` (an operator interface contract).
 
         Filters by organisation name, key public id (``key_…``) and/or a start time (aware
         datetime, inclusive). ``StoreError`` names an unknown org or key.

@@ -1,5 +1,5 @@
 """Kept thinking blocks: where a reply's ``thinking``/``redacted_thinking`` blocks wait for the
-client's next tool round (spec: chat-completions.md "Reasoning"; the pure rules are in
+client's next tool round (Chat Completions reference, "Reasoning"; the pure rules are in
 ``translate/thinking.py``).
 
 One entry per tool call id the client sees, scoped to the organisation, holding the blocks as

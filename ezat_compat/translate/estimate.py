@@ -1,5 +1,5 @@
 """An upper bound of a request's input tokens, for reserving credit before it runs
-(issue: admission reserves the worst case, so no balance is ever overdrawn).
+(admission reserves the worst case, so no balance is ever overdrawn).
 
 A token covers at least one byte of text, so UTF-8 bytes bound text tokens; an image costs
 at most ``IMAGE_TOKENS``; a document (PDF) may fill the context window; nothing exceeds the

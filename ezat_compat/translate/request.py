@@ -1,4 +1,4 @@
-"""OpenAI Chat Completions request -> Anthropic Messages request (spec: chat-completions.md).
+"""OpenAI Chat Completions request -> Anthropic Messages request (Chat Completions reference).
 
 ``openai_to_anthropic`` takes a request already validated by ``wire.openai`` and the model's
 capabilities, and returns the Anthropic body plus what the pipeline needs around it (the

@@ -1,5 +1,5 @@
-"""A client's JSON schema -> the subset Anthropic's structured outputs accept (spec:
-chat-completions.md "Output length and format" and "Tools").
+"""A client's JSON schema -> the subset Anthropic's structured outputs accept (Chat
+Completions reference, "Output length and format" and "Tools").
 
 ``response_format`` json_schema and ``strict`` tools are decoded under Anthropic's grammar
 constraints, which take a subset of JSON Schema ("JSON Schema limitations" in Anthropic's

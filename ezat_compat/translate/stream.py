@@ -1,6 +1,6 @@
 """Anthropic stream events -> OpenAI ``chat.completion.chunk`` objects, one event at a time.
 
-Spec: chat-completions.md "Streaming" and api-reference.txt "Response Body":
+Chat Completions reference, "Streaming", and API reference, "Response Body":
 
 1. the first chunk (on ``message_start``) has ``delta: {"role": "assistant", "content": ""}``;
 2. text arrives as ``delta.content``; a ``tool_use`` block becomes ``delta.tool_calls``: first

@@ -1,4 +1,4 @@
-"""Translation tables, one dict per wire concept (spec: chat-completions.md)."""
+"""Translation tables, one dict per wire concept (Chat Completions reference)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Thinking kept across tool loops (spec: chat-completions.md "Reasoning": the thinking text
+"""Thinking kept across tool loops (Chat Completions reference, "Reasoning": the thinking text
 isn't returned to the client).
 
 When thinking is requested, Anthropic's reply carries ``thinking`` blocks (with a

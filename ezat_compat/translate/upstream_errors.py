@@ -1,5 +1,5 @@
-"""Upstream error text -> client error text (spec: "Ignored and refused", issue: upstream
-400s point into the client's request, never into our translated one).
+"""Upstream error text -> client error text (Chat Completions reference, "Ignored and refused
+fields"): upstream 400s point into the client's request, never into our translated one.
 
 Anthropic words its 400s with paths into the request it received (``messages.2.content.0…``),
 indexed after system messages were removed and turns merged, so they don't match the client's

@@ -6,7 +6,7 @@ else: refused or reset connections ``UpstreamConnectError``, no answer in time
 it started ``UpstreamStreamError``.
 
 Gunicorn forks after import, so the pool is created lazily in each process.
-Spec: chat-completions.md "Errors"; issue 6 (failover on refused connections, timeouts,
+Chat Completions reference, "Errors" (failover on refused connections, timeouts,
 429/500/502/503/504/529; never on other 4xx).
 
 urllib3, the transport under ``requests``, is used directly on this path: ``requests``' own

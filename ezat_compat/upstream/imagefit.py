@@ -1,6 +1,6 @@
 """Images fitted to the upstream's limits: checked with Pillow, scaled down and re-encoded when needed.
 
-Spec: chat-completions.md, "Images and PDFs" accepts images the upstream would refuse: up to
+The Chat Completions reference, "Images and PDFs", accepts images the upstream would refuse: up to
 10 MB per download (13.3 MB of base64) and 32 MB of downloads per request. Anthropic's Messages
 API refuses an image whose base64 text is over 5 MB (``image exceeds 5 MB maximum: 6291456 bytes
 > 5242880 bytes``: the length of the base64 string, not of the decoded bytes), a side over

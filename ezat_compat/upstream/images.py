@@ -1,6 +1,6 @@
 """The image step: a request's http(s) image URLs fetched in parallel, every image fitted to the upstream.
 
-Spec: chat-completions.md, "Images and PDFs": the models take images only inline, so EZAT
+Chat Completions reference, "Images and PDFs": the models take images only inline, so EZAT
 downloads http(s) URLs itself. Limits: 10 MB per image, 20 image URLs and 32 MB of downloads
 per request, 15 seconds per download (redirects included), 3 redirects; the host must be a
 public address; the file must be a JPEG, PNG, GIF or WebP image, judged by its bytes.

@@ -1,6 +1,6 @@
 """The public-address guard: which hosts the gateway may connect to on a client's behalf.
 
-Image URLs come from clients (spec: chat-completions.md, "Images and PDFs": "The host must be
+Image URLs come from clients (Chat Completions reference, "Images and PDFs": "The host must be
 a public address"), so every host they name is resolved here and refused when any of its
 addresses is loopback, private, link-local (cloud metadata at 169.254.169.254), CGNAT,
 multicast, reserved, documentation or benchmarking space. Callers then connect to the one

@@ -1,5 +1,5 @@
-"""The Chat Completions request, as marshmallow schemas (spec: chat-completions.md and
-api-reference.txt "Request Body").
+"""The Chat Completions request, as marshmallow schemas (Chat Completions reference and
+API reference, "Request Body").
 
 Schemas validate and refuse; they don't translate. Fields the spec ignores are excluded
 (``unknown = EXCLUDE``) and so never reach the upstream. Refused fields carry the spec's

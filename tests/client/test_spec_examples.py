@@ -1,5 +1,6 @@
 """The spec's own examples (Python, Node.js, curl), unchanged but for the base URL, against
-the real gateway: "The spec's streaming examples (Python, Node, curl) work unchanged" (issue 4)."""
+the real gateway: the streaming examples of the Chat Completions reference (Python, Node, curl) work
+unchanged."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
-"""Accounts, billing and rate limits through the real gateway under gunicorn (issue 7).
+"""Accounts, billing and rate limits through the real gateway under gunicorn.
 
 Every test runs against three stacks, each a gateway with two gevent workers in front of the
 simulator: SQLite with the embedded limit counters (the default), PostgreSQL (a fresh schema)
 with the embedded counters, and PostgreSQL with Redis for the limits (the scale-out setup).
 The money checks read the org and key rows straight from the database; the ledger is read
-through ``ezat-compat usage``. Spec: chat-completions.md "Errors" (402, 403, 429, failed requests
+through ``ezat-compat usage``. Chat Completions reference, "Errors" (402, 403, 429, failed requests
 aren't billed), "Streaming" (usage recorded before ``[DONE]``).
 
 Which worker answered is read from gunicorn's access log (``%(p)s``, the worker's pid, next
@@ -493,7 +493,7 @@ FORM_PROPERTIES = {f"field_number_{i:03d}_with_a_rather_long_descriptive_name": 
 @pytest.mark.parametrize("endpoint", ["openai", "anthropic"])
 def test_a_request_never_costs_more_than_its_reservation(stack: Stack, model: Model, endpoint: str) -> None:
     """The worst case must bound the real cost, or concurrent requests overdraw the balance
-    (issue 7: "neither the balance nor a key's spend limit is ever exceeded")."""
+    (the rule: neither the balance nor a key's spend limit is ever exceeded)."""
     org = stack.org_name(f"bound-{endpoint}")
     schema = {"type": "object", "properties": FORM_PROPERTIES, "description": str(uuid.uuid4())}  # uncached
     if endpoint == "openai":

@@ -1,9 +1,9 @@
-"""A reservation never outlives its request's worker (issue: nothing stuck).
+"""A reservation never outlives its request's worker (nothing stuck).
 
 gunicorn with 2 gevent workers and the simulator; 15 streams stall mid-way (``[[sim:stall=…]]``)
 and the worker holding most of them is killed with SIGKILL, as the OOM killer would. The
 master's ``child_exit`` releases that worker's reservations within seconds and gives each its
-ledger row (status 500, cost 0: the gateway cut the stream; spec chat-completions.md
+ledger row (status 500, cost 0: the gateway cut the stream; Chat Completions reference,
 "Streaming": a failure after the start isn't billed). The other worker's streams finish and
 are billed as usual. On SQLite and on PostgreSQL.
 """

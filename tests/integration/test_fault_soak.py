@@ -1,4 +1,4 @@
-"""The fault soak: a bad day in production, bounded, on loopback (issue: nothing lost, nothing stuck).
+"""The fault soak: a bad day in production, bounded, on loopback: nothing lost, nothing stuck.
 
 Concurrent streams and non-streams of one organisation run for ~25 s while the simulator answers
 529s, cuts streams and stalls them, one gateway worker is killed with SIGKILL, and PostgreSQL is

@@ -1,5 +1,5 @@
 """The first round trip and every error envelope, through the real gateway (gunicorn, gevent)
-and the simulator, with the official openai SDK (issue 2; spec: "Request and response", "Errors")."""
+and the simulator, with the official openai SDK (Chat Completions reference, "Request and response", "Errors")."""
 
 from __future__ import annotations
 

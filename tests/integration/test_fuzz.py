@@ -8,7 +8,7 @@ UTF-8; and it sends random JSON and random bytes. Every answer must be a success
 the dialect's envelope (OpenAI's ``{"error": {...}}`` on /openai/v1, Anthropic's
 ``{"type": "error", ...}`` on /v1), never a 5xx, never a traceback or an internal path, and the
 gateway must log no unexpected error. Bounded: a fixed number of examples per test, each request
-under a timeout (design.md "HTTP surface"; chat-completions.md "Errors").
+under a timeout (Chat Completions reference, "Errors").
 
 Failures are collected rather than raised, so one run reports every distinct problem with the
 bodies that caused it (hypothesis' shrinking is not needed to read them).

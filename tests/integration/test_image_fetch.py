@@ -1,6 +1,6 @@
 """The image downloader against a real threaded HTTP server on loopback.
 
-Spec: chat-completions.md, "Images and PDFs" — 10 MB per image, 20 URLs and 32 MB per request,
+Chat Completions reference, "Images and PDFs" — 10 MB per image, 20 URLs and 32 MB per request,
 15 s per download (redirects included), 3 redirects, public hosts only, JPEG/PNG/GIF/WebP by
 their bytes. Most tests use ``allow_private=True`` because the server is on 127.0.0.1; the
 guard tests route a "public" name to it through a fake DNS instead.

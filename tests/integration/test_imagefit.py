@@ -1,4 +1,4 @@
-"""Images fitted to the upstream's limits (spec: chat-completions.md, "Images and PDFs").
+"""Images fitted to the upstream's limits (Chat Completions reference, "Images and PDFs").
 
 The rules are Anthropic's, as its API words its refusals: ``image exceeds 5 MB maximum:
 6291456 bytes > 5242880 bytes`` (the length of the base64 text), ``At least one of the image
@@ -112,7 +112,7 @@ def fetcher() -> Iterator[ImageFetcher]:
     images.close()
 
 
-# ---------------------------------------------------------------- the issue's cases
+# ---------------------------------------------------------------- each of Anthropic's limits, met
 
 
 def test_a_6_mb_data_url_png_is_scaled_to_fit_5_mb_of_base64_and_stays_png(fetcher):

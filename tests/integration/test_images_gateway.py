@@ -1,6 +1,6 @@
-"""Issue 5 through the real gateway: images and PDFs in Chat Completions, end to end.
+"""Through the real gateway: images and PDFs in Chat Completions, end to end.
 
-Spec: chat-completions.md, "Images and PDFs" (data URLs of four types, http(s) URLs downloaded
+Chat Completions reference, "Images and PDFs" (data URLs of four types, http(s) URLs downloaded
 under 10 MB per image, 20 URLs and 32 MB per request, 15 s per download and 3 redirects,
 public hosts only, the type judged by the bytes, a failure is a 400 naming the part; PDFs as
 ``file_data``; ``file_id`` refused) and "Errors" (400 ``invalid_request_error``, 413

@@ -1,4 +1,4 @@
-"""Usage is never lost: the database goes away mid-traffic and comes back (issue: database blips).
+"""Usage is never lost: the database goes away mid-traffic and comes back (database blips).
 
 While the database is unavailable, streams already running still end with ``[DONE]``: their
 settlement is written to the usage journal (fsynced, 0600 in a 0700 folder) before the end

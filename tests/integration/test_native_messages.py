@@ -1,5 +1,5 @@
 """Native Anthropic Messages on ``POST /v1/messages`` through the real gateway (gunicorn, gevent),
-with the official ``anthropic`` SDK pointed at the gateway's base URL (issue 6).
+with the official ``anthropic`` SDK pointed at the gateway's base URL.
 
 Bodies pass through unchanged except the model name (the deployment's ``upstream_model``);
 errors use Anthropic's envelope and statuses (529 kept); streams pass through event by event

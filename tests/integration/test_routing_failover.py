@@ -1,6 +1,6 @@
 """Routing, failover, cooldowns, session affinity, timeouts and metrics through the real gateway
-(gunicorn, gevent) with several simulators as the deployments of one model (issue 6; spec:
-chat-completions.md "Errors", "Prompt caching").
+(gunicorn, gevent) with several simulators as the deployments of one model (Chat
+Completions reference, "Errors", "Prompt caching").
 
 Every scenario gets a model of its own, so the cooldown state one test leaves behind (health is
 kept per model and deployment) never reaches another test. The simulators are shared; each test

@@ -1,5 +1,5 @@
-"""``stream: true`` through the real gateway (spec: "Streaming"; api-reference "Response Body";
-issue 4): chunk order, usage chunk, keep-alive, mid-stream errors, early close."""
+"""``stream: true`` through the real gateway (Chat Completions reference, "Streaming"; API
+reference, "Response Body"): chunk order, usage chunk, keep-alive, mid-stream errors, early close."""
 
 from __future__ import annotations
 

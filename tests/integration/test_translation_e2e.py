@@ -1,4 +1,4 @@
-"""The full translation through the real gateway and the simulator (issue 3): tools round
+"""The full translation through the real gateway and the simulator: tools round
 trip, a PDF, a data-URL image, structured output, reasoning with tools, refusals — and every
 request that reached the upstream validates against the anthropic SDK's types."""
 

@@ -1,7 +1,7 @@
 """Hostile client input through ``Gateway.handle`` with fakes: each row answers 400 in the
 dialect's envelope naming the field where there is one, or — on native ``/v1/messages``, which
 passes bodies through to the upstream — goes through with a bounded reservation. Never a 500,
-never a traceback or an internal path in the body (design.md "HTTP surface"; wire/json.py's
+never a traceback or an internal path in the body (Chat Completions reference, "Errors"; wire/json.py's
 rules: strict UTF-8, no NaN/Infinity, nesting at most ``MAX_DEPTH``, no lone surrogate, the last
 duplicate key wins)."""
 

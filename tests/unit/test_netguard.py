@@ -1,4 +1,4 @@
-"""The public-address guard (spec: chat-completions.md, "Images and PDFs": public hosts only)."""
+"""The public-address guard (Chat Completions reference, "Images and PDFs": public hosts only)."""
 
 from __future__ import annotations
 

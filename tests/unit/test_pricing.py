@@ -1,4 +1,4 @@
-"""Pricing as tables: usage -> micro-USD, worst cases, and dollar strings (issue 7)."""
+"""Pricing as tables: usage -> micro-USD, worst cases, and dollar strings."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The pure core imports nothing impure, directly or through another module (style habit 2,
-translate/README.md): no framework, no TOML or schema library, no database or HTTP client, no
+"""The pure core imports nothing impure, directly or through another module (the rule of
+ezat_compat/translate/README.md): no framework, no TOML or schema library, no database or HTTP client, no
 gevent, no clock, ids or randomness.
 
 Each pure module is imported in a fresh interpreter after the forbidden modules have been

@@ -1,4 +1,4 @@
-"""The router's plan: tiers by priority, weighted shares, rendezvous session affinity (issue 6)."""
+"""The router's plan: tiers by priority, weighted shares, rendezvous session affinity."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""OpenAI request -> Anthropic request: one row per rule of the spec (chat-completions.md).
+"""OpenAI request -> Anthropic request: one row per rule of the Chat Completions reference.
 
 Every translated request is also validated with the anthropic SDK's ``MessageCreateParams``.
 Each row's id names the rule; the comment names the spec section.

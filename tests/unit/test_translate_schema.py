@@ -1,5 +1,5 @@
-"""Schemas fitted to Anthropic's structured outputs (chat-completions.md "Output length and
-format", "Tools"): one row per rule of Anthropic's "JSON Schema limitations" and of its SDKs'
+"""Schemas fitted to Anthropic's structured outputs (Chat Completions reference, "Output length
+and format", "Tools"): one row per rule of Anthropic's "JSON Schema limitations" and of its SDKs'
 ``transform_schema``, then the schemas instructor, LangChain and the AI SDK actually send,
 through the whole request translation."""
 

@@ -1,4 +1,4 @@
-"""Anthropic stream events -> OpenAI chunks (chat-completions.md "Streaming"): event lists in,
+"""Anthropic stream events -> OpenAI chunks (Chat Completions reference, "Streaming"): event lists in,
 chunk lists out, one scenario per row. Every chunk is also checked against the official
 ``openai`` SDK's types, and the SDK's own accumulator must rebuild the reply."""
 

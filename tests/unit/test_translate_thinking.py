@@ -1,4 +1,4 @@
-"""Thinking kept across tool loops (chat-completions.md "Reasoning"; Anthropic's extended-thinking
+"""Thinking kept across tool loops (Chat Completions reference, "Reasoning"; Anthropic's extended-thinking
 guide, "Preserving thinking blocks"): what a reply keeps, the same from its stream, and how a
 later request gets the blocks back — one row per rule.
 
