@@ -27,6 +27,7 @@ from ezat_compat.domain import (
     GatewaySettings,
     Model,
     Price,
+    ResponsesSettings,
     ServerSettings,
 )
 from ezat_compat.wire.paths import flatten_errors, format_error
@@ -51,6 +52,7 @@ class _PriceSchema(_Strict):
     output = fields.Decimal(required=True, validate=validate.Range(min=0))
     cache_write = fields.Decimal(load_default=None, validate=validate.Range(min=0))
     cache_read = fields.Decimal(load_default=None, validate=validate.Range(min=0))
+    web_search = fields.Decimal(load_default=Decimal(0), validate=validate.Range(min=0))  # USD per search
 
 
 class _DeploymentSchema(_Strict):
@@ -81,6 +83,7 @@ class _ModelSchema(_Strict):
     vision = fields.Bool(load_default=True)
     pdf = fields.Bool(load_default=True)
     tools = fields.Bool(load_default=True)
+    web_search = fields.Bool(load_default=False)
 
     @validates_schema
     def _names_unique(self, data: dict[str, Any], **_: Any) -> None:
@@ -116,9 +119,15 @@ class _ServerSchema(_Strict):
     log_level = fields.Str(load_default="info", validate=validate.OneOf(["debug", "info", "warning", "error"]))
 
 
+class _ResponsesSchema(_Strict):
+    store = fields.Bool(load_default=True)
+    ttl_days = fields.Float(load_default=30.0, validate=validate.Range(min=0, min_inclusive=False))
+
+
 class _ConfigSchema(_Strict):
     gateway = fields.Nested(_GatewaySchema, load_default=dict)
     server = fields.Nested(_ServerSchema, load_default=dict)
+    responses = fields.Nested(_ResponsesSchema, load_default=dict)
     models = fields.List(fields.Nested(_ModelSchema), required=True, validate=validate.Length(min=1))
 
     @validates_schema
@@ -152,7 +161,13 @@ def _build_model(raw: Mapping[str, Any], environ: Mapping[str, str]) -> Model:
         **simple,
         aliases=tuple(raw["aliases"]),
         efforts=tuple(e for e in EFFORTS if e in raw["efforts"]),
-        price=Price(input=price["input"], output=price["output"], cache_write=cache_write, cache_read=cache_read),
+        price=Price(
+            input=price["input"],
+            output=price["output"],
+            cache_write=cache_write,
+            cache_read=cache_read,
+            web_search=price["web_search"],
+        ),
         deployments=deployments,
     )
 
@@ -178,6 +193,7 @@ def parse_config(
         server=ServerSettings(**loaded["server"]),
         models=tuple(_build_model(m, environ) for m in loaded["models"]),
         path=path,
+        responses=ResponsesSettings(**loaded["responses"]),
     )
 
 

@@ -22,6 +22,7 @@ class Price:
     output: Decimal
     cache_write: Decimal
     cache_read: Decimal
+    web_search: Decimal = Decimal(0)  # USD per web search (not per million)
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,7 @@ class Model:
     vision: bool = True
     pdf: bool = True
     tools: bool = True
+    web_search: bool = False  # the Responses web_search tool becomes Anthropic's server-side web search
 
 
 @dataclass(frozen=True)
@@ -90,11 +92,20 @@ class ServerSettings:
 
 
 @dataclass(frozen=True)
+class ResponsesSettings:
+    """``[responses]``: stored responses of the Responses API (docs/responses.md)."""
+
+    store: bool = True  # false: nothing is stored, previous_response_id answers 400
+    ttl_days: float = 30.0
+
+
+@dataclass(frozen=True)
 class Config:
     gateway: GatewaySettings
     server: ServerSettings
     models: tuple[Model, ...]
     path: str = ""
+    responses: ResponsesSettings = field(default_factory=ResponsesSettings)
 
     @property
     def max_body_bytes(self) -> int:
@@ -110,6 +121,7 @@ class Usage:
     cache_read_tokens: int = 0
     output_tokens: int = 0
     reasoning_tokens: int = 0
+    web_searches: int = 0  # server-side web searches, billed per search
 
     @property
     def prompt_tokens(self) -> int:

@@ -45,7 +45,7 @@ from ezat_compat.store.db import write_engine
 from ezat_compat.store.hotpath import REFUSED_BY_ORG, make_hot_path
 from ezat_compat.store.tables import MODEL_MAX, api_keys, ledger, orgs, reservations, to_epoch_micros
 
-ENDPOINTS = ("chat.completions", "messages")
+ENDPOINTS = ("chat.completions", "messages", "responses")
 CLIENT_CLOSED = 499  # the status of a request whose client left early (still billed)
 # Reservations of workers that died are released after this long: streams can run for hours,
 # and a swept reservation is still debited when its request settles.
