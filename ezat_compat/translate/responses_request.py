@@ -492,7 +492,7 @@ def _tools(
                 add(*_one_tool(member, member_path, namespace), member_path)
         elif kind in WEB_SEARCH_TYPES:
             if model.web_search and not web_search:
-                block = dict(ANTHROPIC_WEB_SEARCH)
+                block: dict[str, Any] = dict(ANTHROPIC_WEB_SEARCH)
                 filters = tool.get("filters")
                 if isinstance(filters, dict) and isinstance(filters.get("allowed_domains"), list):
                     block["allowed_domains"] = [d for d in filters["allowed_domains"] if isinstance(d, str)]

@@ -62,7 +62,7 @@ def response_skeleton(
 ) -> dict[str, Any]:
     """The response object before its output: ids, status and the request's settings echoed."""
     reasoning = _obj(req.get("reasoning"))
-    text = req.get("text") if isinstance(req.get("text"), dict) else {}
+    text = _obj(req.get("text"))
     return {
         "id": response_id,
         "object": "response",
@@ -236,7 +236,8 @@ def anthropic_to_response(
         block = _obj(block)
         kind = block.get("type")
         if kind == "text":
-            text = block.get("text") if isinstance(block.get("text"), str) else ""
+            raw = block.get("text")
+            text = raw if isinstance(raw, str) else ""
             if message_id is None:
                 message_id = ids.next("msg")
             for citation in block.get("citations") or ():
