@@ -52,8 +52,11 @@ def embedded_limits_path(database_url: str) -> str:
 
 def build_gateway(config: Config) -> Gateway:
     """Every collaborator of the gateway core, for this process."""
+    from ezat_compat.store.hotpath import make_hot_path
+
     gw_cfg = config.gateway
     engine = make_engine(gw_cfg.database_url)
+    hot_path = make_hot_path(engine)  # one per process: Accounts and Ledger share its connection
     redis_url = gw_cfg.redis_url or None
     cooldowns = make_cooldowns(
         gw_cfg.redis_url,
@@ -71,8 +74,8 @@ def build_gateway(config: Config) -> Gateway:
     return Gateway(
         config,
         catalog=Catalog(config.models, created=int(time.time())),
-        accounts=Accounts(engine),
-        ledger=Ledger(engine),
+        accounts=Accounts(engine, hot_path),
+        ledger=Ledger(engine, hot_path),
         limits=RateLimits(redis_url, embedded_limits_path(gw_cfg.database_url)),
         cooldowns=cooldowns,
         upstream=UpstreamClient(

@@ -43,11 +43,13 @@ def _database_url(args: argparse.Namespace) -> str:
 def _stores(args: argparse.Namespace) -> tuple[Any, Any]:
     from ezat_compat.store.accounts import Accounts
     from ezat_compat.store.db import make_engine, migrate
+    from ezat_compat.store.hotpath import make_hot_path
     from ezat_compat.store.ledger import Ledger
 
     engine = make_engine(_database_url(args))
     migrate(engine)
-    return Accounts(engine), Ledger(engine)
+    hot_path = make_hot_path(engine)
+    return Accounts(engine, hot_path), Ledger(engine, hot_path)
 
 
 def _usd(text: str) -> int:

@@ -33,6 +33,7 @@ from ezat_compat.domain import (
 from ezat_compat.wire.paths import flatten_errors, format_error
 
 DEFAULT_CONFIG_NAME = "ezat.toml"
+_MIB = 1024 * 1024
 
 
 class ConfigError(Exception):
@@ -84,6 +85,11 @@ class _ModelSchema(_Strict):
     pdf = fields.Bool(load_default=True)
     tools = fields.Bool(load_default=True)
     web_search = fields.Bool(load_default=False)
+    max_image_bytes = fields.Int(load_default=5 * _MIB, strict=True, validate=validate.Range(min=1024))
+    max_image_px = fields.Int(load_default=8000, strict=True, validate=validate.Range(min=1))
+    many_images = fields.Int(load_default=20, strict=True, validate=validate.Range(min=0))
+    many_images_max_px = fields.Int(load_default=2000, strict=True, validate=validate.Range(min=1))
+    max_request_bytes = fields.Int(load_default=32 * _MIB, strict=True, validate=validate.Range(min=1024 * 1024))
 
     @validates_schema
     def _names_unique(self, data: dict[str, Any], **_: Any) -> None:

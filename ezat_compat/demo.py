@@ -204,11 +204,13 @@ Press Ctrl-C to stop.
 def _demo_key(database_url: str) -> str:
     from ezat_compat.store.accounts import Accounts, StoreError
     from ezat_compat.store.db import make_engine, migrate
+    from ezat_compat.store.hotpath import make_hot_path
 
     engine = make_engine(database_url)
+    hot_path = make_hot_path(engine)
     try:
         migrate(engine)
-        accounts = Accounts(engine)
+        accounts = Accounts(engine, hot_path)
         try:
             accounts.get_org(DEMO_ORG)
         except StoreError:
@@ -216,4 +218,5 @@ def _demo_key(database_url: str) -> str:
         _, secret = accounts.create_key(DEMO_ORG, name="demo")
         return secret
     finally:
+        hot_path.close()
         engine.dispose()

@@ -12,6 +12,7 @@ from decimal import Decimal
 
 EFFORTS = ("low", "medium", "high", "xhigh", "max")
 THINKING_STYLES = ("adaptive", "budget", "always", "none")
+_MIB = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,13 @@ class Model:
     pdf: bool = True
     tools: bool = True
     web_search: bool = False  # the Responses web_search tool becomes Anthropic's server-side web search
+    # What the upstream accepts of images (Anthropic's Messages API; "Images and PDFs" fits
+    # every image to these before a request goes out). Sizes are of the base64 text.
+    max_image_bytes: int = 5 * _MIB  # one image's base64 data, as the API measures it
+    max_image_px: int = 8000  # either side of one image
+    many_images: int = 20  # more images than this in one request...
+    many_images_max_px: int = 2000  # ...and each side is at most this
+    max_request_bytes: int = 32 * _MIB  # the whole upstream request body
 
 
 @dataclass(frozen=True)

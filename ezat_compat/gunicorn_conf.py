@@ -51,13 +51,16 @@ def on_starting(server: Any) -> None:
     from datetime import UTC, datetime
 
     from ezat_compat.store.db import make_engine, migrate
+    from ezat_compat.store.hotpath import make_hot_path
     from ezat_compat.store.ledger import STALE_RESERVATION, Ledger
 
     engine = make_engine(_config.gateway.database_url)
+    hot_path = make_hot_path(engine)
     try:
         migrate(engine)
-        Ledger(engine).sweep_stale(STALE_RESERVATION, datetime.now(UTC))
+        Ledger(engine, hot_path).sweep_stale(STALE_RESERVATION, datetime.now(UTC))
     finally:
+        hot_path.close()
         engine.dispose()
 
 

@@ -49,7 +49,8 @@ from ezat_compat.store.thinking import ThinkingStash
 from ezat_compat.translate.estimate import input_tokens_upper_bound
 from ezat_compat.translate.request import ImageSlot
 from ezat_compat.upstream.client import UpstreamClient, UpstreamStream, encode_body, with_model
-from ezat_compat.upstream.images import ImageFetcher, ImageFetchError
+from ezat_compat.upstream.imagefit import UpstreamImageLimits
+from ezat_compat.upstream.images import ImageFetcher
 from ezat_compat.wire.json import BodyError, decode_body
 
 log = logging.getLogger("ezat_compat")
@@ -203,18 +204,11 @@ class Gateway:
                 "released %d reservations older than %s (a worker died mid-request)", released, STALE_RESERVATION
             )
 
-    def fetch_images(self, slots: list[ImageSlot]) -> None:
-        """Download http(s) image URLs into their blocks (400 naming the part on failure)."""
-        if not slots:
-            return
-        try:
-            fetched = self.images.fetch_all([slot.url for slot in slots])
-        except ImageFetchError as exc:
-            index = min(max(exc.index, 0), len(slots) - 1)
-            path = slots[index].path
-            raise InvalidRequestError(f"{path}: {exc.reason}", param=path) from None
-        for slot, image in zip(slots, fetched, strict=True):
-            slot.block["source"] = {"type": "base64", "media_type": image.media_type, "data": image.data_b64}
+    def fetch_images(self, slots: list[ImageSlot], model: Model) -> None:
+        """Download the image URLs and fit every image to ``model``'s upstream limits, in place
+        (400 naming the part on failure). Spec: "Images and PDFs"."""
+        if slots:
+            self.images.prepare(slots, UpstreamImageLimits.of(model))
 
     # ------------------------------------------------------------ billing
 
@@ -388,7 +382,7 @@ class Run:
         """Images, upstream with failover, the answer translated back; every exit settles."""
         gw, parsed, call = self.gw, self.parsed, self.call
         try:
-            gw.fetch_images(parsed.image_slots)
+            gw.fetch_images(parsed.image_slots, parsed.model)
             body = encode_body(parsed.body)
             ids = ReplyIds(call.request_id, int(gw.clock()))
             if parsed.stream:

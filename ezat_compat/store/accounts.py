@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
-from typing import Any
+from typing import Any, Unpack
 
 from sqlalchemy import Engine, Row, insert, select, update
 from sqlalchemy.exc import IntegrityError
@@ -30,7 +30,7 @@ from sqlalchemy.exc import IntegrityError
 from ezat_compat.errors import AuthenticationError, PermissionDeniedError
 from ezat_compat.pricing import micros_to_usd
 from ezat_compat.store.db import write_engine
-from ezat_compat.store.hotpath import make_hot_path
+from ezat_compat.store.hotpath import AUTH_SQL, HotPath
 from ezat_compat.store.tables import api_keys, orgs, to_epoch_micros
 
 KEY_PREFIX = "ezat_sk_"
@@ -188,7 +188,7 @@ _KEY_COLUMNS = (
 _KEYS = select(*_KEY_COLUMNS).select_from(api_keys.join(orgs, api_keys.c.org_id == orgs.c.id))
 
 
-def _key_info(row: Row[Any]) -> KeyInfo:
+def _key_info(row: Row[Any, Unpack[tuple[Any, ...]]]) -> KeyInfo:
     return KeyInfo(
         id=row.public_id,
         prefix=row.prefix,
@@ -219,13 +219,14 @@ def _org_info(row: Row[Any]) -> OrgInfo:
 class Accounts:
     """Organisations and keys in the database behind ``engine`` (migrated with ``migrate``).
 
-    Thread-safe; create one per process and share it.
+    ``hot_path`` runs ``authenticate``: the one ``make_hot_path(engine)`` of the process, shared
+    with ``Ledger``. Thread-safe; create one per process and share it.
     """
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, hot_path: HotPath) -> None:
         self._engine = engine
         self._writer = write_engine(engine)
-        self._hot = make_hot_path(engine)
+        self._read = hot_path.read
 
     # ------------------------------------------------------------ organisations
 
@@ -375,7 +376,7 @@ class Accounts:
         """
         if not secret or not secret.startswith(KEY_PREFIX):
             raise AuthenticationError("Invalid API key.")
-        row = self._hot.auth_row(hash_key(secret))
+        row = self._read(AUTH_SQL, {"key_hash": hash_key(secret)})
         if row is None:
             raise AuthenticationError("Invalid API key.")
         key_id, public_id, models, spend_limit, rpm, tpm, expires_at, revoked_at, org_id, org_name, suspended = row

@@ -140,6 +140,8 @@ def migrate(engine_or_url: Engine | str) -> None:
                     command.upgrade(alembic_config(conn), "head")
             finally:
                 if is_sqlite(engine):
+                    raw = conn.connection.driver_connection
+                    assert isinstance(raw, sqlite3.Connection)
                     raw.execute(f"PRAGMA busy_timeout = {int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
     finally:
         if isinstance(engine_or_url, str):

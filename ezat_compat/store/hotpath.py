@@ -1,14 +1,21 @@
 """The statements every request runs — authenticate, reserve, settle — on the cheapest path
-each database allows.
+each database allows, plus the sweep that shares their arithmetic.
 
-SQLite: the ``sqlite3`` module on one connection per process, guarded by a lock. Each call is
-a few C calls that never yield to gevent, so greenlets can't interleave inside a transaction;
-SQLAlchemy's execution machinery cost four times the database work here (bench/RESULTS.md).
-PostgreSQL: the same SQL through the engine's pool (psycopg yields on I/O, so one shared
-connection would not do).
+Each statement is SQL text written once below, with ``:name`` parameters that both ``sqlite3``
+and SQLAlchemy's ``text()`` understand, against the tables of ``store/tables.py`` (times are
+epoch micros). The transactions that use them are written once too (``reserve_tx``, ``settle_tx``,
+``sweep_tx``), and a hot path runs them on one of two backends:
 
-The SQL is written once, with ``:name`` parameters that both ``sqlite3`` and SQLAlchemy's
-``text()`` understand, against the tables of ``store/tables.py`` (times are epoch micros).
+- ``SQLiteHotPath``: the ``sqlite3`` module on one connection per process (opened again after
+  a fork), guarded by a lock. Each call is a few C calls that never yield to gevent, so
+  greenlets can't interleave inside a transaction; SQLAlchemy's execution machinery cost four
+  times the database work here (bench/RESULTS.md).
+- ``EngineHotPath``: the same SQL through a SQLAlchemy engine's pool (PostgreSQL: psycopg
+  yields on I/O, so one shared connection would not do; and in-memory SQLite).
+
+Nothing here is shared behind the caller's back: the composition root builds one hot path per
+engine with ``make_hot_path(engine)``, passes it to ``Accounts`` and ``Ledger``, and closes it
+when it disposes of the engine.
 """
 
 from __future__ import annotations
@@ -16,11 +23,11 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-import weakref
-from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, TextClause, text
 
 from ezat_compat.store.db import SQLITE_BUSY_TIMEOUT_S, write_engine
 
@@ -63,6 +70,10 @@ INSERT_LEDGER_SQL = (
     "ON CONFLICT (request_id) DO NOTHING RETURNING id"
 )
 TAKE_RESERVATION_SQL = "DELETE FROM reservations WHERE request_id = :request_id RETURNING amount_micros"
+TAKE_STALE_RESERVATIONS_SQL = (
+    "DELETE FROM reservations WHERE created_at < :cutoff RETURNING org_id, key_id, amount_micros"
+)
+# Debit ``cost`` and release ``held``: a settle, or (cost 0) the sweep of a stale reservation.
 SETTLE_ORG_SQL = (
     "UPDATE orgs SET balance_micros = balance_micros - :cost, reserved_micros = reserved_micros - :held "
     "WHERE id = :org_id"
@@ -76,20 +87,42 @@ SETTLE_KEY_SQL = (
 REFUSED_BY_ORG = "org"
 REFUSED_BY_KEY = "key"
 
+T = TypeVar("T")
+P = TypeVar("P")
+
+
+class Cursor(Protocol):
+    """What both backends' ``execute`` return (``sqlite3.Cursor``, SQLAlchemy's ``CursorResult``)."""
+
+    @property
+    def rowcount(self) -> int: ...
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> Sequence[Any]: ...
+
+
+Execute = Callable[[str, Mapping[str, Any]], Cursor]
+# A transaction's body: runs statements through ``execute`` and returns (result, commit?).
+Work = Callable[[Execute, P], tuple[T, bool]]
+
 
 class HotPath(Protocol):
-    def auth_row(self, key_hash: str) -> Sequence[Any] | None:
-        """The columns of ``AUTH_SQL`` for the key, or None."""
+    """Runs the statements above; the transactions below say what to run. Thread-safe."""
 
-    def reserve(self, params: Mapping[str, Any]) -> str | None:
-        """Hold ``amount`` for ``org``/``key``: None when held, else who refused it."""
+    def read(self, sql: str, params: Mapping[str, Any]) -> Sequence[Any] | None:
+        """The first row of a read-only statement, or None."""
 
-    def settle(self, row: Mapping[str, Any], cost: int) -> bool:
-        """Insert the ledger row and move the money; False if the request was settled before."""
+    def write(self, work: Work[P, T], params: P) -> T:
+        """Run ``work(execute, params)`` in one write transaction; commit it if ``work`` says so,
+        roll it back otherwise or when it raises."""
+
+    def close(self) -> None:
+        """Release what the hot path opened itself (never the engine: that is the caller's)."""
 
 
 class SQLiteHotPath:
-    """One ``sqlite3`` connection per process (created after fork), one lock around it."""
+    """One ``sqlite3`` connection per process (opened again after a fork), one lock around it."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -107,116 +140,118 @@ class SQLiteHotPath:
             self._conn, self._pid = conn, os.getpid()
         return self._conn
 
-    def auth_row(self, key_hash: str) -> Sequence[Any] | None:
+    def read(self, sql: str, params: Mapping[str, Any]) -> Sequence[Any] | None:
         with self._lock:
-            row: Sequence[Any] | None = self._connection().execute(AUTH_SQL, {"key_hash": key_hash}).fetchone()
+            row: Sequence[Any] | None = self._connection().execute(sql, params).fetchone()
             return row
 
-    def reserve(self, params: Mapping[str, Any]) -> str | None:
+    def write(self, work: Work[P, T], params: P) -> T:
         with self._lock:
             conn = self._connection()
             conn.execute("BEGIN IMMEDIATE")
             try:
-                if conn.execute(RESERVE_ORG_SQL, params).rowcount != 1:
-                    conn.execute("ROLLBACK")
-                    return REFUSED_BY_ORG
-                if conn.execute(RESERVE_KEY_SQL, params).rowcount != 1:
-                    conn.execute("ROLLBACK")
-                    return REFUSED_BY_KEY
-                conn.execute(INSERT_RESERVATION_SQL, params)
-                conn.execute("COMMIT")
+                result, commit = work(conn.execute, params)
+                conn.execute("COMMIT" if commit else "ROLLBACK")
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
-            return None
+            return result
 
-    def settle(self, row: Mapping[str, Any], cost: int) -> bool:
+    def close(self) -> None:
         with self._lock:
-            conn = self._connection()
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                if conn.execute(INSERT_LEDGER_SQL, row).fetchone() is None:
-                    conn.execute("ROLLBACK")
-                    return False  # settled before: the row exists, nothing else changes
-                taken = conn.execute(TAKE_RESERVATION_SQL, row).fetchone()
-                params = {
-                    "cost": cost,
-                    "held": taken[0] if taken else 0,
-                    "org_id": row["org_id"],
-                    "key_id": row["key_id"],
-                }
-                conn.execute(SETTLE_ORG_SQL, params)
-                conn.execute(SETTLE_KEY_SQL, params)
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-            return True
+            if self._conn is not None and self._pid == os.getpid():
+                self._conn.close()
+            self._conn = None
 
 
 class EngineHotPath:
-    """The same statements through a SQLAlchemy engine (PostgreSQL)."""
-
-    _AUTH = text(AUTH_SQL)
-    _RESERVE_ORG = text(RESERVE_ORG_SQL)
-    _RESERVE_KEY = text(RESERVE_KEY_SQL)
-    _INSERT_RESERVATION = text(INSERT_RESERVATION_SQL)
-    _INSERT_LEDGER = text(INSERT_LEDGER_SQL)
-    _TAKE_RESERVATION = text(TAKE_RESERVATION_SQL)
-    _SETTLE_ORG = text(SETTLE_ORG_SQL)
-    _SETTLE_KEY = text(SETTLE_KEY_SQL)
+    """The same statements through a SQLAlchemy engine (PostgreSQL, in-memory SQLite); writes
+    through ``write_engine``."""
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
         self._writer = write_engine(engine)
+        self._clauses: dict[str, TextClause] = {}
 
-    def auth_row(self, key_hash: str) -> Sequence[Any] | None:
+    def _clause(self, sql: str) -> TextClause:
+        clause = self._clauses.get(sql)
+        if clause is None:
+            clause = self._clauses[sql] = text(sql)
+        return clause
+
+    def read(self, sql: str, params: Mapping[str, Any]) -> Sequence[Any] | None:
         with self._engine.connect() as conn:
-            return conn.execute(self._AUTH, {"key_hash": key_hash}).first()
+            return conn.execute(self._clause(sql), params).first()
 
-    def reserve(self, params: Mapping[str, Any]) -> str | None:
+    def write(self, work: Work[P, T], params: P) -> T:
         with self._writer.connect() as conn, conn.begin() as tx:
-            if conn.execute(self._RESERVE_ORG, params).rowcount != 1:
+            result, commit = work(lambda sql, values: conn.execute(self._clause(sql), values), params)
+            if not commit:
                 tx.rollback()
-                return REFUSED_BY_ORG
-            if conn.execute(self._RESERVE_KEY, params).rowcount != 1:
-                tx.rollback()
-                return REFUSED_BY_KEY
-            conn.execute(self._INSERT_RESERVATION, params)
-        return None
+        return result
 
-    def settle(self, row: Mapping[str, Any], cost: int) -> bool:
-        with self._writer.begin() as conn:
-            if conn.execute(self._INSERT_LEDGER, row).first() is None:
-                return False
-            held = conn.execute(self._TAKE_RESERVATION, row).scalar() or 0
-            params = {"cost": cost, "held": held, "org_id": row["org_id"], "key_id": row["key_id"]}
-            conn.execute(self._SETTLE_ORG, params)
-            conn.execute(self._SETTLE_KEY, params)
-        return True
-
-
-_HOT_PATHS: weakref.WeakKeyDictionary[Engine, HotPath] = weakref.WeakKeyDictionary()
-_HOT_PATHS_LOCK = threading.Lock()
+    def close(self) -> None:
+        """Nothing to release: the engine is the caller's to dispose of."""
 
 
 def make_hot_path(engine: Engine) -> HotPath:
-    """The engine's hot path, one per engine (``Accounts`` and ``Ledger`` share it, and so one
-    SQLite connection per process): ``SQLiteHotPath`` for a file database, else ``EngineHotPath``."""
-    with _HOT_PATHS_LOCK:
-        hot = _HOT_PATHS.get(engine)
-        if hot is None:
-            database = engine.url.database
-            if (
-                engine.dialect.name == "sqlite"
-                and database
-                and database != ":memory:"
-                and not database.startswith("file:")
-            ):
-                hot = SQLiteHotPath(database)
-            else:
-                hot = EngineHotPath(engine)
-            _HOT_PATHS[engine] = hot
-        return hot
+    """A new hot path for ``engine``: ``sqlite3`` directly for a SQLite file, else the engine.
+
+    Call it once in the composition root, pass the result to both ``Accounts(engine, hot)`` and
+    ``Ledger(engine, hot)`` (so one SQLite connection per process), and ``close()`` it next to
+    ``engine.dispose()``. Like the engine, build it after gunicorn forks (a forked child leaves
+    the SQLite connection it inherited alone and opens its own on first use).
+    """
+    database = engine.url.database
+    if engine.dialect.name == "sqlite" and database and database != ":memory:" and not database.startswith("file:"):
+        return SQLiteHotPath(database)
+    return EngineHotPath(engine)
+
+
+# ------------------------------------------------------------ the transactions, written once
+# Run them with ``hot.write(reserve_tx, params)`` etc.; each returns (result, commit?).
+
+
+def reserve_tx(execute: Execute, params: Mapping[str, Any]) -> tuple[str | None, bool]:
+    """Hold ``amount`` for ``org``/``key`` and record ``request_id`` (``created_at`` in epoch
+    micros): None when held, else who refused it (``REFUSED_BY_ORG``/``REFUSED_BY_KEY``)."""
+    if execute(RESERVE_ORG_SQL, params).rowcount != 1:
+        return REFUSED_BY_ORG, False
+    if execute(RESERVE_KEY_SQL, params).rowcount != 1:
+        return REFUSED_BY_KEY, False
+    execute(INSERT_RESERVATION_SQL, params)
+    return None, True
+
+
+def settle_tx(execute: Execute, row: Mapping[str, Any]) -> tuple[bool, bool]:
+    """Insert the ledger row (the ``LEDGER_COLUMNS``), take its reservation and debit its
+    ``cost_micros``: True; False, changing nothing, if the request was settled before."""
+    if execute(INSERT_LEDGER_SQL, row).fetchone() is None:
+        return False, False  # settled before: the row exists, nothing else changes
+    taken = execute(TAKE_RESERVATION_SQL, row).fetchone()
+    params = {
+        "cost": row["cost_micros"],
+        "held": taken[0] if taken else 0,
+        "org_id": row["org_id"],
+        "key_id": row["key_id"],
+    }
+    execute(SETTLE_ORG_SQL, params)
+    execute(SETTLE_KEY_SQL, params)
+    return True, True
+
+
+def sweep_tx(execute: Execute, cutoff_micros: int) -> tuple[int, bool]:
+    """Release the reservations made before ``cutoff_micros`` (epoch); returns how many."""
+    taken = execute(TAKE_STALE_RESERVATIONS_SQL, {"cutoff": cutoff_micros}).fetchall()
+    by_org: dict[int, int] = defaultdict(int)
+    by_key: dict[int, int] = defaultdict(int)
+    for org_id, key_id, amount in taken:
+        by_org[org_id] += amount
+        by_key[key_id] += amount
+    # Lock order: orgs, then keys, each by id (the same order as reserve and settle).
+    for org_id in sorted(by_org):
+        execute(SETTLE_ORG_SQL, {"cost": 0, "held": by_org[org_id], "org_id": org_id})
+    for key_id in sorted(by_key):
+        execute(SETTLE_KEY_SQL, {"cost": 0, "held": by_key[key_id], "key_id": key_id})
+    return len(taken), True

@@ -1,4 +1,4 @@
-"""Reservations and the ledger: billing that never overshoots, one transaction per step (issue 7).
+"""Reservations and the ledger: billing that never overshoots, one transaction per step.
 
 Every billed request goes through two short transactions:
 
@@ -21,29 +21,18 @@ with a threshold well above the longest request (``upstream_timeout_s`` plus a m
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import (
-    Connection,
-    Engine,
-    Select,
-    bindparam,
-    delete,
-    func,
-    select,
-    update,
-)
+from sqlalchemy import Connection, Engine, Select, bindparam, func, select
 
 from ezat_compat.domain import Usage
 from ezat_compat.errors import InsufficientQuotaError
 from ezat_compat.pricing import micros_to_usd
 from ezat_compat.store.accounts import AuthContext, StoreError, iso
-from ezat_compat.store.db import write_engine
-from ezat_compat.store.hotpath import REFUSED_BY_ORG, make_hot_path
-from ezat_compat.store.tables import MODEL_MAX, api_keys, ledger, orgs, reservations, to_epoch_micros
+from ezat_compat.store.hotpath import REFUSED_BY_ORG, HotPath, reserve_tx, settle_tx, sweep_tx
+from ezat_compat.store.tables import MODEL_MAX, api_keys, ledger, orgs, to_epoch_micros
 
 ENDPOINTS = ("chat.completions", "messages", "responses")
 CLIENT_CLOSED = 499  # the status of a request whose client left early (still billed)
@@ -86,18 +75,9 @@ class LedgerEntry:
             raise ValueError(f"a failed request (status {self.status}) is not billed: settle it with cost 0")
 
 
-# ------------------------------------------------------------ statements, built once
+# ------------------------------------------------------------ the reports' statements, built once
+# (reserve, settle and the sweep run the hot path's: store/hotpath.py)
 
-_RELEASE_ORG = (
-    update(orgs)
-    .where(orgs.c.id == bindparam("b_org"))
-    .values(reserved_micros=orgs.c.reserved_micros - bindparam("b_amount"))
-)
-_RELEASE_KEY = (
-    update(api_keys)
-    .where(api_keys.c.id == bindparam("b_key"))
-    .values(reserved_micros=api_keys.c.reserved_micros - bindparam("b_amount"))
-)
 _ORG_FUNDS = select(orgs.c.name, orgs.c.balance_micros, orgs.c.reserved_micros).where(orgs.c.id == bindparam("b_org"))
 _KEY_FUNDS = select(
     api_keys.c.public_id, api_keys.c.spend_limit_micros, api_keys.c.spent_micros, api_keys.c.reserved_micros
@@ -144,13 +124,13 @@ def _usd(micros: int) -> str:
 class Ledger:
     """Reservations, settlement and usage reports on the database behind ``engine``.
 
-    Thread-safe; create one per process and share it.
+    ``hot_path`` runs reserve, settle and the sweep: the one ``make_hot_path(engine)`` of the
+    process, shared with ``Accounts``. Thread-safe; create one per process and share it.
     """
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, hot_path: HotPath) -> None:
         self._engine = engine
-        self._writer = write_engine(engine)
-        self._hot = make_hot_path(engine)
+        self._write = hot_path.write
 
     # ------------------------------------------------------------ the hot path
 
@@ -164,14 +144,15 @@ class Ledger:
         """
         if isinstance(amount_micros, bool) or not isinstance(amount_micros, int) or amount_micros < 0:
             raise ValueError(f"amount_micros must be a non-negative int, got {amount_micros!r}")
-        refused = self._hot.reserve(
+        refused = self._write(
+            reserve_tx,
             {
                 "org": ctx.org_id,
                 "key": ctx.key_id,
                 "amount": amount_micros,
                 "request_id": request_id,
                 "created_at": to_epoch_micros(now or datetime.now(UTC)),
-            }
+            },
         )
         if refused is not None:
             with self._engine.connect() as conn:
@@ -206,29 +187,12 @@ class Ledger:
             "status": entry.status,
             "estimated": entry.estimated,
         }
-        return self._hot.settle(row, entry.cost_micros)
+        return self._write(settle_tx, row)
 
     def sweep_stale(self, older_than: timedelta, now: datetime) -> int:
         """Release reservations made before ``now - older_than`` (their worker crashed);
         returns how many. A late ``settle`` of a swept request still debits its cost."""
-        cutoff = now - older_than
-        with self._writer.begin() as conn:
-            taken = conn.execute(
-                delete(reservations)
-                .where(reservations.c.created_at < cutoff)
-                .returning(reservations.c.org_id, reservations.c.key_id, reservations.c.amount_micros)
-            ).all()
-            by_org: dict[int, int] = defaultdict(int)
-            by_key: dict[int, int] = defaultdict(int)
-            for org_id, key_id, amount in taken:
-                by_org[org_id] += amount
-                by_key[key_id] += amount
-            # Lock order: orgs, then keys, each by id (the same order as reserve and settle).
-            for org_id in sorted(by_org):
-                conn.execute(_RELEASE_ORG, {"b_org": org_id, "b_amount": by_org[org_id]})
-            for key_id in sorted(by_key):
-                conn.execute(_RELEASE_KEY, {"b_key": key_id, "b_amount": by_key[key_id]})
-        return len(taken)
+        return self._write(sweep_tx, to_epoch_micros(now - older_than))
 
     # ------------------------------------------------------------ refusals (402)
 

@@ -1,8 +1,8 @@
 """OpenAI Chat Completions request -> Anthropic Messages request (spec: chat-completions.md).
 
 ``openai_to_anthropic`` takes a request already validated by ``wire.openai`` and the model's
-capabilities, and returns the Anthropic body plus what the pipeline needs around it (image
-URLs to download, the session name, a map from Anthropic paths back to the client's paths).
+capabilities, and returns the Anthropic body plus what the pipeline needs around it (the
+images to download and fit, the session name, a map from Anthropic paths back to the client's paths).
 Each wire concept has its own small function; each rule cites the spec section it implements.
 Semantic problems raise ``InvalidRequestError`` naming the client's path.
 """
@@ -35,11 +35,18 @@ _IMAGE_TYPES_TEXT = "image/jpeg, image/png, image/gif or image/webp"
 
 @dataclass(slots=True)
 class ImageSlot:
-    """An http(s) image URL to download; ``block["source"]`` is filled once it is fetched."""
+    """One image of the request, at the client's ``path`` (``messages[0].content[1].image_url.url``).
+
+    ``url`` is an http(s) URL to download (``block["source"]`` is None until then), or None for
+    a data URL: its ``block["source"]`` is already the base64 source and ``raw`` holds the bytes
+    it decodes to (decoded here once, so the image step needn't decode the text again). Every
+    image passes through the image step before the request goes out ("Images and PDFs").
+    """
 
     path: str
-    url: str
     block: dict[str, Any]
+    url: str | None = None
+    raw: bytes | None = None
 
 
 @dataclass(slots=True)
@@ -116,8 +123,9 @@ def image_url_block(url: str, url_path: str, slots: list[ImageSlot]) -> dict[str
         if sniffed is None:
             raise _bad(url_path, "the data is not a JPEG, PNG, GIF or WebP image")
         block["source"] = {"type": "base64", "media_type": sniffed, "data": data}
+        slots.append(ImageSlot(path=url_path, block=block, raw=raw))
     elif lowered.startswith(("http://", "https://")):
-        slots.append(ImageSlot(path=url_path, url=url, block=block))
+        slots.append(ImageSlot(path=url_path, block=block, url=url))
     else:
         raise _bad(url_path, "must be an http(s) URL or a base64 data URL (data:<type>;base64,<data>)")
     return block

@@ -1,4 +1,4 @@
-"""The image downloader: a request's http(s) image URLs, fetched in parallel, inlined as base64.
+"""The image step: a request's http(s) image URLs fetched in parallel, every image fitted to the upstream.
 
 Spec: chat-completions.md, "Images and PDFs": the models take images only inline, so EZAT
 downloads http(s) URLs itself. Limits: 10 MB per image, 20 image URLs and 32 MB of downloads
@@ -20,6 +20,11 @@ How a download stays inside those bounds:
 Errors: ``fetch_all`` raises only ``ImageFetchError`` (``.index``, ``.reason``). The caller
 prefixes ``reason`` with the path of the part that holds URL ``index`` and answers 400 —
 ``messages[0].content[2].image_url.url: could not download the image (HTTP 404)``.
+
+``prepare(slots, limits)`` is the pipeline's one call: it downloads the URL slots as above, then
+reads every image (data URLs too) with Pillow and fits those over the upstream's limits
+(``imagefit``: 5 MB of base64, 8000 px, 2000 px past 20 images, 32 MB of body) on the same
+pool, each bounded by ``fit_timeout_s``; it raises ``InvalidRequestError`` naming the part.
 """
 
 from __future__ import annotations
@@ -30,16 +35,31 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TypeVar
 from urllib.parse import urljoin, urlsplit
 
 import requests
 import urllib3.exceptions
 
-from ezat_compat.translate.media import sniff_image_type
+from ezat_compat.errors import InvalidRequestError
+from ezat_compat.translate.media import decode_base64, sniff_image_type
+from ezat_compat.translate.request import ImageSlot
+from ezat_compat.upstream.imagefit import (
+    DEFAULT_OTHER_BYTES,
+    NO_ROOM,
+    FitTarget,
+    ImageFitError,
+    Probe,
+    UpstreamImageLimits,
+    b64_length,
+    fit,
+    plan,
+    probe,
+)
 from ezat_compat.upstream.netguard import HostResolutionError, NonPublicAddressError, Resolver, resolve_public
 from ezat_compat.upstream.pinning import PinnedAdapter, Target, Watch
 
@@ -51,6 +71,9 @@ _DEFAULT_PORTS = {"http": 80, "https": 443}
 _REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 # The four types the models take, named so content negotiation doesn't pick AVIF/JPEG XL.
 _ACCEPT = "image/png,image/jpeg,image/gif,image/webp,*/*;q=0.1"
+FIT_TIMEOUT_S = 30.0  # wall clock for fitting a request's images, once downloaded
+_FIT_PASSES = 3  # plan-and-fit rounds (a second is rare, a third rarer)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -185,6 +208,66 @@ def _content_length(response: requests.Response) -> int | None:
     return length if length >= 0 else None
 
 
+# ---------------------------------------------------------------- images of a request (prepare)
+
+
+FIT_UNEXPECTED = "the image could not be processed (unexpected error)"
+
+
+def _could_not_fit_in_time(timeout_s: float) -> str:
+    return f"the image could not be resized within {_number(timeout_s)} s"
+
+
+@dataclass(frozen=True, slots=True)
+class _Image:
+    """One image of the request: its bytes, header, base64 length, and whether its block's
+    source must be (re)written (downloaded or refitted) rather than left as the client sent it."""
+
+    raw: bytes
+    probe: Probe
+    b64: int
+    fresh: bool
+
+
+def _refused(slot: ImageSlot, reason: str) -> InvalidRequestError:
+    return InvalidRequestError(f"{slot.path}: {reason}", param=slot.path)
+
+
+def _data_image(slot: ImageSlot) -> _Image:
+    """A data URL's image, from the bytes the translator decoded (or its source's text)."""
+    data: str = slot.block["source"]["data"]
+    raw = slot.raw if slot.raw is not None else decode_base64(data)
+    if raw is None:  # the translator checked it; a slot built elsewhere might not be
+        raise _refused(slot, "the data is not valid base64")
+    try:
+        header = probe(raw)
+    except ImageFitError as exc:
+        raise _refused(slot, exc.reason) from None
+    return _Image(raw=raw, probe=header, b64=len(data), fresh=False)
+
+
+def _as_fetched(data: bytes, media_type: str) -> FetchedImage:
+    return FetchedImage(media_type=media_type, data_b64=base64.b64encode(data).decode("ascii"))
+
+
+def _as_probed(data: bytes, media_type: str) -> _Image:
+    """Runs on the pool, after a download: Pillow reads the header (``media_type`` is the sniffed one)."""
+    try:
+        header = probe(data)
+    except ImageFitError as exc:
+        raise _Refused(exc.reason) from None
+    return _Image(raw=data, probe=header, b64=b64_length(len(data)), fresh=True)
+
+
+def _fitted(image: _Image, target: FitTarget) -> _Image:
+    """Runs on the pool: the image scaled and re-encoded to fit ``target``."""
+    media_type, raw = fit(image.raw, image.probe, target)
+    header = probe(raw)
+    if header.media_type != media_type:  # unreachable: what Pillow wrote, Pillow reads
+        raise ImageFitError(FIT_UNEXPECTED)
+    return _Image(raw=raw, probe=header, b64=b64_length(len(raw)), fresh=True)
+
+
 # ---------------------------------------------------------------- one request's batch
 
 
@@ -256,7 +339,8 @@ class ImageFetcher:
     ``image_fetch_threads``); ``allow_private`` (config ``allow_private_image_hosts``, tests
     only) lets URLs reach loopback and private hosts, still pinned to the checked address.
     ``resolver`` replaces ``socket.getaddrinfo`` (tests); ``ca_certs`` names a CA bundle to
-    trust instead of certifi's (tests, or an on-prem CA). Call ``close()`` at shutdown.
+    trust instead of certifi's (tests, or an on-prem CA); ``fit_timeout_s`` bounds the fitting
+    of a request's images (``prepare``), on the same pool. Call ``close()`` at shutdown.
     """
 
     def __init__(
@@ -268,6 +352,7 @@ class ImageFetcher:
         resolver: Resolver | None = None,
         user_agent: str = "ezat-compat-image-fetcher",
         ca_certs: str | None = None,
+        fit_timeout_s: float = FIT_TIMEOUT_S,
     ) -> None:
         if threads < 1:
             raise ValueError("threads must be at least 1")
@@ -277,6 +362,7 @@ class ImageFetcher:
         self._resolver = resolver
         self._user_agent = user_agent
         self._verify: bool | str = ca_certs or True
+        self._fit_timeout_s = fit_timeout_s
         self._lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
         self._executor_pid = 0
@@ -294,32 +380,86 @@ class ImageFetcher:
         on index ``max_urls``; a URL that isn't http(s) or can't be parsed fails before any
         download too. All downloads share one deadline (``timeout_s`` from this call).
         """
-        urls = list(urls)
-        limits = self._limits
-        if len(urls) > limits.max_urls:
-            raise ImageFetchError(limits.max_urls, _too_many_urls(limits))
-        for index, url in enumerate(urls):
-            problem = _url_problem(url)
-            if problem is not None:
-                raise ImageFetchError(index, problem)
-        if not urls:
-            return []
-        batch = _Batch(limits)
-        futures: list[Future[FetchedImage]] = []
+        return self._download_all(urls, _as_fetched)
+
+    def prepare(
+        self,
+        slots: Sequence[ImageSlot],
+        limits: UpstreamImageLimits,
+        *,
+        other_bytes: int = DEFAULT_OTHER_BYTES,
+    ) -> None:
+        """Make every image of a request ready for the upstream, in place; or 400 naming the part.
+
+        Downloads the URL slots (as ``fetch_all``), reads every image's header with Pillow (data
+        URLs too), and fits each image over ``limits`` for this request (see ``imagefit``) on
+        the pool; then sets ``slot.block["source"]`` of each downloaded or refitted image to its
+        base64 source. A data URL that already fits keeps its text as sent. ``other_bytes`` is
+        the size of the rest of the upstream body (text, tools…), kept free of images.
+
+        Raises ``InvalidRequestError(f"{path}: {reason}", param=path)`` for the first image that
+        can't be used (a failed download, bytes Pillow can't decode, a decompression bomb).
+        Without images it does nothing; images that fit cost a header read each.
+        """
+        if not slots:
+            return
+        images: list[_Image | None] = [None] * len(slots)
+        for index, slot in enumerate(slots):  # data URLs: the header only, here (microseconds)
+            if slot.url is None:
+                images[index] = _data_image(slot)
+        url_indexes = [index for index, slot in enumerate(slots) if slot.url is not None]
+        if url_indexes:
+            try:
+                downloaded = self._download_all([slots[i].url or "" for i in url_indexes], _as_probed)
+            except ImageFetchError as exc:
+                raise _refused(slots[url_indexes[min(max(exc.index, 0), len(url_indexes) - 1)]], exc.reason) from None
+            for index, image in zip(url_indexes, downloaded, strict=True):
+                images[index] = image
+        ready = [image for image in images if image is not None]
+        if len(ready) != len(slots):  # unreachable: every slot is a data URL or a URL
+            raise _refused(slots[0], UNEXPECTED)
+        self._fit_all(slots, ready, limits, other_bytes)
+        for slot, image in zip(slots, ready, strict=True):
+            if image.fresh:
+                data = base64.b64encode(image.raw).decode("ascii")
+                slot.block["source"] = {"type": "base64", "media_type": image.probe.media_type, "data": data}
+
+    # ------------------------------------------------------------ fitting
+
+    def _fit_all(
+        self, slots: Sequence[ImageSlot], images: list[_Image], limits: UpstreamImageLimits, other_bytes: int
+    ) -> None:
+        """Plan and fit until every image is within its target (a second pass is rare)."""
+        for _pass in range(_FIT_PASSES + 1):
+            try:
+                targets = plan([(image.probe, image.b64) for image in images], limits, other_bytes=other_bytes)
+            except ImageFitError as exc:
+                raise _refused(slots[0], exc.reason) from None
+            work = [(index, target) for index, target in enumerate(targets) if target is not None]
+            if not work:
+                return
+            if _pass == _FIT_PASSES:
+                raise _refused(slots[work[0][0]], NO_ROOM)
+            self._run_fits(slots, images, work)
+
+    def _run_fits(self, slots: Sequence[ImageSlot], images: list[_Image], work: list[tuple[int, FitTarget]]) -> None:
+        executor = self._executor_for_this_process()
+        futures = [executor.submit(_fitted, images[index], target) for index, target in work]
         try:
-            executor = self._executor_for_this_process()
-            for index, url in enumerate(urls):
-                futures.append(executor.submit(self._download, batch, index, url))
-            return self._collect(batch, futures)
-        except ImageFetchError:
-            raise
-        except Exception as err:  # e.g. the executor was shut down under us
-            logger.warning("image fetch failed unexpectedly", exc_info=err)
-            raise ImageFetchError(0, UNEXPECTED) from err
+            _done, pending = wait(futures, timeout=self._fit_timeout_s)
+            for (index, _target), future in zip(work, futures, strict=True):
+                if future in pending:
+                    raise _refused(slots[index], _could_not_fit_in_time(self._fit_timeout_s))
+                err = future.exception()
+                if isinstance(err, ImageFitError):
+                    raise _refused(slots[index], err.reason)
+                if err is not None:
+                    logger.warning("unexpected error while fitting an image", exc_info=err)
+                    raise _refused(slots[index], FIT_UNEXPECTED)
+                images[index] = future.result()
         finally:
             for future in futures:
                 future.cancel()
-            batch.stop()
 
     def close(self) -> None:
         """Stop this process's download threads (queued downloads are dropped); a later
@@ -341,7 +481,37 @@ class ImageFetcher:
                 self._executor_pid = pid
             return self._executor
 
-    def _collect(self, batch: _Batch, futures: list[Future[FetchedImage]]) -> list[FetchedImage]:
+    def _download_all(self, urls: Sequence[str], finish: Callable[[bytes, str], T]) -> list[T]:
+        """``fetch_all`` with what each worker makes of its bytes and media type: ``finish``
+        runs on the pool and may raise ``_Refused``."""
+        urls = list(urls)
+        limits = self._limits
+        if len(urls) > limits.max_urls:
+            raise ImageFetchError(limits.max_urls, _too_many_urls(limits))
+        for index, url in enumerate(urls):
+            problem = _url_problem(url)
+            if problem is not None:
+                raise ImageFetchError(index, problem)
+        if not urls:
+            return []
+        batch = _Batch(limits)
+        futures: list[Future[T]] = []
+        try:
+            executor = self._executor_for_this_process()
+            for index, url in enumerate(urls):
+                futures.append(executor.submit(self._download, batch, index, url, finish))
+            return self._collect(batch, futures)
+        except ImageFetchError:
+            raise
+        except Exception as err:  # e.g. the executor was shut down under us
+            logger.warning("image fetch failed unexpectedly", exc_info=err)
+            raise ImageFetchError(0, UNEXPECTED) from err
+        finally:
+            for future in futures:
+                future.cancel()
+            batch.stop()
+
+    def _collect(self, batch: _Batch, futures: list[Future[T]]) -> list[T]:
         """Wait for every download, failing at the first error or at the deadline."""
         index_of = {future: index for index, future in enumerate(futures)}
         pending = set(futures)
@@ -356,7 +526,7 @@ class ImageFetcher:
                 raise self._lowest_failure(futures)
         return [future.result() for future in futures]
 
-    def _lowest_failure(self, futures: list[Future[FetchedImage]]) -> ImageFetchError:
+    def _lowest_failure(self, futures: list[Future[T]]) -> ImageFetchError:
         for index, future in enumerate(futures):
             if not future.done() or future.cancelled():
                 continue
@@ -369,7 +539,7 @@ class ImageFetcher:
 
     # ------------------------------------------------------------ one download (worker side)
 
-    def _download(self, batch: _Batch, index: int, url: str) -> FetchedImage:
+    def _download(self, batch: _Batch, index: int, url: str, finish: Callable[[bytes, str], T]) -> T:
         """Runs on the pool: one URL, redirects included. Raises ImageFetchError or _Cancelled."""
         try:
             batch.check()
@@ -377,7 +547,7 @@ class ImageFetcher:
             media_type = sniff_image_type(data)
             if media_type is None:
                 raise _Refused(NOT_AN_IMAGE)
-            return FetchedImage(media_type=media_type, data_b64=base64.b64encode(data).decode("ascii"))
+            return finish(data, media_type)
         except _Cancelled:
             raise
         except Exception as err:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import base64
 import datetime
 import http.server
+import io
+import random
 import socket
 import ssl
 import struct
@@ -25,6 +27,9 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 import pytest
 
+from ezat_compat.errors import InvalidRequestError
+from ezat_compat.translate.request import ImageSlot
+from ezat_compat.upstream.imagefit import UpstreamImageLimits
 from ezat_compat.upstream.images import FetchedImage, ImageFetcher, ImageFetchError, ImageLimits, sniff_image_type
 from tests.conftest import free_port
 
@@ -77,6 +82,35 @@ IMAGES: dict[str, tuple[bytes, str]] = {
 }
 PNG = IMAGES["png"][0]
 HTML = b"<!doctype html><html><body>not an image</body></html>"
+_NOISE: dict[tuple[int, int], bytes] = {}
+_NOISE_LOCK = threading.Lock()
+
+
+def _png_chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
+def noise_png(size: int, width: int = 1024) -> bytes:
+    """A real PNG of seeded RGB noise (Pillow, stored uncompressed: noise wouldn't compress) of
+    exactly ``size`` bytes: as many rows as fit, then a private ancillary chunk as padding."""
+    key = (size, width)
+    with _NOISE_LOCK:
+        if key not in _NOISE:
+            from PIL import Image  # only the tests that serve noise need it
+
+            height = max(1, size // (width * 3 + 1) - 1)
+            while True:
+                rows = random.Random(size).randbytes(width * height * 3)
+                out = io.BytesIO()
+                Image.frombytes("RGB", (width, height), rows).save(out, "PNG", compress_level=0)
+                png = out.getvalue()
+                if len(png) + 12 <= size or height == 1:
+                    break
+                height -= max(1, (len(png) + 12 - size) // (width * 3) + 1)
+            end = len(png) - 12  # before IEND
+            pad = _png_chunk(b"ezPd", bytes(max(0, size - len(png) - 12)))
+            _NOISE[key] = png[:end] + pad + png[end:]
+        return _NOISE[key]
 
 
 # ---------------------------------------------------------------- the server
@@ -131,6 +165,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def route_bytes(self, size: str, framing: str = "length") -> None:
         body = PNG[:8] + bytes(int(size) - 8)  # a PNG signature, then zeros
         self.reply(200, "image/png", body, length=framing == "length")
+
+    def route_noise(self, size: str, framing: str = "length") -> None:
+        """A decodable PNG of exactly ``size`` bytes (noise, so it is as large as it claims)."""
+        self.reply(200, "image/png", noise_png(int(size)), length=framing == "length")
 
     def route_slow(self, seconds: str) -> None:
         self.wait(float(seconds))
@@ -812,3 +850,56 @@ def test_under_gevent_downloads_are_greenlets_in_parallel_and_the_deadline_cuts_
     assert reason == could_not("timed out after 2 s")
     assert lines["cut"] == "True"
     assert lines["greenlets"].startswith("gevent")
+
+
+# ---------------------------------------------------------------- prepare: downloads fitted to the upstream
+
+
+def url_slot(url: str, part: int = 1) -> ImageSlot:
+    return ImageSlot(
+        path=f"messages[0].content[{part}].image_url.url", block={"type": "image", "source": None}, url=url
+    )
+
+
+def test_prepare_inlines_a_small_download_byte_for_byte(server, make_fetcher):
+    slot = url_slot(server.url("/image/png?prepare=small"))
+    make_fetcher().prepare([slot], UpstreamImageLimits())
+    assert slot.block["source"] == {"type": "base64", "media_type": "image/png", "data": base64.b64encode(PNG).decode()}
+
+
+def test_prepare_fits_three_9_9_mb_downloads_to_5_mb_of_base64_each(server, make_fetcher):
+    """Within the spec's 10 MB and 32 MB, but ~40 MB of base64: each is scaled to fit."""
+    from PIL import Image
+
+    size = int(9.9 * MB)
+    slots = [
+        url_slot(server.url(f"/noise/{size}/{framing}?nine={i}"), i)
+        for i, framing in enumerate(["length", "close"] * 2)
+    ][:3]
+    make_fetcher().prepare(slots, UpstreamImageLimits())
+    total = 0
+    for slot in slots:
+        source = slot.block["source"]
+        assert source["media_type"] == "image/png" and len(source["data"]) <= 5 * MB
+        image = Image.open(io.BytesIO(base64.b64decode(source["data"])))
+        image.load()
+        width, height = Image.open(io.BytesIO(noise_png(size))).size  # what was served
+        assert image.height < height and abs(image.width - width * image.height / height) <= 0.5 + 1e-9
+        total += len(source["data"])
+    assert total <= 31 * MB
+
+
+def test_prepare_refuses_an_undecodable_download_naming_its_part(server, make_fetcher):
+    """A PNG signature followed by zeros passes the signature check, not Pillow."""
+    slots = [url_slot(server.url("/image/gif?prepare=ok"), 1), url_slot(server.url("/bytes/5000?prepare=bad"), 2)]
+    with pytest.raises(InvalidRequestError) as caught:
+        make_fetcher().prepare(slots, UpstreamImageLimits())
+    assert str(caught.value) == "messages[0].content[2].image_url.url: the image could not be decoded"
+    assert caught.value.param == "messages[0].content[2].image_url.url"
+
+
+def test_prepare_names_the_part_of_a_failed_download(server, make_fetcher):
+    slots = [url_slot(server.url("/image/png?prepare=a"), 3), url_slot(server.url("/status/404?prepare=b"), 5)]
+    with pytest.raises(InvalidRequestError) as caught:
+        make_fetcher().prepare(slots, UpstreamImageLimits())
+    assert str(caught.value) == "messages[0].content[5].image_url.url: could not download the image (HTTP 404)"

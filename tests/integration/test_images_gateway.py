@@ -19,10 +19,16 @@ rebinding name are proven through the real gateway too; unknown names resolve fo
 from __future__ import annotations
 
 import base64
+import io
 import json
+import logging
 import os
+import random
 import socket
+import struct
+import threading
 import time
+import zlib
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -34,12 +40,16 @@ import gevent.resolver.thread
 import openai
 import pytest
 import requests
+from PIL import Image
+from werkzeug.serving import make_server
 
+from ezat_compat.sim.app import SimConfig, make_app
 from ezat_compat.store.accounts import Accounts
 from ezat_compat.store.db import make_engine
+from ezat_compat.store.hotpath import make_hot_path
 from tests.conftest import free_port
 from tests.integration.harness import Gateway, ModelSpec, Sim
-from tests.integration.test_image_fetch import IMAGES, PNG, ImageServer
+from tests.integration.test_image_fetch import IMAGES, PNG, ImageServer, noise_png
 from tests.support.anthropic_types import validate_anthropic_request
 
 pytestmark = pytest.mark.integration
@@ -190,6 +200,63 @@ def default_key(default_gw: LoggedGateway) -> str:
     return default_gw.new_key("acme")
 
 
+SMALL_BODY_MODEL = "anthropic/claude-small-body"
+
+
+def _in_process_sim(name: str, **config: Any) -> tuple[Sim, Any]:
+    """The simulator app in this process (werkzeug, threaded), so that its recording limit can be
+    raised: the gateway's fitted bodies reach 15 MB and more, past the 8 MB the CLI records."""
+    server = make_server("127.0.0.1", 0, make_app(SimConfig(name=name, min_cache_tokens=16, **config)), threaded=True)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    return Sim(name=name, url=f"http://127.0.0.1:{server.server_port}"), server
+
+
+@pytest.fixture(scope="module")
+def big_sim() -> Iterator[Sim]:
+    """The upstream of the fitting tests: Anthropic's 32 MB body limit, every body recorded."""
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    sim, server = _in_process_sim("sim-big", max_recorded_body_bytes=64 * MB)
+    yield sim
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def small_sim() -> Iterator[Sim]:
+    """An upstream with an 8 MB body limit: below what the catalog says of the model."""
+    sim, server = _in_process_sim("sim-small", max_body_bytes=8 * MB)
+    yield sim
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def fit_gw(big_sim: Sim, small_sim: Sim, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoggedGateway]:
+    models = [
+        ModelSpec(deployments=[{"name": "sim-big", "base_url": big_sim.url}]),
+        ModelSpec(id=SMALL_BODY_MODEL, aliases=(), deployments=[{"name": "sim-small", "base_url": small_sim.url}]),
+    ]
+    server = LoggedGateway(
+        root=tmp_path_factory.mktemp("gw-fit"),
+        models=models,
+        gateway_settings={"allow_private_image_hosts": True, "image_fetch_threads": POOL},
+    )
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def fit_key(fit_gw: LoggedGateway) -> str:
+    return fit_gw.new_key("acme", balance="1000")
+
+
+@pytest.fixture(scope="module")
+def sdk_fit(fit_gw: LoggedGateway, fit_key: str) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=fit_gw.url + "/openai/v1", api_key=fit_key, max_retries=0, timeout=60) as client:
+        yield client
+
+
 # ---------------------------------------------------------------- helpers
 
 
@@ -273,11 +340,46 @@ def usage_row(gateway: Gateway, request_id: str) -> dict[str, Any]:
 def org_money(gateway: Gateway, org: str) -> tuple[int, int]:
     """(balance, available) of ``org`` in micro-USD, read from the gateway's database."""
     engine = make_engine(f"sqlite:///{(gateway.root / 'ezat.db').as_posix()}")
+    hot_path = make_hot_path(engine)
     try:
-        info = Accounts(engine).get_org(org)
+        info = Accounts(engine, hot_path).get_org(org)
     finally:
+        hot_path.close()
         engine.dispose()
     return info.balance_micros, info.available_micros
+
+
+def noise(width: int, height: int, kind: str = "png", **options: Any) -> bytes:
+    """A ``width`` x ``height`` image of seeded noise (PNG can't compress it away), made with Pillow."""
+    rng = random.Random(width * 7919 + height)
+    picture = Image.frombytes("RGB", (width, height), rng.randbytes(width * height * 3))
+    out = io.BytesIO()
+    if kind == "png":
+        options.setdefault("compress_level", 1)
+    picture.save(out, {"png": "PNG", "jpeg": "JPEG", "webp": "WEBP"}[kind], **options)
+    return out.getvalue()
+
+
+def assert_within_upstream_rules(body: dict[str, Any], *, images: int | None = None) -> list[Image.Image]:
+    """Every image rule of Anthropic's Messages API, on what reached the upstream: at most 5 MB
+    of base64 each (``image exceeds 5 MB maximum``), at most 8000 px a side, at most 2000 px a
+    side past 20 images (``… for many-image requests: 2000 pixels``), a body under 32 MB (413);
+    each image decodes as the type it is labelled. Returns the images, in order."""
+    blocks = [b for m in body["messages"] if isinstance(m["content"], list) for b in m["content"]]
+    sources = [b["source"] for b in blocks if b["type"] == "image"]
+    if images is not None:
+        assert len(sources) == images
+    max_side = 2000 if len(sources) > 20 else 8000
+    opened: list[Image.Image] = []
+    for source in sources:
+        assert source["type"] == "base64" and len(source["data"]) <= 5 * MB, len(source["data"])
+        picture = Image.open(io.BytesIO(base64.b64decode(source["data"])))
+        picture.load()
+        assert Image.MIME[picture.format or ""] == source["media_type"]
+        assert max(picture.size) <= max_side, picture.size
+        opened.append(picture)
+    assert len(json.dumps(body)) < 32 * MB
+    return opened
 
 
 # ---------------------------------------------------------------- data URLs
@@ -552,11 +654,11 @@ def test_a_fourth_redirect_is_not_followed(gw, key, images):
 
 
 def test_an_image_of_exactly_10_mb_is_accepted(gw, key, sim, images):
+    """10 MB is 13.3 MB of base64: it reaches the upstream scaled to its 5 MB."""
     sim.clear()
-    resp = post(gw, key, chat(text(), image(images.url(f"/bytes/{10 * MB}/close"))))
+    resp = post(gw, key, chat(text(), image(images.url(f"/noise/{10 * MB}/close"))))
     assert resp.status_code == 200, resp.text
-    (received,) = sim.requests()
-    assert received["body"]["_sim_truncated"] > 10 * MB * 4 // 3  # too big to record, but it arrived
+    assert_within_upstream_rules(only_body(sim))
 
 
 def test_20_image_urls_are_accepted(gw, key, sim, images):
@@ -587,22 +689,21 @@ def test_data_urls_do_not_count_against_the_20_urls(gw, key, sim, images):
     assert len(content_blocks(only_body(sim))) == 25
 
 
-def test_two_10_mb_images_in_one_request_are_accepted(gw, key, sim, images):
-    sim.clear()
+def test_two_10_mb_images_in_one_request_are_accepted(fit_gw, fit_key, big_sim, images):
+    big_sim.clear()
     resp = post(
-        gw,
-        key,
-        chat(text(), image(images.url(f"/bytes/{10 * MB}/length?a")), image(images.url(f"/bytes/{10 * MB}/close?b"))),
+        fit_gw,
+        fit_key,
+        chat(text(), image(images.url(f"/noise/{10 * MB}/length?a")), image(images.url(f"/noise/{10 * MB}/close?b"))),
     )
     assert resp.status_code == 200, resp.text
-    (received,) = sim.requests()
-    assert received["body"]["_sim_truncated"] > 20 * MB * 4 // 3
+    assert_within_upstream_rules(only_body(big_sim), images=2)
 
 
 @pytest.mark.parametrize("framing", ["length", "close"])
 def test_more_than_32_mb_of_downloads_in_one_request_is_refused(gw, key, sim, images, framing):
     sim.clear()
-    parts = [image(images.url(f"/bytes/{9 * MB}/{framing}?i={i}")) for i in range(4)]  # 36 MB
+    parts = [image(images.url(f"/noise/{9 * MB}/{framing}?i={i}")) for i in range(4)]  # 36 MB
     resp = post(gw, key, chat(text(), *parts))
     assert resp.status_code == 400, resp.text
     param = resp.json()["error"]["param"]
@@ -611,16 +712,16 @@ def test_more_than_32_mb_of_downloads_in_one_request_is_refused(gw, key, sim, im
     assert sim.bodies() == []
 
 
-def test_downloads_that_fit_32_mb_but_not_the_upstreams_body_limit_are_413_not_500(gw, key, sim, images):
-    """24 MB of images are ~32 MB of base64: over the simulator's (and Anthropic's) 32 MB body
-    limit. The spec's 32 MB of downloads can't all reach the model; the upstream's 413 comes
-    back as 413 ``request_too_large``, not a 500, and isn't billed."""
-    sim.clear()
-    parts = [image(images.url(f"/bytes/{8 * MB}/length?upstream={i}")) for i in range(3)]
-    resp = post(gw, key, chat(text(), *parts))
+def test_an_upstream_413_is_413_not_500_and_is_not_billed(fit_gw, fit_key, small_sim, images):
+    """An upstream whose body limit (8 MB here) is below the model's (32 MB in the catalog):
+    three downloads, each fitted to 5 MB of base64, make a 15 MB body that it refuses. Its 413
+    comes back as 413 ``request_too_large``, not a 500, and isn't billed."""
+    small_sim.clear()
+    parts = [image(images.url(f"/noise/{int(9.9 * MB)}/length?upstream={i}")) for i in range(3)]
+    resp = post(fit_gw, fit_key, {**chat(text(), *parts), "model": SMALL_BODY_MODEL})
     assert resp.status_code == 413, resp.text
     assert resp.json()["error"]["code"] == "request_too_large"
-    assert usage_row(gw, resp.headers["request-id"])["cost_usd"] == "0.000000"
+    assert usage_row(fit_gw, resp.headers["request-id"])["cost_usd"] == "0.000000"
 
 
 @pytest.mark.slow
@@ -672,6 +773,119 @@ def test_the_download_pool_is_bounded_by_image_fetch_threads(gw, key, images):
     elapsed = time.monotonic() - started
     assert resp.status_code == 200, resp.text
     assert 2 <= elapsed < 8, f"20 one-second downloads on {POOL} threads took {elapsed:.1f} s"
+
+
+# ---------------------------------------------------------------- images fitted to the upstream
+
+
+def test_a_6_mb_data_url_image_reaches_the_upstream_within_5_mb(fit_gw, fit_key, big_sim, sdk_fit):
+    """6 MiB of base64: the real API's example refusal (``6291456 bytes > 5242880 bytes``)."""
+    raw = noise(1300, 1210)
+    assert len(b64(raw)) > 6 * MB
+    big_sim.clear()
+    completion = sdk_fit.chat.completions.create(
+        model=MODEL,
+        max_completion_tokens=16,
+        messages=[{"role": "user", "content": [text(), image(data_url(raw, "image/png"))]}],
+    )
+    assert completion.choices[0].message.content
+    (picture,) = assert_within_upstream_rules(only_body(big_sim))
+    assert picture.format == "PNG" and picture.width < 1300
+    assert abs(picture.height - 1210 * picture.width / 1300) <= 0.5 + 1e-9  # the aspect ratio is kept
+
+
+def test_a_9000_by_4_image_reaches_the_upstream_at_8000_px(fit_gw, fit_key, big_sim):
+    big_sim.clear()
+    resp = post(fit_gw, fit_key, chat(text(), image(data_url(noise(9000, 4), "image/png"))))
+    assert resp.status_code == 200, resp.text
+    (picture,) = assert_within_upstream_rules(only_body(big_sim))
+    assert picture.size == (8000, 4)
+
+
+def test_21_images_of_2100_px_reach_the_upstream_at_2000_px(fit_gw, fit_key, big_sim, images):
+    """Data URLs and downloads alike: the many-images rule counts every image of the request."""
+    big_sim.clear()
+    parts = [image(data_url(noise(2100, 50 + i, "jpeg"), "image/jpeg")) for i in range(20)]
+    parts.append(image(images.url(f"/noise/{3 * MB}?many")))  # 1024 x 975: already within 2000 px
+    parts.append(image(data_url(noise(1500, 2100, "webp"), "image/webp")))
+    resp = post(fit_gw, fit_key, chat(text(), *parts))
+    assert resp.status_code == 200, resp.text
+    pictures = assert_within_upstream_rules(only_body(big_sim), images=22)
+    assert [p.format for p in pictures] == ["JPEG"] * 20 + ["PNG", "WEBP"]
+    assert [p.size for p in pictures[:3]] == [(2000, 48), (2000, 49), (2000, 50)]
+    assert pictures[-1].size == (1429, 2000)
+
+
+def test_three_9_9_mb_downloads_answer_200_within_the_upstreams_body(fit_gw, fit_key, big_sim, images, sdk_fit):
+    """Within the spec's 10 MB and 32 MB, but ~40 MB of base64: without fitting, the upstream's 413."""
+    big_sim.clear()
+    parts = [image(images.url(f"/noise/{int(9.9 * MB)}/length?three={i}")) for i in range(3)]
+    completion = sdk_fit.chat.completions.create(
+        model=MODEL, max_completion_tokens=16, messages=[{"role": "user", "content": [text(), *parts]}]
+    )
+    assert completion.choices[0].finish_reason == "stop"
+    pictures = assert_within_upstream_rules(only_body(big_sim), images=3)
+    assert all(p.format == "PNG" for p in pictures)
+
+
+def test_a_stream_with_images_to_fit_works(fit_gw, fit_key, big_sim, sdk_fit):
+    big_sim.clear()
+    stream = sdk_fit.chat.completions.create(
+        model=MODEL,
+        max_completion_tokens=16,
+        stream=True,
+        messages=[{"role": "user", "content": [text(), image(data_url(noise(8100, 30), "image/png"))]}],
+    )
+    assert "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+    (picture,) = assert_within_upstream_rules(only_body(big_sim))
+    assert picture.size == (8000, 30)
+
+
+def test_images_within_the_upstreams_limits_reach_it_byte_for_byte(fit_gw, fit_key, big_sim, images):
+    big_sim.clear()
+    photo = noise(1600, 1200, "jpeg", quality=90)
+    resp = post(fit_gw, fit_key, chat(text(), image(data_url(photo, "image/jpeg")), image(images.url(f"/noise/{MB}"))))
+    assert resp.status_code == 200, resp.text
+    body = only_body(big_sim)
+    assert content_blocks(body)[1:] == [image_block(photo, "image/jpeg"), image_block(noise_png(MB), "image/png")]
+
+
+def bomb_png(width: int, height: int) -> bytes:
+    """A 1-bit PNG of ``width`` x ``height`` black pixels: tiny, and past Pillow's pixel limit."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    rows = zlib.compress((b"\x00" + bytes((width + 7) // 8)) * height, 9)
+    ihdr = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", rows) + chunk(b"IEND", b"")
+
+
+def test_a_decompression_bomb_is_refused_naming_its_part_before_anything_goes_upstream(fit_gw, fit_key, big_sim):
+    big_sim.clear()
+    resp = post(
+        fit_gw,
+        fit_key,
+        chat(text(), image(data_url(PNG, "image/png")), image(data_url(bomb_png(9500, 9500), "image/png"))),
+    )
+    assert_refused(
+        resp, url_path(0, 2), f"the image has more than {Image.MAX_IMAGE_PIXELS} pixels (a decompression bomb?)"
+    )
+    assert big_sim.bodies() == []
+
+
+@pytest.mark.parametrize(
+    "where",
+    ["data-url", "download"],
+)
+def test_bytes_pillow_cannot_decode_are_refused_naming_their_part(fit_gw, fit_key, big_sim, images, where):
+    """A PNG signature followed by zeros: the signature check passes, Pillow doesn't."""
+    big_sim.clear()
+    garbage = PNG[:8] + bytes(4000)
+    part = image(data_url(garbage, "image/png")) if where == "data-url" else image(images.url("/bytes/4000?garbage"))
+    resp = post(fit_gw, fit_key, chat(text(), part))
+    assert_refused(resp, url_path(0, 1), "the image could not be decoded")
+    assert big_sim.bodies() == []
 
 
 # ---------------------------------------------------------------- the body cap (413)

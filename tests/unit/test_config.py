@@ -133,3 +133,45 @@ def test_public_catalog_entry() -> None:
         "object": "list",
         "data": [{"id": "anthropic/claude-sonnet-5-5", "object": "model", "created": 1, "owned_by": "anthropic"}],
     }
+
+
+def test_image_limits_default_to_anthropics(tmp_path: Path) -> None:
+    """Anthropic's Messages API: 5 MB of base64 per image, 8000 px per side, 2000 px past 20
+    images, 32 MB of request body ("Images and PDFs" fits every image to these)."""
+    model = load_config(write(tmp_path, MINIMAL)).models[0]
+    assert (
+        model.max_image_bytes,
+        model.max_image_px,
+        model.many_images,
+        model.many_images_max_px,
+        model.max_request_bytes,
+    ) == (5 * 1024 * 1024, 8000, 20, 2000, 32 * 1024 * 1024)
+
+
+def test_image_limits_are_set_per_model(tmp_path: Path) -> None:
+    keys = "max_image_bytes = 3145728\nmax_image_px = 4096\nmany_images = 10\nmany_images_max_px = 1024\n"
+    keys += "max_request_bytes = 20971520\n"
+    model = load_config(write(tmp_path, MINIMAL.replace("price = {", keys + "price = {"))).models[0]
+    assert (
+        model.max_image_bytes,
+        model.max_image_px,
+        model.many_images,
+        model.many_images_max_px,
+        model.max_request_bytes,
+    ) == (3 * 1024 * 1024, 4096, 10, 1024, 20 * 1024 * 1024)
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("max_image_px = 0", "ezat.toml: models[0].max_image_px: Must be greater than or equal to 1."),
+        ("max_image_bytes = 5.5", "ezat.toml: models[0].max_image_bytes: Not a valid integer."),
+        ("many_images = -1", "ezat.toml: models[0].many_images: Must be greater than or equal to 0."),
+        ("max_image_size = 10", "ezat.toml: models[0].max_image_size: Unknown field."),
+    ],
+    ids=["zero-px", "not-an-integer", "negative-count", "unknown-key"],
+)
+def test_image_limit_errors_name_the_key(tmp_path: Path, line: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, MINIMAL.replace("price = {", line + "\nprice = {")))
+    assert str(info.value).startswith(message)

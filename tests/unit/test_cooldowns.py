@@ -1,15 +1,14 @@
-"""Cooldowns with an injected clock: the same suite for LocalCooldowns and RedisCooldowns (issue 6)."""
+"""Cooldowns with an injected clock: the shared suite on LocalCooldowns (on RedisCooldowns in
+tests/integration/test_cooldowns.py), an unreachable Redis, construction."""
 
 from __future__ import annotations
 
 import logging
 import threading
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-import redis
 
 from ezat_compat.cooldowns import Cooldowns, LocalCooldowns, Policy, RedisCooldowns, make_cooldowns
 from tests.conftest import free_port
@@ -21,38 +20,9 @@ Factory = Callable[..., Cooldowns]
 
 
 @pytest.fixture
-def redis_client(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_url)
-    yield client
-    client.close()
-    client.connection_pool.disconnect()
-
-
-@pytest.fixture
-def redis_prefix(redis_client: redis.Redis) -> Iterator[str]:
-    prefix = f"test:cd:{uuid.uuid4().hex}:"
-    yield prefix
-    keys = list(redis_client.scan_iter(match=prefix + "*"))
-    if keys:
-        redis_client.delete(*keys)
-
-
-@pytest.fixture
-def make_redis(redis_client: redis.Redis, redis_prefix: str) -> Factory:
-    """Each call is another gateway node sharing the same Redis and prefix."""
-
-    def factory(*, healthy_cache_s: float = 1.0, **policy: Any) -> Cooldowns:
-        return RedisCooldowns(
-            redis_client, Policy.make(**{**POLICY, **policy}), prefix=redis_prefix, healthy_cache_s=healthy_cache_s
-        )
-
-    return factory
-
-
-@pytest.fixture(params=["local", "redis"])
-def make(request: pytest.FixtureRequest) -> Factory:
-    if request.param == "redis":
-        return request.getfixturevalue("make_redis")
+def make() -> Factory:
+    """Builds the local cooldowns of one node (tests/integration/test_cooldowns.py runs the
+    shared suite on Redis)."""
 
     def factory(**policy: Any) -> Cooldowns:
         return LocalCooldowns(Policy.make(**{**POLICY, **policy}))
@@ -246,92 +216,7 @@ def test_cooling_ends_with_the_cooldown(make):
     assert cd.cooling(T0 + 31) == ["a"]
 
 
-# ---------------------------------------------------------------- Redis: shared by nodes
-
-
-def test_a_cooldown_set_by_one_node_is_seen_by_another(make_redis):
-    node_a, node_b = make_redis(), make_redis()
-    assert node_b.acquire("a", T0)  # node B trusts "healthy" for up to a second
-    cool_down(node_a, now=T0 + 0.1)
-    assert node_b.cooling(T0 + 0.2) == ["a"]
-    assert node_b.acquire("a", T0 + 0.5)  # the documented staleness: < healthy_cache_s
-    assert not node_b.acquire("a", T0 + 1.0)
-    assert not node_b.acquire("a", T0 + 20)
-
-
-def test_without_the_healthy_cache_another_node_stops_at_once(make_redis):
-    node_a, node_b = make_redis(healthy_cache_s=0), make_redis(healthy_cache_s=0)
-    assert node_b.acquire("a", T0)
-    cool_down(node_a, now=T0)
-    assert not node_b.acquire("a", T0)
-
-
-def test_one_probe_across_nodes_and_threads(make_redis):
-    nodes = [make_redis() for _ in range(4)]
-    cool_down(nodes[0])
-    for node in nodes:  # every node has seen the cooldown
-        assert not node.acquire("a", T0 + 1)
-    barrier = threading.Barrier(32)
-    results: list[bool] = []
-
-    def worker(node: Cooldowns) -> None:
-        barrier.wait()
-        results.append(node.acquire("a", T0 + 30))
-
-    pool = [threading.Thread(target=worker, args=(nodes[i % 4],)) for i in range(32)]
-    for t in pool:
-        t.start()
-    for t in pool:
-        t.join(timeout=10)
-    assert results.count(True) == 1 and len(results) == 32
-
-
-def test_a_probe_success_on_one_node_heals_every_node(make_redis):
-    node_a, node_b = make_redis(), make_redis()
-    cool_down(node_b)
-    assert node_a.acquire("a", T0 + 30)
-    assert not node_b.acquire("a", T0 + 30)
-    node_a.success("a")
-    assert node_b.acquire("a", T0 + 31)
-
-
-def test_failures_count_across_nodes(make_redis):
-    nodes = [make_redis() for _ in range(3)]
-    assert nodes[0].failure("a", T0) is None
-    assert nodes[1].failure("a", T0) is None
-    assert nodes[2].failure("a", T0) == T0 + 30
-    assert not nodes[0].acquire("a", T0 + 1)
-
-
-def test_prefixes_isolate(make_redis, redis_client, redis_prefix):
-    cool_down(make_redis())
-    other = RedisCooldowns(redis_client, Policy.make(**POLICY), prefix=redis_prefix + "other:")
-    assert other.acquire("a", T0 + 1)
-    assert other.cooling(T0 + 1) == []
-
-
-def test_redis_keys_expire(make_redis, redis_client, redis_prefix):
-    cd = make_redis()
-    cool_down(cd)
-    assert isinstance(cd, RedisCooldowns)
-    assert 0 < redis_client.pttl(cd.key("a")) <= (30 + 30 + 600 + 60) * 1000
-    assert redis_client.pttl(redis_prefix + "names") > 0
-    cd.failure("b", T0)
-    assert 0 < redis_client.pttl(cd.key("b")) <= (600 + 60) * 1000
-
-
-def test_the_hot_path_of_a_healthy_deployment_skips_redis(make_redis, monkeypatch):
-    cd = make_redis()
-    assert cd.acquire("a", T0)  # one round trip: clean
-
-    def no_round_trip(*args: object, **kwargs: object) -> None:
-        raise AssertionError("a clean deployment needs no round trip")
-
-    monkeypatch.setattr(cd, "_acquire", no_round_trip)
-    monkeypatch.setattr(cd, "_success", no_round_trip)
-    for i in range(10):
-        assert cd.acquire("a", T0 + i / 10)
-        cd.success("a")
+# ---------------------------------------------------------------- Redis
 
 
 def test_unreachable_redis_fails_open(caplog):

@@ -64,7 +64,8 @@ def translate(
     request.update(extra or {})
     result = openai_to_anthropic(load_chat_request(request), model(**model_changes), auto_cache=auto_cache)
     for slot in result.image_slots:  # what the downloader does before the request goes out
-        slot.block["source"] = {"type": "base64", "media_type": "image/png", "data": PNG_URL.split(",", 1)[1]}
+        if slot.url is not None:  # data URLs' slots already hold their source
+            slot.block["source"] = {"type": "base64", "media_type": "image/png", "data": PNG_URL.split(",", 1)[1]}
     validate_anthropic_request(result.body)
     return result
 

@@ -1,0 +1,293 @@
+"""Images fitted to the upstream's limits: checked with Pillow, scaled down and re-encoded when needed.
+
+Spec: chat-completions.md, "Images and PDFs" accepts images the upstream would refuse: up to
+10 MB per download (13.3 MB of base64) and 32 MB of downloads per request. Anthropic's Messages
+API refuses an image whose base64 text is over 5 MB (``image exceeds 5 MB maximum: 6291456 bytes
+> 5242880 bytes``: the length of the base64 string, not of the decoded bytes), a side over
+8000 px, a side over 2000 px when the request carries more than 20 images, and a body over
+32 MB (413). Those numbers are per model in the catalog (``Model.max_image_bytes`` …); this
+module makes every image fit them, so that no image the spec accepts is refused upstream.
+
+Three steps, all CPU and no I/O (the image fetcher runs them on its bounded pool):
+
+- ``probe``: Pillow reads the header only (``Image.open``), with its decompression-bomb
+  protection (``Image.MAX_IMAGE_PIXELS``) as an error; bytes Pillow can't read as one of the
+  four types are an error. This is the whole cost of an image that fits.
+- ``plan``: each image's target for its request: the side limit (the many-images one when the
+  request has more images than ``many_images``) and a byte budget: ``max_image_bytes``, or less
+  when the images together would not leave room in ``max_request_bytes`` for the rest of the
+  body; the largest images give up bytes first (the smaller ones keep theirs).
+- ``fit``: an image over its target is decoded, scaled down keeping its aspect ratio and
+  re-encoded, in its own format where that can fit (PNG stays PNG, JPEG and WebP step down their
+  quality, GIF stays GIF; an animated image keeps its first frame), until it fits. An image
+  within its target is never touched: its bytes go out as they came.
+
+Errors are ``ImageFitError(reason)``; the caller names the part (400).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from PIL import Image
+
+from ezat_compat.domain import Model
+
+# Pillow warns (DecompressionBombWarning) between MAX_IMAGE_PIXELS and twice that and raises
+# above; its documentation's advice for untrusted input is to make the warning an error too.
+warnings.filterwarnings("error", category=Image.DecompressionBombWarning)
+
+_MIB = 1024 * 1024
+_FORMATS = {"PNG": "image/png", "JPEG": "image/jpeg", "GIF": "image/gif", "WEBP": "image/webp"}
+_PILLOW_FORMATS = tuple(_FORMATS)
+# The rest of the upstream body beside the images' base64 (text, tools, the JSON around each
+# block) when the caller doesn't say how much that is.
+DEFAULT_OTHER_BYTES = 1 * _MIB
+_BLOCK_OVERHEAD = 128  # {"type": "image", "source": {"type": "base64", "media_type": …, "data": ""}}
+_QUALITIES = (85, 70)  # JPEG and WebP: the qualities tried at each scale before scaling further
+_NO_DITHER = Image.Dither.NONE
+_MAX_ROUNDS = 8  # scale steps before giving up (each shrinks the area by at least 19%)
+
+UNDECODABLE = "the image could not be decoded"
+CANNOT_FIT = "the image could not be made small enough for the model"
+NO_ROOM = "the images of this request cannot fit the upstream's request size limit"
+
+
+def _too_many_pixels() -> str:
+    return f"the image has more than {Image.MAX_IMAGE_PIXELS} pixels (a decompression bomb?)"
+
+
+class ImageFitError(Exception):
+    """The image can't be used; ``reason`` says why, for a 400 naming the part."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamImageLimits:
+    """What the upstream accepts of a request's images (a model's ``max_image_bytes`` …)."""
+
+    max_image_bytes: int = 5 * _MIB  # base64 text of one image
+    max_image_px: int = 8000
+    many_images: int = 20
+    many_images_max_px: int = 2000
+    max_request_bytes: int = 32 * _MIB
+
+    @classmethod
+    def of(cls, model: Model) -> UpstreamImageLimits:
+        return cls(
+            max_image_bytes=model.max_image_bytes,
+            max_image_px=model.max_image_px,
+            many_images=model.many_images,
+            many_images_max_px=model.many_images_max_px,
+            max_request_bytes=model.max_request_bytes,
+        )
+
+    def max_side(self, images: int) -> int:
+        """The longest side allowed for each image of a request with ``images`` images."""
+        if images > self.many_images:
+            return min(self.max_image_px, self.many_images_max_px)
+        return self.max_image_px
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """What an image's header says: its type and size."""
+
+    media_type: str
+    width: int
+    height: int
+
+
+@dataclass(frozen=True, slots=True)
+class FitTarget:
+    """What one image must fit: its longest side and its base64 length."""
+
+    max_side: int
+    max_b64: int
+
+
+def b64_length(size: int) -> int:
+    """The length of the base64 text of ``size`` bytes."""
+    return 4 * ((size + 2) // 3)
+
+
+def _max_raw(max_b64: int) -> int:
+    """The most bytes whose base64 text is at most ``max_b64`` characters."""
+    return 3 * (max_b64 // 4)
+
+
+# ---------------------------------------------------------------- probe
+
+
+def probe(raw: bytes) -> Probe:
+    """The header of ``raw`` (a JPEG, PNG, GIF or WebP image); the pixels aren't decoded."""
+    try:
+        with Image.open(io.BytesIO(raw), formats=_PILLOW_FORMATS) as image:
+            width, height = image.size
+            media_type = _FORMATS.get(image.format or "")
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise ImageFitError(_too_many_pixels()) from None
+    except Exception:  # Pillow's parsers raise many kinds on hostile bytes: all mean "not an image"
+        raise ImageFitError(UNDECODABLE) from None
+    if media_type is None or width < 1 or height < 1:
+        raise ImageFitError(UNDECODABLE)
+    limit = Image.MAX_IMAGE_PIXELS
+    if limit is not None and width * height > limit:  # whatever the warning filters of the process say
+        raise ImageFitError(_too_many_pixels())
+    return Probe(media_type=media_type, width=width, height=height)
+
+
+# ---------------------------------------------------------------- plan
+
+
+def plan(
+    sizes: Sequence[tuple[Probe, int]], limits: UpstreamImageLimits, *, other_bytes: int = DEFAULT_OTHER_BYTES
+) -> list[FitTarget | None]:
+    """Each image's target, or None when it goes out as it is.
+
+    ``sizes`` holds every image of the request as (probe, base64 length). Beside the per-image
+    limits, the images' base64 shares what ``max_request_bytes`` leaves after ``other_bytes``:
+    when they don't all fit, a level is found such that images larger than it shrink to it and
+    the others keep their size (water-filling), so the largest give up bytes first. An image
+    scaled for its pixels only may come out a little larger than it was (rare: fewer pixels),
+    so the caller plans again with the fitted sizes until nothing is left to fit.
+    """
+    if not sizes:
+        return []
+    max_side = limits.max_side(len(sizes))
+    capped = [min(b64, limits.max_image_bytes) for _, b64 in sizes]
+    budget = limits.max_request_bytes - other_bytes - _BLOCK_OVERHEAD * len(sizes)
+    level = _level(capped, budget)
+    if level is not None and level < 1024:
+        raise ImageFitError(NO_ROOM)
+    targets: list[FitTarget | None] = []
+    for (image, b64), cap in zip(sizes, capped, strict=True):
+        allowed = cap if level is None else min(cap, level)
+        if b64 <= allowed and max(image.width, image.height) <= max_side:
+            targets.append(None)
+        else:
+            targets.append(FitTarget(max_side=max_side, max_b64=allowed if b64 > allowed else limits.max_image_bytes))
+    return targets
+
+
+def _level(sizes: list[int], budget: int) -> int | None:
+    """The largest size L with sum(min(s, L)) <= budget, or None when all fit as they are."""
+    if sum(sizes) <= budget:
+        return None
+    remaining, left = budget, len(sizes)
+    for size in sorted(sizes):
+        share = remaining // left
+        if size > share:
+            return max(share, 0)
+        remaining -= size
+        left -= 1
+    return None  # unreachable: the sum is over the budget
+
+
+# ---------------------------------------------------------------- fit
+
+
+def fit(raw: bytes, image: Probe, target: FitTarget) -> tuple[str, bytes]:
+    """Scale ``raw`` down and re-encode it until it fits ``target``; (media type, bytes)."""
+    max_raw = _max_raw(target.max_b64)
+    longest = max(image.width, image.height)
+    scale = min(1.0, target.max_side / longest)
+    lossless = image.media_type in ("image/png", "image/gif")
+    if lossless and len(raw) > max_raw:  # their bytes shrink about with the area
+        scale = min(scale, math.sqrt(max_raw / len(raw)) * 0.95)
+    picture = _decode(raw, image, scale)
+    fmt = picture.format_name
+    for _round in range(_MAX_ROUNDS):
+        size = _scaled(image, scale, target.max_side)
+        resized = picture.resized(size)
+        out = b""
+        for quality in _QUALITIES if fmt in ("JPEG", "WEBP") else (None,):
+            out = _encode(resized, fmt, quality, picture.info)
+            if len(out) <= max_raw:
+                return _FORMATS[fmt], out
+        if fmt == "PNG" and _round >= 3:  # a PNG that shrinking won't fit: a lossy format then
+            fmt = "WEBP" if _has_alpha(resized) else "JPEG"
+            continue
+        scale *= min(0.9, math.sqrt(max_raw / len(out)) * 0.95)
+    raise ImageFitError(CANNOT_FIT)
+
+
+def _scaled(image: Probe, scale: float, max_side: int) -> tuple[int, int]:
+    """The size at ``scale``, each side at least 1 px and the longest at most ``max_side``."""
+    width = min(max_side, max(1, round(image.width * scale)))
+    height = min(max_side, max(1, round(image.height * scale)))
+    return width, height
+
+
+@dataclass
+class _Decoded:
+    """The decoded first frame, in a mode that resizes and saves well, and what to keep of it."""
+
+    pixels: Image.Image
+    format_name: str
+    info: dict[str, Any]
+
+    def resized(self, size: tuple[int, int]) -> Image.Image:
+        if size == self.pixels.size:
+            return self.pixels
+        return self.pixels.resize(size, Image.Resampling.LANCZOS, reducing_gap=3.0)
+
+
+def _decode(raw: bytes, image: Probe, scale: float) -> _Decoded:
+    try:
+        with Image.open(io.BytesIO(raw), formats=_PILLOW_FORMATS) as opened:
+            fmt = opened.format or ""
+            if fmt == "JPEG":  # decode at 1/2, 1/4 or 1/8 when the target is that small
+                opened.draft(opened.mode, _scaled(image, scale, max(image.width, image.height)))
+            opened.seek(0)
+            opened.load()
+            info = {k: opened.info[k] for k in ("icc_profile", "exif") if opened.info.get(k)}
+            pixels = _normalised(opened)
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise ImageFitError(_too_many_pixels()) from None
+    except Exception:
+        raise ImageFitError(UNDECODABLE) from None
+    return _Decoded(pixels=pixels, format_name=fmt, info=info)
+
+
+def _has_alpha(picture: Image.Image) -> bool:
+    return picture.mode in ("RGBA", "LA", "PA", "La", "RGBa") or "transparency" in picture.info
+
+
+def _normalised(picture: Image.Image) -> Image.Image:
+    """A copy in L, LA, RGB, RGBA or CMYK: the modes that resize smoothly and save in every format."""
+    mode = picture.mode
+    if mode in ("L", "LA", "RGB", "RGBA") or (mode == "CMYK" and picture.format == "JPEG"):
+        return picture.copy()
+    if mode.startswith(("I", "F")):  # 16-bit or 32-bit grey: to 8 bits, scaled rather than clipped
+        high = picture.getextrema()[1]
+        top = 65535 if mode.startswith("I;16") or (isinstance(high, int | float) and high > 255) else 255
+        return picture.convert("I").point(lambda v: v * (255 / top)).convert("L")
+    return picture.convert("RGBA" if _has_alpha(picture) else "RGB")
+
+
+def _encode(picture: Image.Image, fmt: str, quality: int | None, info: dict[str, Any]) -> bytes:
+    out = io.BytesIO()
+    if fmt == "JPEG":
+        if picture.mode not in ("L", "RGB", "CMYK"):
+            picture = picture.convert("RGB")
+        picture.save(out, "JPEG", quality=quality, **info)
+    elif fmt == "WEBP":
+        if picture.mode not in ("RGB", "RGBA"):
+            picture = picture.convert("RGBA" if _has_alpha(picture) else "RGB")
+        picture.save(out, "WEBP", quality=quality, **info)
+    elif fmt == "PNG":
+        picture.save(out, "PNG", icc_profile=info.get("icc_profile"))
+    else:  # GIF: back to a palette; the fast octree quantiser (median cut takes seconds)
+        if picture.mode != "RGBA":  # RGBA: Pillow's own save keeps the transparency, as fast
+            picture = picture.convert("RGB").quantize(256, method=Image.Quantize.FASTOCTREE, dither=_NO_DITHER)
+        picture.save(out, "GIF")
+    return out.getvalue()
