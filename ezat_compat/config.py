@@ -120,7 +120,8 @@ class _ServerSchema(_Strict):
     workers = fields.Int(load_default=2, strict=True, validate=validate.Range(min=1, max=256))
     worker_connections = fields.Int(load_default=4000, strict=True, validate=validate.Range(min=1))
     timeout_s = fields.Int(load_default=30, strict=True, validate=validate.Range(min=1))
-    graceful_timeout_s = fields.Int(load_default=30, strict=True, validate=validate.Range(min=1))
+    graceful_timeout_s = fields.Int(load_default=630, strict=True, validate=validate.Range(min=1))
+    drain_s = fields.Float(load_default=10.0, validate=validate.Range(min=0))
     http_keepalive_s = fields.Int(load_default=5, strict=True, validate=validate.Range(min=0))
     log_level = fields.Str(load_default="info", validate=validate.OneOf(["debug", "info", "warning", "error"]))
 

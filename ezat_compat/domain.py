@@ -94,7 +94,8 @@ class ServerSettings:
     workers: int = 2
     worker_connections: int = 4000
     timeout_s: int = 30
-    graceful_timeout_s: int = 30
+    graceful_timeout_s: int = 630  # covers the longest non-streaming request (upstream_timeout_s) and a drain
+    drain_s: float = 10.0  # on SIGTERM: not-ready while still serving, before the graceful stop
     http_keepalive_s: int = 5
     log_level: str = "info"
 

@@ -15,6 +15,7 @@ import tempfile
 from typing import Any
 
 from ezat_compat.config import ConfigError, load_config, resolve_config_path
+from ezat_compat.graceful import drain_file, drain_then_stop, on_worker_term, shutting_down
 
 try:
     _config = load_config(resolve_config_path(None))
@@ -40,6 +41,8 @@ control_socket_disable = True
 # SSE must not be buffered; the body cap is the app's (max_body_mb), not gunicorn's.
 limit_request_line = 8190
 
+drain_file()  # made in the master, inherited by the workers (graceful.py)
+
 if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
     _metrics_dir = tempfile.mkdtemp(prefix="ezat-metrics-")
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = _metrics_dir
@@ -50,6 +53,7 @@ else:
 def on_starting(server: Any) -> None:
     from datetime import UTC, datetime
 
+    drain_then_stop(server, _config.server.drain_s)
     from ezat_compat.store.db import make_engine, migrate
     from ezat_compat.store.hotpath import make_hot_path
     from ezat_compat.store.ledger import STALE_RESERVATION, Ledger
@@ -67,6 +71,8 @@ def on_starting(server: Any) -> None:
 def post_worker_init(worker: Any) -> None:
     import logging
 
+    gateway = worker.wsgi.extensions["ezat"]
+    on_worker_term(worker, lambda: gateway.cut_streams(shutting_down()), float(_config.server.graceful_timeout_s))
     logging.basicConfig(
         level=getattr(logging, _config.server.log_level.upper(), logging.INFO),
         format="%(asctime)s [%(process)d] [%(levelname)s] %(name)s: %(message)s",
@@ -80,5 +86,6 @@ def child_exit(server: Any, worker: Any) -> None:
 
 
 def on_exit(server: Any) -> None:
+    shutil.rmtree(os.path.dirname(drain_file()), ignore_errors=True)
     if _metrics_dir:
         shutil.rmtree(_metrics_dir, ignore_errors=True)

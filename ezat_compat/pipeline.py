@@ -133,11 +133,19 @@ class Gateway:
         self.thinking = thinking
         self.clock = clock
         self.rand = rand
+        self.open_streams: set[StreamSession] = set()  # for a shutdown that must end them
         self.timeout_s = config.gateway.upstream_timeout_s
         self.keepalive_s = config.gateway.keepalive_s
         self._next_sweep = time.monotonic() + SWEEP_EVERY_S
 
     # ------------------------------------------------------------ the request, end to end
+
+    def cut_streams(self, failure: GatewayError) -> int:
+        """End every open stream with ``failure`` (the grace of a shutdown runs out); how many."""
+        streams = list(self.open_streams)
+        for session in streams:
+            session.request_cut(failure)
+        return len(streams)
 
     def handle(self, dialect: Dialect, request: ClientRequest) -> Reply | StreamSession:
         """Run one request of ``dialect``; ``GatewayError`` raises carry what the client gets."""
@@ -368,7 +376,7 @@ def _event_error(data: str) -> Mapping[str, Any]:
 class Run:
     """One admitted request from its upstream call to its ledger row; the owner of its stream."""
 
-    __slots__ = ("call", "deployment", "dialect", "gw", "parsed", "started")
+    __slots__ = ("call", "deployment", "dialect", "gw", "parsed", "session", "started")
 
     def __init__(self, gw: Gateway, dialect: Dialect, parsed: Parsed, call: Call) -> None:
         self.gw = gw
@@ -376,6 +384,7 @@ class Run:
         self.parsed = parsed
         self.call = call
         self.deployment: Deployment | None = None
+        self.session: StreamSession | None = None
         self.started = 0.0
 
     def go(self) -> Reply | StreamSession:
@@ -391,7 +400,7 @@ class Run:
                 self.started = time.monotonic()
                 gw.metrics.streams_open.inc()
                 try:
-                    return StreamSession(
+                    session = StreamSession(
                         upstream=upstream,
                         events=events,
                         first=first,
@@ -401,6 +410,9 @@ class Run:
                         keepalive_s=gw.keepalive_s,
                         max_tokens=call.max_tokens,
                     )
+                    gw.open_streams.add(session)
+                    self.session = session
+                    return session
                 except BaseException:
                     upstream.close()
                     gw.metrics.streams_open.dec()
@@ -455,3 +467,5 @@ class Run:
 
     def closed(self) -> None:
         self.gw.metrics.streams_open.dec()
+        if self.session is not None:
+            self.gw.open_streams.discard(self.session)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from ezat_compat.dialects import EventTranslator, KeptThinking
@@ -24,6 +24,7 @@ from ezat_compat.failures import STREAM_ENDED_EARLY
 log = logging.getLogger("ezat_compat")
 CHARS_PER_TOKEN = 4
 RELAY_FAILED = "The gateway failed while relaying the stream."
+RELAY_STOPPED = "The gateway stopped while relaying the stream."
 
 
 def estimated_usage(usage: Usage, produced_chars: int, max_tokens: int) -> Usage:
@@ -68,8 +69,10 @@ class StreamSession:
         "_owner",
         "_translator",
         "_upstream",
+        "cut_by",
         "events",
         "head",
+        "interrupt",
         "keepalive_s",
         "over",
         "ping",
@@ -96,6 +99,8 @@ class StreamSession:
         self.ping = ping
         self.keepalive_s = keepalive_s
         self.over = False
+        self.interrupt: Callable[[], None] | None = None  # set by the writer: wakes it to see a cut
+        self.cut_by: GatewayError | None = None
         self.head = b""
         self.head = self.feed(*first)
 
@@ -120,6 +125,17 @@ class StreamSession:
         log.error("relaying a stream failed", exc_info=exc)
         return self._fail(GatewayError(RELAY_FAILED))
 
+    def cut(self, failure: GatewayError) -> bytes:
+        """The gateway ends the stream (shutting down): the failure's bytes, not billed."""
+        return self._fail(failure)
+
+    def abort(self, exc: BaseException) -> None:
+        """The writer itself was stopped (the worker killed its greenlet, an exit): a gateway
+        failure, not the client's close; nothing more can be written."""
+        if not self.over:
+            log.warning("a stream was stopped by the gateway: %s", type(exc).__name__)
+            self._fail(GatewayError(RELAY_STOPPED))
+
     def _succeed(self) -> bytes:
         self.over = True
         self._upstream.close()
@@ -131,6 +147,12 @@ class StreamSession:
         self._upstream.close()
         self._owner.failed(failure)
         return self._translator.fail(failure)
+
+    def request_cut(self, failure: GatewayError) -> None:
+        """Ask the writer to end the stream with ``failure`` (from another greenlet)."""
+        self.cut_by = failure
+        if self.interrupt is not None:
+            self.interrupt()
 
     def close(self) -> None:
         """Always, last (idempotent): a stream that isn't over was left by the client."""

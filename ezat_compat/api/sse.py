@@ -12,6 +12,7 @@ a queue"; style habit 8 (parse -> translate -> encode -> write; ``finally`` clos
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import queue
 import threading
@@ -27,6 +28,7 @@ QUEUE_SIZE = 256
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 _SILENCE: Any = object()
 _END: Any = object()
+_CUT: Any = object()
 
 
 class _Raised:
@@ -94,11 +96,17 @@ class Reader:
     def stop(self) -> None:
         self._stopped.set()
 
+    def interrupt(self) -> None:
+        """Wake ``get`` at once (the session was asked to end)."""
+        with contextlib.suppress(Exception):  # full: the writer is busy and sees the cut at its next item
+            self._items.put_nowait(_CUT)
+
 
 def relay(session: StreamSession) -> Generator[bytes, None, None]:
     """The client's bytes: the session's translation of each upstream event, the keep-alive
     after ``keepalive_s`` without a write, and the session's ending."""
     reader = Reader(session.events)
+    session.interrupt = reader.interrupt
     keepalive_s = session.keepalive_s
     clock = time.monotonic
     try:
@@ -107,6 +115,11 @@ def relay(session: StreamSession) -> Generator[bytes, None, None]:
         last_write = clock()
         while not session.over:
             item = reader.get(keepalive_s - (clock() - last_write))
+            if session.cut_by is not None:  # the gateway is shutting down
+                yield session.cut(session.cut_by)
+                return
+            if item is _CUT:
+                continue
             if item is _SILENCE:
                 yield session.ping
                 last_write = clock()
@@ -127,6 +140,11 @@ def relay(session: StreamSession) -> Generator[bytes, None, None]:
             elif clock() - last_write >= keepalive_s:
                 yield session.ping
                 last_write = clock()
+    except GeneratorExit:  # the client went away: close() bills what was produced
+        raise
+    except BaseException as exc:  # the worker stopped this greenlet (shutdown, kill): not the client
+        session.abort(exc)
+        raise
     finally:
         reader.stop()
         session.close()

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
-from typing import Any, Unpack
+from typing import Any
 
 from sqlalchemy import Engine, Row, insert, select, update
 from sqlalchemy.exc import IntegrityError
@@ -188,7 +188,7 @@ _KEY_COLUMNS = (
 _KEYS = select(*_KEY_COLUMNS).select_from(api_keys.join(orgs, api_keys.c.org_id == orgs.c.id))
 
 
-def _key_info(row: Row[Any, Unpack[tuple[Any, ...]]]) -> KeyInfo:
+def _key_info(row: Row[Any, *tuple[Any, ...]]) -> KeyInfo:
     return KeyInfo(
         id=row.public_id,
         prefix=row.prefix,

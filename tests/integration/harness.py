@@ -180,6 +180,7 @@ class Gateway:
     models: Sequence[ModelSpec]
     workers: int = 1
     gateway_settings: dict[str, Any] = field(default_factory=dict)
+    server_settings: dict[str, Any] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     url: str = ""
     proc: subprocess.Popen[bytes] | None = None
@@ -206,7 +207,8 @@ class Gateway:
             **self.gateway_settings,
         }
         lines = ["[gateway]"] + [f"{k} = {json.dumps(v)}" for k, v in settings.items()]
-        lines += ["", "[server]", f"workers = {self.workers}", 'log_level = "warning"', "timeout_s = 60"]
+        server = {"workers": self.workers, "log_level": "warning", "timeout_s": 60, **self.server_settings}
+        lines += ["", "[server]"] + [f"{k} = {json.dumps(v)}" for k, v in server.items()]
         self.config_path.write_text("\n".join(lines) + "\n" + "".join(m.toml() for m in self.models))
 
     def start(self) -> Gateway:

@@ -1,0 +1,94 @@
+"""Reload and shutdown that keep streams: the gunicorn hooks' logic (``gunicorn_conf.py`` calls it).
+
+- **SIGTERM to the master** (systemd stop, a deploy): the node first reports not-ready for
+  ``[server] drain_s`` while it still serves (``/readyz`` answers 503 from the first second, so
+  a load balancer stops sending), then stops accepting and lets open requests finish within
+  ``[server] graceful_timeout_s``.
+- **SIGHUP** (reload): new workers start with the new configuration while the old ones finish
+  their requests within the same grace.
+- **The grace runs out**: a worker ends each stream still open a few seconds before it is
+  killed, with the dialect's error event (``data: {"error": …}`` then ``data: [DONE]`` for
+  OpenAI clients) and settles it as a gateway failure — not billed, never recorded as the
+  client's close — so no reservation is left and every request has its ledger row.
+
+The drain is marked by a file whose path the master puts in ``EZAT_DRAIN_FILE`` before it
+forks, so every worker of the instance sees it (``draining()``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ezat_compat.errors import OverloadedError
+
+log = logging.getLogger("ezat_compat")
+DRAIN_FILE_ENV = "EZAT_DRAIN_FILE"
+CUT_MARGIN_S = 3.0  # streams are ended this long before the grace runs out
+SHUTTING_DOWN = "The gateway is restarting and ended this stream before its reply was complete; retry the request."
+
+
+def drain_file() -> str:
+    """This instance's drain marker (made once, in the master, and inherited by the workers)."""
+    path = os.environ.get(DRAIN_FILE_ENV)
+    if not path:
+        path = os.path.join(tempfile.mkdtemp(prefix="ezat-run-"), "draining")
+        os.environ[DRAIN_FILE_ENV] = path
+    return path
+
+
+def draining() -> bool:
+    """True from the moment a shutdown or drain of this instance started (for ``/readyz``)."""
+    path = os.environ.get(DRAIN_FILE_ENV)
+    return bool(path) and os.path.exists(path)  # type: ignore[arg-type]
+
+
+def start_draining() -> None:
+    path = drain_file()
+    with open(path, "w", encoding="ascii") as marker:
+        marker.write(f"{os.getpid()}\n")
+
+
+def drain_then_stop(arbiter: Any, drain_s: float, sleep: Callable[[float], None] = time.sleep) -> None:
+    """Wrap the master's SIGTERM handler: not-ready for ``drain_s`` while still serving, then
+    gunicorn's own graceful stop (listeners closed, workers told to finish)."""
+    stop = arbiter.handle_term
+
+    def handle_term() -> None:
+        if drain_s > 0 and not draining():
+            start_draining()
+            log.info("draining for %g s before stopping (readiness reports 503)", drain_s)
+            sleep(drain_s)
+        stop()
+
+    arbiter.handle_term = handle_term
+
+
+def on_worker_term(worker: Any, cut: Callable[[], int], grace_s: float) -> None:
+    """Wrap a worker's SIGTERM: gunicorn stops accepting and waits for open requests; a few
+    seconds before its grace runs out, ``cut`` ends the streams still open."""
+    import gevent
+
+    handle_exit = worker.handle_exit
+
+    def cut_later() -> None:
+        gevent.sleep(max(0.0, grace_s - CUT_MARGIN_S))
+        ended = cut()
+        if ended:
+            log.warning("the grace ran out: ended %d open streams with an error (not billed)", ended)
+
+    def on_term(sig: int, frame: Any) -> None:
+        handle_exit(sig, frame)
+        gevent.spawn(cut_later)
+
+    signal.signal(signal.SIGTERM, on_term)
+
+
+def shutting_down() -> OverloadedError:
+    """What a stream cut by a shutdown tells its client (OpenAI: 503 overloaded; retry)."""
+    return OverloadedError(SHUTTING_DOWN, retry_after=1)
