@@ -418,7 +418,7 @@ def test_reasoning_without_encrypted_content_and_web_search_calls_are_left_out()
 
 def test_tampered_encrypted_content_is_refused_naming_it() -> None:
     reasoning = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "garbage"}
-    message, param = refused({"input": [USER, reasoning, CALL, OUTPUT], "tools": [WEATHER]})
+    _message, param = refused({"input": [USER, reasoning, CALL, OUTPUT], "tools": [WEATHER]})
     assert param == "input[1].encrypted_content"
 
 
