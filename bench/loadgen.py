@@ -81,6 +81,7 @@ class Result:
     concurrency: int
     latencies: list[float] = field(default_factory=list)
     ttfbs: list[float] = field(default_factory=list)
+    event_counts: list[int] = field(default_factory=list)  # sse, idle: SSE events (pings included) per stream
     ok: int = 0
     errors: int = 0
     error_samples: list[str] = field(default_factory=list)
@@ -119,6 +120,7 @@ class Result:
         }
         if self.mode in ("sse", "idle"):
             out["ttfb_ms"] = summary(self.ttfbs, 1000.0)
+            out["events_per_stream"] = summary([float(n) for n in self.event_counts])
         if self.mode == "idle":
             steady = [g for began, g in self.gaps if self.all_open_at is not None and began >= self.all_open_at]
             out.update(
@@ -300,6 +302,7 @@ async def one_request(conn: Connection, result: Result, on_first_event: Callable
             result.error("the stream carried no data event")
             return
         result.ttfbs.append(events.first_data - started)
+        result.event_counts.append(events.count)
         if target.mode == "idle":
             assert events.gaps is not None
             result.gaps.extend(events.gaps)

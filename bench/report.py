@@ -1,4 +1,4 @@
-"""The benchmark's one table, its ratios and the issue's targets, from the results dict of run.py."""
+"""The benchmark's one table, its ratios and its targets, from the results dict of run.py."""
 
 from __future__ import annotations
 
@@ -22,17 +22,24 @@ SSE_METRICS = (
     ("errors", "errors"),
     ("foreign_cpu_pct", "others' CPU %"),
 )
+LONG_METRICS = (*SSE_METRICS[:-2], ("events_per_stream", "events/stream"), *SSE_METRICS[-2:])
 SCENARIO_TITLES = {
     "nonstream_c1": "non-stream c=1",
     "nonstream_c32": "non-stream c=32",
     "stream_c1": "stream c=1",
     "stream_c32": "stream c=32",
+    "long_stream": "long stream c=8",
 }
-TARGET_NAMES = ("ours", "litellm", "direct")
-NO_RATIO = ("errors", "foreign_cpu_pct")
+TARGET_NAMES = ("ours", "litellm", "floor", "direct")
+NO_RATIO = ("errors", "foreign_cpu_pct", "events_per_stream")
+RPS_VS_LITELLM = 6.0  # ours ≥ 6× LiteLLM's requests/s per worker (non-stream c=32)
+CPU_VS_FLOOR = 1.15  # ours ≤ 1.15× the stack floor's CPU per request
+LONG_STREAM_VS_LITELLM = 15.0  # LiteLLM's CPU per long stream ≥ 15× ours
 
 
 def _metrics(scenario: str) -> tuple[tuple[str, str], ...]:
+    if scenario == "long_stream":
+        return LONG_METRICS
     return SSE_METRICS if scenario.startswith("stream") else JSON_METRICS
 
 
@@ -43,7 +50,8 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def comparisons(results: dict[str, Any]) -> dict[str, Any]:
-    """Per scenario and metric: each target's value, ours/LiteLLM, ours/direct, ours − direct (ms)."""
+    """Per scenario and metric: each target's value, ours/LiteLLM, ours/floor, ours/direct,
+    ours − direct (ms)."""
     targets = results["targets"]
     out: dict[str, Any] = {}
     for scenario in SCENARIO_TITLES:
@@ -53,6 +61,7 @@ def comparisons(results: dict[str, Any]) -> dict[str, Any]:
             row: dict[str, Any] = dict(values)
             if metric not in NO_RATIO:
                 row["ours_over_litellm"] = _ratio(values["ours"], values["litellm"])
+                row["ours_over_floor"] = _ratio(values["ours"], values["floor"])
                 row["ours_over_direct"] = _ratio(values["ours"], values["direct"])
             if metric.endswith("_ms") and values["ours"] is not None and values["direct"] is not None:
                 row["ours_minus_direct"] = values["ours"] - values["direct"]
@@ -165,6 +174,63 @@ def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def _verdict(ok: bool | None) -> str:
+    return {True: "PASS", False: "FAIL", None: "n/a"}[ok]
+
+
+def constraints(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The performance constraints every change must keep, each judged on this run's figures:
+    requests/s per worker ≥ 6× LiteLLM's (non-stream c=32); CPU per request ≤ 1.15× the stack
+    floor's (non-stream and stream, c=32); a long stream's CPU ≥ 15× less than LiteLLM's.
+    ``met`` is None when a figure was not measured (LiteLLM skipped)."""
+    cmp = results["comparisons"]
+    workers = results["meta"]["workers"]
+    out = []
+
+    ratio = cmp["nonstream_c32"]["rps"].get("ours_over_litellm")
+    out.append(
+        _goal(
+            "rps_vs_litellm",
+            f"requests/s per worker vs LiteLLM (non-stream c=32, {workers} worker(s) each)",
+            f"≥ {RPS_VS_LITELLM:g}×",
+            ratio,
+            "×",
+            None if ratio is None else ratio >= RPS_VS_LITELLM,
+            "" if ratio is None else _by(ratio, RPS_VS_LITELLM, "×", higher_is_better=True),
+        )
+    )
+    for scenario in ("nonstream_c32", "stream_c32"):
+        row = cmp[scenario]["cpu_ms_per_request"]
+        ratio = row.get("ours_over_floor")
+        out.append(
+            _goal(
+                f"cpu_vs_floor_{scenario}",
+                f"CPU per request vs the stack floor ({SCENARIO_TITLES[scenario]}: "
+                f"ours {_fmt(row.get('ours'))} ms, floor {_fmt(row.get('floor'))} ms)",
+                f"≤ {CPU_VS_FLOOR:g}×",
+                ratio,
+                "×",
+                None if ratio is None else ratio <= CPU_VS_FLOOR,
+                "" if ratio is None else _by(ratio, CPU_VS_FLOOR, "×"),
+            )
+        )
+    row = cmp["long_stream"]["cpu_ms_per_request"]
+    less = _ratio(row.get("litellm"), row.get("ours"))
+    out.append(
+        _goal(
+            "long_stream_vs_litellm",
+            f"CPU per long stream ({results['meta'].get('long_stream', {}).get('text_deltas', 400)} text deltas), "
+            f"LiteLLM / ours (ours {_fmt(row.get('ours'))} ms, LiteLLM {_fmt(row.get('litellm'))} ms)",
+            f"≥ {LONG_STREAM_VS_LITELLM:g}× less",
+            less,
+            "×",
+            None if less is None else less >= LONG_STREAM_VS_LITELLM,
+            "" if less is None else _by(less, LONG_STREAM_VS_LITELLM, "×", higher_is_better=True),
+        )
+    )
+    return out
+
+
 def _by(value: float, limit: float, unit: str, higher_is_better: bool = False) -> str:
     gap = value - limit
     if higher_is_better:
@@ -202,8 +268,8 @@ def table(results: dict[str, Any]) -> str:
         "",
     ]
     header = (
-        f"{'':17}{'':15}{'ours':>10}{'LiteLLM':>10}{'direct':>10}{'ours/LiteLLM':>14}{'ours/direct':>13}"
-        f"{'ours−direct':>13}"
+        f"{'':17}{'':15}{'ours':>10}{'LiteLLM':>10}{'floor':>10}{'direct':>10}{'ours/LiteLLM':>14}"
+        f"{'ours/floor':>12}{'ours/direct':>13}{'ours−direct':>13}"
     )
     lines.append(header)
     lines.append("-" * len(header))
@@ -212,11 +278,13 @@ def table(results: dict[str, Any]) -> str:
         for i, (metric, label) in enumerate(_metrics(scenario)):
             row = rows[metric]
             ratio_l = row.get("ours_over_litellm")
+            ratio_f = row.get("ours_over_floor")
             ratio_d = row.get("ours_over_direct")
             lines.append(
                 f"{title if i == 0 else '':17}{label:15}{_fmt(row['ours'], metric):>10}"
-                f"{_fmt(row['litellm'], metric):>10}{_fmt(row['direct'], metric):>10}"
+                f"{_fmt(row['litellm'], metric):>10}{_fmt(row['floor'], metric):>10}{_fmt(row['direct'], metric):>10}"
                 f"{_fmt_ratio(ratio_l) if metric not in NO_RATIO else '':>14}"
+                f"{_fmt_ratio(ratio_f) if metric not in NO_RATIO else '':>12}"
                 f"{_fmt_ratio(ratio_d) if metric not in NO_RATIO else '':>13}"
                 f"{_fmt(row.get('ours_minus_direct')) if 'ours_minus_direct' in row else '':>13}"
             )
@@ -258,6 +326,12 @@ def table(results: dict[str, Any]) -> str:
             f"  {verdict:7}{goal['goal']}: target {goal['target']}, measured "
             f"{_fmt(goal['measured'])}{'' if goal['unit'] in ('×',) else ' '}{goal['unit']}"
             f"{' — ' + goal['by'] if goal['by'] else ''}"
+        )
+    lines += ["", "constraints (ours vs LiteLLM and the stack floor), judged on this run:"]
+    for goal in results.get("constraints", []):
+        lines.append(
+            f"  {_verdict(goal['met']):6}{goal['goal']}: target {goal['target']}, measured "
+            f"{_fmt_ratio(goal['measured'])}{' — ' + goal['by'] if goal['by'] else ''}"
         )
     return "\n".join(lines)
 

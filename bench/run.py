@@ -1,16 +1,20 @@
-"""The side-by-side benchmark of issue 8: our gateway, LiteLLM's proxy and the bare simulator.
+"""The side-by-side benchmark: our gateway, LiteLLM's proxy, the stack floor and the bare simulator.
 
     python bench/run.py [--quick] [--out PATH] [--skip-litellm] [--workers N] [--keep]
 
 One run starts the simulator (fast mode), our gateway under gunicorn (gevent workers, SQLite
 ledger, a key with rpm/tpm set: auth, limits, translation and the ledger write on every
-request), LiteLLM's proxy from its cached venv (``litellm_env``; installed on first use, except
-in ``--quick`` mode) and a slow image server, all on 127.0.0.1. The load generator
-(``loadgen.py``, its own process) drives each target with the same bodies:
+request), the stack floor (``floor_app.py``: bare Flask + gevent + the urllib3 hop to the
+simulator, under gunicorn with the gateway's worker settings), LiteLLM's proxy from its cached
+venv (``litellm_env``; installed on first use, except in ``--quick`` mode) and a slow image
+server, all on 127.0.0.1. The load generator (``loadgen.py``, its own process) drives each
+target with the same bodies:
 
 - non-streaming and streaming at concurrency 1 and 32 (requests/s, latency, TTFB, CPU per
   request of the server's whole process tree from /proc, errors), direct calls to the simulator
-  being the floor;
+  being the bare upstream;
+- long streams: the simulator streams ``LONG_DELTAS`` (400) text deltas per request, at
+  concurrency ``LONG_CONCURRENCY``; CPU per stream;
 - 1,000 idle streams on one gateway worker (100 with ``--quick``): RSS per stream, ping cadence;
 - one request with 20 image URLs that take 1 s each.
 
@@ -39,17 +43,24 @@ import procstats
 import report
 from servers import BENCH, MODEL, REPO, Fleet, Gateway, http
 
+from ezat_compat.sim.events import WORDS_PER_DELTA
+
 LOADGEN = BENCH / "loadgen.py"
 DEFAULT_OUT = BENCH / "results" / "latest.json"
 CACHE = REPO / ".bench-cache"
-SCENARIOS = (
-    ("nonstream_c1", "json", 1),
-    ("nonstream_c32", "json", 32),
-    ("stream_c1", "sse", 1),
-    ("stream_c32", "sse", 32),
+LONG_CONCURRENCY = 8
+SCENARIOS = (  # (name, load generator mode, concurrency, body)
+    ("nonstream_c1", "json", 1, "json"),
+    ("nonstream_c32", "json", 32, "json"),
+    ("stream_c1", "sse", 1, "sse"),
+    ("stream_c32", "sse", 32, "sse"),
+    ("long_stream", "sse", LONG_CONCURRENCY, "long"),
 )
 SYSTEM = "You are a terse assistant."
 PROMPT = "Say hello in a dozen words."
+LONG_DELTAS = 400  # text deltas per long stream: the simulator sends WORDS_PER_DELTA words per delta
+LONG_WORDS = LONG_DELTAS * WORDS_PER_DELTA
+LONG_MAX_TOKENS = 4096  # room for the long reply (≈ 1,860 tokens), so max_tokens doesn't cut it
 IMAGE_URLS = 20
 IMAGE_DELAY_S = 1.0
 
@@ -101,6 +112,7 @@ class Endpoint:
     headers: list[str]
     body_json: Path
     body_sse: Path
+    body_long: Path
     expect_json: str
     expect_sse: str
     pid: int
@@ -109,10 +121,10 @@ class Endpoint:
 # ---------------------------------------------------------------- bodies
 
 
-def openai_body(text: str, *, stream: bool = False, content: Any = None) -> dict[str, Any]:
+def openai_body(text: str, *, stream: bool = False, content: Any = None, max_tokens: int = 64) -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": MODEL,
-        "max_tokens": 64,
+        "max_tokens": max_tokens,
         "messages": [
             {"role": "system", "content": SYSTEM},
             {"role": "user", "content": content if content is not None else text},
@@ -123,10 +135,10 @@ def openai_body(text: str, *, stream: bool = False, content: Any = None) -> dict
     return body
 
 
-def anthropic_body(text: str, *, stream: bool = False) -> dict[str, Any]:
+def anthropic_body(text: str, *, stream: bool = False, max_tokens: int = 64) -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": MODEL,
-        "max_tokens": 64,
+        "max_tokens": max_tokens,
         "system": SYSTEM,
         "messages": [{"role": "user", "content": text}],
     }
@@ -155,8 +167,9 @@ def loadgen(args: list[str], timeout_s: float) -> dict[str, Any]:
     raise RuntimeError(f"loadgen failed (status {done.returncode}): {done.stderr.strip()[-2000:]}")
 
 
-def _target_args(ep: Endpoint, mode: str, concurrency: int) -> list[str]:
-    body, expect = (ep.body_sse, ep.expect_sse) if mode == "sse" else (ep.body_json, ep.expect_json)
+def _target_args(ep: Endpoint, mode: str, concurrency: int, kind: str) -> list[str]:
+    body = {"json": ep.body_json, "sse": ep.body_sse, "long": ep.body_long}[kind]
+    expect = ep.expect_sse if mode == "sse" else ep.expect_json
     args = [
         "--url",
         ep.url,
@@ -174,12 +187,12 @@ def _target_args(ep: Endpoint, mode: str, concurrency: int) -> list[str]:
     return args
 
 
-def measure(ep: Endpoint, mode: str, concurrency: int, plan: Plan, sim_pid: int) -> dict[str, Any]:
+def measure(ep: Endpoint, mode: str, concurrency: int, kind: str, plan: Plan, sim_pid: int) -> dict[str, Any]:
     """Warm up, then a timed run. Each attempt first waits (up to ``plan.quiet_wait_s``) for the
     machine to be quiet; a run during which other processes took more than
     ``FOREIGN_LIMIT_PCT`` of the machine's CPU is redone (up to ``plan.attempts`` runs in all),
     and the least disturbed one is kept."""
-    args = _target_args(ep, mode, concurrency)
+    args = _target_args(ep, mode, concurrency, kind)
     warm = loadgen([*args, "--duration", str(plan.warmup_s)], timeout_s=plan.warmup_s + 120) if plan.warmup_s else {}
     best: dict[str, Any] | None = None
     waited, attempts = 0.0, 0
@@ -234,6 +247,7 @@ def _timed(ep: Endpoint, args: list[str], mode: str, plan: Plan, sim_pid: int) -
                 "ttfb_p99_ms": raw["ttfb_ms"].get("p99"),
                 "done_p50_ms": raw["latency_ms"].get("p50"),
                 "done_p99_ms": raw["latency_ms"].get("p99"),
+                "events_per_stream": raw["events_per_stream"].get("p50"),
             }
         )
     return out
@@ -449,9 +463,24 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         _, image_url = fleet.start_images(IMAGE_DELAY_S)
         gw = fleet.start_gateway("gateway", sim_url, workers=args.workers, keepalive_s=1.0)
         text = f"{PROMPT} [[sim:words=12]]"
+        long_text = f"{PROMPT} [[sim:words={LONG_WORDS}]]"
         wd = fleet.workdir
         oa_json = write_json(wd / "openai.json", openai_body(text))
         oa_sse = write_json(wd / "openai-stream.json", openai_body(text, stream=True))
+        oa_long = write_json(wd / "openai-long.json", openai_body(long_text, stream=True, max_tokens=LONG_MAX_TOKENS))
+        an_json = write_json(wd / "anthropic.json", anthropic_body(text))
+        an_sse = write_json(wd / "anthropic-stream.json", anthropic_body(text, stream=True))
+        an_long = write_json(
+            wd / "anthropic-long.json", anthropic_body(long_text, stream=True, max_tokens=LONG_MAX_TOKENS)
+        )
+        long_deltas = text_deltas(sim_url, an_long)
+        if long_deltas != LONG_DELTAS:
+            raise RuntimeError(f"the simulator sent {long_deltas} text deltas for the long stream, not {LONG_DELTAS}")
+        floor_table = write_json(
+            wd / "floor-bodies.json",
+            [[c.read_text(), u.read_text()] for c, u in ((oa_json, an_json), (oa_sse, an_sse), (oa_long, an_long))],
+        )
+        floor, floor_url = fleet.start_floor(gw, sim_url, floor_table)
         endpoints = [
             Endpoint(
                 "ours",
@@ -459,16 +488,29 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 [f"authorization: Bearer {gw.key}"],
                 oa_json,
                 oa_sse,
+                oa_long,
                 '"choices"',
                 "[DONE]",
                 gw.proc.pid,
             ),
             Endpoint(
+                "floor",
+                floor_url + "/openai/v1/chat/completions",
+                [],
+                oa_json,
+                oa_sse,
+                oa_long,
+                '"content"',
+                "message_stop",
+                floor.pid,
+            ),
+            Endpoint(
                 "direct",
                 sim_url + "/v1/messages",
                 [f"x-api-key: {litellm_env.UPSTREAM_KEY}", "anthropic-version: 2023-06-01"],
-                write_json(wd / "anthropic.json", anthropic_body(text)),
-                write_json(wd / "anthropic-stream.json", anthropic_body(text, stream=True)),
+                an_json,
+                an_sse,
+                an_long,
                 '"content"',
                 "message_stop",
                 sim.pid,
@@ -486,6 +528,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                     [f"authorization: Bearer {litellm_env.MASTER_KEY}"],
                     oa_json,
                     oa_sse,
+                    oa_long,
                     '"choices"',
                     "[DONE]",
                     lt.pid,
@@ -499,10 +542,15 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 }
             )
         results["meta"]["litellm"] = litellm_meta
-        for name, mode, concurrency in SCENARIOS:
+        results["meta"]["floor"] = (
+            "bare Flask + gevent + urllib3 hop: gunicorn with the gateway's worker settings, relays the "
+            "simulator's answer (no auth, DB, validation or translation)"
+        )
+        results["meta"]["long_stream"] = {"text_deltas": long_deltas, "concurrency": LONG_CONCURRENCY}
+        for name, mode, concurrency, kind in SCENARIOS:
             for ep in endpoints:
                 print(f"bench: {name:14} {ep.name:8}", end=" ", file=sys.stderr, flush=True)
-                m = measure(ep, mode, concurrency, plan, sim.pid)
+                m = measure(ep, mode, concurrency, kind, plan, sim.pid)
                 results["targets"].setdefault(ep.name, {})[name] = m
                 print(
                     f"{m['rps']:8.1f} req/s  p50 {m['p50_ms']:.2f} ms  errors {m['errors']}",
@@ -523,7 +571,26 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     results["meta"]["run_s"] = time.monotonic() - started
     results["comparisons"] = report.comparisons(results)
     results["goals"] = report.goals(results)
+    results["constraints"] = report.constraints(results)
     return results
+
+
+def text_deltas(sim_url: str, body: Path) -> int:
+    """How many ``text_delta`` events the simulator streams for ``body`` (one request)."""
+    status, data = http(
+        "POST",
+        sim_url + "/v1/messages",
+        json.loads(body.read_text()),
+        {"x-api-key": litellm_env.UPSTREAM_KEY, "anthropic-version": "2023-06-01"},
+        timeout_s=30,
+    )
+    if status != 200:
+        raise RuntimeError(f"the simulator answered the long stream with HTTP {status}: {data[:300]!r}")
+    return sum(
+        1
+        for line in data.split(b"\n")
+        if line.startswith(b"data:") and json.loads(line[5:]).get("delta", {}).get("type") == "text_delta"
+    )
 
 
 def _upstream_path(sim_url: str, ep: Endpoint) -> str:
@@ -546,7 +613,7 @@ def _upstream_path(sim_url: str, ep: Endpoint) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="ezat_compat vs LiteLLM's proxy vs the bare simulator")
+    parser = argparse.ArgumentParser(description="ezat_compat vs LiteLLM's proxy vs the stack floor vs the simulator")
     parser.add_argument(
         "--quick",
         action="store_true",

@@ -1,9 +1,9 @@
 """The servers a benchmark run starts, each its own process group, all stopped on the way out.
 
-``Fleet`` is a context manager: every process it starts (simulator, gateway under gunicorn,
-LiteLLM's proxy, the slow image server, load generators) is stopped when the block ends,
-whether it ends normally, by an exception or by Ctrl-C/SIGTERM (SIGTERM to the group, then
-SIGKILL after a grace period). Everything binds to 127.0.0.1.
+``Fleet`` is a context manager: every process it starts (simulator, gateway under gunicorn, the
+stack floor under gunicorn, LiteLLM's proxy, the slow image server, load generators) is stopped
+when the block ends, whether it ends normally, by an exception or by Ctrl-C/SIGTERM (SIGTERM to
+the group, then SIGKILL after a grace period). Everything binds to 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -182,6 +182,43 @@ class Fleet:
         gateway.wait_workers()
         gateway.key = gateway.new_key()
         return gateway
+
+    def start_floor(self, gateway: Gateway, sim_url: str, bodies: Path) -> tuple[Proc, str]:
+        """The stack floor (``floor_app.py``) under gunicorn with ``gateway``'s config, so its
+        worker settings and worker count are the gateway's; ``bodies`` is its body table."""
+        port = free_port()
+        env = {
+            **os.environ,
+            "EZAT_CONFIG": str(gateway.config),
+            "FLOOR_BIND": f"127.0.0.1:{port}",
+            "FLOOR_WORKERS": str(gateway.workers),
+            "FLOOR_UPSTREAM": sim_url,
+            "FLOOR_BODIES": str(bodies),
+            "FLOOR_API_KEY": litellm_env.UPSTREAM_KEY,
+        }
+        proc = self.spawn(
+            "floor",
+            [
+                sys.executable,
+                "-m",
+                "gunicorn",
+                "-c",
+                str(BENCH / "floor_gunicorn.py"),
+                "--pythonpath",
+                str(BENCH),
+                "floor_app:app",
+            ],
+            env=env,
+            cwd=REPO,
+        )
+        url = f"http://127.0.0.1:{port}"
+        wait_healthy(url + "/healthz", proc, timeout_s=60)
+        deadline = time.monotonic() + 30
+        while len(procstats.children(proc.pid)) != gateway.workers:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the floor's gunicorn did not start {gateway.workers} worker(s)")
+            time.sleep(0.05)
+        return proc, url
 
     def start_litellm(self, sim_url: str, *, workers: int, image_hosts: tuple[str, ...] = ()) -> tuple[Proc, str]:
         """LiteLLM's proxy from its cached venv, routing ``anthropic/MODEL`` to the simulator."""

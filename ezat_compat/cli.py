@@ -1,6 +1,6 @@
 """``ezat-compat``: the operator interface of ../shared/design.md (a contract: keep the names).
 
-    ezat-compat [--config PATH] demo | serve | sim | orgs … | keys … | usage …
+    ezat-compat [--config PATH] demo | serve | sim | orgs … | keys … | usage … | check-config | db …
 
 Tables for people by default; ``--json`` for scripts. Money is US dollars as decimal strings.
 Errors print one line on stderr and exit with status 1 (2 for usage errors), never a traceback.
@@ -41,13 +41,15 @@ def _database_url(args: argparse.Namespace) -> str:
 
 
 def _stores(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The admin commands' stores. They never migrate: a schema other than this release's is
+    refused in one line (``db upgrade`` migrates; ``serve`` does on start)."""
     from ezat_compat.store.accounts import Accounts
-    from ezat_compat.store.db import make_engine, migrate
+    from ezat_compat.store.db import open_engine, require_current_schema
     from ezat_compat.store.hotpath import make_hot_path
     from ezat_compat.store.ledger import Ledger
 
-    engine = make_engine(_database_url(args))
-    migrate(engine)
+    engine = open_engine(_database_url(args))
+    require_current_schema(engine)
     hot_path = make_hot_path(engine)
     return Accounts(engine, hot_path), Ledger(engine, hot_path)
 
@@ -222,6 +224,62 @@ def cmd_usage(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- check-config and db
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    """Validate the file and what it needs from the environment, as ``nginx -t`` does: no
+    connection is made. Warnings (deployments without their key) go to stderr; exit 0."""
+    from ezat_compat.serving import deployment_warnings, parse_bind
+    from ezat_compat.store.db import describe_url, open_engine
+
+    path = resolve_config_path(args.config)
+    config = load_config(path)
+    parse_bind(os.environ.get("EZAT_BIND") or config.server.bind)  # the bind's form (not whether it is free)
+    open_engine(config.gateway.database_url).dispose()  # a supported URL whose driver is installed
+    for line in deployment_warnings(config):
+        print(f"ezat-compat: warning: {line}", file=sys.stderr)
+    deployments = sum(len(m.deployments) for m in config.models)
+    print(
+        f"{path}: the configuration is valid ({len(config.models)} models, {deployments} deployments, "
+        f"database {describe_url(config.gateway.database_url)})"
+    )
+    return 0
+
+
+def cmd_db(args: argparse.Namespace) -> int:
+    from ezat_compat.store import db
+
+    url = _database_url(args)
+    if args.db_command == "upgrade" and args.sql:
+        sys.stdout.write(db.upgrade_sql(url, from_revision=args.from_revision))
+        return 0
+    if args.db_command == "backup":
+        size = db.backup_sqlite(url, args.path)
+        print(f"backed up {db.describe_url(url)} to {args.path} ({size} bytes)")
+        return 0
+    engine = db.open_engine(url)
+    try:
+        before = db.schema_state(engine)
+        if args.db_command == "upgrade":
+            db.prepare_database(url)
+            after = db.schema_state(engine)
+            if before.current == after.current:
+                print(after.describe())
+            else:
+                print(f"upgraded the database from revision {','.join(before.current) or 'none'} to {after.head}")
+        elif args.db_command == "current":
+            revision = ",".join(before.current) or "none"
+            print(f"{revision} (head)" if before.up_to_date else revision)
+        elif args.db_command == "check":
+            if not before.up_to_date:
+                raise db.SchemaError(before.describe())
+            print(before.describe())
+    finally:
+        engine.dispose()
+    return 0
+
+
 # ---------------------------------------------------------------- serving
 
 
@@ -242,7 +300,7 @@ def cmd_sim(args: argparse.Namespace, extra: list[str]) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from ezat_compat.demo import run_demo
 
-    return run_demo(bind=args.bind, directory=args.dir)
+    return run_demo(bind=args.bind, directory=args.dir, sim_bind=args.sim_bind)
 
 
 # ---------------------------------------------------------------- parser
@@ -262,6 +320,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run the gateway with the simulator, no configuration needed")
     demo.add_argument("--bind", default="127.0.0.1:8080", metavar="HOST:PORT")
     demo.add_argument("--dir", default="ezat-demo", metavar="PATH", help="the demo's data folder")
+    demo.add_argument(
+        "--sim-bind", default="127.0.0.1:0", metavar="HOST:PORT", help="the simulator's address (default: a free port)"
+    )
 
     serve = sub.add_parser("serve", help="run the gateway under gunicorn (gevent workers)")
     serve.add_argument("--bind", metavar="HOST:PORT")
@@ -302,6 +363,23 @@ def build_parser() -> argparse.ArgumentParser:
     usage.add_argument("--key", metavar="KEY_ID")
     usage.add_argument("--since", metavar="ISO8601")
     usage.add_argument("--json", action="store_true")
+
+    sub.add_parser("check-config", help="validate the configuration file (exit 0, or 1 with the error)")
+
+    dbp = sub.add_parser("db", help="the database: upgrade [--sql], current, check, backup PATH")
+    db_sub = dbp.add_subparsers(dest="db_command", metavar="ACTION", required=True)
+    up = db_sub.add_parser("upgrade", help="migrate the schema to this release's (or print the SQL: --sql)")
+    up.add_argument("--sql", action="store_true", help="print the SQL for a DBA to apply instead of running it")
+    up.add_argument(
+        "--from",
+        dest="from_revision",
+        metavar="REVISION",
+        help="with --sql: the database's current revision (`db current`); default: an empty database",
+    )
+    db_sub.add_parser("current", help="the schema revision of the database")
+    db_sub.add_parser("check", help="exit 0 when the schema is this release's, else 1 saying what to run")
+    backup = db_sub.add_parser("backup", help="a consistent copy of a live SQLite database")
+    backup.add_argument("path", metavar="PATH")
     return parser
 
 
@@ -311,18 +389,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     if extra and args.command != "sim":
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if getattr(args, "from_revision", None) and not args.sql:
+        parser.error("db upgrade --from needs --sql")
     from ezat_compat.demo import DemoError
+    from ezat_compat.serving import StartupError, one_line
     from ezat_compat.store.accounts import StoreError
+    from ezat_compat.store.db import DatabaseUnavailable, SchemaError
 
     try:
         if args.command == "sim":
             return cmd_sim(args, extra)
-        handler = {"demo": cmd_demo, "serve": cmd_serve, "orgs": cmd_orgs, "keys": cmd_keys, "usage": cmd_usage}[
-            args.command
-        ]
+        handler = {
+            "demo": cmd_demo,
+            "serve": cmd_serve,
+            "orgs": cmd_orgs,
+            "keys": cmd_keys,
+            "usage": cmd_usage,
+            "check-config": cmd_check_config,
+            "db": cmd_db,
+        }[args.command]
         return handler(args)
-    except (CLIError, ConfigError, StoreError, DemoError) as exc:
-        print(f"ezat-compat: {exc}", file=sys.stderr)
+    except (CLIError, ConfigError, StoreError, DemoError, StartupError, DatabaseUnavailable, SchemaError) as exc:
+        print(f"ezat-compat: {one_line(str(exc))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

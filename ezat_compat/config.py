@@ -124,6 +124,8 @@ class _ServerSchema(_Strict):
     drain_s = fields.Float(load_default=10.0, validate=validate.Range(min=0))
     http_keepalive_s = fields.Int(load_default=5, strict=True, validate=validate.Range(min=0))
     log_level = fields.Str(load_default="info", validate=validate.OneOf(["debug", "info", "warning", "error"]))
+    pidfile = fields.Str(load_default="")
+    name = fields.Str(load_default="", validate=validate.Length(max=64))
 
 
 class _ResponsesSchema(_Strict):

@@ -100,10 +100,11 @@ def _port_free(host: str, port: int) -> bool:
     return True
 
 
-def start_simulator(*extra: str) -> tuple[subprocess.Popen[str], str]:
-    """Start ``python -m ezat_compat.sim`` on a free loopback port; returns (process, base URL)."""
+def start_simulator(*extra: str, bind: str = "127.0.0.1:0") -> tuple[subprocess.Popen[str], str]:
+    """Start ``python -m ezat_compat.sim`` on ``bind`` (default: a free loopback port); returns
+    (process, base URL)."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ezat_compat.sim", "--bind", "127.0.0.1:0", *extra], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-m", "ezat_compat.sim", "--bind", bind, *extra], stdout=subprocess.PIPE, text=True
     )
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()
@@ -141,25 +142,55 @@ def curl_line(base: str, key: str) -> str:
     )
 
 
-def run_demo(*, bind: str, directory: str) -> int:
+class _Stop(Exception):
+    """SIGTERM (or SIGHUP) reached the demo: stop what it started, as Ctrl-C does."""
+
+
+def _raise_stop(signum: int, _frame: object) -> None:
+    raise _Stop(signal.Signals(signum).name)
+
+
+def _check_bind(flag: str, bind: str, *, any_port: bool = False) -> None:
     host, _, port_text = bind.rpartition(":")
     if not host or not port_text.isdigit():
-        raise DemoError(f"--bind {bind!r}: use HOST:PORT, e.g. 127.0.0.1:8080")
-    if not _port_free(host, int(port_text)):
-        raise DemoError(f"{bind} is already in use; pass --bind 127.0.0.1:PORT with a free port")
+        raise DemoError(f"{flag} {bind!r}: use HOST:PORT, e.g. 127.0.0.1:8080")
+    if (int(port_text) or not any_port) and not _port_free(host, int(port_text)):
+        raise DemoError(f"{bind} is already in use; pass {flag} 127.0.0.1:PORT with a free port")
+
+
+def stop_process(proc: subprocess.Popen[str] | subprocess.Popen[bytes], grace_s: float = 10) -> None:
+    """Stop a child: SIGTERM (gunicorn: graceful), then after ``grace_s`` SIGINT (gunicorn: quick),
+    then SIGKILL; every wait bounded."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGINT, 5.0), (signal.SIGKILL, 5.0)):
+        if proc.poll() is not None:
+            return
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run_demo(*, bind: str, directory: str, sim_bind: str = "127.0.0.1:0") -> int:
+    """Serve the demo until Ctrl-C, SIGTERM or SIGHUP; then stop the gateway and the simulator
+    it started, whichever way it ends (also when start-up fails)."""
+    _check_bind("--bind", bind)
+    _check_bind("--sim-bind", sim_bind, any_port=True)
     root = Path(directory).resolve()
     root.mkdir(parents=True, exist_ok=True)
 
+    previous = {sig: signal.signal(sig, _raise_stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
     sim: subprocess.Popen[str] | None = None
-    env: dict[str, str] = {}
-    if os.environ.get("ANTHROPIC_API_KEY"):
-        base_url, deployment, key_env = "https://api.anthropic.com", "anthropic", "ANTHROPIC_API_KEY"
-    else:
-        sim, base_url = start_simulator("--name", "demo-sim", "--token-delay-ms", "15")
-        deployment, key_env = "simulator", SIM_KEY_ENV
-        env[SIM_KEY_ENV] = "demo-upstream-key"
     gateway: subprocess.Popen[bytes] | None = None
     try:
+        env: dict[str, str] = {}
+        if os.environ.get("ANTHROPIC_API_KEY"):
+            base_url, deployment, key_env = "https://api.anthropic.com", "anthropic", "ANTHROPIC_API_KEY"
+        else:
+            sim, base_url = start_simulator("--name", "demo-sim", "--token-delay-ms", "15", bind=sim_bind)
+            deployment, key_env = "simulator", SIM_KEY_ENV
+            env[SIM_KEY_ENV] = "demo-upstream-key"
         config_path = root / "ezat.toml"
         config_path.write_text(
             CATALOG.format(
@@ -189,27 +220,30 @@ Press Ctrl-C to stop.
             flush=True,
         )
         return gateway.wait()
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, _Stop):
         return 0
     finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         for proc in (gateway, sim):
-            if proc is not None and proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+            if proc is not None:
+                stop_process(proc)
+        if sim is not None and sim.stdout is not None:
+            sim.stdout.close()
 
 
 def _demo_key(database_url: str) -> str:
     from ezat_compat.store.accounts import Accounts, StoreError
-    from ezat_compat.store.db import make_engine, migrate
+    from ezat_compat.store.db import DatabaseUnavailable, SchemaError, make_engine, prepare_database
     from ezat_compat.store.hotpath import make_hot_path
 
+    try:
+        prepare_database(database_url)  # the demo creates or migrates its database, as serve does
+    except (DatabaseUnavailable, SchemaError) as exc:
+        raise DemoError(str(exc)) from None
     engine = make_engine(database_url)
     hot_path = make_hot_path(engine)
     try:
-        migrate(engine)
         accounts = Accounts(engine, hot_path)
         try:
             accounts.get_org(DEMO_ORG)

@@ -98,6 +98,8 @@ class ServerSettings:
     drain_s: float = 10.0  # on SIGTERM: not-ready while still serving, before the graceful stop
     http_keepalive_s: int = 5
     log_level: str = "info"
+    pidfile: str = ""  # the master's pid is written here when set (systemd's PIDFile=, monitoring)
+    name: str = ""  # names the instance in process titles (``ps``); default: the config file's path
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,12 @@ gevent workers, one greenlet per request or stream. Bind, workers and timeouts c
 config file's ``[server]`` table, overridden by ``EZAT_BIND`` / ``EZAT_WORKERS`` (what
 ``ezat-compat serve --bind/--workers`` sets). The master migrates the database once before
 forking, and prepares the shared folder of the Prometheus multiprocess metrics.
+
+The master executes this file on start and again on every SIGHUP (before ``on_reload``). On
+start a bad configuration, bind address or database stops it with one line; on a reload a bad
+file is refused in one line and the workers keep serving the configuration the master holds
+(``ezat_compat.serving``). ``[server] pidfile`` and the process titles (``[server] name``)
+are set here too.
 """
 
 from __future__ import annotations
@@ -14,17 +20,16 @@ import sys
 import tempfile
 from typing import Any
 
-from ezat_compat.config import ConfigError, load_config, resolve_config_path
+from ezat_compat import serving
 from ezat_compat.graceful import drain_file, drain_then_stop, on_worker_term, shutting_down
 
-try:
-    _config = load_config(resolve_config_path(None))
-except ConfigError as exc:
-    print(f"ezat-compat: {exc}", file=sys.stderr)
-    sys.exit(1)
+_config = serving.master_config()
 
 wsgi_app = "ezat_compat.wsgi:app"
 bind = [os.environ.get("EZAT_BIND") or _config.server.bind]
+pidfile = _config.server.pidfile or None
+# Titles need the setproctitle package (a dependency): "master [ezat-compat: /etc/ezat/ezat.toml]".
+proc_name = serving.process_title(_config, bind[0])
 workers = int(os.environ.get("EZAT_WORKERS") or _config.server.workers)
 worker_class = "gevent"
 worker_connections = _config.server.worker_connections
@@ -34,7 +39,6 @@ keepalive = _config.server.http_keepalive_s
 loglevel = _config.server.log_level
 accesslog = os.environ.get("EZAT_ACCESS_LOG") or None
 errorlog = "-"
-proc_name = "ezat-compat"
 # gunicorn >= 25 opens a control socket at one fixed path per user; several gateways on one
 # machine (tests, benchmarks, nodes of a demo) would fight over it.
 control_socket_disable = True
@@ -50,22 +54,37 @@ else:
     _metrics_dir = ""
 
 
-def on_starting(server: Any) -> None:
-    from datetime import UTC, datetime
-
-    drain_then_stop(server, _config.server.drain_s)
-    from ezat_compat.store.db import make_engine, migrate
-    from ezat_compat.store.hotpath import make_hot_path
-    from ezat_compat.store.ledger import STALE_RESERVATION, Ledger
-
-    engine = make_engine(_config.gateway.database_url)
-    hot_path = make_hot_path(engine)
+def _start_checks(server: Any) -> None:
+    """Before the master listens: the bind address is free and the database migrated (else one
+    line and exit 1, the pidfile removed), and a warning per deployment without its key."""
     try:
-        migrate(engine)
-        Ledger(engine, hot_path).sweep_stale(STALE_RESERVATION, datetime.now(UTC))
-    finally:
-        hot_path.close()
-        engine.dispose()
+        if not (os.environ.get("LISTEN_FDS") or os.environ.get("GUNICORN_FD")):  # sockets handed over: bound
+            for address in server.cfg.bind:
+                serving.check_bind(address)
+        serving.prepare_database(_config)
+    except serving.StartupError as exc:
+        print(f"ezat-compat: {exc}", file=sys.stderr, flush=True)
+        if getattr(server, "pidfile", None) is not None:
+            server.pidfile.unlink()
+        raise SystemExit(1) from None
+    for line in serving.deployment_warnings(_config):
+        server.log.warning(line)
+
+
+def _guard_reload(server: Any) -> None:
+    """SIGHUP: refuse a bad file (one line); workers then start from the held configuration."""
+    if serving.reload_config(server.log.error, server.log.warning):
+        server.log.info("configuration reloaded from %s", os.path.abspath(serving.resolve_config_path(None)))
+
+
+def on_starting(server: Any) -> None:
+    _start_checks(server)
+    _release_dead_worker(None)  # on start: the journal, then the holds of dead workers of dead masters
+    drain_then_stop(server, _config.server.drain_s)
+
+
+def on_reload(server: Any) -> None:
+    _guard_reload(server)
 
 
 def post_worker_init(worker: Any) -> None:
@@ -83,6 +102,46 @@ def child_exit(server: Any, worker: Any) -> None:
     from prometheus_client import multiprocess
 
     multiprocess.mark_process_dead(worker.pid)
+    _release_dead_worker(worker.pid)
+
+
+def _recover(ledger: Any, worker_pid: int | None) -> None:
+    """The master's part of "nothing stuck": apply the usage journal (settlements the dead
+    worker couldn't write, store/journal.py), then settle the reservations that worker
+    (``worker_pid``; None on start: those of dead workers of dead masters on this host) still holds as gateway
+    failures (store/ledger.py ``release_worker``). Releasing waits for a complete replay, so
+    a journaled settlement always wins; what is left is done by the workers' ``maintain``."""
+    import logging
+    import os
+
+    from ezat_compat.store.workers import BOOT, HOST, live_tag, tag_prefix
+
+    try:
+        if ledger.replay().failed:
+            return
+        if worker_pid is None:
+            ledger.release_orphaned()
+        else:
+            prefix = tag_prefix(HOST, BOOT, os.getpid(), worker_pid)
+            ledger.release_worker(prefix, keep=live_tag(os.getpid(), worker_pid))
+    except Exception as exc:
+        logging.getLogger("ezat_compat").warning("could not release dead workers' reservations yet: %s", exc)
+
+
+def _release_dead_worker(pid: int | None) -> None:
+    """Release the reservations of worker ``pid`` that just exited, whatever killed it (None: on
+    start, those of dead workers of dead masters)."""
+    from ezat_compat.store.db import make_engine
+    from ezat_compat.store.hotpath import make_hot_path
+    from ezat_compat.store.ledger import Ledger
+
+    engine = make_engine(_config.gateway.database_url, pool_size=1, max_overflow=0)
+    hot_path = make_hot_path(engine)
+    try:
+        _recover(Ledger(engine, hot_path), pid)
+    finally:
+        hot_path.close()
+        engine.dispose()
 
 
 def on_exit(server: Any) -> None:

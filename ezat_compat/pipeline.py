@@ -68,6 +68,7 @@ class ClientRequest:
     api_key: str | None
     headers: Headers  # looked up case-insensitively
     read_body: Callable[[], bytes]  # 413 raises
+    connected: Callable[[], bool] = lambda: True  # is the client still there (a cheap peek)?
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +162,7 @@ class Gateway:
         if parsed.thinking_ids:  # thinking kept from earlier rounds of a tool loop
             dialect.restore_thinking(parsed, self.thinking.get(auth.org_id, parsed.thinking_ids, self.clock()))
         call = self.admit(request.request_id, dialect.endpoint, auth, parsed)
-        return Run(self, dialect, parsed, call).go()
+        return Run(self, dialect, parsed, call, request.connected).go()
 
     def authenticate(self, secret: str | None) -> AuthContext:
         if not secret:
@@ -181,12 +182,15 @@ class Gateway:
         """Rate limits, then reserve the worst-case cost (429 / 402); unbilled requests reserve nothing."""
         if time.monotonic() >= self._next_sweep:
             self._sweep_stale_reservations()
+        self.ledger.maintain()  # in the background, every few seconds: journal replay, dead workers' holds
         self.limits.admit(auth)
         reserve = 0
         if parsed.billed:
             bound = input_tokens_upper_bound(parsed.body, parsed.model.context_window)
             reserve = worst_case_micros(bound, parsed.max_tokens, parsed.model.price)
-            self.ledger.reserve(auth, request_id, reserve)
+            self.ledger.reserve(
+                auth, request_id, reserve, endpoint=endpoint, model=parsed.model_name, canonical_model=parsed.model.id
+            )
         return Call(
             request_id=request_id,
             endpoint=endpoint,
@@ -244,8 +248,8 @@ class Gateway:
             status=status,
             estimated=estimated,
         )
-        try:
-            self.ledger.settle(call.request_id, entry)
+        try:  # the database, or when it fails the fsynced journal (replayed later): before [DONE]
+            self.ledger.settle_durably(call.request_id, entry)
         except Exception:
             self.metrics.billing_errors.inc()
             log.exception("could not record usage of request %s", call.request_id)
@@ -258,7 +262,15 @@ class Gateway:
     # ------------------------------------------------------------ routing and failover
 
     def _attempts(self, call: Call) -> Iterator[Deployment]:
-        deployments = call.model.deployments
+        # A deployment whose key variable is unset is skipped (start-up warned about it); with none
+        # left the request fails saying which variable to set.
+        deployments = tuple(d for d in call.model.deployments if d.api_key)
+        if not deployments:
+            names = sorted({d.api_key_env for d in call.model.deployments})
+            raise GatewayError(
+                f"No deployment of model {call.model.id} has an upstream key: "
+                f"set {' or '.join(names)} in the gateway's environment."
+            )
         order = deployments if len(deployments) == 1 else plan(deployments, session=call.session, rand=self.rand)
         for deployment in order:
             if self.cooldowns.acquire(health_key(call.model, deployment), self.clock()):
@@ -281,7 +293,8 @@ class Gateway:
             "message": f"No deployment of model {call.model.id} is available right now; retry shortly.",
         }
         now = self.clock()
-        wait = min(self.cooldowns.wait_s(health_key(call.model, d), now) for d in call.model.deployments)
+        keyed = [d for d in call.model.deployments if d.api_key] or call.model.deployments
+        wait = min(self.cooldowns.wait_s(health_key(call.model, d), now) for d in keyed)
         return UpstreamStatusError(
             529, json.dumps({"type": "error", "error": error}).encode(), {"retry-after": str(max(1, math.ceil(wait)))}
         )
@@ -376,10 +389,13 @@ def _event_error(data: str) -> Mapping[str, Any]:
 class Run:
     """One admitted request from its upstream call to its ledger row; the owner of its stream."""
 
-    __slots__ = ("call", "deployment", "dialect", "gw", "parsed", "session", "started")
+    __slots__ = ("call", "connected", "deployment", "dialect", "gw", "parsed", "session", "started")
 
-    def __init__(self, gw: Gateway, dialect: Dialect, parsed: Parsed, call: Call) -> None:
+    def __init__(
+        self, gw: Gateway, dialect: Dialect, parsed: Parsed, call: Call, connected: Callable[[], bool]
+    ) -> None:
         self.gw = gw
+        self.connected = connected
         self.dialect = dialect
         self.parsed = parsed
         self.call = call
@@ -430,7 +446,9 @@ class Run:
             self.settle(None, 500)
             raise
         self.keep(answer.kept)
-        self.settle(answer.usage, STATUS_OK)
+        # A client that left while the upstream worked is recorded as having left (it pays for
+        # what was produced, as a stream's does), not as a 200 nobody received.
+        self.settle(answer.usage, STATUS_OK if self.connected() else CLIENT_CLOSED)
         return Reply(answer.body)
 
     def settle(self, usage: Usage | None, status: int, *, estimated: bool = False) -> None:

@@ -1,11 +1,43 @@
-"""``ezat-compat serve``: gunicorn with gevent workers and the gateway's gunicorn settings."""
+"""``ezat-compat serve``: gunicorn with gevent workers and the gateway's gunicorn settings, and
+what the gunicorn master does for the operator (see ``gunicorn_conf.py``, which calls these):
+
+- start-up that speaks plainly: ``check_bind`` and ``prepare_database`` raise ``StartupError``
+  with one line (a bad bind, an unreachable database, an unsupported URL);
+  ``deployment_warnings`` names each deployment whose upstream key variable is unset;
+- reload safety: the master holds the configuration its workers are built from
+  (``served_config``); on SIGHUP ``reload_config`` validates the file first and, when it is bad,
+  keeps the held one, so workers started by the reload serve the previous configuration and the
+  master never exits on a typo. ``worker_app`` (``ezat_compat.wsgi``) builds each worker's app
+  from the held configuration;
+- ``process_title``: the name gunicorn shows in ``ps`` (``master [ezat-compat: …]``).
+"""
 
 from __future__ import annotations
 
+import errno
 import os
+import socket
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
+from ezat_compat.config import ConfigError, load_config, resolve_config_path
 from ezat_compat.domain import Config
+
+if TYPE_CHECKING:
+    from flask import Flask
+
+
+class StartupError(Exception):
+    """The gateway can't start; the message is one line saying why."""
+
+
+def one_line(message: str) -> str:
+    """A message that may hold several problems (one per line), on one line."""
+    return "; ".join(part.strip() for part in message.splitlines() if part.strip())
+
+
+# ---------------------------------------------------------------- gunicorn command line
 
 
 def gunicorn_argv(config: Config) -> list[str]:
@@ -24,8 +56,154 @@ def serving_environment(config: Config, *, bind: str | None = None, workers: int
 
 
 def serve(config: Config, *, bind: str | None = None, workers: int | None = None) -> int:
-    """Replace this process with the gunicorn master (signals then reach gunicorn directly).
-    The master migrates the database before it forks the workers."""
+    """Replace this process with the gunicorn master (signals then reach gunicorn directly, and
+    its pid stays the one systemd started). The master checks the bind address and migrates the
+    database before it listens and forks the workers."""
+    check_bind(bind or config.server.bind)
     argv = gunicorn_argv(config)
     os.execve(sys.executable, argv, serving_environment(config, bind=bind, workers=workers))
     return 0  # pragma: no cover - execve does not return
+
+
+# ---------------------------------------------------------------- start-up checks
+
+
+def parse_bind(bind: str) -> tuple[str, int] | None:
+    """(host, port) of a TCP bind address as gunicorn reads it; None for ``unix:`` and ``fd://``."""
+    if bind.startswith(("unix:", "fd://")):
+        return None
+    host, sep, port_text = bind.rpartition(":")
+    if not sep:
+        host, port_text = bind, "8000"  # gunicorn's default port
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise StartupError(f"cannot listen on {bind}: use HOST:PORT, e.g. 127.0.0.1:8080")
+    return host or "0.0.0.0", int(port_text)
+
+
+def check_bind(bind: str) -> None:
+    """Raise ``StartupError`` (one line) unless a listener can be bound on ``bind`` now."""
+    address = parse_bind(bind)
+    if address is None:
+        return
+    host, port = address
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise StartupError(f"cannot listen on {bind}: unknown host {host!r} ({exc.strerror})") from None
+    family, kind, proto, _, sockaddr = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gunicorn binds
+        try:
+            probe.bind(sockaddr)
+        except OSError as exc:
+            reason = {
+                errno.EADDRINUSE: "the address is already in use (another server, or another ezat-compat?)",
+                errno.EADDRNOTAVAIL: f"{host} is not an address of this machine",
+                errno.EACCES: "permission denied (ports below 1024 need privileges)",
+            }.get(exc.errno or 0, exc.strerror or str(exc))
+            raise StartupError(f"cannot listen on {bind}: {reason}") from None
+
+
+def prepare_database(config: Config) -> None:
+    """Create or migrate the configured database, sweeping reservations left by a crash; one-line
+    ``StartupError`` when it can't be reached, its URL is not supported or its schema is newer
+    than this release knows."""
+    from datetime import UTC, datetime
+
+    from ezat_compat.store import db
+
+    try:
+        db.prepare_database(config.gateway.database_url)
+    except (db.DatabaseUnavailable, db.SchemaError) as exc:
+        raise StartupError(str(exc)) from None
+    from ezat_compat.store.hotpath import make_hot_path
+    from ezat_compat.store.ledger import STALE_RESERVATION, Ledger
+
+    engine = db.make_engine(config.gateway.database_url)
+    hot_path = make_hot_path(engine)
+    try:
+        Ledger(engine, hot_path).sweep_stale(STALE_RESERVATION, datetime.now(UTC))
+    finally:
+        hot_path.close()
+        engine.dispose()
+
+
+def deployment_warnings(config: Config) -> list[str]:
+    """One line per deployment whose upstream key variable is unset or empty (routing skips it),
+    saying so for the model when it has no other deployment."""
+    out = []
+    for model in config.models:
+        missing = [d for d in model.deployments if not d.api_key]
+        for d in missing:
+            line = f"deployment {d.name} of model {model.id}: {d.api_key_env} is not set, so routing skips it"
+            if len(missing) == len(model.deployments):
+                line += f"; {model.id} has no other deployment: its requests fail until {d.api_key_env} is set"
+            out.append(line)
+    return out
+
+
+def process_title(config: Config, bind: str) -> str:
+    """What names this instance in ``ps``: ``[server] name``, else the config file, else the bind."""
+    return "ezat-compat: " + (config.server.name or (os.path.abspath(config.path) if config.path else bind))
+
+
+# ---------------------------------------------------------------- the configuration the master holds
+
+_served: Config | None = None
+
+
+def served_config() -> Config | None:
+    """The configuration the master holds (inherited by each forked worker); None outside gunicorn."""
+    return _served
+
+
+def hold(config: Config) -> None:
+    global _served
+    _served = config
+
+
+def master_config() -> Config:
+    """For ``gunicorn_conf.py``'s module level, which the master executes on start and again on
+    every SIGHUP: the file's configuration, or on a reload with a bad file the held one (the
+    error is logged by ``reload_config`` from the ``on_reload`` hook). A bad file at start
+    prints one line and exits 1."""
+    try:
+        config = load_config(resolve_config_path(None))
+    except ConfigError as exc:
+        if _served is None:
+            print(f"ezat-compat: {one_line(str(exc))}", file=sys.stderr)
+            raise SystemExit(1) from None
+        return _served
+    if _served is None:
+        hold(config)
+    return config
+
+
+def reload_config(log_error: Callable[[str], None], log_warning: Callable[[str], None]) -> bool:
+    """On SIGHUP, before gunicorn starts new workers: load and validate the file again. Valid:
+    hold it (the new workers serve it) and warn about its deployments; invalid: log one line
+    and keep the held configuration (the workers keep serving the previous one). Returns
+    whether the new file was taken."""
+    path = resolve_config_path(None)
+    try:
+        config = load_config(path)
+    except ConfigError as exc:
+        log_error(
+            f"configuration not reloaded: {one_line(str(exc))}; the workers keep serving the previous configuration"
+        )
+        return False
+    hold(config)
+    for line in deployment_warnings(config):
+        log_warning(line)
+    return True
+
+
+def worker_app() -> Flask:
+    """The WSGI app of a gunicorn worker: built from the configuration its master holds (the
+    last one that validated), else, outside ezat-compat's gunicorn settings, from the file."""
+    from ezat_compat.app import app_from_environment, create_app
+
+    config = served_config()
+    return create_app(config) if config is not None else app_from_environment()

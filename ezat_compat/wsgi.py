@@ -1,5 +1,6 @@
-"""The WSGI entry point for gunicorn: the app of the config named by ``EZAT_CONFIG``."""
+"""The WSGI entry point for gunicorn: the app of the configuration the master holds (the last
+one that validated, see ``serving.worker_app``), else of the file named by ``EZAT_CONFIG``."""
 
-from ezat_compat.app import app_from_environment
+from ezat_compat.serving import worker_app
 
-app = app_from_environment()
+app = worker_app()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import select
+import socket
 import time
 from typing import Any
 
@@ -82,8 +84,22 @@ def read_body(request: Request) -> bytes:
 
 
 def client_request(request: Request) -> ClientRequest:
-    """What the pipeline needs of this request: id, key, headers, and the body on demand."""
-    return ClientRequest(request_id(), api_key(request), request.headers, lambda: read_body(request))
+    """What the pipeline needs of this request: id, key, headers, the body on demand, and
+    whether the client is still connected."""
+    sock = request.environ.get("gunicorn.socket")
+    connected = (lambda: still_connected(sock)) if sock is not None else (lambda: True)
+    return ClientRequest(request_id(), api_key(request), request.headers, lambda: read_body(request), connected)
+
+
+def still_connected(sock: socket.socket) -> bool:
+    """False when the client closed its side (a peek reads end-of-file); never blocks."""
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+        if not readable:
+            return True
+        return sock.recv(1, socket.MSG_PEEK) != b""
+    except (OSError, ValueError):
+        return False
 
 
 def respond(result: Reply | StreamSession) -> Response:

@@ -10,13 +10,17 @@ allowed, never echoed. ``status=N`` (answer that error; overrides the instance's
 message_stop), ``token_delay_ms=N``, ``tools=N`` (N tool calls), ``words=N`` (reply of N
 filler words), ``thinking_tokens=N`` (N thinking tokens even without ``thinking``),
 ``refusal``, ``pause``, ``context`` (stop reasons refusal, pause_turn,
-model_context_window_exceeded).
+model_context_window_exceeded), ``tool=NAME`` (call that tool) and ``args={JSON}`` (with these
+arguments; last in its marker), ``reject=PATH`` (a 400 naming PATH).
+
+Requests are held to the real API's rules (``validate.RULES``, each with its source); the
+simulator signs the thinking blocks it emits (``signing``) and refuses one it did not sign.
 
 Modules: ``app`` (the WSGI app, the I/O shell) and ``server`` (flags, gevent, binding) around
 a pure core that does no I/O, sleeps, reads no clock and draws no random number — ``errors``
 (``SimError``, Anthropic's envelope), ``request`` (reading a body, the token formula),
-``markers``, ``validate`` (Anthropic's 400s), ``cache`` (input tokens, the prompt cache),
-``schema_json``, ``replies`` and ``events`` (SSE).
+``markers``, ``shape`` and ``validate`` (Anthropic's 400s), ``images``, ``signing``,
+``cache`` (input tokens, the prompt cache), ``schema_json``, ``replies`` and ``events`` (SSE).
 
 This package imports nothing that opens sockets, so ``__main__`` can patch gevent first.
 """

@@ -38,7 +38,8 @@ from ezat_compat.sim.events import OVERLOADED_EVENT, encode_event, message_event
 from ezat_compat.sim.markers import Markers, parse_markers
 from ezat_compat.sim.replies import build_reply, message_json
 from ezat_compat.sim.request import last_user_text
-from ezat_compat.sim.validate import validate_request
+from ezat_compat.sim.shape import EFFORTS
+from ezat_compat.sim.validate import MAX_BODY_BYTES, ModelCaps, check_body_size, validate_request
 
 StartResponse = Callable[..., Any]
 Environ = dict[str, Any]
@@ -57,8 +58,10 @@ class SimConfig:
     ``retry_after`` (seconds) goes with injected 429/503/529. ``latency_ms`` is waited before
     any ``/v1/messages`` answer. Streams: ``cut_after`` closes the connection after N events,
     ``stall_s`` waits after message_start and the ping, ``token_delay_ms`` between content
-    deltas. ``api_key`` set: any other ``x-api-key`` gets 401. ``prefill=False`` refuses a
-    trailing assistant message. Markers in a request override these per request.
+    deltas. ``api_key`` set: any other ``x-api-key`` gets 401. The model's capabilities
+    (``validate.ModelCaps``): ``prefill=False`` refuses a trailing assistant message,
+    ``temperature_with_top_p=True`` accepts both together (older models), ``efforts`` the
+    ``output_config.effort`` levels offered. Markers in a request override these per request.
     """
 
     name: str = "sim"
@@ -73,9 +76,11 @@ class SimConfig:
     min_cache_tokens: int = 1024
     api_key: str | None = None
     prefill: bool = True
+    temperature_with_top_p: bool = False
+    efforts: tuple[str, ...] = EFFORTS
     max_recorded: int = 500
     max_recorded_body_bytes: int = 8 * MIB
-    max_body_bytes: int = 32 * MIB
+    max_body_bytes: int = MAX_BODY_BYTES
     cache_entries: int = 4096
 
     def __post_init__(self) -> None:
@@ -90,6 +95,14 @@ class SimConfig:
             raise ValueError("cut_after must not be negative")
         if self.retry_after is not None and self.retry_after < 0:
             raise ValueError("retry_after must not be negative")
+        unknown = [e for e in self.efforts if e not in EFFORTS]
+        if unknown:
+            raise ValueError(f"unknown effort levels: {', '.join(unknown)} (known: {', '.join(EFFORTS)})")
+
+    @property
+    def caps(self) -> ModelCaps:
+        """The simulated model's capabilities, for ``validate_request``."""
+        return ModelCaps(prefill=self.prefill, temperature_with_top_p=self.temperature_with_top_p, efforts=self.efforts)
 
 
 @dataclass
@@ -258,13 +271,11 @@ class Simulator:
                 length = int(length_text)
             except ValueError:
                 raise InvalidRequestError("Invalid Content-Length header") from None
-            if length > limit:
-                raise SimError(413)
+            check_body_size(length, limit)
             return stream.read(length) if length > 0 else b""
         if environ.get("HTTP_TRANSFER_ENCODING", "").lower() == "chunked":
             data = stream.read(limit + 1)
-            if len(data) > limit:
-                raise SimError(413)
+            check_body_size(len(data), limit)
             return data
         return b""
 
@@ -303,7 +314,7 @@ class Simulator:
 
     def _messages(self, environ: Environ, start_response: StartResponse, request_id: str) -> Iterable[bytes]:
         body = self._receive(environ, "/v1/messages")
-        validate_request(body, allow_prefill=self.config.prefill)
+        validate_request(body, caps=self.config.caps)
         clean_text, markers = parse_markers(last_user_text(body))
         if markers.delay:
             self._sleep(markers.delay)
@@ -317,7 +328,7 @@ class Simulator:
 
     def _count_tokens(self, environ: Environ, start_response: StartResponse, request_id: str) -> list[bytes]:
         body = self._receive(environ, "/v1/messages/count_tokens")
-        validate_request(body, count_only=True, allow_prefill=self.config.prefill)
+        validate_request(body, count_only=True, caps=self.config.caps)
         return self._respond(start_response, 200, {"input_tokens": count_input_tokens(body)}, request_id)
 
     def _inject_fault(self, markers: Markers) -> None:

@@ -93,7 +93,9 @@ def _block_events(index: int, block: Mapping[str, Any]) -> Iterator[tuple[str, d
                 "content_block": {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}},
             },
         )
-        for piece in json_pieces(json.dumps(block["input"], ensure_ascii=False)):
+        # A call without arguments streams one empty piece, as the real API does.
+        pieces = json_pieces(json.dumps(block["input"], ensure_ascii=False)) if block["input"] else [""]
+        for piece in pieces:
             yield (
                 "content_block_delta",
                 {

@@ -1,22 +1,27 @@
 """``[[sim:key=value,flag]]`` markers: what the last user message asks of one reply.
 
 The keys and what they do are listed in ``ezat_compat.sim``'s docstring; ``parse_markers``
-refuses an unknown key or a bad value with a 400, so a typo in a test is seen.
+refuses an unknown key or a bad value with a 400, so a typo in a test is seen. ``args=`` takes a
+JSON object and must be the last key of its marker (its JSON may hold commas, not "]]"):
+``[[sim:tool=get_weather,args={"city": "Paris"}]]``.
 """
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ezat_compat.sim.errors import InvalidRequestError
 
-MARKER_RE = re.compile(r"\[\[sim:([^\]]*)\]\]")
+MARKER_RE = re.compile(r"\[\[sim:(.*?)\]\]", re.DOTALL)  # up to the first "]]"
 _INT_MARKERS = frozenset({"status", "cut", "error_after", "token_delay_ms", "tools", "words", "thinking_tokens"})
 _FLOAT_MARKERS = frozenset({"retry_after", "delay", "stall"})
 _FLAG_MARKERS = frozenset({"refusal", "pause", "context"})
-_STR_MARKERS = frozenset({"reject"})  # reject=<path>: a 400 whose message starts with that path
+_STR_MARKERS = frozenset({"reject", "tool"})  # reject=<path>: a 400 naming that path; tool=<name>: call it
+_ARGS_KEY = "args="
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,8 @@ class Markers:
     pause: bool = False
     context: bool = False
     reject: str | None = None
+    tool: str | None = None
+    args: Mapping[str, Any] | None = None
 
 
 NO_MARKERS = Markers()
@@ -52,7 +59,10 @@ def parse_markers(text: str) -> tuple[str, Markers]:
         return text, NO_MARKERS
     values: dict[str, Any] = {}
     for match in MARKER_RE.finditer(text):
-        for item in match.group(1).split(","):
+        items, args = _split_args(match.group(1))
+        if args is not None:
+            values["args"] = args
+        for item in items.split(","):
             item = item.strip()
             if not item:
                 continue
@@ -61,6 +71,21 @@ def parse_markers(text: str) -> tuple[str, Markers]:
             values[key] = _marker_value(key, raw if sep else None)
     clean = " ".join(MARKER_RE.sub(" ", text).split()) if values else MARKER_RE.sub("", text).strip()
     return clean, Markers(**values)
+
+
+def _split_args(content: str) -> tuple[str, Mapping[str, Any] | None]:
+    """(the marker's other items, its ``args=`` JSON object or None)."""
+    at = content.find(_ARGS_KEY)
+    if at < 0 or (at > 0 and content[at - 1] not in ", "):
+        return content, None
+    raw = content[at + len(_ARGS_KEY) :].strip()
+    try:
+        args = json.loads(raw)
+    except ValueError:
+        args = None
+    if not isinstance(args, dict):
+        raise InvalidRequestError(f"[[sim:…]] marker: `args` must be a JSON object, not {raw!r}")
+    return content[:at], args
 
 
 def _marker_value(key: str, raw: str | None) -> Any:

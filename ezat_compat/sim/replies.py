@@ -8,7 +8,6 @@ removed); ``[[sim:…]]`` markers and the request's ``thinking``, ``tools``, ``t
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import re
@@ -17,9 +16,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ezat_compat.sim.cache import InputUsage
+from ezat_compat.sim.errors import InvalidRequestError
 from ezat_compat.sim.markers import Markers
 from ezat_compat.sim.request import compact_json, content_blocks, last_user_message, tokens, tool_result_text
 from ezat_compat.sim.schema_json import schema_value
+from ezat_compat.sim.shape import is_server_tool
+from ezat_compat.sim.signing import sign_thinking
 
 REPLY_PREFIX = "Hello from the simulator."
 ECHO_CHARS = 200
@@ -99,23 +101,31 @@ def _thinking_budget(body: Mapping[str, Any]) -> tuple[bool, int | None, bool]:
     return True, budget, thinking.get("display") == "omitted"
 
 
+def _custom_tools(body: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return [tool for tool in body.get("tools") or [] if not is_server_tool(tool)]
+
+
 def _wants_tool_use(body: Mapping[str, Any], clean_text: str, markers: Markers, tool_results: bool) -> bool:
-    if not body.get("tools") or tool_results:
+    if not _custom_tools(body) or tool_results:
         return False
     choice = (body.get("tool_choice") or {}).get("type", "auto")
     if choice == "none":
         return False
-    return choice in ("any", "tool") or markers.tools is not None or bool(_TOOL_WORD_RE.search(clean_text))
+    asked = markers.tools is not None or markers.tool is not None or markers.args is not None
+    return choice in ("any", "tool") or asked or bool(_TOOL_WORD_RE.search(clean_text))
 
 
 def _tool_uses(body: Mapping[str, Any], clean_text: str, markers: Markers) -> list[dict[str, Any]]:
     choice = body.get("tool_choice") or {}
-    tools = body["tools"]
+    tools = _custom_tools(body)
     count = max(1, markers.tools or 1)
     if choice.get("disable_parallel_tool_use"):
         count = 1
-    if choice.get("type") == "tool":
-        forced = next(t for t in tools if t["name"] == choice["name"])
+    wanted = choice["name"] if choice.get("type") == "tool" else markers.tool
+    if wanted is not None:
+        forced = next((t for t in tools if t["name"] == wanted), None)
+        if forced is None:
+            raise InvalidRequestError(f"[[sim:…]] marker: tool `{wanted}` is not in `tools`")
         chosen = [forced] * count
     else:
         chosen = [tools[k % len(tools)] for k in range(count)]
@@ -125,18 +135,18 @@ def _tool_uses(body: Mapping[str, Any], clean_text: str, markers: Markers) -> li
             "type": "tool_use",
             "id": "toolu_" + alnum_id(f"{seed}|{k}|{tool['name']}"),
             "name": tool["name"],
-            "input": schema_value(tool["input_schema"]),
+            "input": dict(markers.args) if markers.args is not None else schema_value(tool["input_schema"]),
         }
         for k, tool in enumerate(chosen)
     ]
 
 
 def _reply_text(body: Mapping[str, Any], clean_text: str, markers: Markers, results: list[str]) -> str:
+    fmt = (body.get("output_config") or {}).get("format")
+    if fmt:  # structured output is JSON of the schema, after a tool result too
+        return json.dumps(schema_value(fmt["schema"]), ensure_ascii=False)
     if results:
         return "Tool results: " + "; ".join(text[:ECHO_CHARS] for text in results)
-    fmt = (body.get("output_config") or {}).get("format")
-    if fmt:
-        return json.dumps(schema_value(fmt["schema"]), ensure_ascii=False)
     if markers.words is not None:
         return filler_text(markers.words)
     if not clean_text:
@@ -161,7 +171,6 @@ def build_reply(body: Mapping[str, Any], clean_text: str, markers: Markers) -> R
     ``max_tokens``); a stop sequence found in the text cuts before it.
     """
     max_tokens: int = body["max_tokens"]
-    signature_seed = f"{len(body['messages'])}|{clean_text}"
     content: list[dict[str, Any]] = []
     stop_reason, stop_sequence = "end_turn", None
 
@@ -174,13 +183,8 @@ def build_reply(body: Mapping[str, Any], clean_text: str, markers: Markers) -> R
         thought = thought[: limit * 4]
         thinking_tokens = tokens(thought)
         if requested:
-            content.append(
-                {
-                    "type": "thinking",
-                    "thinking": "" if omitted else thought,
-                    "signature": base64.b64encode(hashlib.sha256(("sig|" + signature_seed).encode()).digest()).decode(),
-                }
-            )
+            shown = "" if omitted else thought
+            content.append({"type": "thinking", "thinking": shown, "signature": sign_thinking(shown)})
     remaining = max_tokens - thinking_tokens
     used = thinking_tokens
 

@@ -53,16 +53,17 @@ def _resolve_ref(root: Any, ref: str) -> Any:
 
 def _bounded(schema: Mapping[str, Any], value: float) -> float:
     low, high = schema.get("minimum"), schema.get("maximum")
-    if is_number(low) and value < low:
-        value = low
-    if is_number(high) and value > high:
-        value = high
+    if isinstance(low, int | float) and is_number(low) and value < low:
+        value = float(low)
+    if isinstance(high, int | float) and is_number(high) and value > high:
+        value = float(high)
     return value
 
 
 def _object_value(schema: Mapping[str, Any], root: Any, depth: int) -> dict[str, Any]:
-    properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
-    required = schema.get("required") if isinstance(schema.get("required"), list) else []
+    found, listed = schema.get("properties"), schema.get("required")
+    properties: dict[str, Any] = found if isinstance(found, dict) else {}
+    required: list[Any] = listed if isinstance(listed, list) else []
     keys = [k for k in required if isinstance(k, str)] or list(properties)
     return {key: schema_value(properties.get(key, {"type": "string"}), root, depth + 1) for key in keys}
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from ezat_compat.sim.app import SimConfig
+from ezat_compat.sim.shape import EFFORTS
 
 DEFAULT_BIND = "127.0.0.1:8090"
 LISTEN_BACKLOG = 4096
@@ -53,6 +54,14 @@ def _non_negative(kind: type[int] | type[float]) -> Callable[[str], float]:
     return convert
 
 
+def _efforts(text: str) -> tuple[str, ...]:
+    levels = tuple(level.strip() for level in text.split(",") if level.strip())
+    unknown = [level for level in levels if level not in EFFORTS]
+    if not levels or unknown:
+        raise argparse.ArgumentTypeError(f"expected levels among {','.join(EFFORTS)}, not {text!r}")
+    return levels
+
+
 def build_parser(prog: str = "ezat-sim") -> argparse.ArgumentParser:
     """The simulator's command-line options (reused by ``ezat-compat sim``)."""
     parser = argparse.ArgumentParser(prog=prog, description="Anthropic-compatible Messages API simulator")
@@ -88,6 +97,18 @@ def build_parser(prog: str = "ezat-sim") -> argparse.ArgumentParser:
     )
     add("--api-key", metavar="KEY", help="accept only this x-api-key (default: any non-empty key)")
     add("--no-prefill", action="store_true", help="refuse a trailing assistant message (400)")
+    add(
+        "--temperature-with-top-p",
+        action="store_true",
+        help="accept temperature and top_p together (older models; the default refuses both, as the newest do)",
+    )
+    add(
+        "--efforts",
+        type=_efforts,
+        default=EFFORTS,
+        metavar="LIST",
+        help=f"comma-separated output_config.effort levels the model offers (default {','.join(EFFORTS)})",
+    )
     return parser
 
 
@@ -108,6 +129,8 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         min_cache_tokens=args.min_cache_tokens,
         api_key=args.api_key,
         prefill=not args.no_prefill,
+        temperature_with_top_p=args.temperature_with_top_p,
+        efforts=args.efforts,
     )
 
 
@@ -143,7 +166,7 @@ def serve(config: SimConfig, host: str, port: int, *, out: TextIO | None = None)
 
         def __init__(self, sock: Any, address: Any, server: Any, rfile: Any = None) -> None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            super().__init__(sock, address, server, rfile)
+            super().__init__(sock, address, server, rfile)  # type: ignore[call-arg]  # types-gevent omits rfile
 
     _raise_open_file_limit()
     server = WSGIServer((host, port), make_app(config), log=None, backlog=LISTEN_BACKLOG, handler_class=NoDelayHandler)

@@ -1,344 +1,142 @@
 """Request validation: refuse what Anthropic's Messages API refuses, with its wording and paths.
 
-``validate_request`` raises ``InvalidRequestError`` (400) for the first rule a body breaks;
-messages and ``count_tokens`` bodies differ only in their fields and ``max_tokens``.
+``validate_request`` checks the body's shape (``shape.check_shape``), then runs ``RULES`` in
+order and raises ``InvalidRequestError`` (400) for the first row the body breaks. Each row names
+its source: an Anthropic documentation page, or a public issue thread quoting the real error
+text. What a model offers (prefill, ``temperature`` with ``top_p``, effort levels, image
+limits) is a ``ModelCaps``; ``SimConfig`` builds one per simulator instance.
+
+``check_body_size`` is the 413 of a body over 32 MB, which ``app`` applies before parsing.
 """
 
 from __future__ import annotations
 
 import binascii
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ezat_compat.sim.errors import InvalidRequestError
-from ezat_compat.sim.request import content_blocks, is_int, is_number
+from ezat_compat.sim.errors import InvalidRequestError, SimError
+from ezat_compat.sim.images import image_size
+from ezat_compat.sim.request import content_blocks
+from ezat_compat.sim.shape import EFFORTS, check_shape, expected, is_server_tool
+from ezat_compat.sim.signing import verify_thinking
 
-MESSAGE_FIELDS = frozenset(
-    {
-        "model",
-        "messages",
-        "max_tokens",
-        "system",
-        "metadata",
-        "stop_sequences",
-        "stream",
-        "temperature",
-        "top_p",
-        "top_k",
-        "tools",
-        "tool_choice",
-        "thinking",
-        "output_config",
-        "service_tier",
-        "container",
-        "mcp_servers",
-        "context_management",
-        "inference_geo",
-        "speed",
-        "cache_control",
-        "diagnostics",
-    }
-)
-COUNT_TOKENS_FIELDS = frozenset(
-    {
-        "model",
-        "messages",
-        "system",
-        "tools",
-        "tool_choice",
-        "thinking",
-        "output_config",
-        "mcp_servers",
-        "context_management",
-        "cache_control",
-        "speed",
-    }
-)
-BLOCK_TYPES = ("text", "image", "document", "tool_use", "tool_result", "thinking", "redacted_thinking")
-IMAGE_MEDIA_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
-EFFORTS = ("low", "medium", "high", "xhigh", "max")
-TOOL_CHOICE_TYPES = ("auto", "any", "tool", "none")
-THINKING_TYPES = ("adaptive", "enabled", "disabled")
+MIB = 1024 * 1024
+MAX_BODY_BYTES = 32 * MIB
 MAX_CACHE_BREAKPOINTS = 4
-MIN_THINKING_BUDGET = 1024
+TOOL_ID_RE = re.compile(r"^[a-zA-Z0-9_-]+$")
+TOOL_NAME_PATTERN = "^[a-zA-Z0-9_-]{1,128}$"
+TOOL_NAME_RE = re.compile(TOOL_NAME_PATTERN)
 PREFILL_MESSAGE = (
     "This model does not support assistant message prefill. The conversation must end with a user message."
 )
-TOOL_ID_RE = re.compile(r"^[a-zA-Z0-9_-]+$")
-TOOL_NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
-_NOT_DICT = "Input should be a valid dictionary or object to extract fields from"
+EXTENDED_THINKING_DOCS = "https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
+THINKING_FIRST_MESSAGE = (
+    "{path}.type: Expected `thinking` or `redacted_thinking`, but found `{found}`. When `thinking` is enabled, "
+    "a final `assistant` message must start with a thinking block (preceeding the lastmost set of `tool_use` and "
+    "`tool_result` blocks). We recommend you include thinking blocks from previous turns. To avoid this "
+    "requirement, disable `thinking`. Please consult our documentation at " + EXTENDED_THINKING_DOCS
+)
+CACHE_TTL_ORDER_MESSAGE = (
+    "{path}.cache_control.ttl: a ttl='1h' cache_control block must not come after a ttl='5m' cache_control "
+    "block. Note that blocks are processed in the following order: `tools`, `system`, `messages`."
+)
+# Structured outputs: keywords the grammar compiler refuses, per JSON type (see the SCHEMA rows).
+SCHEMA_UNSUPPORTED: dict[str, tuple[str, ...]] = {
+    "number": ("exclusiveMaximum", "exclusiveMinimum", "maximum", "minimum", "multipleOf"),
+    "integer": ("exclusiveMaximum", "exclusiveMinimum", "maximum", "minimum", "multipleOf"),
+    "string": ("maxLength", "minLength"),
+    "array": ("maxItems", "uniqueItems"),
+}
+MAX_SCHEMA_NODES = 10_000
 
 
-def _expected(values: Sequence[str]) -> str:
-    quoted = [f"'{v}'" for v in values]
-    return ", ".join(quoted[:-1]) + " or " + quoted[-1] if len(quoted) > 1 else quoted[0]
+@dataclass(frozen=True)
+class ModelCaps:
+    """What the simulated model accepts; the defaults are the newest models' rules.
+
+    ``prefill``: a trailing assistant message is allowed. ``temperature_with_top_p``: both may
+    be sent together (older models). ``efforts``: the ``output_config.effort`` levels offered.
+    Image limits: bytes of the base64 string, pixels per side, and per side when a request
+    carries more than ``many_images`` images.
+    """
+
+    prefill: bool = True
+    temperature_with_top_p: bool = False
+    efforts: tuple[str, ...] = EFFORTS
+    max_image_base64_bytes: int = 5 * MIB
+    max_image_side: int = 8000
+    many_images: int = 20
+    many_images_side: int = 2000
 
 
-def _tags(values: Sequence[str]) -> str:
-    return ", ".join(f"'{v}'" for v in values)
+@dataclass(frozen=True)
+class Rule:
+    """One refusal of the real API: ``check`` returns its error message, or None when the body is fine."""
+
+    name: str
+    source: str
+    check: Callable[[Mapping[str, Any], ModelCaps], str | None] = field(repr=False)
 
 
-def _require_dict(value: Any, path: str) -> Mapping[str, Any]:
-    if not isinstance(value, dict):
-        raise InvalidRequestError(f"{path}: {_NOT_DICT}")
-    return value
-
-
-def _require_str(block: Mapping[str, Any], key: str, path: str) -> str:
-    if key not in block:
-        raise InvalidRequestError(f"{path}.{key}: Field required")
-    value = block[key]
-    if not isinstance(value, str):
-        raise InvalidRequestError(f"{path}.{key}: Input should be a valid string")
-    return value
-
-
-def validate_request(body: Any, *, count_only: bool = False, allow_prefill: bool = True) -> None:
+def validate_request(body: Any, *, count_only: bool = False, caps: ModelCaps | None = None) -> None:
     """Raise ``InvalidRequestError`` (400) when Anthropic would refuse ``body``.
 
-    ``count_only`` validates a ``/v1/messages/count_tokens`` body (no ``max_tokens``);
-    ``allow_prefill=False`` refuses a trailing assistant message like models without prefill.
+    ``count_only`` validates a ``/v1/messages/count_tokens`` body (no ``max_tokens``).
     """
-    if not isinstance(body, dict):
-        raise InvalidRequestError(f"body: {_NOT_DICT}")
-    allowed = COUNT_TOKENS_FIELDS if count_only else MESSAGE_FIELDS
-    for key in body:
-        if key not in allowed:
-            raise InvalidRequestError(f"{key}: Extra inputs are not permitted")
-    required = ("model", "messages") if count_only else ("model", "max_tokens", "messages")
-    for key in required:
-        if key not in body:
-            raise InvalidRequestError(f"{key}: Field required")
-    if not isinstance(body["model"], str):
-        raise InvalidRequestError("model: Input should be a valid string")
-    if not body["model"]:
-        raise InvalidRequestError("model: String should have at least 1 character")
-    if not count_only:
-        _check_max_tokens(body["max_tokens"])
-    tool_names = _check_tools(body.get("tools"))
-    _check_system(body.get("system"))
-    _check_messages(body["messages"], allow_prefill=allow_prefill)
-    _check_tool_pairing(body["messages"])
-    _check_tool_choice(body.get("tool_choice"), tool_names)
-    _check_thinking(body.get("thinking"), None if count_only else body["max_tokens"])
-    _check_sampling(body)
-    _check_output_config(body.get("output_config"))
-    _check_misc(body)
-    breakpoints = _count_cache_controls(body)
-    if breakpoints > MAX_CACHE_BREAKPOINTS:
-        raise InvalidRequestError(
-            f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided. Found {breakpoints}."
-        )
+    check_shape(body, count_only=count_only)
+    model_caps = caps or ModelCaps()
+    for rule in RULES:
+        message = rule.check(body, model_caps)
+        if message is not None:
+            raise InvalidRequestError(message)
 
 
-def _check_max_tokens(value: Any) -> None:
-    if not is_int(value):
-        raise InvalidRequestError("max_tokens: Input should be a valid integer")
-    if value < 1:
-        raise InvalidRequestError("max_tokens: Input should be greater than or equal to 1")
+def check_body_size(length: int, limit: int = MAX_BODY_BYTES) -> None:
+    """Raise the real API's 413 ``request_too_large`` for a body over ``limit`` bytes (32 MB).
+
+    Source: https://docs.claude.com/en/api/errors (413 request_too_large, "Request exceeds the
+    maximum allowed number of bytes"; the Messages endpoint allows 32 MB).
+    """
+    if length > limit:
+        raise SimError(413)
 
 
-def _check_text_block(block: Mapping[str, Any], path: str, scope: str) -> None:
-    text = _require_str(block, "text", path)
-    if not text:
-        raise InvalidRequestError(f"{scope}: text content blocks must be non-empty")
-    if not text.strip():
-        raise InvalidRequestError(f"{scope}: text content blocks must contain non-whitespace text")
+# -- walking a body -------------------------------------------------------------------------
 
 
-def _check_cache_control(block: Mapping[str, Any], path: str) -> None:
-    cache_control = block.get("cache_control")
-    if cache_control is None:
-        return
-    _require_dict(cache_control, f"{path}.cache_control")
-    if cache_control.get("type") != "ephemeral":
-        raise InvalidRequestError(f"{path}.cache_control.type: Input should be 'ephemeral'")
-    if "ttl" in cache_control and cache_control["ttl"] not in ("5m", "1h"):
-        raise InvalidRequestError(f"{path}.cache_control.ttl: Input should be '5m' or '1h'")
+def _message_blocks(body: Mapping[str, Any]) -> Iterator[tuple[str, int, dict[str, Any]]]:
+    """(path, message index, block) of every message block and every block inside a tool_result."""
+    for i, message in enumerate(body["messages"]):
+        for j, block in enumerate(content_blocks(message["content"])):
+            path = f"messages.{i}.content.{j}"
+            yield path, i, block
+            if block["type"] == "tool_result":
+                for k, inner in enumerate(content_blocks(block.get("content"))):
+                    yield f"{path}.tool_result.content.{k}", i, inner
 
 
-def _check_system(system: Any) -> None:
-    if system is None or isinstance(system, str):
-        return
-    if not isinstance(system, list):
-        raise InvalidRequestError("system: Input should be a valid string or a list of text blocks")
-    for k, block in enumerate(system):
-        path = f"system.{k}"
-        _require_dict(block, path)
-        if block.get("type") != "text":
-            raise InvalidRequestError(f"{path}.type: Input should be 'text'")
-        _check_text_block(block, path, "system")
-        _check_cache_control(block, path)
+def _cacheable(body: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """(path of the block's fields, block) in the order the API processes them: tools, system, messages."""
+    for k, tool in enumerate(body.get("tools") or []):
+        yield (f"tools.{k}.{tool['type']}" if is_server_tool(tool) else f"tools.{k}.custom"), tool
+    if isinstance(body.get("system"), list):
+        for k, block in enumerate(body["system"]):
+            yield f"system.{k}", block
+    for path, _, block in _message_blocks(body):
+        yield f"{path}.{block['type']}", block
 
 
-def _check_base64(data: Any, path: str) -> None:
-    if not isinstance(data, str):
-        raise InvalidRequestError(f"{path}.data: Input should be a valid string")
-    try:
-        decoded = binascii.a2b_base64(data, strict_mode=True)
-    except binascii.Error:
-        decoded = b""
-    if not decoded:
-        raise InvalidRequestError(f"{path}.data: Invalid base64 data")
+def _custom_tools(body: Mapping[str, Any]) -> Iterator[tuple[int, Mapping[str, Any]]]:
+    for k, tool in enumerate(body.get("tools") or []):
+        if not is_server_tool(tool):
+            yield k, tool
 
 
-def _check_image(block: Mapping[str, Any], path: str) -> None:
-    source = _require_dict(block.get("source"), f"{path}.source")
-    kind = source.get("type")
-    if kind == "base64":
-        if source.get("media_type") not in IMAGE_MEDIA_TYPES:
-            raise InvalidRequestError(
-                f"{path}.source.base64.media_type: Input should be {_expected(IMAGE_MEDIA_TYPES)}"
-            )
-        _check_base64(source.get("data"), f"{path}.source.base64")
-    elif kind == "url":
-        _require_str(source, "url", f"{path}.source.url")
-    else:
-        raise InvalidRequestError(
-            f"{path}.source: Input tag '{kind}' found using 'type' does not match any of the "
-            "expected tags: 'base64', 'url'"
-        )
-
-
-def _check_document(block: Mapping[str, Any], path: str) -> None:
-    source = _require_dict(block.get("source"), f"{path}.source")
-    kind = source.get("type")
-    if kind == "base64":
-        if source.get("media_type") != "application/pdf":
-            raise InvalidRequestError(f"{path}.source.base64.media_type: Input should be 'application/pdf'")
-        _check_base64(source.get("data"), f"{path}.source.base64")
-    elif kind == "text":
-        if source.get("media_type") != "text/plain":
-            raise InvalidRequestError(f"{path}.source.text.media_type: Input should be 'text/plain'")
-        _require_str(source, "data", f"{path}.source.text")
-    elif kind == "url":
-        _require_str(source, "url", f"{path}.source.url")
-    else:
-        raise InvalidRequestError(
-            f"{path}.source: Input tag '{kind}' found using 'type' does not match any of the "
-            "expected tags: 'base64', 'text', 'url'"
-        )
-
-
-def _check_tool_use(block: Mapping[str, Any], path: str) -> None:
-    if not TOOL_ID_RE.match(_require_str(block, "id", path)):
-        raise InvalidRequestError(f"{path}.id: String should match pattern '^[a-zA-Z0-9_-]+$'")
-    _require_str(block, "name", path)
-    if "input" not in block:
-        raise InvalidRequestError(f"{path}.input: Field required")
-    if not isinstance(block["input"], dict):
-        raise InvalidRequestError(f"{path}.input: Input should be a valid dictionary")
-
-
-_RESULT_BLOCK_TYPES = ("text", "image", "document")
-
-
-def _check_tool_result(block: Mapping[str, Any], path: str) -> None:
-    if not TOOL_ID_RE.match(_require_str(block, "tool_use_id", path)):
-        raise InvalidRequestError(f"{path}.tool_use_id: String should match pattern '^[a-zA-Z0-9_-]+$'")
-    if "is_error" in block and not isinstance(block["is_error"], bool):
-        raise InvalidRequestError(f"{path}.is_error: Input should be a valid boolean")
-    content = block.get("content", "")
-    if isinstance(content, str):
-        return
-    if not isinstance(content, list):
-        raise InvalidRequestError(f"{path}.content: Input should be a valid string or a list of content blocks")
-    for k, inner in enumerate(content):
-        inner_path = f"{path}.content.{k}"
-        _require_dict(inner, inner_path)
-        kind = inner.get("type")
-        if kind not in _RESULT_BLOCK_TYPES:
-            raise InvalidRequestError(
-                f"{inner_path}: Input tag '{kind}' found using 'type' does not match any of the "
-                f"expected tags: {_tags(_RESULT_BLOCK_TYPES)}"
-            )
-        _BLOCK_CHECKS[kind](inner, inner_path)
-        _check_cache_control(inner, inner_path)
-
-
-def _check_thinking_block(block: Mapping[str, Any], path: str) -> None:
-    _require_str(block, "thinking", path)
-    _require_str(block, "signature", path)
-
-
-def _check_redacted_thinking(block: Mapping[str, Any], path: str) -> None:
-    _require_str(block, "data", path)
-
-
-_BLOCK_CHECKS = {
-    "text": lambda block, path: _check_text_block(block, path, "messages"),
-    "image": _check_image,
-    "document": _check_document,
-    "tool_use": _check_tool_use,
-    "tool_result": _check_tool_result,
-    "thinking": _check_thinking_block,
-    "redacted_thinking": _check_redacted_thinking,
-}
-
-
-def _check_block(block: Any, path: str) -> None:
-    _require_dict(block, path)
-    kind = block.get("type")
-    check = _BLOCK_CHECKS.get(kind) if isinstance(kind, str) else None
-    if check is None:
-        raise InvalidRequestError(
-            f"{path}: Input tag '{kind}' found using 'type' does not match any of the expected tags: "
-            f"{_tags(BLOCK_TYPES)}"
-        )
-    check(block, path)
-    _check_cache_control(block, path)
-
-
-def _check_messages(messages: Any, *, allow_prefill: bool) -> None:
-    if not isinstance(messages, list):
-        raise InvalidRequestError("messages: Input should be a valid list")
-    if not messages:
-        raise InvalidRequestError("messages: at least one message is required")
-    last = len(messages) - 1
-    for i, message in enumerate(messages):
-        path = f"messages.{i}"
-        _require_dict(message, path)
-        if "role" not in message:
-            raise InvalidRequestError(f"{path}.role: Field required")
-        role = message["role"]
-        if role not in ("user", "assistant"):
-            raise InvalidRequestError(f"{path}.role: Input should be 'user' or 'assistant'")
-        if "content" not in message:
-            raise InvalidRequestError(f"{path}.content: Field required")
-        final_assistant = i == last and role == "assistant"
-        if final_assistant and not allow_prefill:
-            raise InvalidRequestError(PREFILL_MESSAGE)
-        content = message["content"]
-        if isinstance(content, str):
-            if not content and not final_assistant:
-                raise InvalidRequestError(
-                    f"{path}: all messages must have non-empty content except for the optional final assistant message"
-                )
-            if content and not content.strip() and not final_assistant:
-                raise InvalidRequestError("messages: text content blocks must contain non-whitespace text")
-        elif isinstance(content, list):
-            if not content and not final_assistant:
-                raise InvalidRequestError(
-                    f"{path}: all messages must have non-empty content except for the optional final assistant message"
-                )
-            for j, block in enumerate(content):
-                _check_block(block, f"{path}.content.{j}")
-        else:
-            raise InvalidRequestError(f"{path}.content: Input should be a valid string or a list of content blocks")
-        if final_assistant:
-            _check_final_assistant(content)
-
-
-def _check_final_assistant(content: Any) -> None:
-    if isinstance(content, str):
-        text = content
-    else:
-        texts = [b["text"] for b in content if b.get("type") == "text"]
-        text = texts[-1] if texts and content[-1].get("type") == "text" else ""
-    if text and text[-1].isspace():
-        raise InvalidRequestError("messages: final assistant content cannot end with trailing whitespace")
+def _thinking_on(body: Mapping[str, Any]) -> bool:
+    return (body.get("thinking") or {}).get("type") in ("enabled", "adaptive")
 
 
 @dataclass
@@ -357,183 +155,421 @@ def _turns(messages: list[Mapping[str, Any]]) -> list[_Turn]:
     return turns
 
 
-def _check_tool_pairing(messages: list[Mapping[str, Any]]) -> None:
-    turns = _turns(messages)
-    for t, turn in enumerate(turns):
-        if turn.role == "assistant":
-            uses = [(i, b["id"]) for i, _, b in turn.entries if b["type"] == "tool_use"]
-            if not uses:
-                continue
-            answered: set[str] = set()
-            if t + 1 < len(turns):
-                for _, _, block in turns[t + 1].entries:
-                    if block["type"] != "tool_result":
-                        break
-                    answered.add(block["tool_use_id"])
-            missing = [(i, use_id) for i, use_id in uses if use_id not in answered]
-            if missing:
-                ids = ", ".join(use_id for _, use_id in missing)
-                raise InvalidRequestError(
-                    f"messages.{missing[0][0]}: `tool_use` ids were found without `tool_result` blocks "
-                    f"immediately after: {ids}. Each `tool_use` block must have a corresponding "
-                    "`tool_result` block in the next message."
-                )
-        else:
-            previous = turns[t - 1].entries if t > 0 else []
-            use_ids = {b["id"] for _, _, b in previous if b["type"] == "tool_use"}
-            for i, j, block in turn.entries:
-                if block["type"] == "tool_result" and block["tool_use_id"] not in use_ids:
-                    raise InvalidRequestError(
-                        f"messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` blocks: "
-                        f"{block['tool_use_id']}. Each `tool_result` block must have a corresponding "
-                        "`tool_use` block in the previous message."
-                    )
+# -- the rules ------------------------------------------------------------------------------
 
 
-def _check_tools(tools: Any) -> set[str]:
-    if tools is None:
-        return set()
-    if not isinstance(tools, list):
-        raise InvalidRequestError("tools: Input should be a valid list")
-    names: set[str] = set()
-    for k, tool in enumerate(tools):
-        path = f"tools.{k}"
-        _require_dict(tool, path)
-        if tool.get("type", "custom") not in ("custom", None):
-            raise InvalidRequestError(f"{path}.type: Input should be 'custom'")
-        name = _require_str(tool, "name", path)
-        if not TOOL_NAME_RE.match(name):
-            raise InvalidRequestError(f"{path}.name: String should match pattern '^[a-zA-Z0-9_-]{{1,128}}$'")
-        if name in names:
-            raise InvalidRequestError("tools: Tool names must be unique.")
-        names.add(name)
-        if "input_schema" not in tool:
-            raise InvalidRequestError(f"{path}.input_schema: Field required")
+def _tool_use_id_pattern(body: Mapping[str, Any], caps: ModelCaps) -> str | None:
+    for path, _, block in _message_blocks(body):
+        if block["type"] == "tool_use" and not TOOL_ID_RE.match(block["id"]):
+            return f"{path}.tool_use.id: String should match pattern '^[a-zA-Z0-9_-]+$'"
+    return None
+
+
+def _tool_result_id_pattern(body: Mapping[str, Any], caps: ModelCaps) -> str | None:
+    for path, _, block in _message_blocks(body):
+        if block["type"] == "tool_result" and not TOOL_ID_RE.match(block["tool_use_id"]):
+            return f"{path}.tool_result.tool_use_id: String should match pattern '^[a-zA-Z0-9_-]+$'"
+    return None
+
+
+def _tool_name_pattern(body: Mapping[str, Any], caps: ModelCaps) -> str | None:
+    for k, tool in _custom_tools(body):
+        if not TOOL_NAME_RE.match(tool["name"]):
+            return f"tools.{k}.custom.name: String should match pattern '{TOOL_NAME_PATTERN}'"
+    return None
+
+
+def _tool_names_unique(body: Mapping[str, Any], caps: ModelCaps) -> str | None:
+    names = [tool["name"] for tool in body.get("tools") or []]
+    return "tools: Tool names must be unique." if len(names) != len(set(names)) else None
+
+
+def _input_schema_type(body: Mapping[str, Any], caps: ModelCaps) -> str | None:
+    for k, tool in _custom_tools(body):
         schema = tool["input_schema"]
-        if not isinstance(schema, dict):
-            raise InvalidRequestError(f"{path}.input_schema: Input should be a valid dictionary")
-        if schema.get("type") != "object":
-            raise InvalidRequestError(f"{path}.input_schema.type: Input should be 'object'")
-        _check_cache_control(tool, path)
-    return names
+        if "type" not in schema:
+            return f"tools.{k}.custom.input_schema.type: Field required"
+        if schema["type"] != "object":
+            return f"tools.{k}.custom.input_schema.type: Input should be 'object'"
+    return None
 
 
-def _check_tool_choice(choice: Any, tool_names: set[str]) -> None:
-    if choice is None:
-        return
-    _require_dict(choice, "tool_choice")
-    kind = choice.get("type")
-    if kind not in TOOL_CHOICE_TYPES:
-        raise InvalidRequestError(
-            f"tool_choice: Input tag '{kind}' found using 'type' does not match any of the expected tags: "
-            f"{_tags(TOOL_CHOICE_TYPES)}"
+def _input_schema_top_level_union(body: Mapping[str, Any], caps: ModelCaps) -> str | None:
+    for k, tool in _custom_tools(body):
+        if any(key in tool["input_schema"] for key in ("oneOf", "allOf", "anyOf")):
+            return (
+                f"tools.{k}.custom.input_schema: input_schema does not support oneOf, allOf, or anyOf at the top level"
+            )
+    return None
+
+
+def _stop_sequences_non_empty(body: Mapping[str, Any], caps: ModelCaps) -> str | None:
+    if any(stop == "" for stop in body.get("stop_sequences") or []):
+        return "stop_sequences: each stop sequence must be non-empty"
+    return None
+
+
+def _stop_sequences_non_whitespace(body: Mapping[str, Any], caps: ModelCaps) -> str | None:
+    if any(stop and not stop.strip() for stop in body.get("stop_sequences") or []):
+        return "stop_sequences: each stop sequence must contain non-whitespace"
+    return None
+
+
+def _texts(body: Mapping[str, Any]) -> Iterator[tuple[str, str, bool]]:
+    """(scope, text, in the final assistant message) of every text block and string content."""
+    system = body.get("system")
+    for block in system if isinstance(system, list) else ():
+        yield "system", block["text"], False
+    messages = body["messages"]
+    last = len(messages) - 1
+    for i, message in enumerate(messages):
+        final_assistant = i == last and message["role"] == "assistant"
+        if isinstance(message["content"], str) and message["content"]:  # "" is the empty-message rule's
+            yield "messages", message["content"], final_assistant
+    for _, i, block in _message_blocks(body):
+        if block["type"] == "text":
+            yield "messages", block["text"], i == last and messages[i]["role"] == "assistant"
+
+
+def _text_non_empty(body: Mapping[str, Any], caps: ModelCaps) -> str | None:
+    for scope, text, _ in _texts(body):
+        if not text:
+            return f"{scope}: text content blocks must be non-empty"
+    return None
+
+
+def _text_non_whitespace(body: Mapping[str, Any], caps: ModelCaps) -> str | None:
+    for scope, text, final_assistant in _texts(body):
+        if text and not text.strip() and not final_assistant:
+            return f"{scope}: text content blocks must contain non-whitespace text"
+    return None
+
+
+def _message_non_empty(body: Mapping[str, Any], caps: ModelCaps) -> str | None:
+    messages = body["messages"]
+    for i, message in enumerate(messages):
+        final_assistant = i == len(messages) - 1 and message["role"] == "assistant"
+        if not message["content"] and not final_assistant:
+            return (
+                f"messages.{i}: all messages must have non-empty content except for the optional final "
+                "assistant message"
+            )
+    return None
+
+
+def _prefill_supported(body: Mapping[str, Any], caps: ModelCaps) -> str | None:
+    if not caps.prefill and body["messages"][-1]["role"] == "assistant":
+        return PREFILL_MESSAGE
+    return None
+
+
+def _final_assistant_no_trailing_whitespace(body: Mapping[str, Any], caps: ModelCaps) -> str | None:
+    message = body["messages"][-1]
+    if message["role"] != "assistant":
+        return None
+    content = message["content"]
+    if isinstance(content, str):
+        text = content
+    else:
+        text = content[-1]["text"] if content and content[-1]["type"] == "text" else ""
+    if text and text[-1].isspace():
+        return "messages: final assistant content cannot end with trailing whitespace"
+    return None
+
+
+def _tool_use_answered(body: Mapping[str, Any], caps: ModelCaps) -> str | None:
+    turns = _turns(body["messages"])
+    for t, turn in enumerate(turns):
+        if turn.role != "assistant":
+            continue
+        uses = [(i, b["id"]) for i, _, b in turn.entries if b["type"] == "tool_use"]
+        answered: set[str] = set()
+        for _, _, block in turns[t + 1].entries if t + 1 < len(turns) else ():
+            if block["type"] != "tool_result":
+                break
+            answered.add(block["tool_use_id"])
+        missing = [(i, use_id) for i, use_id in uses if use_id not in answered]
+        if missing:
+            ids = ", ".join(use_id for _, use_id in missing)
+            return (
+                f"messages.{missing[0][0]}: `tool_use` ids were found without `tool_result` blocks "
+                f"immediately after: {ids}. Each `tool_use` block must have a corresponding "
+                "`tool_result` block in the next message."
+            )
+    return None
+
+
+def _tool_result_known(body: Mapping[str, Any], caps: ModelCaps) -> str | None:
+    turns = _turns(body["messages"])
+    for t, turn in enumerate(turns):
+        if turn.role != "user":
+            continue
+        previous = turns[t - 1].entries if t > 0 else []
+        use_ids = {b["id"] for _, _, b in previous if b["type"] == "tool_use"}
+        for i, j, block in turn.entries:
+            if block["type"] == "tool_result" and block["tool_use_id"] not in use_ids:
+                return (
+                    f"messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` blocks: "
+                    f"{block['tool_use_id']}. Each `tool_result` block must have a corresponding "
+                    "`tool_use` block in the previous message."
+                )
+    return None
+
+
+def _thinking_starts_final_assistant(body: Mapping[str, Any], caps: ModelCaps) -> str | None:
+    """With thinking on, the assistant message holding the tool_use answered by the trailing
+    tool_result turn must start with a thinking or redacted_thinking block."""
+    if not _thinking_on(body):
+        return None
+    messages = body["messages"]
+    last_user = next((i for i in range(len(messages) - 1, -1, -1) if messages[i]["role"] == "user"), None)
+    if last_user is None:
+        return None
+    if not any(b["type"] == "tool_result" for b in content_blocks(messages[last_user]["content"])):
+        return None
+    for i in range(last_user - 1, -1, -1):
+        message = messages[i]
+        if message["role"] != "assistant":
+            continue
+        content = message["content"]
+        blocks = content_blocks(content)
+        if not any(b["type"] == "tool_use" for b in blocks):
+            continue
+        first = blocks[0]["type"] if blocks else "text"
+        if first not in ("thinking", "redacted_thinking"):
+            return THINKING_FIRST_MESSAGE.format(path=f"messages.{i}.content.0", found=first)
+        return None
+    return None
+
+
+def _thinking_signature_valid(body: Mapping[str, Any], caps: ModelCaps) -> str | None:
+    for path, _, block in _message_blocks(body):
+        if block["type"] == "thinking" and not verify_thinking(block["thinking"], block["signature"]):
+            return f"{path}: Invalid `signature` in `thinking` block"
+    return None
+
+
+def _thinking_forced_tool(body: Mapping[str, Any], caps: ModelCaps) -> str | None:
+    if _thinking_on(body) and (body.get("tool_choice") or {}).get("type") in ("any", "tool"):
+        return "Thinking may not be enabled when tool_choice forces tool use."
+    return None
+
+
+def _thinking_temperature(body: Mapping[str, Any], caps: ModelCaps) -> str | None:
+    if _thinking_on(body) and "temperature" in body and body["temperature"] != 1:
+        return (
+            "`temperature` may only be set to 1 when thinking is enabled. Please consult our documentation at "
+            + EXTENDED_THINKING_DOCS
+            + "#important-considerations-when-using-extended-thinking"
         )
-    if "disable_parallel_tool_use" in choice and not isinstance(choice["disable_parallel_tool_use"], bool):
-        raise InvalidRequestError(f"tool_choice.{kind}.disable_parallel_tool_use: Input should be a valid boolean")
-    if kind == "tool":
-        name = _require_str(choice, "name", "tool_choice.tool")
-        if name not in tool_names:
-            raise InvalidRequestError(f"tool_choice.tool.name: Tool '{name}' not found in `tools`")
+    return None
 
 
-def _check_thinking(thinking: Any, max_tokens: int | None) -> None:
-    if thinking is None:
-        return
-    _require_dict(thinking, "thinking")
-    kind = thinking.get("type")
-    if kind not in THINKING_TYPES:
-        raise InvalidRequestError(
-            f"thinking: Input tag '{kind}' found using 'type' does not match any of the expected tags: "
-            f"{_tags(THINKING_TYPES)}"
-        )
-    if thinking.get("display") not in (None, "summarized", "omitted"):
-        raise InvalidRequestError(f"thinking.{kind}.display: Input should be 'summarized' or 'omitted'")
-    if kind != "enabled":
-        return
-    if "budget_tokens" not in thinking:
-        raise InvalidRequestError("thinking.enabled.budget_tokens: Field required")
-    budget = thinking["budget_tokens"]
-    if not is_int(budget):
-        raise InvalidRequestError("thinking.enabled.budget_tokens: Input should be a valid integer")
-    if budget < MIN_THINKING_BUDGET:
-        raise InvalidRequestError(
-            f"thinking.enabled.budget_tokens: Input should be greater than or equal to {MIN_THINKING_BUDGET}"
-        )
-    if max_tokens is not None and budget >= max_tokens:
-        raise InvalidRequestError(
-            "`max_tokens` must be greater than `thinking.budget_tokens`. Please consult our documentation at "
-            "https://docs.claude.com/en/docs/build-with-claude/extended-thinking#max-tokens-and-context-window-size"
-        )
+def _temperature_with_top_p(body: Mapping[str, Any], caps: ModelCaps) -> str | None:
+    if not caps.temperature_with_top_p and "temperature" in body and "top_p" in body:
+        return "`temperature` and `top_p` cannot both be specified for this model. Please use only one."
+    return None
 
 
-def _check_unit_interval(body: Mapping[str, Any], key: str) -> None:
-    if key not in body:
-        return
-    value = body[key]
-    if not is_number(value):
-        raise InvalidRequestError(f"{key}: Input should be a valid number")
-    if value < 0:
-        raise InvalidRequestError(f"{key}: Input should be greater than or equal to 0")
-    if value > 1:
-        raise InvalidRequestError(f"{key}: Input should be less than or equal to 1")
+def _effort_offered(body: Mapping[str, Any], caps: ModelCaps) -> str | None:
+    effort = (body.get("output_config") or {}).get("effort")
+    if effort is not None and effort not in caps.efforts:
+        return f"output_config.effort: Input should be {expected(caps.efforts)}"
+    return None
 
 
-def _check_sampling(body: Mapping[str, Any]) -> None:
-    _check_unit_interval(body, "temperature")
-    _check_unit_interval(body, "top_p")
-    if "temperature" in body and "top_p" in body:
-        raise InvalidRequestError(
-            "`temperature` and `top_p` cannot both be specified for this model. Please use only one."
-        )
-    if "top_k" in body:
-        if not is_int(body["top_k"]):
-            raise InvalidRequestError("top_k: Input should be a valid integer")
-        if body["top_k"] < 0:
-            raise InvalidRequestError("top_k: Input should be greater than or equal to 0")
+def _cache_breakpoints_max(body: Mapping[str, Any], caps: ModelCaps) -> str | None:
+    count = (1 if body.get("cache_control") is not None else 0) + sum(
+        1 for _, block in _cacheable(body) if block.get("cache_control") is not None
+    )
+    if count > MAX_CACHE_BREAKPOINTS:
+        return f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided. Found {count}."
+    return None
 
 
-def _check_output_config(config: Any) -> None:
-    if config is None:
-        return
-    _require_dict(config, "output_config")
-    if config.get("effort") is not None and config["effort"] not in EFFORTS:
-        raise InvalidRequestError(f"output_config.effort: Input should be {_expected(EFFORTS)}")
-    fmt = config.get("format")
-    if fmt is None:
-        return
-    _require_dict(fmt, "output_config.format")
-    if fmt.get("type") != "json_schema":
-        raise InvalidRequestError("output_config.format.type: Input should be 'json_schema'")
-    if "schema" not in fmt:
-        raise InvalidRequestError("output_config.format.schema: Field required")
-    if not isinstance(fmt["schema"], dict):
-        raise InvalidRequestError("output_config.format.schema: Input should be a valid dictionary")
+def _cache_ttl_order(body: Mapping[str, Any], caps: ModelCaps) -> str | None:
+    seen_short = False
+    for path, block in _cacheable(body):
+        cache_control = block.get("cache_control")
+        if cache_control is None:
+            continue
+        if cache_control.get("ttl", "5m") == "5m":
+            seen_short = True
+        elif seen_short:
+            return CACHE_TTL_ORDER_MESSAGE.format(path=path)
+    return None
 
 
-def _check_misc(body: Mapping[str, Any]) -> None:
-    if "stream" in body and not isinstance(body["stream"], bool):
-        raise InvalidRequestError("stream: Input should be a valid boolean")
-    if "metadata" in body:
-        _require_dict(body["metadata"], "metadata")
-    stops = body.get("stop_sequences")
-    if stops is not None:
-        if not isinstance(stops, list):
-            raise InvalidRequestError("stop_sequences: Input should be a valid list")
-        for k, stop in enumerate(stops):
-            if not isinstance(stop, str):
-                raise InvalidRequestError(f"stop_sequences.{k}: Input should be a valid string")
-    if body.get("cache_control") is not None:
-        _check_cache_control(body, "")
+def _base64_images(body: Mapping[str, Any]) -> Iterator[tuple[str, str | None]]:
+    """(path of the image's fields, base64 data or None for a url/file image) of every image."""
+    for path, _, block in _message_blocks(body):
+        if block["type"] == "image":
+            source = block["source"]
+            yield f"{path}.image", source["data"] if source["type"] == "base64" else None
 
 
-def _count_cache_controls(body: Mapping[str, Any]) -> int:
-    count = 1 if body.get("cache_control") is not None else 0
-    parts: list[Any] = list(body.get("tools") or [])
-    if isinstance(body.get("system"), list):
-        parts.extend(body["system"])
-    for message in body["messages"]:
-        for block in content_blocks(message["content"]):
-            parts.append(block)
-            if block.get("type") == "tool_result":
-                parts.extend(content_blocks(block.get("content")))
-    return count + sum(1 for part in parts if part.get("cache_control") is not None)
+def _decoded_size(data: str) -> tuple[int, int] | None:
+    try:
+        return image_size(binascii.a2b_base64(data, strict_mode=True))
+    except binascii.Error:
+        return None
+
+
+def _image_bytes(body: Mapping[str, Any], caps: ModelCaps) -> str | None:
+    limit = caps.max_image_base64_bytes
+    for path, data in _base64_images(body):
+        if data is not None and len(data) > limit:
+            return f"{path}.source.base64: image exceeds 5 MB maximum: {len(data)} bytes > {limit} bytes"
+    return None
+
+
+def _image_side(body: Mapping[str, Any], caps: ModelCaps) -> str | None:
+    for path, data in _base64_images(body):
+        size = _decoded_size(data) if data is not None else None
+        if size is not None and max(size) > caps.max_image_side:
+            return (
+                f"{path}.source.base64.data: At least one of the image dimensions exceed max allowed size: "
+                f"{caps.max_image_side} pixels"
+            )
+    return None
+
+
+def _many_images_side(body: Mapping[str, Any], caps: ModelCaps) -> str | None:
+    images = list(_base64_images(body))
+    if len(images) <= caps.many_images:
+        return None
+    for path, data in images:
+        size = _decoded_size(data) if data is not None else None
+        if size is not None and max(size) > caps.many_images_side:
+            return (
+                f"{path}.source.base64.data: At least one of the image dimensions exceed max allowed size for "
+                f"many-image requests: {caps.many_images_side} pixels"
+            )
+    return None
+
+
+def _structured_schemas(body: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
+    """(error prefix, schema) of the output format and of every ``strict: true`` tool."""
+    fmt = (body.get("output_config") or {}).get("format")
+    if fmt is not None:
+        yield "output_config.format.schema", fmt["schema"]
+    for k, tool in _custom_tools(body):
+        if tool.get("strict") is True:
+            yield f"tools.{k}.custom", tool["input_schema"]
+
+
+def _schema_nodes(schema: Any) -> Iterator[Mapping[str, Any]]:
+    """Every subschema (properties, items, unions, $defs, additionalProperties), bounded."""
+    stack = [schema]
+    seen = 0
+    while stack and seen < MAX_SCHEMA_NODES:
+        node = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        seen += 1
+        yield node
+        for key in ("properties", "$defs", "definitions", "patternProperties"):
+            if isinstance(node.get(key), dict):
+                stack.extend(node[key].values())
+        for key in ("anyOf", "oneOf", "allOf", "prefixItems"):
+            if isinstance(node.get(key), list):
+                stack.extend(node[key])
+        for key in ("items", "additionalProperties", "not"):
+            if isinstance(node.get(key), dict):
+                stack.append(node[key])
+
+
+def _node_types(node: Mapping[str, Any]) -> list[str]:
+    kind = node.get("type")
+    if isinstance(kind, str):
+        return [kind]
+    return [k for k in kind if isinstance(k, str)] if isinstance(kind, list) else []
+
+
+def _schema_additional_properties(body: Mapping[str, Any], caps: ModelCaps) -> str | None:
+    for prefix, schema in _structured_schemas(body):
+        for node in _schema_nodes(schema):
+            if "object" in _node_types(node) and node.get("additionalProperties") is not False:
+                return f"{prefix}: For 'object' type, 'additionalProperties' must be explicitly set to false"
+    return None
+
+
+def _schema_min_items(body: Mapping[str, Any], caps: ModelCaps) -> str | None:
+    for prefix, schema in _structured_schemas(body):
+        for node in _schema_nodes(schema):
+            if "array" in _node_types(node) and node.get("minItems", 0) not in (0, 1):
+                return f"{prefix}: For 'array' type, 'minItems' values other than 0 or 1 are not supported"
+    return None
+
+
+def _schema_unsupported_keywords(body: Mapping[str, Any], caps: ModelCaps) -> str | None:
+    for prefix, schema in _structured_schemas(body):
+        for node in _schema_nodes(schema):
+            for kind in _node_types(node):
+                found = sorted(key for key in SCHEMA_UNSUPPORTED.get(kind, ()) if key in node)
+                if len(found) == 1:
+                    return f"{prefix}: For '{kind}' type, property '{found[0]}' is not supported"
+                if found:
+                    return f"{prefix}: For '{kind}' type, properties {', '.join(found)} are not supported"
+    return None
+
+
+_ISSUE = "https://github.com/"
+_DOCS = "https://platform.claude.com/docs/en/"
+
+RULES: tuple[Rule, ...] = (
+    Rule("tool_use_id_pattern", _ISSUE + "CommandCodeAI/command-code/issues/323", _tool_use_id_pattern),
+    Rule("tool_result_id_pattern", _ISSUE + "maximhq/bifrost/issues/5097", _tool_result_id_pattern),
+    # The pattern was {1,64} in 2025 threads; threads of 2026 quote {1,128}.
+    Rule("tool_name_pattern", _ISSUE + "modelcontextprotocol/typescript-sdk/issues/413", _tool_name_pattern),
+    Rule("tool_names_unique", _DOCS + "agents-and-tools/tool-use/implement-tool-use", _tool_names_unique),
+    Rule(
+        "input_schema_type", _DOCS + "api/messages (tools[].input_schema.type: required, 'object')", _input_schema_type
+    ),
+    Rule("input_schema_top_level_union", _ISSUE + "anthropics/claude-code/issues/5973", _input_schema_top_level_union),
+    Rule("stop_sequences_non_empty", _ISSUE + "MegaGrindStone/mcp-web-ui/issues/5", _stop_sequences_non_empty),
+    Rule("stop_sequences_non_whitespace", _ISSUE + "BerriAI/litellm/issues/3286", _stop_sequences_non_whitespace),
+    Rule("text_non_empty", _ISSUE + "anthropics/claude-code/issues/59812", _text_non_empty),
+    Rule("text_non_whitespace", _ISSUE + "anthropics/claude-code/issues/23440", _text_non_whitespace),
+    Rule("message_non_empty", _ISSUE + "anthropics/claude-code/issues/6774", _message_non_empty),
+    Rule("prefill_supported", _ISSUE + "langchain-ai/deepagents/issues/1585", _prefill_supported),
+    Rule(
+        "final_assistant_no_trailing_whitespace",
+        _ISSUE + "tailcallhq/forgecode/issues/1872",
+        _final_assistant_no_trailing_whitespace,
+    ),
+    Rule("tool_use_answered", _ISSUE + "aliasrobotics/cai/issues/182", _tool_use_answered),
+    Rule("tool_result_known", _ISSUE + "router-for-me/CLIProxyAPI/issues/497", _tool_result_known),
+    Rule(
+        "thinking_starts_final_assistant",
+        _ISSUE + "lbjlaq/Antigravity-Manager/issues/139",
+        _thinking_starts_final_assistant,
+    ),
+    Rule("thinking_signature_valid", _ISSUE + "ding113/claude-code-hub/issues/518", _thinking_signature_valid),
+    Rule(
+        "thinking_forced_tool",
+        _DOCS + "build-with-claude/extended-thinking (thinking is not compatible with forced tool use)",
+        _thinking_forced_tool,
+    ),
+    Rule("thinking_temperature", _ISSUE + "MartialBE/one-hub/issues/529", _thinking_temperature),
+    Rule("temperature_with_top_p", _ISSUE + "Vali-98/ChatterUI/issues/564", _temperature_with_top_p),
+    # No public thread quotes the refusal of a level a model lacks; the wording is the API's enum error.
+    Rule("effort_offered", _DOCS + "build-with-claude/effort", _effort_offered),
+    Rule("cache_breakpoints_max", _ISSUE + "tghamm/Anthropic.SDK/issues/50", _cache_breakpoints_max),
+    Rule("cache_ttl_order", _ISSUE + "cnighswonger/claude-code-cache-fix/issues/44", _cache_ttl_order),
+    # The limit is on the base64 string: a 12.7 MiB file is quoted as 17699328 bytes (x 4/3).
+    Rule("image_bytes", _ISSUE + "anthropics/claude-code/issues/8227", _image_bytes),
+    Rule("image_side", _ISSUE + "anthropics/claude-code/issues/4778", _image_side),
+    Rule("many_images_side", _ISSUE + "anthropics/claude-code/issues/9375", _many_images_side),
+    Rule(
+        "schema_additional_properties",
+        _ISSUE + "veryfront/veryfront-code/issues/3918",
+        _schema_additional_properties,
+    ),
+    Rule("schema_min_items", _ISSUE + "ghostlobster/memorize-everything/issues/93", _schema_min_items),
+    Rule(
+        "schema_unsupported_keywords",
+        _DOCS + "build-with-claude/structured-outputs (JSON Schema limitations)",
+        _schema_unsupported_keywords,
+    ),
+)

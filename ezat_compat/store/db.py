@@ -8,19 +8,30 @@
   when a read lock is upgraded. Read-only transactions use the plain engine and never block.
 - ``migrate(engine_or_url)``: create or upgrade the schema with Alembic; idempotent, and safe
   when several processes start at once.
+- Operations (``ezat-compat db …`` and start-up): ``schema_state`` / ``require_current_schema``
+  (admin commands never migrate), ``prepare_database`` (``serve``/``demo``: migrate, one-line
+  errors), ``upgrade_sql`` (Alembic offline mode), ``backup_sqlite`` (the online backup API).
 """
 
 from __future__ import annotations
 
+import io
+import os
 import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, create_engine, event, make_url, text
 from sqlalchemy.engine import URL
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
 SQLITE_BUSY_TIMEOUT_S = 10.0
 MIGRATE_BUSY_TIMEOUT_MS = 120_000
@@ -118,31 +129,214 @@ def alembic_config(connection: Connection | None = None) -> Config:
     return config
 
 
+@contextmanager
+def locked_connection(engine: Engine) -> Iterator[Connection]:
+    """A connection inside a transaction that holds the migration lock: on SQLite the
+    database's write lock (``BEGIN IMMEDIATE``, waiting up to 2 minutes), on PostgreSQL
+    ``pg_advisory_xact_lock``. The transaction commits when the block ends without error."""
+    with write_engine(engine).connect() as conn:
+        raw: sqlite3.Connection | None = None
+        if is_sqlite(engine):
+            driver = conn.connection.driver_connection
+            assert isinstance(driver, sqlite3.Connection)
+            raw = driver
+            raw.execute(f"PRAGMA busy_timeout = {MIGRATE_BUSY_TIMEOUT_MS}")
+        try:
+            with conn.begin():
+                if engine.dialect.name == "postgresql":
+                    conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_MIGRATE_LOCK})
+                yield conn
+        finally:
+            if raw is not None:
+                raw.execute(f"PRAGMA busy_timeout = {int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
+
+
 def migrate(engine_or_url: Engine | str) -> None:
     """Create or upgrade the schema to the newest revision. Call it on start (``serve`` does).
 
-    Idempotent. Processes that call it at once are serialised: on SQLite by holding the
-    database's write lock (``BEGIN IMMEDIATE``, waiting up to 2 minutes) for the whole
-    migration, on PostgreSQL by ``pg_advisory_xact_lock``; the schema changes and the version
-    stamp commit together, so a migration that fails leaves nothing half done.
+    Idempotent. Processes that call it at once are serialised (``locked_connection``); the
+    schema changes and the version stamp commit together, so a migration that fails leaves
+    nothing half done. A schema newer than this release knows raises ``SchemaError``.
     """
     engine = make_engine(engine_or_url) if isinstance(engine_or_url, str) else engine_or_url
     try:
-        with write_engine(engine).connect() as conn:
-            if is_sqlite(engine):
-                raw = conn.connection.driver_connection
-                assert isinstance(raw, sqlite3.Connection)
-                raw.execute(f"PRAGMA busy_timeout = {MIGRATE_BUSY_TIMEOUT_MS}")
-            try:
-                with conn.begin():
-                    if engine.dialect.name == "postgresql":
-                        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_MIGRATE_LOCK})
-                    command.upgrade(alembic_config(conn), "head")
-            finally:
-                if is_sqlite(engine):
-                    raw = conn.connection.driver_connection
-                    assert isinstance(raw, sqlite3.Connection)
-                    raw.execute(f"PRAGMA busy_timeout = {int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
+        with locked_connection(engine) as conn:
+            state = _state_on(conn)
+            if not state.known:
+                raise SchemaError(state.describe())
+            command.upgrade(alembic_config(conn), "head")
     finally:
         if isinstance(engine_or_url, str):
             engine.dispose()
+
+
+# ---------------------------------------------------------------- operations (ezat-compat db …)
+
+
+class SchemaError(Exception):
+    """The database's schema can't be used by this command; the message says what to run."""
+
+
+class DatabaseUnavailable(Exception):
+    """The database can't be reached or opened; the message is one line with the cause."""
+
+
+@dataclass(frozen=True)
+class SchemaState:
+    """Where a database's schema stands against this release's migrations."""
+
+    current: tuple[str, ...]  # the revisions stamped in the database; () when it has no schema
+    head: str  # the newest revision this release knows
+    known: bool  # every stamped revision is one this release knows
+
+    @property
+    def up_to_date(self) -> bool:
+        return self.current == (self.head,)
+
+    def describe(self) -> str:
+        """One line for the operator: where the schema stands and what to do."""
+        revision = ",".join(self.current) or "none"
+        if not self.known:
+            return (
+                f"the database's schema (revision {revision}) is newer than this release of ezat-compat knows "
+                f"(newest: {self.head}): run the release that migrated it, or upgrade ezat-compat"
+            )
+        if not self.current:
+            return "the database has no schema yet: run `ezat-compat db upgrade` (or start `ezat-compat serve`)"
+        if not self.up_to_date:
+            return (
+                f"the database's schema (revision {revision}) is older than this release's ({self.head}): "
+                "run `ezat-compat db upgrade`"
+            )
+        return f"the database's schema is up to date (revision {revision})"
+
+
+def _script() -> ScriptDirectory:
+    return ScriptDirectory.from_config(alembic_config())
+
+
+def _state_on(conn: Connection) -> SchemaState:
+    script = _script()
+    head = script.get_current_head()
+    assert head is not None
+    current = tuple(sorted(MigrationContext.configure(conn).get_current_heads()))
+    known_revisions = {rev.revision for rev in script.walk_revisions()}
+    return SchemaState(current=current, head=head, known=all(rev in known_revisions for rev in current))
+
+
+def describe_url(url: str) -> str:
+    """``url`` without its password, for messages."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return "(unparsable URL)"
+
+
+def _unavailable(url: str, exc: BaseException) -> DatabaseUnavailable:
+    cause = getattr(exc, "orig", None) or exc
+    first = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+    return DatabaseUnavailable(f"cannot use the database {describe_url(url)}: {first}")
+
+
+def open_engine(url: str) -> Engine:
+    """``make_engine(url)`` with one-line errors: an unsupported or unparsable URL raises
+    ``DatabaseUnavailable`` (a ``ValueError`` of ``make_engine`` or SQLAlchemy's own)."""
+    try:
+        return make_engine(url)
+    except ValueError as exc:
+        raise DatabaseUnavailable(str(exc).splitlines()[0]) from None
+    except (ArgumentError, NoSuchModuleError):
+        raise DatabaseUnavailable(
+            f"unsupported database URL {describe_url(url)!r}: use sqlite:///PATH or postgresql+psycopg://USER@HOST/DB"
+        ) from None
+    except ImportError as exc:
+        raise DatabaseUnavailable(f"{describe_url(url)}: its driver is not installed ({exc.name})") from None
+
+
+def schema_state(engine: Engine) -> SchemaState:
+    """Read the stamped revision (a read, no lock). Raises ``DatabaseUnavailable``."""
+    try:
+        with engine.connect() as conn:
+            return _state_on(conn)
+    except (DBAPIError, sqlite3.Error) as exc:
+        raise _unavailable(engine.url.render_as_string(hide_password=False), exc) from None
+
+
+def require_current_schema(engine: Engine) -> None:
+    """For the admin commands, which never migrate: raise ``SchemaError`` (one line saying
+    what to run) unless the schema is exactly this release's."""
+    state = schema_state(engine)
+    if not state.up_to_date:
+        raise SchemaError(state.describe())
+
+
+def prepare_database(url: str) -> None:
+    """Create or migrate the database of ``url`` (``serve`` and ``demo`` on start), with
+    one-line errors: ``DatabaseUnavailable`` when it can't be reached or the URL is not
+    supported, ``SchemaError`` when its schema is newer than this release knows."""
+    engine = open_engine(url)
+    try:
+        migrate(engine)
+    except (DBAPIError, sqlite3.Error) as exc:
+        raise _unavailable(url, exc) from None
+    finally:
+        engine.dispose()
+
+
+def upgrade_sql(url: str, *, from_revision: str | None = None) -> str:
+    """The SQL that brings a database at ``from_revision`` (None: an empty database) to the
+    newest revision, in ``url``'s dialect (Alembic's offline mode), for a DBA to apply."""
+    config = alembic_config()
+    buffer = io.StringIO()
+    config.output_buffer = buffer
+    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    if from_revision is not None and from_revision not in {r.revision for r in _script().walk_revisions()}:
+        raise SchemaError(f"--from {from_revision!r}: not a revision of this release (see `ezat-compat db current`)")
+    command.upgrade(config, f"{from_revision}:head" if from_revision else "head", sql=True)
+    return buffer.getvalue()
+
+
+def backup_sqlite(url: str, destination: str | os.PathLike[str]) -> int:
+    """Copy the live SQLite database of ``url`` to ``destination`` with SQLite's online backup
+    API: a consistent snapshot that includes every committed transaction, the WAL's too, while
+    the gateway keeps writing (a plain ``cp`` of the file misses what is still in the WAL).
+    The copy is made in one step (one read transaction: in WAL mode writers carry on, and no
+    write can restart it, as it would a copy made in several steps), written next to
+    ``destination`` and renamed into place when complete. Returns the copy's size in bytes.
+    Refuses an existing destination."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        raise SchemaError(
+            f"db backup copies SQLite databases; for {describe_url(url)} use the server's own tools "
+            "(PostgreSQL: pg_dump --format=custom)"
+        )
+    source_path = parsed.database
+    if not source_path or source_path == ":memory:" or parsed.query.get("mode") == "memory":
+        raise SchemaError("db backup: an in-memory database has nothing to copy")
+    if not os.path.exists(source_path):
+        raise DatabaseUnavailable(f"cannot use the database {describe_url(url)}: no such file")
+    target = Path(destination)
+    if target.exists():
+        raise SchemaError(f"db backup: {target} already exists; choose a new path")
+    partial = target.with_name(target.name + ".partial")
+    source = sqlite3.connect(source_path, timeout=SQLITE_BUSY_TIMEOUT_S)
+    try:
+        copy = sqlite3.connect(partial)
+        try:
+            source.backup(copy)
+            check = copy.execute("PRAGMA integrity_check").fetchone()
+            if not check or check[0] != "ok":
+                raise DatabaseUnavailable(f"db backup: the copy failed its integrity check: {check}")
+            copy.execute("PRAGMA journal_mode=DELETE")  # one self-contained file
+        finally:
+            copy.close()
+    except sqlite3.Error as exc:
+        partial.unlink(missing_ok=True)
+        raise DatabaseUnavailable(f"db backup: {exc}") from None
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    finally:
+        source.close()
+    os.replace(partial, target)
+    return target.stat().st_size

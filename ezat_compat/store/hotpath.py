@@ -28,7 +28,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import Engine, TextClause, text
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import OperationalError as SAOperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
+from ezat_compat.errors import OverloadedError
 from ezat_compat.store.db import SQLITE_BUSY_TIMEOUT_S, write_engine
 
 AUTH_SQL = (
@@ -44,9 +48,16 @@ RESERVE_KEY_SQL = (
     "AND (spend_limit_micros IS NULL OR spent_micros + reserved_micros + :amount <= spend_limit_micros)"
 )
 INSERT_RESERVATION_SQL = (
-    "INSERT INTO reservations (request_id, org_id, key_id, amount_micros, created_at) "
-    "VALUES (:request_id, :org, :key, :amount, :created_at)"
+    "INSERT INTO reservations (request_id, org_id, key_id, amount_micros, created_at, worker, endpoint, model, "
+    "canonical_model) VALUES (:request_id, :org, :key, :amount, :created_at, :worker, :endpoint, :model, "
+    ":canonical_model)"
 )
+# The reservations of the workers whose tags start with :prefix (store/workers.py), but not :keep's.
+WORKER_RESERVATIONS_SQL = (
+    "SELECT request_id, org_id, key_id, endpoint, model, canonical_model FROM reservations "
+    "WHERE substr(worker, 1, :length) = :prefix AND worker <> :keep ORDER BY org_id, key_id, request_id"
+)
+RESERVING_WORKERS_SQL = "SELECT DISTINCT worker FROM reservations WHERE substr(worker, 1, :length) = :prefix"
 LEDGER_COLUMNS = (
     "request_id",
     "created_at",
@@ -90,6 +101,41 @@ REFUSED_BY_KEY = "key"
 T = TypeVar("T")
 P = TypeVar("P")
 
+DATABASE_RETRY_AFTER_S = 5
+
+
+class DatabaseUnavailableError(OverloadedError):
+    """The database doesn't answer (down, unreachable, locked beyond the busy timeout, not
+    writable): 503 ``overloaded`` with ``retry-after`` for OpenAI clients, 529
+    ``overloaded_error`` for Anthropic's. Spec: errors.md (the gateway's capacity)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "The gateway's database is unavailable right now; retry shortly.", retry_after=DATABASE_RETRY_AFTER_S
+        )
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """True when ``exc`` says the database can't be reached or used now (not that a statement
+    is wrong): ``sqlite3.OperationalError``, SQLAlchemy's ``OperationalError``, a pool checkout
+    timeout, a ``DBAPIError`` that invalidated its connection, psycopg's ``OperationalError``."""
+    if isinstance(exc, sqlite3.OperationalError | SAOperationalError | PoolTimeoutError):
+        return True
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    return type(exc).__name__ == "OperationalError" and type(exc).__module__.startswith("psycopg")
+
+
+def _unavailable(call: Callable[[], T]) -> T:
+    """Run ``call``; the one place where the database's operational errors become
+    ``DatabaseUnavailableError`` (other errors pass through unchanged)."""
+    try:
+        return call()
+    except Exception as exc:
+        if is_unavailable(exc):
+            raise DatabaseUnavailableError() from exc
+        raise
+
 
 class Cursor(Protocol):
     """What both backends' ``execute`` return (``sqlite3.Cursor``, SQLAlchemy's ``CursorResult``)."""
@@ -108,7 +154,8 @@ Work = Callable[[Execute, P], tuple[T, bool]]
 
 
 class HotPath(Protocol):
-    """Runs the statements above; the transactions below say what to run. Thread-safe."""
+    """Runs the statements above; the transactions below say what to run. Thread-safe. When
+    the database can't be reached or used, both raise ``DatabaseUnavailableError``."""
 
     def read(self, sql: str, params: Mapping[str, Any]) -> Sequence[Any] | None:
         """The first row of a read-only statement, or None."""
@@ -141,11 +188,17 @@ class SQLiteHotPath:
         return self._conn
 
     def read(self, sql: str, params: Mapping[str, Any]) -> Sequence[Any] | None:
+        return _unavailable(lambda: self._read(sql, params))
+
+    def write(self, work: Work[P, T], params: P) -> T:
+        return _unavailable(lambda: self._write(work, params))
+
+    def _read(self, sql: str, params: Mapping[str, Any]) -> Sequence[Any] | None:
         with self._lock:
             row: Sequence[Any] | None = self._connection().execute(sql, params).fetchone()
             return row
 
-    def write(self, work: Work[P, T], params: P) -> T:
+    def _write(self, work: Work[P, T], params: P) -> T:
         with self._lock:
             conn = self._connection()
             conn.execute("BEGIN IMMEDIATE")
@@ -181,10 +234,16 @@ class EngineHotPath:
         return clause
 
     def read(self, sql: str, params: Mapping[str, Any]) -> Sequence[Any] | None:
+        return _unavailable(lambda: self._read(sql, params))
+
+    def write(self, work: Work[P, T], params: P) -> T:
+        return _unavailable(lambda: self._write(work, params))
+
+    def _read(self, sql: str, params: Mapping[str, Any]) -> Sequence[Any] | None:
         with self._engine.connect() as conn:
             return conn.execute(self._clause(sql), params).first()
 
-    def write(self, work: Work[P, T], params: P) -> T:
+    def _write(self, work: Work[P, T], params: P) -> T:
         with self._writer.connect() as conn, conn.begin() as tx:
             result, commit = work(lambda sql, values: conn.execute(self._clause(sql), values), params)
             if not commit:
@@ -255,3 +314,25 @@ def sweep_tx(execute: Execute, cutoff_micros: int) -> tuple[int, bool]:
     for key_id in sorted(by_key):
         execute(SETTLE_KEY_SQL, {"cost": 0, "held": by_key[key_id], "key_id": key_id})
     return len(taken), True
+
+
+def release_worker_tx(execute: Execute, params: Mapping[str, Any]) -> tuple[list[str], bool]:
+    """Settle every reservation of the workers whose tags start with ``prefix`` (except ``keep``)
+    as a gateway failure: a ledger row of ``status`` (``row`` gives its other columns), cost 0,
+    the hold released. Returns the request ids settled."""
+    prefix = params["prefix"]
+    held = execute(WORKER_RESERVATIONS_SQL, {"length": len(prefix), "prefix": prefix, "keep": params["keep"]})
+    settled = []
+    for request_id, org_id, key_id, endpoint, model, canonical_model in held.fetchall():
+        row = {
+            **params["row"],
+            "request_id": request_id,
+            "org_id": org_id,
+            "key_id": key_id,
+            "endpoint": endpoint or "chat.completions",
+            "model": model or "",
+            "canonical_model": canonical_model or "",
+        }
+        if settle_tx(execute, row)[0]:
+            settled.append(request_id)
+    return settled, True

@@ -15,14 +15,26 @@ Every billed request goes through two short transactions:
    "Errors": failed requests aren't billed); a client that closed a stream early pays for what
    was produced (status 499, ``estimated=True``).
 
-``sweep_stale`` releases reservations that a crashed worker never settled; run it now and then
-with a threshold well above the longest request (``upstream_timeout_s`` plus a margin).
+Each reservation names the worker that holds it (``store/workers.py``). When a worker dies,
+``release_worker`` (gunicorn's master, ``child_exit``) or ``maintain`` (its siblings, every few
+seconds) settles its reservations as gateway failures: status ``WORKER_DIED`` (500), cost 0 —
+the stream was cut by the gateway, and a failure after the start isn't billed (spec
+chat-completions.md "Streaming"). ``sweep_stale`` (six hours) remains the last resort.
+
+When the database can't take a settlement, ``settle_durably`` writes it to the usage journal
+(``store/journal.py``) instead, and ``replay`` / ``maintain`` apply it once the database answers.
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
+import os
+import threading
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Engine, Select, bindparam, func, select
@@ -31,14 +43,45 @@ from ezat_compat.domain import Usage
 from ezat_compat.errors import InsufficientQuotaError
 from ezat_compat.pricing import micros_to_usd
 from ezat_compat.store.accounts import AuthContext, StoreError, iso
-from ezat_compat.store.hotpath import REFUSED_BY_ORG, HotPath, reserve_tx, settle_tx, sweep_tx
+from ezat_compat.store.hotpath import (
+    REFUSED_BY_ORG,
+    RESERVING_WORKERS_SQL,
+    Execute,
+    HotPath,
+    release_worker_tx,
+    reserve_tx,
+    settle_tx,
+    sweep_tx,
+)
+from ezat_compat.store.journal import Journal, ReplayReport
 from ezat_compat.store.tables import MODEL_MAX, api_keys, ledger, orgs, to_epoch_micros
+from ezat_compat.store.workers import BOOT, HOST, is_dead, live_tag, parse_tag, start_ticks, tag_prefix, worker_tag
+
+log = logging.getLogger("ezat_compat")
 
 ENDPOINTS = ("chat.completions", "messages", "responses")
 CLIENT_CLOSED = 499  # the status of a request whose client left early (still billed)
 # Reservations of workers that died are released after this long: streams can run for hours,
 # and a swept reservation is still debited when its request settles.
 STALE_RESERVATION = timedelta(hours=6)
+WORKER_DIED = 500  # the ledger status of a request whose worker died (a gateway failure: not billed)
+MAINTAIN_EVERY_S = 5.0  # how often a worker replays the journal and releases dead siblings' holds
+JOURNAL_DIR_ENV = "EZAT_JOURNAL_DIR"
+
+
+def default_journal_dir(database_url: str) -> Path:
+    """Where the usage journal lives: ``$EZAT_JOURNAL_DIR``, else next to a SQLite database
+    (``<file>-usage-journal``), else ``./ezat-usage-journal-<digest of the URL>``."""
+    from sqlalchemy.engine import make_url
+
+    if os.environ.get(JOURNAL_DIR_ENV):
+        return Path(os.environ[JOURNAL_DIR_ENV])
+    url = make_url(database_url)
+    db = url.database
+    if url.get_backend_name() == "sqlite" and db and db != ":memory:" and not db.startswith("file:"):
+        return Path(os.path.abspath(db + "-usage-journal"))
+    digest = hashlib.sha256(database_url.encode()).hexdigest()[:16]
+    return Path.cwd() / f"ezat-usage-journal-{digest}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,19 +171,35 @@ class Ledger:
     process, shared with ``Accounts``. Thread-safe; create one per process and share it.
     """
 
-    def __init__(self, engine: Engine, hot_path: HotPath) -> None:
+    def __init__(self, engine: Engine, hot_path: HotPath, *, journal: Journal | None = None) -> None:
         self._engine = engine
         self._write = hot_path.write
+        self.journal = journal or Journal(default_journal_dir(engine.url.render_as_string(hide_password=False)))
+        self._next_maintain = 0.0
+        self._maintaining = threading.Lock()
 
     # ------------------------------------------------------------ the hot path
 
-    def reserve(self, ctx: AuthContext, request_id: str, amount_micros: int, *, now: datetime | None = None) -> None:
+    def reserve(
+        self,
+        ctx: AuthContext,
+        request_id: str,
+        amount_micros: int,
+        *,
+        now: datetime | None = None,
+        endpoint: str = "",
+        model: str = "",
+        canonical_model: str = "",
+        worker: str | None = None,
+    ) -> None:
         """Hold ``amount_micros`` (the request's worst case) against the org's balance and the
         key's spend limit, in one short transaction.
 
         Raises ``InsufficientQuotaError`` (402) when either can't cover it; nothing is held
         then. Call ``settle(request_id, …)`` exactly once afterwards, whatever happens.
-        ``request_id`` must be new (a duplicate raises the database's IntegrityError).
+        ``request_id`` must be new (a duplicate raises the database's IntegrityError). The
+        reservation names ``worker`` (default: this process's tag) and the request's
+        ``endpoint`` and models, for the ledger row ``release_worker`` gives it if that worker dies.
         """
         if isinstance(amount_micros, bool) or not isinstance(amount_micros, int) or amount_micros < 0:
             raise ValueError(f"amount_micros must be a non-negative int, got {amount_micros!r}")
@@ -152,6 +211,10 @@ class Ledger:
                 "amount": amount_micros,
                 "request_id": request_id,
                 "created_at": to_epoch_micros(now or datetime.now(UTC)),
+                "worker": worker or worker_tag(),
+                "endpoint": endpoint or None,
+                "model": model[:MODEL_MAX] or None,
+                "canonical_model": canonical_model or None,
             },
         )
         if refused is not None:
@@ -168,8 +231,109 @@ class Ledger:
         reservation is gone. Returns False and changes nothing when ``request_id`` is already
         in the ledger, so retrying a settle never debits twice.
         """
-        u = entry.usage
+        return self._write(settle_tx, self._row(request_id, entry))
+
+    def settle_durably(self, request_id: str, entry: LedgerEntry) -> bool:
+        """``settle``, or when the database fails, the settlement appended (fsynced) to the usage
+        journal for ``replay``: True when it is in the database, False when in the journal.
+        Raises only when the journal can't be written either (``OSError``)."""
+        row = self._row(request_id, entry)
+        try:
+            self._write(settle_tx, row)
+            return True
+        except Exception as exc:
+            self.journal.append(row)
+            log.warning("usage of request %s journaled (%s); it is recorded when the database answers", request_id, exc)
+            return False
+
+    def replay(self) -> ReplayReport:
+        """Apply the journaled settlements this process may take (its own, dead processes',
+        orphans'), each exactly once (a settled request's row is not settled again)."""
+        return self.journal.replay(lambda row: bool(self._write(settle_tx, row)))
+
+    def release_worker(self, prefix: str, *, keep: str = "", now: datetime | None = None) -> list[str]:
+        """Settle the reservations held by the workers whose tags start with ``prefix`` (all but
+        the tag ``keep``) as gateway failures (``WORKER_DIED``, cost 0); returns their request ids.
+        Replay the journal first: a settlement journaled by the dead worker wins over this."""
         row = {
+            "created_at": to_epoch_micros(now or datetime.now(UTC)),
+            "deployment": "",
+            "input_tokens": 0,
+            "cache_write_tokens": 0,
+            "cache_read_tokens": 0,
+            "output_tokens": 0,
+            "reasoning_tokens": 0,
+            "cost_micros": 0,
+            "status": WORKER_DIED,
+            "estimated": False,
+        }
+        released: list[str] = self._write(release_worker_tx, {"prefix": prefix, "keep": keep, "row": row})
+        if released:
+            log.warning("released %d reservation(s) of dead worker(s) %s*", len(released), prefix)
+        return released
+
+    def release_dead_siblings(self, parent: int | None = None) -> list[str]:
+        """``release_worker`` for every dead worker of master ``parent`` (default: this process's
+        parent) on this host."""
+        prefix = tag_prefix(HOST, BOOT, os.getppid() if parent is None else parent)
+
+        def dead_tags(execute: Execute, _params: None) -> tuple[list[str], bool]:
+            rows = execute(RESERVING_WORKERS_SQL, {"length": len(prefix), "prefix": prefix}).fetchall()
+            return [w for (w,) in rows if (tag := parse_tag(w)) is not None and is_dead(tag)], False
+
+        released: list[str] = []
+        for tag in self._write(dead_tags, None):
+            parsed = parse_tag(tag)
+            assert parsed is not None
+            # ``tag`` as a prefix also matches a longer start time of the same pid: keep that one if it runs.
+            released += self.release_worker(tag, keep=live_tag(parsed.parent, parsed.pid))
+        return released
+
+    def release_orphaned(self) -> list[str]:
+        """``release_worker`` for every dead worker on this host whose master is dead too (a
+        whole gateway that crashed; a live master releases its own workers'): run on start,
+        after ``replay``."""
+        prefix = f"{HOST}:"
+
+        def orphaned(execute: Execute, _params: None) -> tuple[list[str], bool]:
+            rows = execute(RESERVING_WORKERS_SQL, {"length": len(prefix), "prefix": prefix}).fetchall()
+            found = []
+            for (worker,) in rows:
+                tag = parse_tag(worker)
+                if tag is not None and is_dead(tag) and (tag.boot != BOOT or start_ticks(tag.parent) is None):
+                    found.append(worker)
+            return found, False
+
+        released: list[str] = []
+        for tag in self._write(orphaned, None):
+            parsed = parse_tag(tag)
+            assert parsed is not None
+            released += self.release_worker(tag, keep=live_tag(parsed.parent, parsed.pid))
+        return released
+
+    def maintain(self) -> None:
+        """Every ``MAINTAIN_EVERY_S`` (and on the first call): in the background, replay the
+        journal, then release the reservations of dead sibling workers. Never raises."""
+        now = time.monotonic()
+        if now < self._next_maintain or not self._maintaining.acquire(blocking=False):
+            return
+        self._next_maintain = now + MAINTAIN_EVERY_S
+
+        def run() -> None:
+            try:
+                if not self.replay().failed:
+                    self.release_dead_siblings()
+            except Exception as exc:
+                log.warning("usage journal / dead workers' reservations: %s (retried later)", exc)
+            finally:
+                self._maintaining.release()
+
+        threading.Thread(target=run, name="ezat-ledger-maintain", daemon=True).start()
+
+    @staticmethod
+    def _row(request_id: str, entry: LedgerEntry) -> dict[str, Any]:
+        u = entry.usage
+        return {
             "request_id": request_id,
             "created_at": to_epoch_micros(entry.created_at),
             "org_id": entry.org_id,
@@ -187,7 +351,6 @@ class Ledger:
             "status": entry.status,
             "estimated": entry.estimated,
         }
-        return self._write(settle_tx, row)
 
     def sweep_stale(self, older_than: timedelta, now: datetime) -> int:
         """Release reservations made before ``now - older_than`` (their worker crashed);

@@ -112,7 +112,14 @@ reservations = Table(
     Column("key_id", Integer, ForeignKey("api_keys.id"), nullable=False),
     Column("amount_micros", BigInteger, nullable=False),
     Column("created_at", UtcMicros, nullable=False),
+    # Who holds it and what for (store/hotpath.py ``worker_tag``): when that worker dies, its
+    # reservations are released at once with a ledger row naming the endpoint and model.
+    Column("worker", String(160), nullable=True),
+    Column("endpoint", String(32), nullable=True),
+    Column("model", String(MODEL_MAX), nullable=True),
+    Column("canonical_model", String(128), nullable=True),
     Index("ix_reservations_created_at", "created_at"),
+    Index("ix_reservations_worker", "worker"),
 )
 
 ledger = Table(

@@ -4,7 +4,9 @@
 A token covers at least one byte of text, so UTF-8 bytes bound text tokens; an image costs
 at most ``IMAGE_TOKENS``; a document (PDF) may fill the context window; nothing exceeds the
 context window, which the upstream enforces. Works on Anthropic request bodies, so both
-dialects share it.
+dialects share it. Any JSON is taken (native bodies reach it unvalidated): a value of the wrong
+type counts as its text, and the recursion stays shallow because the body phase bounds the
+nesting (``wire.json.MAX_DEPTH``).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ REQUEST_OVERHEAD_TOKENS = 1_000  # tool-use system prompt and per-message framin
 def _text_bytes(value: Any) -> tuple[int, int, int]:
     """(text bytes, images, documents) under ``value``."""
     if isinstance(value, str):
-        return (len(value) if value.isascii() else len(value.encode("utf-8"))), 0, 0
+        return (len(value) if value.isascii() else len(value.encode("utf-8", "surrogatepass"))), 0, 0
     total = images = documents = 0
     if isinstance(value, Mapping):
         kind = value.get("type")
@@ -29,7 +31,11 @@ def _text_bytes(value: Any) -> tuple[int, int, int]:
             return 0, 0, 1
         items: Any = value.values()
         # Keys count too (tool schemas are mostly property names), with their quotes and colon.
-        total += sum((len(k) if k.isascii() else len(k.encode("utf-8"))) + 4 for k in value if isinstance(k, str))
+        total += sum(
+            (len(k) if k.isascii() else len(k.encode("utf-8", "surrogatepass"))) + 4
+            for k in value
+            if isinstance(k, str)
+        )
     elif isinstance(value, list | tuple):
         items = value
     else:

@@ -9,7 +9,6 @@ Semantic problems raise ``InvalidRequestError`` naming the client's path.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +27,7 @@ from ezat_compat.translate.tables import (
     REASONING_EFFORT_TO_EFFORT,
     TOOL_CHOICE_TO_ANTHROPIC,
 )
+from ezat_compat.wire.json import BodyError, decode_json_text
 
 TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,128}")
 _IMAGE_TYPES_TEXT = "image/jpeg, image/png, image/gif or image/webp"
@@ -194,10 +194,11 @@ def _tool_use(call: dict[str, Any], path: str) -> dict[str, Any]:
     if arguments is None or arguments.strip() == "":
         tool_input: Any = {}
     else:
-        try:
-            tool_input = json.loads(arguments)
-        except ValueError:
-            raise _bad(f"{path}.function.arguments", "is not valid JSON") from None
+        try:  # the body's rules (wire.json): no NaN, no lone surrogate, bounded depth
+            tool_input = decode_json_text(arguments)
+        except BodyError as exc:
+            inside = f" (at {'.'.join(map(str, exc.path))})" if exc.path else ""
+            raise _bad(f"{path}.function.arguments", exc.message.rstrip(".") + inside) from None
         if not isinstance(tool_input, dict):
             raise _bad(f"{path}.function.arguments", "must be a JSON object")
     return {"type": "tool_use", "id": encode_tool_id(call["id"]), "name": call["function"]["name"], "input": tool_input}

@@ -1,7 +1,8 @@
 """The benchmark never rots: ``python bench/run.py --quick --skip-litellm`` runs end to end.
 
-It starts the simulator, the gateway under gunicorn and the slow image server, drives them with
-the load generator and writes its JSON. Machines are noisy, so nothing here judges a timing:
+It starts the simulator, the gateway under gunicorn, the stack floor under gunicorn and the slow
+image server, drives them with the load generator (the long-stream scenario included) and writes
+its JSON. Machines are noisy, so nothing here judges a timing:
 only that every section and metric is there, that no request failed and that the counts add up.
 """
 
@@ -19,10 +20,12 @@ from tests.integration.harness import REPO
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-SCENARIOS = ("nonstream_c1", "nonstream_c32", "stream_c1", "stream_c32")
+SCENARIOS = ("nonstream_c1", "nonstream_c32", "stream_c1", "stream_c32", "long_stream")
 JSON_METRICS = ("rps", "p50_ms", "p99_ms", "cpu_ms_per_request")
 STREAM_METRICS = ("ttfb_p50_ms", "ttfb_p99_ms", "done_p50_ms", "done_p99_ms")
 GOALS = ("rps_vs_litellm", "added_p50", "added_ttfb", "cpu_per_request", "idle_streams", "images")
+CONSTRAINTS = ("rps_vs_litellm", "cpu_vs_floor_nonstream_c32", "cpu_vs_floor_stream_c32", "long_stream_vs_litellm")
+LONG_DELTAS = 400
 
 
 def positive(value: Any) -> bool:
@@ -54,7 +57,7 @@ def test_meta_names_the_machine_and_mode(quick: tuple[dict[str, Any], str]) -> N
     assert positive(meta["run_s"])
 
 
-@pytest.mark.parametrize("target", ["ours", "direct"])
+@pytest.mark.parametrize("target", ["ours", "floor", "direct"])
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_every_scenario_has_its_metrics_and_no_errors(
     quick: tuple[dict[str, Any], str], target: str, scenario: str
@@ -64,10 +67,30 @@ def test_every_scenario_has_its_metrics_and_no_errors(
     assert m["errors"] == 0 and m["warmup_errors"] == 0, m["raw"]["error_samples"]
     assert m["requests"] == m["ok"] > 0
     assert m["raw"]["status_counts"] == {"200": m["requests"]}
-    for metric in JSON_METRICS + (STREAM_METRICS if scenario.startswith("stream") else ()):
+    for metric in JSON_METRICS + (() if scenario.startswith("nonstream") else STREAM_METRICS):
         assert positive(m[metric]), (metric, m[metric])
     assert m["p99_ms"] >= m["p50_ms"]
     assert m["foreign_cpu_pct"] >= 0
+
+
+def test_the_long_stream_carries_400_text_deltas(quick: tuple[dict[str, Any], str]) -> None:
+    results, _ = quick
+    assert results["meta"]["long_stream"]["text_deltas"] == LONG_DELTAS
+    for target in ("ours", "floor", "direct"):
+        long, short = results["targets"][target]["long_stream"], results["targets"][target]["stream_c32"]
+        # every stream of the run: one event per delta at least, plus the opening and closing ones
+        assert long["raw"]["events_per_stream"]["min"] > LONG_DELTAS, target
+        assert long["events_per_stream"] > 10 * short["events_per_stream"], target
+
+
+def test_the_floor_relays_the_simulators_answers(quick: tuple[dict[str, Any], str]) -> None:
+    results, _ = quick
+    floor, direct = results["targets"]["floor"], results["targets"]["direct"]
+    # the floor relays the upstream's bytes, so its streams carry exactly the simulator's events
+    for scenario in ("stream_c1", "stream_c32", "long_stream"):
+        relayed, sent = floor[scenario]["raw"]["events_per_stream"], direct[scenario]["raw"]["events_per_stream"]
+        assert (relayed["min"], relayed["max"]) == (sent["min"], sent["max"]) == (sent["min"], sent["min"]), scenario
+    assert "no auth" in results["meta"]["floor"]
 
 
 def test_litellm_is_absent_when_skipped(quick: tuple[dict[str, Any], str]) -> None:
@@ -76,10 +99,16 @@ def test_litellm_is_absent_when_skipped(quick: tuple[dict[str, Any], str]) -> No
     row = results["comparisons"]["nonstream_c32"]["rps"]
     assert row["litellm"] is None and row["ours_over_litellm"] is None
     assert positive(row["ours_over_direct"])
+    assert positive(row["ours_over_floor"])
 
 
-def test_comparisons_subtract_the_floor(quick: tuple[dict[str, Any], str]) -> None:
+def test_comparisons_divide_and_subtract(quick: tuple[dict[str, Any], str]) -> None:
     results, _ = quick
+    for scenario in SCENARIOS:
+        cpu = results["comparisons"][scenario]["cpu_ms_per_request"]
+        assert cpu["ours"] == results["targets"]["ours"][scenario]["cpu_ms_per_request"]
+        assert cpu["floor"] == results["targets"]["floor"][scenario]["cpu_ms_per_request"]
+        assert cpu["ours_over_floor"] == pytest.approx(cpu["ours"] / cpu["floor"])
     row = results["comparisons"]["nonstream_c1"]["p50_ms"]
     assert row["ours_minus_direct"] == pytest.approx(row["ours"] - row["direct"])
     ttfb = results["comparisons"]["stream_c1"]["ttfb_p50_ms"]
@@ -119,6 +148,9 @@ def test_goals_and_table(quick: tuple[dict[str, Any], str]) -> None:
     for text in (
         "non-stream c=1",
         "stream c=32",
+        "long stream c=8",
+        "events/stream",
+        "ours/floor",
         "idle streams on ONE gateway worker",
         "image URLs",
         "targets (issue 8)",
@@ -127,3 +159,17 @@ def test_goals_and_table(quick: tuple[dict[str, Any], str]) -> None:
         "ours−direct",
     ):
         assert text in stdout
+
+
+def test_constraints_are_judged_on_this_run(quick: tuple[dict[str, Any], str]) -> None:
+    results, stdout = quick
+    assert [c["id"] for c in results["constraints"]] == list(CONSTRAINTS)
+    by_id = {c["id"]: c for c in results["constraints"]}
+    assert by_id["rps_vs_litellm"]["met"] is None and by_id["long_stream_vs_litellm"]["met"] is None  # no LiteLLM
+    for scenario in ("nonstream_c32", "stream_c32"):
+        c = by_id[f"cpu_vs_floor_{scenario}"]
+        ratio = results["comparisons"][scenario]["cpu_ms_per_request"]["ours_over_floor"]
+        assert c["measured"] == ratio and c["met"] is (ratio <= 1.15)
+        assert ("PASS" if c["met"] else "FAIL") + "  CPU per request vs the stack floor" in stdout
+    tail = stdout[stdout.index("constraints (ours vs LiteLLM and the stack floor)") :]
+    assert tail.count("n/a") >= 2 and "target ≤ 1.15×" in tail and "target ≥ 6×" in tail

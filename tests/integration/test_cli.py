@@ -36,6 +36,7 @@ def config(tmp_path: Path) -> Path:
     path = tmp_path / "ezat.toml"
     spec = ModelSpec(deployments=[{"name": "d", "base_url": "http://127.0.0.1:9"}])
     path.write_text(f'[gateway]\ndatabase_url = "sqlite:///{tmp_path / "ezat.db"}"\n' + spec.toml())
+    assert cli(path, "db", "upgrade").returncode == 0  # admin commands never migrate
     return path
 
 
@@ -132,6 +133,7 @@ def test_a_bad_config_file_names_the_file_and_key(tmp_path: Path) -> None:
 
 def test_environment_overrides_the_database(tmp_path: Path, config: Path) -> None:
     other = tmp_path / "other.db"
+    assert cli(config, "db", "upgrade", env={"EZAT_DATABASE_URL": f"sqlite:///{other}"}).returncode == 0
     assert cli(config, "orgs", "create", "env-org", env={"EZAT_DATABASE_URL": f"sqlite:///{other}"}).returncode == 0
     assert other.exists()
     assert cli(config, "keys", "create", "--org", "env-org").returncode == 1  # not in the file's database
@@ -184,3 +186,42 @@ def test_serve_runs_gunicorn_with_gevent_workers(tmp_path: Path) -> None:
         _, stderr = proc.communicate(timeout=30)
         sim.stop()
     assert "Using worker: gevent" in stderr and stderr.count("Booting worker") >= 2
+
+
+def test_check_config_validates_without_connecting(config: Path) -> None:
+    done = cli(config, "check-config", env={"ANTHROPIC_API_KEY": "k"})
+    assert done.returncode == 0 and done.stderr == ""
+    assert done.stdout.strip() == (
+        f"{config}: the configuration is valid (1 models, 1 deployments, "
+        f"database sqlite:///{config.parent / 'ezat.db'})"
+    )
+    unreachable = cli(
+        config,
+        "check-config",
+        env={"ANTHROPIC_API_KEY": "k", "EZAT_DATABASE_URL": "postgresql+psycopg://u@127.0.0.1:1/d"},
+    )
+    assert unreachable.returncode == 0  # like nginx -t: the file, not the servers it names
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[server]\nworkerz = 2\n", "ezat.toml: server.workerz: Unknown field."),
+        ('[server]\nbind = "127.0.0.1:http"\n', "cannot listen on 127.0.0.1:http: use HOST:PORT"),
+        ('[gateway]\ndatabase_url = "mysql://u@h/d"\n', "unsupported database URL 'mysql://u@h/d'"),
+        ("[gateway\n", "ezat.toml: invalid TOML"),
+        (
+            '[gateway]\nkeepalive_s = -1\nmax_body_mb = "big"\n',
+            "ezat.toml: gateway.keepalive_s: Must be greater than 0.; "
+            "ezat.toml: gateway.max_body_mb: Not a valid number.",
+        ),
+    ],
+    ids=["unknown-key", "bad-bind", "unsupported-database", "not-toml", "two-problems"],
+)
+def test_check_config_refuses_in_one_line(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "ezat.toml"
+    spec = ModelSpec(deployments=[{"name": "d", "base_url": "http://127.0.0.1:9"}])
+    path.write_text(text + spec.toml() if not text.startswith("[gateway\n") else text)
+    done = cli(path, "check-config", env={"ANTHROPIC_API_KEY": "k"})
+    assert done.returncode == 1 and done.stdout == "" and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and message in done.stderr, done.stderr

@@ -178,7 +178,7 @@ def test_migrate_twice_is_idempotent_and_matches_the_tables(db_url: str) -> None
     migrate(db_url)
     diffs, versions = _schema_state(db_url)
     assert diffs == []
-    assert versions == ["0003"]
+    assert versions == ["0004"]
 
 
 def test_migrate_from_several_processes_at_once(db_url: str) -> None:
@@ -186,7 +186,7 @@ def test_migrate_from_several_processes_at_once(db_url: str) -> None:
     assert run_processes(_migrate_child, [(db_url, barrier)] * 3) == ["ok"] * 3
     diffs, versions = _schema_state(db_url)
     assert diffs == []
-    assert versions == ["0003"]
+    assert versions == ["0004"]
 
 
 def test_sqlite_engine_settings(tmp_path) -> None:

@@ -175,3 +175,46 @@ def test_image_limit_errors_name_the_key(tmp_path: Path, line: str, message: str
     with pytest.raises(ConfigError) as info:
         load_config(write(tmp_path, MINIMAL.replace("price = {", line + "\nprice = {")))
     assert str(info.value).startswith(message)
+
+
+def test_server_pidfile_and_name(tmp_path: Path) -> None:
+    from ezat_compat.serving import process_title
+
+    default = load_config(write(tmp_path, MINIMAL))
+    assert (default.server.pidfile, default.server.name) == ("", "")
+    assert process_title(default, "127.0.0.1:8080") == f"ezat-compat: {tmp_path / 'ezat.toml'}"
+    text = '[server]\npidfile = "/run/ezat-compat/ezat-compat.pid"\nname = "eu-1"\n' + MINIMAL
+    named = load_config(write(tmp_path, text))
+    assert named.server.pidfile == "/run/ezat-compat/ezat-compat.pid" and named.server.name == "eu-1"
+    assert process_title(named, "127.0.0.1:8080") == "ezat-compat: eu-1"
+    with pytest.raises(ConfigError, match=r"ezat.toml: server.pidfil: Unknown field."):
+        load_config(write(tmp_path, '[server]\npidfil = "x"\n' + MINIMAL))
+
+
+@pytest.mark.parametrize(
+    "environ, warnings",
+    [
+        ({"ANTHROPIC_API_KEY": "sk", "BACKUP_KEY": "sk2"}, []),
+        (
+            {"ANTHROPIC_API_KEY": "sk"},
+            ["deployment backup of model anthropic/claude-sonnet-5-5: BACKUP_KEY is not set"],
+        ),
+        (
+            {"ANTHROPIC_API_KEY": ""},
+            [
+                "deployment primary of model anthropic/claude-sonnet-5-5: ANTHROPIC_API_KEY is not set",
+                "deployment backup of model anthropic/claude-sonnet-5-5: BACKUP_KEY is not set",
+            ],
+        ),
+    ],
+    ids=["all-set", "one-unset", "none-set"],
+)
+def test_a_warning_per_deployment_without_its_key(tmp_path: Path, environ: dict[str, str], warnings: list[str]) -> None:
+    from ezat_compat.serving import deployment_warnings
+
+    text = MINIMAL + '\n[[models.deployments]]\nname = "backup"\nbase_url = "https://b.example"\n'
+    text += 'upstream_model = "m"\napi_key_env = "BACKUP_KEY"\n'
+    lines = deployment_warnings(load_config(write(tmp_path, text), environ=environ))
+    assert [line.split(", so routing")[0] for line in lines] == warnings
+    none_left = len(warnings) == 2
+    assert all(("has no other deployment" in line) == none_left for line in lines)

@@ -57,7 +57,8 @@ CONFIG = parse_config(
                 ],
             }
         ],
-    }
+    },
+    environ={"ANTHROPIC_API_KEY": "sk-up"},
 )
 MODEL = CONFIG.models[0]
 
@@ -113,8 +114,14 @@ class FakeLedger:
         self.reserved: dict[str, int] = {}
         self.rows: list[tuple[str, Any]] = []
 
-    def reserve(self, ctx: AuthContext, request_id: str, amount: int) -> None:
+    def reserve(self, ctx: AuthContext, request_id: str, amount: int, **_request: str) -> None:
         self.reserved[request_id] = amount
+
+    def maintain(self) -> None:
+        pass
+
+    def settle_durably(self, request_id: str, entry: Any) -> bool:
+        return self.settle(request_id, entry)
 
     def settle(self, request_id: str, entry: Any) -> bool:
         if any(rid == request_id for rid, _ in self.rows):
@@ -522,7 +529,7 @@ def test_json_nested_too_deep_answers_400(dialect: str) -> None:
     req = ClientRequest(request_id="r1", api_key="k", headers={}, read_body=lambda: body)
     with pytest.raises(GatewayError) as raised:
         gw.handle(DIALECTS[dialect], req)
-    assert raised.value.status == 400 and "nested too deeply" in raised.value.message
+    assert raised.value.status == 400 and "nested more than 200 levels deep" in raised.value.message
     assert ledger.rows == []
 
 

@@ -17,7 +17,7 @@ from ezat_compat.sim.markers import Markers, parse_markers
 from ezat_compat.sim.replies import Reply, build_reply, message_json
 from ezat_compat.sim.request import last_user_text, tokens
 from ezat_compat.sim.schema_json import schema_value
-from ezat_compat.sim.validate import validate_request
+from ezat_compat.sim.validate import ModelCaps, validate_request
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 16).decode()
 PDF = base64.b64encode(b"%PDF-1.4 tiny").decode()
@@ -208,7 +208,9 @@ INVALID = [
         "block-unknown-type",
         request(messages=[user({"type": "video"})]),
         "messages.0.content.0: Input tag 'video' found using 'type' does not match any of the expected tags: "
-        "'text', 'image', 'document', 'tool_use', 'tool_result', 'thinking', 'redacted_thinking'",
+        "'text', 'image', 'document', 'search_result', 'tool_use', 'tool_result', 'thinking', 'redacted_thinking', "
+        "'server_tool_use', 'web_search_tool_result', 'web_fetch_tool_result', 'code_execution_tool_result', "
+        "'container_upload'",
     ),
     (
         "block-not-object",
@@ -245,12 +247,12 @@ INVALID = [
     (
         "tool-use-id-pattern",
         request(messages=[user("hi"), assistant(tool_use("bad id")), user(tool_result("bad id"))]),
-        "messages.1.content.0.id: String should match pattern '^[a-zA-Z0-9_-]+$'",
+        "messages.1.content.0.tool_use.id: String should match pattern '^[a-zA-Z0-9_-]+$'",
     ),
     (
         "tool-use-input-not-object",
         request(messages=[user("hi"), assistant({**tool_use(), "input": []}), user(tool_result())]),
-        "messages.1.content.0.input: Input should be a valid dictionary",
+        "messages.1.content.0.tool_use.input: Input should be a valid dictionary",
     ),
     ("tool-use-without-result", request(messages=[user("hi"), assistant(tool_use()), user("thanks")]), TOOL_USE_ERROR),
     ("tool-use-as-last-message", request(messages=[user("hi"), assistant(tool_use())]), TOOL_USE_ERROR),
@@ -263,19 +265,19 @@ INVALID = [
     (
         "tool-name-pattern",
         request(tools=[{**WEATHER, "name": "get weather"}]),
-        "tools.0.name: String should match pattern '^[a-zA-Z0-9_-]{1,128}$'",
+        "tools.0.custom.name: String should match pattern '^[a-zA-Z0-9_-]{1,128}$'",
     ),
     (
         "tool-name-too-long",
         request(tools=[{**WEATHER, "name": "x" * 129}]),
-        "tools.0.name: String should match pattern '^[a-zA-Z0-9_-]{1,128}$'",
+        "tools.0.custom.name: String should match pattern '^[a-zA-Z0-9_-]{1,128}$'",
     ),
     ("tool-names-unique", request(tools=[WEATHER, WEATHER]), "tools: Tool names must be unique."),
-    ("tool-schema-missing", request(tools=[{"name": "x"}]), "tools.0.input_schema: Field required"),
+    ("tool-schema-missing", request(tools=[{"name": "x"}]), "tools.0.custom.input_schema: Field required"),
     (
         "tool-schema-not-object-type",
         request(tools=[{"name": "x", "input_schema": {"type": "array"}}]),
-        "tools.0.input_schema.type: Input should be 'object'",
+        "tools.0.custom.input_schema.type: Input should be 'object'",
     ),
     (
         "tool-choice-type",
@@ -335,26 +337,26 @@ INVALID = [
     (
         "image-media-type",
         request(messages=[user(image("image/bmp"))]),
-        "messages.0.content.0.source.base64.media_type: Input should be 'image/jpeg', 'image/png', 'image/gif' "
+        "messages.0.content.0.image.source.base64.media_type: Input should be 'image/jpeg', 'image/png', 'image/gif' "
         "or 'image/webp'",
     ),
     (
         "image-bad-base64",
         request(messages=[user(image(data="not base64!"))]),
-        "messages.0.content.0.source.base64.data: Invalid base64 data",
+        "messages.0.content.0.image.source.base64.data: Invalid base64 data",
     ),
     (
         "image-source-type",
-        request(messages=[user({"type": "image", "source": {"type": "file", "file_id": "f"}})]),
-        "messages.0.content.0.source: Input tag 'file' found using 'type' does not match any of the expected tags: "
-        "'base64', 'url'",
+        request(messages=[user({"type": "image", "source": {"type": "s3", "key": "f"}})]),
+        "messages.0.content.0.image.source: Input tag 's3' found using 'type' does not match any of the expected "
+        "tags: 'base64', 'url', 'file'",
     ),
     (
         "document-media-type",
         request(
             messages=[user({"type": "document", "source": {"type": "base64", "media_type": "image/png", "data": PDF}})]
         ),
-        "messages.0.content.0.source.base64.media_type: Input should be 'application/pdf'",
+        "messages.0.content.0.document.source.base64.media_type: Input should be 'application/pdf'",
     ),
     (
         "effort",
@@ -379,7 +381,7 @@ INVALID = [
     (
         "cache-control-type",
         request(messages=[user(text("hi", cache_control={"type": "forever"}))]),
-        "messages.0.content.0.cache_control.type: Input should be 'ephemeral'",
+        "messages.0.content.0.text.cache_control.type: Input should be 'ephemeral'",
     ),
     ("stop-sequences-not-strings", request(stop_sequences=[1]), "stop_sequences.0: Input should be a valid string"),
 ]
@@ -443,7 +445,12 @@ VALID = [
     ("sampling-temperature", request(temperature=0.0, top_k=5)),
     (
         "structured-output",
-        request(output_config={"effort": "low", "format": {"type": "json_schema", "schema": {"type": "object"}}}),
+        request(
+            output_config={
+                "effort": "low",
+                "format": {"type": "json_schema", "schema": {"type": "object", "additionalProperties": False}},
+            }
+        ),
     ),
     ("tool-choice-named", request(tools=[WEATHER], tool_choice={"type": "tool", "name": "get_weather"})),
 ]
@@ -456,7 +463,7 @@ def test_valid_requests_pass(body: dict[str, Any]) -> None:
 
 def test_no_prefill_refuses_a_trailing_assistant_message() -> None:
     with pytest.raises(InvalidRequestError) as caught:
-        validate_request(request(messages=[user("hi"), assistant("Sure")]), allow_prefill=False)
+        validate_request(request(messages=[user("hi"), assistant("Sure")]), caps=ModelCaps(prefill=False))
     assert caught.value.message == (
         "This model does not support assistant message prefill. The conversation must end with a user message."
     )
@@ -793,6 +800,7 @@ def test_structured_output_is_json_from_the_schema() -> None:
         "type": "object",
         "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
         "required": ["name", "age"],
+        "additionalProperties": False,
     }
     reply = reply_for(request(output_config={"format": {"type": "json_schema", "schema": schema}}))
     assert json.loads(reply.content[0]["text"]) == {"name": "example", "age": 1}

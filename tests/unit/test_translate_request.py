@@ -184,15 +184,26 @@ def test_tool_call_empty_arguments_become_empty_object(arguments: str | None) ->
 
 @pytest.mark.parametrize(
     "arguments, reason",
-    [("{oops", "is not valid JSON"), ("[1, 2]", "must be a JSON object")],
-    ids=["invalid-json", "not-an-object"],
+    [
+        ("{oops", "is not valid JSON: Expecting property name"),
+        ("[1, 2]", "must be a JSON object"),
+        ('{"a": NaN}', "is not valid JSON: NaN, Infinity and -Infinity are not valid JSON numbers"),
+        ('{"a": 1e400}', "is not valid JSON: the number 1e400 is too large for a double"),
+        (
+            '{"a": "\\ud800"}',
+            "contains a lone UTF-16 surrogate (\\ud800-\\udfff), which is not valid Unicode text (at a)",
+        ),
+        ('{"a": ' + "[" * 300 + "]" * 300 + "}", "is nested more than 200 levels deep (at a)"),
+        ("[" * 5000 + "]" * 5000, "is nested more than 200 levels deep"),
+    ],
+    ids=["invalid-json", "not-an-object", "nan", "overflow", "lone-surrogate", "too-deep", "far-too-deep"],
 )
 def test_tool_call_bad_arguments_refused_naming_the_path(arguments: str, reason: str) -> None:
     call = {**CALL, "id": "call_2", "function": {"name": "get_weather", "arguments": arguments}}
     message, param = refused(
         {"tools": [WEATHER_TOOL]}, messages=[USER, {"role": "assistant", "tool_calls": [CALL, call]}]
     )
-    assert message == f"messages[1].tool_calls[1].function.arguments: {reason}"
+    assert message.startswith(f"messages[1].tool_calls[1].function.arguments: {reason}")
     assert param == "messages[1].tool_calls[1].function.arguments"
 
 

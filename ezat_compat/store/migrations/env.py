@@ -1,8 +1,15 @@
-"""Alembic environment of ezat_compat, run programmatically by ``ezat_compat.store.db.migrate``.
+"""Alembic environment of ezat_compat.
 
-``migrate`` passes an open connection (already inside its transaction and holding the
-migration lock) in ``config.attributes["connection"]``; this file only runs the scripts on it.
-There is no offline (SQL script) mode.
+Three ways in:
+
+- ``ezat_compat.store.db.migrate`` (what ``serve``, ``demo`` and ``ezat-compat db upgrade`` use)
+  passes an open connection, already inside its transaction and holding the migration lock, in
+  ``config.attributes["connection"]``; the scripts run on it.
+- Offline mode (``ezat-compat db upgrade --sql``, ``alembic upgrade head --sql``): the SQL is
+  written out for a DBA to apply, nothing is connected.
+- The ``alembic`` command itself (the repository's ``alembic.ini``): the database is the
+  gateway's (``sqlalchemy.url`` when set, else ``EZAT_DATABASE_URL``, else the config file named
+  by ``EZAT_CONFIG`` or ``./ezat.toml``), migrated with the same lock as ``migrate``.
 """
 
 from __future__ import annotations
@@ -13,21 +20,63 @@ from sqlalchemy import Connection
 from ezat_compat.store.tables import metadata
 
 
-def run_migrations_online() -> None:
-    """Run every pending migration on the connection given by ``migrate``."""
-    connection = context.config.attributes.get("connection")
-    if not isinstance(connection, Connection):
-        raise RuntimeError("run migrations with ezat_compat.store.db.migrate(url), not the alembic command")
+def _database_url() -> str:
+    url = context.config.get_main_option("sqlalchemy.url")
+    if url:
+        return url
+    import os
+
+    from ezat_compat.config import load_config, resolve_config_path
+
+    if os.environ.get("EZAT_DATABASE_URL"):
+        return os.environ["EZAT_DATABASE_URL"]
+    return load_config(resolve_config_path(None)).gateway.database_url
+
+
+def _configure(connection: Connection) -> None:
     context.configure(
         connection=connection,
         target_metadata=metadata,
         render_as_batch=connection.dialect.name == "sqlite",
         compare_type=True,
     )
+
+
+def run_migrations_offline() -> None:
+    """Write the SQL of the pending migrations (``--sql``) instead of running them."""
+    url = _database_url()
+    context.configure(
+        url=url,
+        target_metadata=metadata,
+        literal_binds=True,
+        dialect_opts={"paramstyle": "named"},
+        render_as_batch=url.startswith("sqlite"),
+    )
     with context.begin_transaction():
         context.run_migrations()
 
 
+def run_migrations_online() -> None:
+    """Run every pending migration on the connection given by ``migrate``, or, from the
+    ``alembic`` command, through ``migrate``'s own locking on the gateway's database."""
+    connection = context.config.attributes.get("connection")
+    if isinstance(connection, Connection):
+        _configure(connection)
+        with context.begin_transaction():
+            context.run_migrations()
+        return
+    from ezat_compat.store.db import locked_connection, make_engine
+
+    engine = make_engine(_database_url())
+    try:
+        with locked_connection(engine) as conn:
+            _configure(conn)
+            context.run_migrations()
+    finally:
+        engine.dispose()
+
+
 if context.is_offline_mode():
-    raise RuntimeError("offline migrations are not supported; use ezat_compat.store.db.migrate(url)")
-run_migrations_online()
+    run_migrations_offline()
+else:
+    run_migrations_online()

@@ -1,0 +1,132 @@
+"""The stack floor: the bare Flask + gevent + HTTP hop that every request of ours also pays.
+
+    gunicorn -c bench/floor_gunicorn.py --pythonpath bench floor_app:app
+
+A minimal Flask app at ``POST /openai/v1/chat/completions``, run by gunicorn with our gateway's
+gevent worker settings (``floor_gunicorn.py``). For each request it reads and parses the OpenAI
+body (to learn ``stream``), makes the upstream call our upstream client makes (a POST to
+``/v1/messages`` on the simulator, through one pooled ``urllib3.PoolManager`` per worker, the
+same pool and timeout settings, keep-alive) and returns the upstream's answer as it came: the
+JSON body whole, or the SSE bytes relayed chunk by chunk through a generator. No auth, no
+database, no rate limits, no validation, no translation, no metrics.
+
+Without translation the upstream body cannot be derived from the client's, so the benchmark
+hands the floor a table (``FLOOR_BODIES``, a JSON file of ``[openai body, anthropic body]``
+pairs): each OpenAI body the load generator sends, byte for byte, and the equivalent Anthropic
+body (the one the direct target is sent). An unknown body answers 400.
+
+Environment: ``FLOOR_UPSTREAM`` (the simulator's base URL), ``FLOOR_BODIES`` (the table),
+``FLOOR_API_KEY`` (sent as ``x-api-key``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import urllib3
+from flask import Flask, Response, request
+
+CONNECT_TIMEOUT_S = 10.0  # the gateway's defaults: connect_timeout_s, upstream_timeout_s, stream_idle_timeout_s
+READ_TIMEOUT_S = 590.0
+STREAM_IDLE_TIMEOUT_S = 600.0
+POOL_SIZE = 1000
+
+
+def load_bodies(path: Path) -> dict[bytes, bytes]:
+    """The table of (client body → upstream body), both as the bytes sent."""
+    pairs = json.loads(path.read_text())
+    return {client.encode(): upstream.encode() for client, upstream in pairs}
+
+
+class Upstream:
+    """One pooled PoolManager per process (made after the fork), as our upstream client keeps."""
+
+    def __init__(self, base_url: str, api_key: str) -> None:
+        self.url = base_url.rstrip("/") + "/v1/messages"
+        self.api_key = api_key
+        self._pool: urllib3.PoolManager | None = None
+        self._pid = 0
+
+    @property
+    def pool(self) -> urllib3.PoolManager:
+        if self._pool is None or self._pid != os.getpid():
+            self._pool = urllib3.PoolManager(num_pools=64, maxsize=POOL_SIZE, block=False, retries=False)
+            self._pid = os.getpid()
+        return self._pool
+
+    def post(self, body: bytes, *, stream: bool) -> urllib3.BaseHTTPResponse:
+        headers = {
+            "content-type": "application/json",
+            "accept": "text/event-stream" if stream else "application/json",
+            "user-agent": "ezat-bench-floor",
+            "anthropic-version": "2023-06-01",
+            "x-api-key": self.api_key,
+        }
+        read = STREAM_IDLE_TIMEOUT_S if stream else READ_TIMEOUT_S
+        return self.pool.urlopen(
+            "POST",
+            self.url,
+            body=body,
+            headers=headers,
+            preload_content=False,
+            retries=False,
+            redirect=False,
+            timeout=urllib3.Timeout(connect=CONNECT_TIMEOUT_S, read=read),
+        )
+
+
+def relay(response: urllib3.BaseHTTPResponse) -> Iterator[bytes]:
+    """The upstream's SSE bytes as they arrive; the connection goes back to the pool only when
+    the body was read to its end."""
+    complete = False
+    try:
+        if response.chunked:
+            yield from response.read_chunked(None, decode_content=True)  # type: ignore[attr-defined]
+        else:
+            while chunk := response.read1(65536):  # type: ignore[attr-defined]
+                yield chunk
+        complete = True
+    finally:
+        if complete:
+            response.release_conn()
+        else:
+            response.close()
+
+
+def create_app(upstream: Upstream, bodies: dict[bytes, bytes]) -> Flask:
+    app = Flask("floor")
+
+    @app.post("/openai/v1/chat/completions")
+    def chat_completions() -> Response:
+        raw = request.get_data()
+        stream = json.loads(raw).get("stream") is True
+        body = bodies.get(raw)
+        if body is None:
+            return Response(b'{"error":"unknown body"}', status=400, content_type="application/json")
+        response = upstream.post(body, stream=stream)
+        content_type = response.headers.get("content-type", "application/json")
+        if stream and response.status == 200:
+            return Response(
+                relay(response), status=200, content_type=content_type, headers={"cache-control": "no-cache"}
+            )
+        data = response.read()
+        response.release_conn()
+        return Response(data, status=response.status, content_type=content_type)
+
+    @app.get("/healthz")
+    def healthz() -> Response:
+        return Response(b'{"status":"ok"}', content_type="application/json")
+
+    return app
+
+
+def _from_environment() -> Flask:
+    upstream = Upstream(os.environ.get("FLOOR_UPSTREAM", "http://127.0.0.1:1"), os.environ.get("FLOOR_API_KEY", ""))
+    table = os.environ.get("FLOOR_BODIES")
+    return create_app(upstream, load_bodies(Path(table)) if table else {})
+
+
+app = _from_environment()

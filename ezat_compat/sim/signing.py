@@ -1,0 +1,28 @@
+"""Thinking-block signatures the simulator can verify.
+
+The real API signs every ``thinking`` block it emits and refuses a block whose ``signature``
+it cannot verify ("Invalid `signature` in `thinking` block"). The simulator does the same
+with an HMAC-SHA256 of the block's ``thinking`` text under a fixed simulator secret, so a
+block it emitted verifies when sent back unmodified and any edit, invented block or block
+from elsewhere does not.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+
+SIM_THINKING_SECRET = b"ezat-sim thinking signature v1"
+SIGNATURE_PREFIX = "simsig1_"
+
+
+def sign_thinking(text: str) -> str:
+    """The signature the simulator puts on a ``thinking`` block with this ``thinking`` text."""
+    digest = hmac.new(SIM_THINKING_SECRET, text.encode(), hashlib.sha256).digest()
+    return SIGNATURE_PREFIX + base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
+def verify_thinking(text: str, signature: str) -> bool:
+    """True when ``signature`` is what ``sign_thinking(text)`` gives."""
+    return hmac.compare_digest(sign_thinking(text), signature)

@@ -1,0 +1,209 @@
+"""Hostile client input through ``Gateway.handle`` with fakes: each row answers 400 in the
+dialect's envelope naming the field where there is one, or — on native ``/v1/messages``, which
+passes bodies through to the upstream — goes through with a bounded reservation. Never a 500,
+never a traceback or an internal path in the body (design.md "HTTP surface"; wire/json.py's
+rules: strict UTF-8, no NaN/Infinity, nesting at most ``MAX_DEPTH``, no lone surrogate, the last
+duplicate key wins)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from ezat_compat.errors import GatewayError
+from ezat_compat.pipeline import ClientRequest, Reply
+from ezat_compat.store.accounts import AuthContext
+from ezat_compat.wire.json import MAX_DEPTH
+from tests.unit.test_pipeline import DIALECTS, MESSAGE, FakeLedger, gateway
+
+USER = {"role": "user", "content": "hi"}
+OPENAI_OK = {"model": "m", "messages": [USER]}
+NATIVE_OK = {"model": "m", "max_tokens": 100, "messages": [USER]}
+LEAKS = ("Traceback", "/ezat_compat/", '.py"', 'File "')
+
+
+def body(base: dict[str, Any], **fields: Any) -> bytes:
+    return json.dumps({**base, **fields}).encode()
+
+
+def with_raw(base: dict[str, Any], key: str, raw: bytes) -> bytes:
+    """``base`` with ``key`` set to the JSON text ``raw`` (what no Python value encodes to)."""
+    return json.dumps({**base, key: "\x00"}).encode().replace(b'"\\u0000"', raw)
+
+
+def deep(levels: int) -> bytes:
+    return b"[" * levels + b"]" * levels
+
+
+def call_args(arguments: str) -> bytes:
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": arguments}}
+    return body(
+        OPENAI_OK,
+        messages=[
+            USER,
+            {"role": "assistant", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": "r"},
+        ],
+        tools=[{"type": "function", "function": {"name": "f"}}],
+    )
+
+
+ARGS = "messages[1].tool_calls[0].function.arguments"
+
+# (id, dialect, raw body, param, start of the message); param "" means no field is named.
+REFUSED = [
+    ("lone-surrogate", "openai", b'{"model":"m","messages":[{"role":"user","content":"x\\ud800"}]}',
+     "messages[0].content", "messages[0].content: contains a lone UTF-16 surrogate"),
+    ("surrogate-in-a-key", "anthropic", b'{"model":"m","max_tokens":1,"messages":[],"\\udc00":1}',
+     "\\udc00", "\\udc00: contains a lone UTF-16 surrogate"),
+    ("surrogate-as-utf8-bytes", "anthropic", with_raw(NATIVE_OK, "system", b'"\xed\xa0\x80"'),
+     "", "The request body is not valid UTF-8 text: invalid continuation byte"),
+    ("surrogate-as-utf8-bytes", "openai", with_raw(OPENAI_OK, "user", b'"\xed\xb0\x80"'),
+     "", "The request body is not valid UTF-8 text"),
+    ("invalid-utf8", "openai", with_raw(OPENAI_OK, "user", b'"\xff"'), "", "The request body is not valid UTF-8 text"),
+    ("utf16", "anthropic", json.dumps(NATIVE_OK).encode("utf-16"), "", "The request body is not valid UTF-8 text"),
+    ("nested-1000", "openai", with_raw(OPENAI_OK, "x", deep(1_000)), "", "The request body is nested more than 200"),
+    ("nested-1000", "anthropic", with_raw(NATIVE_OK, "x", deep(1_000)), "", "The request body is nested more than 200"),
+    ("nested-past-the-limit", "anthropic", with_raw(NATIVE_OK, "tools", deep(MAX_DEPTH)),
+     "tools", "tools: is nested more than 200 levels deep"),
+    ("nested-past-the-limit", "openai", with_raw(OPENAI_OK, "metadata", deep(MAX_DEPTH)),
+     "metadata", "metadata: is nested more than 200 levels deep"),
+    ("nan", "openai", with_raw(OPENAI_OK, "temperature", b"NaN"), "", "The request body is not valid JSON: NaN"),
+    ("nan", "anthropic", with_raw(NATIVE_OK, "temperature", b"NaN"), "", "The request body is not valid JSON: NaN"),
+    ("infinity", "anthropic", with_raw(NATIVE_OK, "max_tokens", b"-Infinity"), "", "The request body is not valid"),
+    ("overflowing-float", "anthropic", with_raw(NATIVE_OK, "max_tokens", b"1e400"),
+     "", "The request body is not valid JSON: the number 1e400 is too large for a double"),
+    ("5000-digit-int", "openai", with_raw(OPENAI_OK, "max_tokens", b"9" * 5000), "", "The request body is not valid"),
+    ("empty", "anthropic", b"", "", "The request body is empty"),
+    ("truncated", "openai", body(OPENAI_OK)[:-3], "", "The request body is not valid JSON"),
+    ("max-tokens-int64", "openai", body(OPENAI_OK, max_tokens=2**63 - 1), "max_tokens", "max_tokens: must be at most"),
+    ("max-tokens-negative", "openai", body(OPENAI_OK, max_completion_tokens=-1), "max_completion_tokens", ""),
+    ("max-tokens-fraction", "openai", body(OPENAI_OK, max_tokens=64.5), "max_tokens", "max_tokens: Not a valid"),
+    ("max-tokens-string", "openai", body(OPENAI_OK, max_tokens="64"), "max_tokens", "max_tokens: Not a valid integer"),
+    ("n-huge", "openai", body(OPENAI_OK, n=2**64), "n", "n: only 1 choice per request is supported"),
+    ("top-logprobs-huge", "openai", body(OPENAI_OK, top_logprobs=2**70), "top_logprobs", ""),
+    ("temperature-huge-int", "openai", body(OPENAI_OK, temperature=10**400), "temperature", ""),
+    ("messages-a-string", "openai", body(OPENAI_OK, messages="hi"), "messages", "messages: Not a valid list."),
+    ("messages-null", "openai", body(OPENAI_OK, messages=None), "messages", "messages: Field may not be null."),
+    ("messages-empty", "openai", body(OPENAI_OK, messages=[]), "messages", ""),
+    ("content-an-object", "openai", body(OPENAI_OK, messages=[{"role": "user", "content": {}}]),
+     "messages[0].content", ""),
+    ("message-null", "openai", body(OPENAI_OK, messages=[None]), "messages[0]", ""),
+    ("tools-an-object", "openai", body(OPENAI_OK, tools={}), "tools", "tools: Not a valid list."),
+    ("stream-a-string", "openai", body(OPENAI_OK, stream="yes"), "stream", "stream: Not a valid boolean."),
+    ("body-a-list", "openai", b"[]", "", "the request body must be a JSON object"),
+    ("body-null", "anthropic", b"null", "", "The request body must be a JSON object."),
+    ("model-a-number", "anthropic", body(NATIVE_OK, model=5), "model", "model: Field required"),
+    ("model-null", "anthropic", body(NATIVE_OK, model=None), "model", "model: Field required"),
+    ("model-a-list", "openai", body(OPENAI_OK, model=["m"]), "model", "model: Not a valid string."),
+    ("args-nan", "openai", call_args('{"a": NaN}'), ARGS, f"{ARGS}: is not valid JSON: NaN"),
+    ("args-surrogate", "openai", call_args('{"a": "\\ud800"}'), ARGS, f"{ARGS}: contains a lone UTF-16 surrogate"),
+    ("args-nested-5000", "openai", call_args("[" * 5000 + "]" * 5000), ARGS, f"{ARGS}: is nested more than 200"),
+]  # fmt: skip
+
+
+def handle(dialect: str, raw: bytes) -> tuple[Any, Any, FakeLedger]:
+    gw, upstream, ledger = gateway({"a": MESSAGE, "b": MESSAGE, "c": MESSAGE})
+    request = ClientRequest(request_id="r1", api_key="k", headers={}, read_body=lambda: raw)
+    try:
+        return gw.handle(DIALECTS[dialect], request), upstream, ledger
+    except GatewayError as err:
+        return err, upstream, ledger
+
+
+def assert_in_envelope(dialect: str, err: GatewayError) -> dict[str, Any]:
+    status, raw, _ = DIALECTS[dialect].render_error(err, "r1")
+    rendered = json.loads(raw)
+    assert status == err.status == 400 if dialect == "openai" else status == 400
+    error = rendered["error"]
+    if dialect == "anthropic":
+        assert rendered["type"] == "error" and error["type"] == "invalid_request_error"
+    else:
+        assert error["type"] == "invalid_request_error" and "param" in error
+    assert not any(leak in raw.decode() for leak in LEAKS)
+    return error
+
+
+@pytest.mark.parametrize(
+    ("dialect", "raw", "param", "message"), [row[1:] for row in REFUSED], ids=[f"{r[1]}-{r[0]}" for r in REFUSED]
+)
+def test_hostile_input_answers_400_in_the_envelope_naming_the_field(
+    dialect: str, raw: bytes, param: str, message: str
+) -> None:
+    err, upstream, ledger = handle(dialect, raw)
+    assert isinstance(err, GatewayError), f"went through: {err!r}"
+    assert (err.status, err.param or "") == (400, param)
+    assert err.message.startswith(message), err.message
+    error = assert_in_envelope(dialect, err)
+    if dialect == "openai":
+        assert error["param"] == (param or None)
+    assert upstream.calls == [] and ledger.rows == [] and ledger.reserved == {}
+
+
+class RecordingLedger(FakeLedger):
+    def __init__(self) -> None:
+        super().__init__()
+        self.amounts: list[int] = []
+
+    def reserve(self, ctx: AuthContext, request_id: str, amount: int, **request: str) -> None:
+        self.amounts.append(amount)
+        super().reserve(ctx, request_id, amount, **request)
+
+
+INT64_MAX = 2**63 - 1
+# Native bodies the gateway must not refuse itself (the upstream judges them): its own reads
+# of model, max_tokens, stream, metadata, messages, system and tools cope with any JSON.
+PASSED_THROUGH = [
+    ("max-tokens-int64", body(NATIVE_OK, max_tokens=INT64_MAX)),
+    ("max-tokens-past-int64", body(NATIVE_OK, max_tokens=2**64)),
+    ("max-tokens-negative", body(NATIVE_OK, max_tokens=-5)),
+    ("max-tokens-fraction", body(NATIVE_OK, max_tokens=1.5)),
+    ("max-tokens-string", body(NATIVE_OK, max_tokens="100")),
+    ("max-tokens-null", body(NATIVE_OK, max_tokens=None)),
+    ("max-tokens-true", body(NATIVE_OK, max_tokens=True)),
+    ("messages-a-string", body(NATIVE_OK, messages="hi")),
+    ("messages-null", body(NATIVE_OK, messages=None)),
+    ("messages-an-object", body(NATIVE_OK, messages={"role": "user"})),
+    ("messages-numbers", body(NATIVE_OK, messages=[1, 1e308, -(2**70), None, True])),
+    ("system-an-object", body(NATIVE_OK, system={"type": "image"})),
+    ("system-a-number", body(NATIVE_OK, system=2**80)),
+    ("tools-a-string", body(NATIVE_OK, tools="x")),
+    ("tools-nested-to-the-limit", with_raw(NATIVE_OK, "tools", deep(MAX_DEPTH - 1))),
+    ("stream-a-string", body(NATIVE_OK, stream="yes")),
+    ("metadata-a-list", body(NATIVE_OK, metadata=[1, {"user_id": 2**70}])),
+    ("unknown-fields", body(NATIVE_OK, frobnicate={"x": [None]}, top_k=-(2**63))),
+    ("huge-array", body(NATIVE_OK, messages=[USER] * 20_000)),
+    ("duplicate-keys-last-wins", b'{"model":"m","max_tokens":"x","messages":[],"max_tokens":100}'),
+]
+
+
+@pytest.mark.parametrize("raw", [row[1] for row in PASSED_THROUGH], ids=[row[0] for row in PASSED_THROUGH])
+def test_native_bodies_pass_through_with_a_bounded_reservation(raw: bytes) -> None:
+    gw, upstream, _ = gateway({"a": MESSAGE, "b": MESSAGE, "c": MESSAGE})
+    ledger = RecordingLedger()
+    gw.ledger = ledger  # type: ignore[assignment]
+    reply = gw.handle(DIALECTS["anthropic"], ClientRequest("r1", "k", {}, lambda: raw))
+    assert isinstance(reply, Reply) and reply.status == 200
+    assert len(upstream.calls) == 1 and len(ledger.rows) == 1 and ledger.reserved == {}
+    assert all(0 <= amount <= INT64_MAX for amount in ledger.amounts)  # fits an SQL BIGINT
+    sent = json.loads(upstream.calls[0][1])
+    assert sent == {**json.loads(raw), "model": "ma"}  # as the client sent it (last duplicate)
+
+
+OPENAI_ACCEPTED = [
+    ("unknown-fields", body(OPENAI_OK, frobnicate={"x": [None]}, seed=2**70)),
+    ("duplicate-keys-last-wins", b'{"model":"m","max_tokens":-1,"messages":[{"role":"user","content":"hi"}],'
+                                 b'"max_tokens":9}'),
+    ("huge-array", body(OPENAI_OK, messages=[USER] * 20_000)),
+    ("whole-floats-as-ints", body(OPENAI_OK, max_tokens=64.0, n=1.0)),
+    ("nested-to-the-limit", with_raw(OPENAI_OK, "metadata", deep(MAX_DEPTH - 1))),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("raw", [row[1] for row in OPENAI_ACCEPTED], ids=[row[0] for row in OPENAI_ACCEPTED])
+def test_openai_bodies_the_spec_accepts_go_through(raw: bytes) -> None:
+    reply, upstream, ledger = handle("openai", raw)
+    assert isinstance(reply, Reply) and reply.status == 200, reply
+    assert len(upstream.calls) == 1 and len(ledger.rows) == 1
