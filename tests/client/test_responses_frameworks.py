@@ -5,6 +5,7 @@ LangChain's ``ChatOpenAI(use_responses_api=True)`` in a tool loop."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -26,17 +27,20 @@ def test_the_agents_sdk_runs_an_agent_with_a_function_tool(gateway: Gateway, key
         calls.append(city)
         return f"sunny in {city}"
 
-    client = AsyncOpenAI(base_url=gateway.url + "/openai/v1", api_key=key, max_retries=0)
-    agents.set_tracing_disabled(True)
-    agent = agents.Agent(
-        name="weather",
-        instructions="Answer with the tool.",
-        tools=[get_weather],
-        model=agents.OpenAIResponsesModel(model=MODEL, openai_client=client),
-        model_settings=agents.ModelSettings(reasoning={"effort": "low"}),
-    )
+    async def run() -> object:
+        async with AsyncOpenAI(base_url=gateway.url + "/openai/v1", api_key=key, max_retries=0) as client:
+            agents.set_tracing_disabled(True)
+            agent = agents.Agent(
+                name="weather",
+                instructions="Answer with the tool.",
+                tools=[get_weather],
+                model=agents.OpenAIResponsesModel(model=MODEL, openai_client=client),
+                model_settings=agents.ModelSettings(reasoning={"effort": "low"}),
+            )
+            return await agents.Runner.run(agent, "What is the weather in Oslo? Use the tool.")
+
     sim.clear()
-    result = asyncio.run(agents.Runner.run(agent, "What is the weather in Oslo? Use the tool."))
+    result: Any = asyncio.run(run())
     assert calls and result.final_output.startswith("Tool results: sunny in")
     bodies = sim.bodies()
     assert len(bodies) == 2 and bodies[0]["tools"][0]["name"] == "get_weather"
