@@ -15,7 +15,7 @@ import pytest
 import requests
 
 from tests.integration.conftest import standard_models
-from tests.integration.harness import Gateway, Sim
+from tests.integration.harness import Gateway, ModelSpec, Sim
 
 MODEL = "anthropic/claude-sonnet-5-5"
 pytestmark = pytest.mark.integration
@@ -480,3 +480,67 @@ def test_the_sealing_key_is_generated_into_the_data_folder(gateway: Gateway) -> 
     while not path.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert path.exists() and oct(path.stat().st_mode & 0o777) == "0o600"
+
+
+# ---------------------------------------------------------------- failover and early close
+
+
+@pytest.fixture(scope="module")
+def failover(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Gateway, Sim, Sim]]:
+    down = Sim(name="down", flags=("--fail-status", "529")).start()
+    up = Sim(name="up", flags=("--min-cache-tokens", "16")).start()
+    root: Path = tmp_path_factory.mktemp("gateway-failover")
+    deployments = [
+        {"name": "down", "base_url": down.url, "priority": 0},
+        {"name": "up", "base_url": up.url, "priority": 1},
+    ]
+    server = Gateway(root=root, models=[ModelSpec(deployments=deployments)]).start()
+    yield server, down, up
+    server.stop()
+    down.stop()
+    up.stop()
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_a_failing_deployment_fails_over(failover: tuple[Gateway, Sim, Sim], stream: bool) -> None:
+    gateway, down, _ = failover
+    down.clear()
+    org = f"resp-failover-{stream}".lower()
+    key = gateway.new_key(org)
+    if stream:
+        _, lines = stream_events(gateway, key, {"input": "Hello"})
+        assert payloads(lines)[-1]["type"] == "response.completed"
+    else:
+        create(gateway, key, input="Hello")
+    (row,) = gateway.usage("--org", org)
+    assert row["deployment"] == "up" and row["status"] == 200 and row["endpoint"] == "responses"
+    assert down.bodies()  # the first tier was tried and answered 529
+
+
+def test_a_client_that_leaves_pays_for_what_was_produced(gateway: Gateway, sim: Sim) -> None:
+    key = gateway.new_key("resp-early-close")
+    sim.clear()
+    resp = requests.post(
+        gateway.url + "/openai/v1/responses",
+        json={"model": MODEL, "input": "Long story [[sim:words=400,token_delay_ms=100]]", "stream": True},
+        headers={"authorization": f"Bearer {key}"},
+        stream=True,
+        timeout=60,
+    )
+    deltas = 0
+    for line in resp.iter_lines():
+        if line.startswith(b"data: ") and b"output_text.delta" in line:
+            deltas += 1
+            if deltas == 2:
+                break
+    resp.close()
+    deadline = time.monotonic() + 15
+    rows: list[dict[str, Any]] = []
+    while time.monotonic() < deadline:
+        rows = gateway.usage("--org", "resp-early-close")
+        if rows:
+            break
+        time.sleep(0.2)
+    (row,) = rows
+    assert row["estimated"] is True and row["status"] == 499 and row["endpoint"] == "responses"
+    assert 0 < row["output_tokens"] < 400 and float(row["cost_usd"]) > 0
