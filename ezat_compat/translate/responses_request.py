@@ -117,6 +117,11 @@ def _type_name(value: Any) -> str:
     return "an object"
 
 
+def _tag(value: Any) -> str | None:
+    """A ``type`` or ``role`` as a string (anything else counts as unknown, never as a key)."""
+    return value if isinstance(value, str) else None
+
+
 def _str(obj: Mapping[str, Any], key: str, path: str, *, required: bool = True) -> str | None:
     value = obj.get(key)
     if value is None:
@@ -172,7 +177,7 @@ def check_refused(req: Mapping[str, Any]) -> None:
         if not isinstance(include, list):
             raise _bad("include", f"must be an array, not {_type_name(include)}")
         for i, value in enumerate(include):
-            if value not in INCLUDE_ALLOWED:
+            if _tag(value) not in INCLUDE_ALLOWED:
                 raise _bad(
                     f"include[{i}]", f"{json.dumps(value)} is not supported; only reasoning.encrypted_content is"
                 )
@@ -197,7 +202,7 @@ def _part_block(
     part: dict[str, Any], path: str, model: Model, model_name: str, slots: list[ImageSlot]
 ) -> dict[str, Any] | None:
     """One content part -> an Anthropic block (None: nothing to send)."""
-    kind = part.get("type")
+    kind = _tag(part.get("type"))
     if kind in TEXT_PARTS:
         text = _str(part, "text", path)
         assert text is not None
@@ -335,9 +340,9 @@ def _conversation(
 ) -> _Conversation:
     conv = _Conversation()
     for i, (item, path) in enumerate(items):
-        kind = item.get("type", "message")
+        kind = _tag(item.get("type", "message"))
         if kind == "message":
-            role = item.get("role")
+            role = _tag(item.get("role"))
             if role not in ROLES:
                 raise _bad(f"{path}.role", "must be one of user, assistant, system, developer")
             content_path = f"{path}.content"
@@ -476,7 +481,7 @@ def _tools(
     for t, raw in enumerate(tools):
         path = f"tools[{t}]"
         tool = _object(raw, path)
-        kind = tool.get("type")
+        kind = _tag(tool.get("type"))
         if kind in ("function", "custom"):
             add(*_one_tool(tool, path, None), path)
         elif kind == "namespace":
@@ -487,7 +492,7 @@ def _tools(
             for k, member in enumerate(inner):
                 member_path = f"{path}.tools[{k}]"
                 member = _object(member, member_path)
-                if member.get("type") not in ("function", "custom"):
+                if _tag(member.get("type")) not in ("function", "custom"):
                     raise _bad(f"{member_path}.type", "must be function or custom")
                 add(*_one_tool(member, member_path, namespace), member_path)
         elif kind in WEB_SEARCH_TYPES:
@@ -498,7 +503,8 @@ def _tools(
                     block["allowed_domains"] = [d for d in filters["allowed_domains"] if isinstance(d, str)]
                 location = tool.get("user_location")
                 if isinstance(location, dict):
-                    fields = {k: location[k] for k in ("city", "region", "country", "timezone") if location.get(k)}
+                    keys = ("city", "region", "country", "timezone")
+                    fields = {k: location[k] for k in keys if isinstance(location.get(k), str) and location[k]}
                     if fields:
                         block["user_location"] = {"type": "approximate", **fields}
                 web_search = True
@@ -530,7 +536,7 @@ def _tool_choice(
         if client is None or client.kind != value["type"]:
             raise _bad("tool_choice.name", f'no {value["type"]} tool named "{value["name"]}" in tools')
         choice = {"type": "tool", "name": wanted}
-    elif isinstance(value, dict) and value.get("type") in WEB_SEARCH_TYPES:
+    elif isinstance(value, dict) and _tag(value.get("type")) in WEB_SEARCH_TYPES:
         if "web_search" not in names:
             raise _bad("tool_choice.type", f"model {model_name} has no web search tool")
         choice = {"type": "tool", "name": "web_search"}
