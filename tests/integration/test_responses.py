@@ -456,10 +456,22 @@ class _NoStoreGateway(Gateway):
         self.config_path.write_text(text.replace("[server]", "[responses]\nstore = false\nttl_days = 1\n\n[server]", 1))
 
 
+class _SearchModel(ModelSpec):
+    """A model whose catalog entry enables web search, at 0.01 USD a search."""
+
+    def toml(self) -> str:
+        text = super().toml()
+        text = text.replace("prefill = ", "web_search = true\nprefill = ", 1)
+        return text.replace("cache_read = 0.30 }", "cache_read = 0.30, web_search = 0.01 }", 1)
+
+
 @pytest.fixture(scope="module")
 def no_store(sim: Sim, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     root: Path = tmp_path_factory.mktemp("gateway-no-store")
-    server = _NoStoreGateway(root=root, models=standard_models(sim.url)).start()
+    searcher = _SearchModel(
+        id="anthropic/claude-searcher", aliases=("claude-searcher",), deployments=[{"name": "s", "base_url": sim.url}]
+    )
+    server = _NoStoreGateway(root=root, models=[*standard_models(sim.url), searcher]).start()
     yield server
     server.stop()
 
@@ -544,3 +556,19 @@ def test_a_client_that_leaves_pays_for_what_was_produced(gateway: Gateway, sim: 
     (row,) = rows
     assert row["estimated"] is True and row["status"] == 499 and row["endpoint"] == "responses"
     assert 0 < row["output_tokens"] < 400 and float(row["cost_usd"]) > 0
+
+
+def test_web_search_is_translated_for_a_model_whose_catalog_enables_it(no_store: Gateway, sim: Sim) -> None:
+    key = no_store.new_key("resp-search")
+    sim.clear()
+    tools = [{"type": "web_search", "filters": {"allowed_domains": ["example.com"]}}, WEATHER]
+    searched = create(no_store, key, model="claude-searcher", input="Hi", tools=tools)
+    plain = create(no_store, key, input="Hi", tools=tools)
+    assert searched["status"] == plain["status"] == "completed"
+    with_search, without = sim.bodies()
+    assert with_search["tools"][0] == {
+        "type": "web_search_20250305",
+        "name": "web_search",
+        "allowed_domains": ["example.com"],
+    }
+    assert [t["name"] for t in without["tools"]] == ["get_weather"]  # left out, never forwarded
