@@ -24,6 +24,7 @@ import base64
 import binascii
 import json
 import os
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -99,12 +100,14 @@ def _key_from_file(path: Path) -> bytes:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
-        for _ in range(50):  # the creator writes right after creating: bounded wait for it
+        deadline = time.monotonic() + 2.0  # the creator writes right after creating: a bounded wait
+        while True:
             text = path.read_text().strip()
             if text:
                 return _decode_key(text)
-            os.sched_yield()
-        raise ValueError(f"{path} is empty: delete it to let the gateway generate a key") from None
+            if time.monotonic() >= deadline:
+                raise ValueError(f"{path} is empty: delete it to let the gateway generate a key") from None
+            time.sleep(0.01)
     key = os.urandom(KEY_BYTES)
     with os.fdopen(fd, "w") as out:
         out.write(key.hex() + "\n")

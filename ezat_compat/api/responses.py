@@ -13,8 +13,8 @@ from flask import Blueprint, Response, current_app, request
 
 from ezat_compat.api.common import api_key, client_request, gateway, json_response, respond
 from ezat_compat.dialects.openai_responses import OpenAIResponses, ResponsesServices, not_found
-from ezat_compat.errors import InvalidRequestError
-from ezat_compat.sealing import load_sealer
+from ezat_compat.errors import GatewayError, InvalidRequestError
+from ezat_compat.sealing import KEY_ENV, load_sealer
 from ezat_compat.store.db import make_engine
 from ezat_compat.store.responses import DAY_S, ResponseStore, StoredResponse
 from ezat_compat.translate.responses_response import client_view
@@ -43,7 +43,13 @@ def dialect() -> OpenAIResponses:
                 else None
             )
             folder = os.path.dirname(os.path.abspath(config.path)) if config.path else os.getcwd()
-            found = OpenAIResponses(ResponsesServices(settings, store, load_sealer(folder), time.time))
+            try:
+                sealer = load_sealer(folder)
+            except (OSError, ValueError) as exc:
+                raise GatewayError(
+                    f"The gateway has no key to seal reasoning with ({exc}); set {KEY_ENV} or make {folder} writable."
+                ) from None
+            found = OpenAIResponses(ResponsesServices(settings, store, sealer, time.time))
             current_app.extensions[_EXTENSION] = found
     return found
 

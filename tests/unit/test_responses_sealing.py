@@ -80,3 +80,9 @@ def test_key_generated_once_into_the_data_folder(tmp_path: Path) -> None:
     second = load_sealer(tmp_path / "data", {})
     assert path.read_text() == text
     assert second.unseal(3, first.seal(3, BLOCKS)) == BLOCKS
+
+
+def test_an_empty_key_file_is_refused_after_a_bounded_wait(tmp_path: Path) -> None:
+    (tmp_path / KEY_FILE).write_text("")
+    with pytest.raises(ValueError, match="is empty"):
+        load_sealer(tmp_path, {})
