@@ -21,6 +21,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 
 from ezat_compat.store.db import write_engine
+from ezat_compat.store.hotpath import DatabaseUnavailableError, is_unavailable
 from ezat_compat.store.tables import responses
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,11 @@ class StoredResponse:
     def continuation(self) -> list[dict[str, Any]]:
         """The conversation a ``previous_response_id`` of this response continues."""
         return self.context + list(self.response.get("output") or ())
+
+
+def _reading(exc: Exception) -> Exception:
+    """A database that can't answer is 503 with retry-after (``DatabaseUnavailableError``)."""
+    return DatabaseUnavailableError() if is_unavailable(exc) else exc
 
 
 def _dump(value: Any) -> str:
@@ -96,14 +102,18 @@ class ResponseStore:
 
     def get(self, org_id: int, response_id: str, now: float) -> StoredResponse | None:
         """The organisation's response ``response_id``, or None (unknown, expired or another's)."""
-        with self._engine.connect() as conn:
-            row = conn.execute(
-                select(responses.c.context, responses.c.input_start, responses.c.response, responses.c.encrypted).where(
-                    responses.c.org_id == org_id,
-                    responses.c.response_id == response_id,
-                    responses.c.expires_at > datetime.fromtimestamp(now, UTC),
-                )
-            ).first()
+        query = select(responses.c.context, responses.c.input_start, responses.c.response, responses.c.encrypted)
+        try:
+            with self._engine.connect() as conn:
+                row = conn.execute(
+                    query.where(
+                        responses.c.org_id == org_id,
+                        responses.c.response_id == response_id,
+                        responses.c.expires_at > datetime.fromtimestamp(now, UTC),
+                    )
+                ).first()
+        except SQLAlchemyError as exc:
+            raise _reading(exc) from exc
         if row is None:
             return None
         return StoredResponse(
@@ -112,14 +122,17 @@ class ResponseStore:
 
     def delete(self, org_id: int, response_id: str, now: float) -> bool:
         """Remove it; False when there was none to remove (for this organisation)."""
-        with self._writer.begin() as conn:
-            gone = conn.execute(
-                delete(responses).where(
-                    responses.c.org_id == org_id,
-                    responses.c.response_id == response_id,
-                    responses.c.expires_at > datetime.fromtimestamp(now, UTC),
+        try:
+            with self._writer.begin() as conn:
+                gone = conn.execute(
+                    delete(responses).where(
+                        responses.c.org_id == org_id,
+                        responses.c.response_id == response_id,
+                        responses.c.expires_at > datetime.fromtimestamp(now, UTC),
+                    )
                 )
-            )
+        except SQLAlchemyError as exc:
+            raise _reading(exc) from exc
         return bool(gone.rowcount)
 
     def purge(self, now: float) -> int:

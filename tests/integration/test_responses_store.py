@@ -72,3 +72,13 @@ def test_text_round_trips_exactly(store: ResponseStore) -> None:
     store.put(1, odd, CONTEXT, 0, True, NOW)
     found = store.get(1, "resp_1", NOW)
     assert found is not None and found.response == odd
+
+
+def test_a_database_that_cannot_answer_is_503(tmp_path) -> None:
+    from ezat_compat.store.hotpath import DatabaseUnavailableError
+
+    store = ResponseStore(make_engine(f"sqlite:///{tmp_path / 'no-such-folder' / 'ezat.db'}"), TTL)
+    with pytest.raises(DatabaseUnavailableError):
+        store.get(1, "resp_1", NOW)
+    with pytest.raises(DatabaseUnavailableError):
+        store.delete(1, "resp_1", NOW)
