@@ -1,10 +1,12 @@
 """The Codex CLI (npm ``@openai/codex``) in ``codex exec`` mode with a custom model provider at
 the gateway (``wire_api = "responses"``), its default features and tools left on, against the
-strict simulator (docs/responses.md): it runs a shell command that writes a file in a scratch
-folder, with ``reasoning.effort`` set, and its tool round keeps its thinking.
+strict simulator (docs/responses.md): over two tool rounds it runs a shell command that writes a
+file in a scratch folder, then one that edits it, with ``reasoning.effort`` set, and every round
+keeps its thinking.
 
-The simulator is scripted with ``[[sim:tool=…,args=…]]`` to make the call; a simulator without
-that marker skips the test."""
+The simulator is scripted with ``[[sim:tool=…,args=…]]``: the prompt's marker makes the first
+call, and the first command prints the marker of the second (a marker in a tool's output scripts
+the next call). A simulator without these markers skips the test."""
 
 from __future__ import annotations
 
@@ -21,7 +23,9 @@ from tests.integration.harness import Gateway, Sim
 
 pytestmark = pytest.mark.integration
 MODEL = "anthropic/claude-sonnet-5-5"
-COMMAND = "printf 'hello from codex' > notes.txt && cat notes.txt"
+EDIT = "sed -i s/hello/goodbye/ notes.txt && cat notes.txt"
+NEXT = "[[sim:tool=exec_command,args=" + json.dumps({"cmd": EDIT})  # its closing brackets are printed apart
+WRITE = f"printf 'hello from codex' > notes.txt && printf '%s]%s\\n' '{NEXT}' ']'"
 
 
 def _scriptable(sim: Sim) -> bool:
@@ -38,7 +42,7 @@ def _scriptable(sim: Sim) -> bool:
     return resp.status_code == 200
 
 
-def test_codex_exec_runs_a_shell_command_that_writes_a_file(
+def test_codex_exec_writes_then_edits_a_file_over_two_tool_rounds(
     gateway: Gateway,
     sim: Sim,
     node_clients: Path,  # noqa: F811 - the fixture imported above
@@ -60,7 +64,7 @@ def test_codex_exec_runs_a_shell_command_that_writes_a_file(
         'env_key = "EZAT_API_KEY"\n'
         'wire_api = "responses"\n'
     )
-    prompt = f"Write notes.txt. [[sim:tool=exec_command,args={json.dumps({'cmd': COMMAND})}]]"
+    prompt = f"Write notes.txt, then edit it. [[sim:tool=exec_command,args={json.dumps({'cmd': WRITE})}]]"
     sim.clear()
     done = subprocess.run(
         [
@@ -79,16 +83,18 @@ def test_codex_exec_runs_a_shell_command_that_writes_a_file(
         timeout=180,
     )
     assert done.returncode == 0, f"codex exec failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
-    assert (scratch / "notes.txt").read_text() == "hello from codex"
-    assert "hello from codex" in done.stdout  # its last message quotes the command's output
+    assert (scratch / "notes.txt").read_text() == "goodbye from codex"
+    assert "goodbye from codex" in done.stdout  # its last message quotes the second command's output
     bodies = sim.bodies()
-    assert len(bodies) == 2
+    assert len(bodies) == 3  # two tool rounds, then the answer
     assert all(b["thinking"] == {"type": "adaptive"} and b["output_config"]["effort"] == "high" for b in bodies)
     names = [tool["name"] for tool in bodies[0]["tools"]]
     assert "exec_command" in names and any("__" in name for name in names)  # its namespace, flattened
     assert not any(tool.get("type", "").startswith("web_search") for tool in bodies[0]["tools"])
-    (assistant,) = [m for m in bodies[1]["messages"] if m["role"] == "assistant"]
-    assert assistant["content"][0]["type"] == "thinking"  # sealed by the gateway, sent back by Codex
-    assert [b["name"] for b in assistant["content"] if b["type"] == "tool_use"] == ["exec_command"]
+    for sent, rounds in ((bodies[1], 1), (bodies[2], 2)):
+        turns = [m for m in sent["messages"] if m["role"] == "assistant"]
+        assert len(turns) == rounds
+        assert all(m["content"][0]["type"] == "thinking" for m in turns)  # sealed here, sent back by Codex
+        assert all([b["name"] for b in m["content"] if b["type"] == "tool_use"] == ["exec_command"] for m in turns)
     rows = gateway.usage("--org", "resp-codex")
-    assert len(rows) == 2 and {r["endpoint"] for r in rows} == {"responses"} and all(r["status"] == 200 for r in rows)
+    assert len(rows) == 3 and {r["endpoint"] for r in rows} == {"responses"} and all(r["status"] == 200 for r in rows)
