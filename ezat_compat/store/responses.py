@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, delete, select
+from sqlalchemy import Engine, bindparam, delete, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -27,6 +27,7 @@ from ezat_compat.store.tables import responses
 log = logging.getLogger(__name__)
 
 DAY_S = 86400.0
+_COLUMNS = ("org_id", "response_id", "created_at", "expires_at", "context", "input_start", "response", "encrypted")
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +68,12 @@ class ResponseStore:
         dialect = engine.dialect.name
         if dialect not in ("sqlite", "postgresql"):
             raise ValueError(f"no response store for the {dialect} dialect")
-        self._insert = sqlite.insert if dialect == "sqlite" else postgresql.insert
+        insert = sqlite.insert if dialect == "sqlite" else postgresql.insert
+        upsert = insert(responses).values({name: bindparam(name) for name in _COLUMNS})
+        self._upsert = upsert.on_conflict_do_update(
+            index_elements=[responses.c.org_id, responses.c.response_id],
+            set_={name: upsert.excluded[name] for name in _COLUMNS[2:]},
+        )  # built once: each put runs it with the row's values
 
     def put(
         self,
@@ -89,13 +95,8 @@ class ResponseStore:
             "response": _dump(response),
             "encrypted": encrypted,
         }
-        stmt = self._insert(responses).values(row)
-        stmt = stmt.on_conflict_do_update(
-            index_elements=[responses.c.org_id, responses.c.response_id],
-            set_={k: stmt.excluded[k] for k in ("created_at", "expires_at", "context", "input_start", "response")},
-        )
         with self._writer.begin() as conn:
-            conn.execute(stmt)
+            conn.execute(self._upsert, row)
         if now >= self._next_purge:
             self._next_purge = now + self._purge_every_s
             self.purge(now)
