@@ -1,16 +1,24 @@
 """The composition root: ``create_app(config)`` builds the process's collaborators once and
-registers one blueprint per dialect. Nothing happens at import."""
+registers one blueprint per dialect. Nothing happens at import.
+
+Hooks: ``before_request`` gives the request its id and its ``RequestRecord`` (``g.record``,
+which ``api/common.client_request`` hands to the pipeline); ``after_request`` writes the
+request's log line and counts it (``RequestLog.finish``), except for a started stream, whose
+line the pipeline writes when the stream ends; ``teardown_request`` finishes a record nothing
+else did. ``/readyz`` answers from ``Readiness``; ``start_draining`` (re-exported from
+``drain``) makes it answer 503 for the shutdown code.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import logging
 import os
-import tempfile
 import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from flask import Flask, Response, g, request
+from flask import Flask, Response, current_app, g, request
 from sqlalchemy.engine import make_url
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound, RequestEntityTooLarge
 
@@ -23,10 +31,14 @@ from ezat_compat.cooldowns import make_cooldowns
 from ezat_compat.dialects.anthropic_messages import AnthropicMessages
 from ezat_compat.dialects.openai_chat import OpenAIChat
 from ezat_compat.domain import Config
+from ezat_compat.drain import start_draining, stop_draining
 from ezat_compat.errors import GatewayError, InvalidRequestError, MethodNotAllowedError, RouteNotFoundError
+from ezat_compat.forwarded import TrustedForwarded
 from ezat_compat.limits import RateLimits
+from ezat_compat.logs import Outages, RequestLog
 from ezat_compat.metrics import Metrics
-from ezat_compat.pipeline import Gateway
+from ezat_compat.pipeline import Gateway, health_key
+from ezat_compat.readiness import Readiness, outage_of
 from ezat_compat.store.accounts import Accounts
 from ezat_compat.store.db import make_engine
 from ezat_compat.store.ledger import Ledger
@@ -35,19 +47,28 @@ from ezat_compat.upstream.client import UpstreamClient
 from ezat_compat.upstream.images import ImageFetcher
 
 log = logging.getLogger("ezat_compat")
+__all__ = ["create_app", "start_draining", "stop_draining"]
+METRICS_PORT_ROUTES = ("/metrics", "/healthz", "/readyz")  # what ``[server] metrics_bind`` serves
 ANTHROPIC_PREFIX = "/v1/"
 ANTHROPIC = AnthropicMessages()
 OPENAI = OpenAIChat()
 
 
-def embedded_limits_path(database_url: str) -> str:
-    """Where the embedded (no Redis) rate-limit counters live: next to a SQLite database,
-    else in the temp folder, one file per database."""
+def data_folder(config: Config) -> str:
+    """The data folder: ``[gateway] data_dir``, relative to the config file's folder (default:
+    that folder itself). Counters and the journal live here, created private (``datafiles``)."""
+    base = os.path.dirname(os.path.abspath(config.path or "."))
+    return os.path.join(base, config.gateway.data_dir) if config.gateway.data_dir else base
+
+
+def embedded_limits_path(database_url: str, data_dir: str) -> str:
+    """Where the embedded (no Redis) rate-limit counters live: next to a SQLite database, else
+    in the data folder, one file per database (never at a predictable name in a shared /tmp)."""
     url = make_url(database_url)
     if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
         return os.path.abspath(url.database) + "-limits"
     digest = hashlib.sha256(database_url.encode()).hexdigest()[:16]
-    return os.path.join(tempfile.gettempdir(), f"ezat-limits-{digest}.db")
+    return os.path.join(os.path.abspath(data_dir), f"limits-{digest}.db")
 
 
 def build_gateway(config: Config) -> Gateway:
@@ -65,7 +86,8 @@ def build_gateway(config: Config) -> Gateway:
         max_cooldown_s=gw_cfg.max_cooldown_s,
     )
     metrics = Metrics()
-    metrics.watch_cooldowns(lambda: cooldowns.cooling(time.time()))
+    labels = {health_key(m, d): (m.id, d.name) for m in config.models for d in m.deployments}
+    metrics.watch_cooldowns(lambda: cooldowns.cooling(time.time()), labels)
     if gw_cfg.allow_private_image_hosts:
         log.warning(
             "allow_private_image_hosts = true: image URLs may reach loopback and private "
@@ -76,7 +98,7 @@ def build_gateway(config: Config) -> Gateway:
         catalog=Catalog(config.models, created=int(time.time())),
         accounts=Accounts(engine, hot_path),
         ledger=Ledger(engine, hot_path),
-        limits=RateLimits(redis_url, embedded_limits_path(gw_cfg.database_url)),
+        limits=RateLimits(redis_url, embedded_limits_path(gw_cfg.database_url, data_folder(config))),
         cooldowns=cooldowns,
         upstream=UpstreamClient(
             connect_timeout_s=gw_cfg.connect_timeout_s, stream_idle_timeout_s=gw_cfg.stream_idle_timeout_s
@@ -90,6 +112,9 @@ def build_gateway(config: Config) -> Gateway:
 def _render(err: GatewayError) -> Response:
     """The error in the envelope of the dialect the path belongs to (routing 404/405 included)."""
     dialect = ANTHROPIC if request.path.startswith(ANTHROPIC_PREFIX) else OPENAI
+    record = g.get("record")
+    if record is not None and record.error is None:
+        record.error = type(err).__name__
     status, body, headers = dialect.render_error(err, getattr(g, "request_id", None))
     return raw_json_response(body, status, headers)
 
@@ -109,9 +134,23 @@ def _http_error(exc: HTTPException) -> GatewayError:
     return GatewayError(exc.description or "Internal error.")
 
 
+def _noted_outage(exc: BaseException) -> bool:
+    """An outage of the database or Redis is logged once per incident (``Outages``), not per request."""
+    what = outage_of(exc)
+    if what is None:
+        return False
+    readiness: Readiness = current_app.extensions["ezat_readiness"]
+    if what == "redis" and not readiness.redis_url:
+        what = "rate-limit counters"
+    readiness.outages.failed(what, exc)
+    return True
+
+
 def _register_errors(app: Flask) -> None:
     @app.errorhandler(GatewayError)
     def gateway_error(err: GatewayError) -> Response:
+        if err.status >= 500:
+            _noted_outage(err)
         return _render(err)
 
     @app.errorhandler(HTTPException)
@@ -120,7 +159,8 @@ def _register_errors(app: Flask) -> None:
 
     @app.errorhandler(Exception)
     def unexpected(exc: Exception) -> Response:
-        log.exception("unexpected error in request %s", getattr(g, "request_id", "?"))
+        if not _noted_outage(exc):
+            log.exception("unexpected error in request %s", getattr(g, "request_id", "?"))
         return _render(
             GatewayError(
                 "The gateway failed to process the request; "
@@ -129,15 +169,84 @@ def _register_errors(app: Flask) -> None:
         )
 
 
-def _register_public(app: Flask) -> None:
+def metrics_listener(metrics_bind: str) -> Callable[[Mapping[str, Any]], bool]:
+    """Whether a request (its WSGI environ) came in on the ``metrics_bind`` listener: asked of
+    the socket itself (gunicorn's ``gunicorn.socket``), never of the Host header."""
+    unix = metrics_bind[len("unix:") :] if metrics_bind.startswith("unix:") else None
+    port = metrics_bind.rpartition(":")[2]
+
+    def on_metrics_listener(environ: Mapping[str, Any]) -> bool:
+        sock = environ.get("gunicorn.socket")
+        if sock is None:
+            return False
+        try:
+            local = sock.getsockname()
+        except OSError:
+            return False
+        if isinstance(local, str | bytes):
+            return unix is not None and os.fsdecode(local) == unix
+        return unix is None and str(local[1]) == port
+
+    return on_metrics_listener
+
+
+def _register_request_log(app: Flask, config: Config) -> None:
+    outages = Outages(log)
+    app.extensions["ezat_readiness"] = Readiness(config.gateway.database_url, config.gateway.redis_url, outages)
+    request_log = RequestLog(gateway().metrics, config.logging.format, outages)
+
+    @app.before_request
+    def start_record() -> None:
+        g.request_id = new_request_id()
+        g.record = request_log.start(
+            g.request_id, request.method, request.path, request.remote_addr or "", request.endpoint or "unmatched"
+        )
+
+    @app.after_request
+    def finish_record(response: Response) -> Response:
+        rid = g.request_id
+        response.headers["request-id"] = rid
+        response.headers["x-request-id"] = rid  # what the OpenAI SDKs read (``_request_id``)
+        record = g.record
+        if not record.stream:  # a started stream's line is written when it ends (``Run.closed``)
+            record.status = record.status or response.status_code
+            record.finish()
+        return response
+
+    @app.teardown_request
+    def finish_unfinished(_exc: BaseException | None) -> None:
+        record = g.get("record")
+        if record is not None and not record.stream and not record.done:
+            record.status = record.status or 500
+            record.finish()
+
+
+def _register_public(app: Flask, config: Config) -> None:
+    on_metrics_listener = metrics_listener(config.server.metrics_bind) if config.server.metrics_bind else None
+
     @app.get("/healthz")
     def healthz() -> Response:
         return json_response({"status": "ok"})
 
+    @app.get("/readyz")
+    def readyz() -> Response:
+        readiness: Readiness = current_app.extensions["ezat_readiness"]
+        status, body = readiness.status()
+        return json_response(body, status, {"cache-control": "no-store"})
+
     @app.get("/metrics")
     def metrics() -> Response:
+        if on_metrics_listener is not None and not on_metrics_listener(request.environ):
+            raise NotFound()  # served on [server] metrics_bind only
         data, content_type = gateway().metrics.render()
         return Response(data, content_type=content_type)
+
+    if on_metrics_listener is not None:
+
+        @app.before_request
+        def metrics_listener_serves_metrics_only() -> None:
+            if request.path not in METRICS_PORT_ROUTES and on_metrics_listener(request.environ):
+                raise NotFound()
 
     @app.get("/api/models")
     def public_models() -> Response:
@@ -149,23 +258,14 @@ def create_app(config: Config, *, gateway_core: Gateway | None = None) -> Flask:
     app = Flask("ezat_compat")
     app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes
     app.extensions["ezat"] = gateway_core or build_gateway(config)
-
-    @app.before_request
-    def assign_request_id() -> None:
-        g.request_id = new_request_id()
-
-    @app.after_request
-    def add_request_id(response: Response) -> Response:
-        rid = getattr(g, "request_id", "")
-        response.headers["request-id"] = rid
-        response.headers["x-request-id"] = rid  # what the OpenAI SDKs read (``_request_id``)
-        return response
-
+    with app.app_context():
+        _register_request_log(app, config)
     app.register_blueprint(openai_api.bp)
     app.register_blueprint(responses_api.bp)
     app.register_blueprint(anthropic_api.bp)
-    _register_public(app)
+    _register_public(app, config)
     _register_errors(app)
+    app.wsgi_app = TrustedForwarded(app.wsgi_app, config.server.forwarded_allow_ips)  # type: ignore[method-assign]
     return app
 
 

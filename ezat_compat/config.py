@@ -21,15 +21,19 @@ from marshmallow import RAISE, Schema, ValidationError, fields, validate, valida
 
 from ezat_compat.domain import (
     EFFORTS,
+    LOG_FORMATS,
+    LOG_LEVELS,
     THINKING_STYLES,
     Config,
     Deployment,
     GatewaySettings,
+    LoggingSettings,
     Model,
     Price,
     ResponsesSettings,
     ServerSettings,
 )
+from ezat_compat.forwarded import parse_allow_list
 from ezat_compat.wire.paths import flatten_errors, format_error
 
 DEFAULT_CONFIG_NAME = "ezat.toml"
@@ -113,6 +117,16 @@ class _GatewaySchema(_Strict):
     cooldown_s = fields.Float(load_default=30.0, validate=validate.Range(min=0))
     max_cooldown_s = fields.Float(load_default=300.0, validate=validate.Range(min=0))
     thinking_ttl_s = fields.Float(load_default=86400.0, validate=validate.Range(min=0, min_inclusive=False))
+    data_dir = fields.Str(load_default="")
+    first_event_timeout_s = fields.Float(load_default=30.0, validate=validate.Range(min=0, min_inclusive=False))
+
+
+def _allow_list(value: str) -> None:
+    """``forwarded_allow_ips``: gunicorn's comma-separated addresses or networks, or ``*``."""
+    try:
+        parse_allow_list(value)
+    except ValueError as exc:
+        raise ValidationError(str(exc)) from None
 
 
 class _ServerSchema(_Strict):
@@ -123,9 +137,24 @@ class _ServerSchema(_Strict):
     graceful_timeout_s = fields.Int(load_default=630, strict=True, validate=validate.Range(min=1))
     drain_s = fields.Float(load_default=10.0, validate=validate.Range(min=0))
     http_keepalive_s = fields.Int(load_default=5, strict=True, validate=validate.Range(min=0))
-    log_level = fields.Str(load_default="info", validate=validate.OneOf(["debug", "info", "warning", "error"]))
+    log_level = fields.Str(load_default="info", validate=validate.OneOf(LOG_LEVELS))
     pidfile = fields.Str(load_default="")
     name = fields.Str(load_default="", validate=validate.Length(max=64))
+    metrics_bind = fields.Str(load_default="")
+    body_grace_s = fields.Float(load_default=10.0, validate=validate.Range(min=0, min_inclusive=False))
+    body_min_rate_kbps = fields.Float(load_default=64.0, validate=validate.Range(min=0, min_inclusive=False))
+    forwarded_allow_ips = fields.Str(load_default="127.0.0.1", validate=_allow_list)
+
+    @validates_schema
+    def _metrics_bind_apart(self, data: dict[str, Any], **_: Any) -> None:
+        if data.get("metrics_bind") and data["metrics_bind"] == data.get("bind"):
+            raise ValidationError({"metrics_bind": ["Must differ from bind: it serves /metrics on its own address."]})
+
+
+class _LoggingSchema(_Strict):
+    format = fields.Str(load_default="json", validate=validate.OneOf(LOG_FORMATS))
+    level = fields.Str(load_default="", validate=validate.OneOf(("", *LOG_LEVELS)))
+    access_log = fields.Bool(load_default=True)
 
 
 class _ResponsesSchema(_Strict):
@@ -137,6 +166,7 @@ class _ConfigSchema(_Strict):
     gateway = fields.Nested(_GatewaySchema, load_default=dict)
     server = fields.Nested(_ServerSchema, load_default=dict)
     responses = fields.Nested(_ResponsesSchema, load_default=dict)
+    logging = fields.Nested(_LoggingSchema, load_default=dict)
     models = fields.List(fields.Nested(_ModelSchema), required=True, validate=validate.Length(min=1))
 
     @validates_schema
@@ -203,6 +233,7 @@ def parse_config(
         models=tuple(_build_model(m, environ) for m in loaded["models"]),
         path=path,
         responses=ResponsesSettings(**loaded["responses"]),
+        logging=LoggingSettings(**loaded["logging"]),
     )
 
 

@@ -84,6 +84,8 @@ class GatewaySettings:
     cooldown_s: float = 30.0
     max_cooldown_s: float = 300.0
     thinking_ttl_s: float = 86400.0  # how long thinking blocks are kept for the client's next tool round
+    data_dir: str = ""  # counters and journal; relative to the config file's folder ("" = that folder)
+    first_event_timeout_s: float = 30.0  # a stream without headers and a first event by then fails over
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,23 @@ class ServerSettings:
     log_level: str = "info"
     pidfile: str = ""  # the master's pid is written here when set (systemd's PIDFile=, monitoring)
     name: str = ""  # names the instance in process titles (``ps``); default: the config file's path
+    metrics_bind: str = ""  # HOST:PORT serving /metrics alone (then /metrics on ``bind`` answers 404)
+    body_grace_s: float = 10.0  # a request body may take this long, then must keep up body_min_rate_kbps
+    body_min_rate_kbps: float = 64.0  # KiB/s: 32 MB take at most 10 s + 512 s
+    forwarded_allow_ips: str = "127.0.0.1"  # proxies whose X-Forwarded-For names the client (gunicorn's list)
+
+
+LOG_FORMATS = ("json", "text")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+@dataclass(frozen=True)
+class LoggingSettings:
+    """``[logging]``: one line per record on stderr, ours and gunicorn's alike."""
+
+    format: str = "json"  # json | text
+    level: str = ""  # debug | info | warning | error; empty: ``[server] log_level``
+    access_log: bool = True  # one line per request
 
 
 @dataclass(frozen=True)
@@ -117,6 +136,7 @@ class Config:
     models: tuple[Model, ...]
     path: str = ""
     responses: ResponsesSettings = field(default_factory=ResponsesSettings)
+    logging: LoggingSettings = field(default_factory=LoggingSettings)
 
     @property
     def max_body_bytes(self) -> int:

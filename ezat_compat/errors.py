@@ -14,6 +14,7 @@ that build error bodies.
     ├── InsufficientQuotaError     402  balance or key spend limit exhausted
     ├── PermissionDeniedError      403  model not allowed for the key, organisation suspended
     ├── ModelNotFoundError         404  unknown model (param "model")
+    ├── RequestTimeoutError        408  the body didn't arrive in time; the connection is closed
     ├── RequestTooLargeError       413  body over max_body_mb
     ├── RateLimitError             429  wait ``retry_after`` seconds
     ├── OverloadedError            503 (Anthropic: 529)  no capacity; wait ``retry_after``
@@ -45,6 +46,7 @@ class GatewayError(Exception):
     code: ClassVar[str | None] = None
     anthropic_type: ClassVar[str] = "api_error"
     anthropic_status: ClassVar[int | None] = None  # when it differs from ``status``
+    close_connection: ClassVar[bool] = False  # the server must close the connection after the answer
 
     def __init__(
         self,
@@ -115,6 +117,21 @@ class ModelNotFoundError(GatewayError):
 
     def __init__(self, model: str) -> None:
         super().__init__(f"The model `{model}` does not exist or you do not have access to it.", param="model")
+
+
+class RequestTimeoutError(GatewayError):
+    """The request body didn't arrive within its deadline (``[server] body_grace_s`` plus the
+    time its size takes at ``body_min_rate_kbps``). Send the body promptly, then retry. The
+    connection is closed after this answer (``close_connection``).
+
+    OpenAI's envelope: ``invalid_request_error`` / ``request_timeout``. Anthropic's error types
+    have no 408; ``timeout_error`` is its one timeout type, so that is the name used."""
+
+    status = 408
+    openai_type = "invalid_request_error"
+    code = "request_timeout"
+    anthropic_type = "timeout_error"
+    close_connection = True
 
 
 class RequestTooLargeError(GatewayError):

@@ -11,47 +11,23 @@
   OpenAI clients) and settles it as a gateway failure — not billed, never recorded as the
   client's close — so no reservation is left and every request has its ledger row.
 
-The drain is marked by a file whose path the master puts in ``EZAT_DRAIN_FILE`` before it
-forks, so every worker of the instance sees it (``draining()``).
+The drain is the flag of ``drain.py``: set in the master, every worker's ``/readyz`` sees it.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import signal
-import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
 
+from ezat_compat.drain import draining, start_draining
 from ezat_compat.errors import OverloadedError
 
 log = logging.getLogger("ezat_compat")
-DRAIN_FILE_ENV = "EZAT_DRAIN_FILE"
 CUT_MARGIN_S = 3.0  # streams are ended this long before the grace runs out
 SHUTTING_DOWN = "The gateway is restarting and ended this stream before its reply was complete; retry the request."
-
-
-def drain_file() -> str:
-    """This instance's drain marker (made once, in the master, and inherited by the workers)."""
-    path = os.environ.get(DRAIN_FILE_ENV)
-    if not path:
-        path = os.path.join(tempfile.mkdtemp(prefix="ezat-run-"), "draining")
-        os.environ[DRAIN_FILE_ENV] = path
-    return path
-
-
-def draining() -> bool:
-    """True from the moment a shutdown or drain of this instance started (for ``/readyz``)."""
-    path = os.environ.get(DRAIN_FILE_ENV)
-    return bool(path) and os.path.exists(path)  # type: ignore[arg-type]
-
-
-def start_draining() -> None:
-    path = drain_file()
-    with open(path, "w", encoding="ascii") as marker:
-        marker.write(f"{os.getpid()}\n")
 
 
 def drain_then_stop(arbiter: Any, drain_s: float, sleep: Callable[[float], None] = time.sleep) -> None:

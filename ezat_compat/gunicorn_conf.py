@@ -10,6 +10,11 @@ start a bad configuration, bind address or database stops it with one line; on a
 file is refused in one line and the workers keep serving the configuration the master holds
 (``ezat_compat.serving``). ``[server] pidfile`` and the process titles (``[server] name``)
 are set here too.
+Logs: gunicorn's loggers and ours through one ``logconfig_dict`` (``[logging]``: JSON lines,
+RFC 3339 UTC times); gunicorn's access log (``EZAT_ACCESS_LOG``, off by default: the
+gateway writes its own line per request) never shows query values or credentials.
+``[server] metrics_bind`` adds a listener that serves ``/metrics``. The multiprocess folder
+this master made is removed on every exit, also after a SIGHUP (which reads this file again).
 """
 
 from __future__ import annotations
@@ -21,7 +26,8 @@ import tempfile
 from typing import Any
 
 from ezat_compat import serving
-from ezat_compat.graceful import drain_file, drain_then_stop, on_worker_term, shutting_down
+from ezat_compat.graceful import drain_then_stop, on_worker_term, shutting_down
+from ezat_compat.logs import gunicorn_logger_class, logging_config
 
 _config = serving.master_config()
 
@@ -36,6 +42,8 @@ worker_connections = _config.server.worker_connections
 timeout = _config.server.timeout_s
 graceful_timeout = _config.server.graceful_timeout_s
 keepalive = _config.server.http_keepalive_s
+# The proxies trusted with X-Forwarded-* (gunicorn: the scheme; the app: the client's address).
+forwarded_allow_ips = _config.server.forwarded_allow_ips
 loglevel = _config.server.log_level
 accesslog = os.environ.get("EZAT_ACCESS_LOG") or None
 errorlog = "-"
@@ -45,13 +53,48 @@ control_socket_disable = True
 # SSE must not be buffered; the body cap is the app's (max_body_mb), not gunicorn's.
 limit_request_line = 8190
 
-drain_file()  # made in the master, inherited by the workers (graceful.py)
+_OWNED_METRICS_DIR = "EZAT_OWNED_METRICS_DIR"  # "PID:PATH" of the folder this master made
 
-if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-    _metrics_dir = tempfile.mkdtemp(prefix="ezat-metrics-")
-    os.environ["PROMETHEUS_MULTIPROC_DIR"] = _metrics_dir
-else:
-    _metrics_dir = ""
+
+def _metrics_folder() -> str:
+    """The multiprocess folder this master made ("" when it was given from outside). On a
+    SIGHUP gunicorn reads this file again in the same master: the folder is still its own."""
+    given = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if given:
+        return given if os.environ.get(_OWNED_METRICS_DIR) == f"{os.getpid()}:{given}" else ""
+    made = tempfile.mkdtemp(prefix="ezat-metrics-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = made
+    os.environ[_OWNED_METRICS_DIR] = f"{os.getpid()}:{made}"
+    return made
+
+
+def _observability_settings() -> None:
+    """Logging, the metrics listener, the drain marker and the folder's removal at exit."""
+    import logging
+
+    # After PROMETHEUS_MULTIPROC_DIR is set (prometheus_client reads it at import), and light:
+    # nothing here may import what the workers' gevent patching must come first for.
+    from ezat_compat.drain import DRAIN_FILE_ENV
+    from ezat_compat.metrics import remove_at_exit
+
+    global logconfig_dict, logger_class, bind
+    logging.captureWarnings(True)  # warnings become records: one line each, like the rest
+    logconfig_dict = logging_config(_config.logging, _config.server.log_level, os.environ.get("EZAT_ACCESS_LOG"))
+    logger_class = gunicorn_logger_class()
+    if _config.server.metrics_bind and _config.server.metrics_bind not in bind:
+        bind = [*bind, _config.server.metrics_bind]
+    # ezat_compat.readiness.start_draining() in this master creates it; every worker sees it.
+    os.environ.setdefault(
+        DRAIN_FILE_ENV, os.path.join(os.environ["PROMETHEUS_MULTIPROC_DIR"], f"draining-{os.getpid()}")
+    )
+    if _metrics_dir:
+        remove_at_exit(_metrics_dir)
+
+
+_metrics_dir = _metrics_folder()
+logconfig_dict: dict[str, Any] = {}
+logger_class: Any = "gunicorn.glogging.Logger"
+_observability_settings()
 
 
 def _start_checks(server: Any) -> None:
@@ -88,14 +131,14 @@ def on_reload(server: Any) -> None:
 
 
 def post_worker_init(worker: Any) -> None:
-    import logging
-
     gateway = worker.wsgi.extensions["ezat"]
     on_worker_term(worker, lambda: gateway.cut_streams(shutting_down()), float(_config.server.graceful_timeout_s))
-    logging.basicConfig(
-        level=getattr(logging, _config.server.log_level.upper(), logging.INFO),
-        format="%(asctime)s [%(process)d] [%(levelname)s] %(name)s: %(message)s",
-    )
+
+
+def pre_request(worker: Any, req: Any) -> None:
+    from ezat_compat.api.bodies import remember_server_request
+
+    remember_server_request(req)  # a body that doesn't arrive in time closes its connection
 
 
 def child_exit(server: Any, worker: Any) -> None:
@@ -145,6 +188,5 @@ def _release_dead_worker(pid: int | None) -> None:
 
 
 def on_exit(server: Any) -> None:
-    shutil.rmtree(os.path.dirname(drain_file()), ignore_errors=True)
     if _metrics_dir:
         shutil.rmtree(_metrics_dir, ignore_errors=True)

@@ -1,19 +1,29 @@
 """Per-key rate limits: requests per minute and tokens per minute (issue 7), with ``limits``.
 
-The strategy is the package's ``FixedWindowRateLimiter``: each key has one counter per
-window, incremented atomically, so admissions are exact — a key with ``rpm = 10`` hit by 30
-parallel requests gets exactly 10 through, whichever workers serve them.
+Both are exact: whichever workers and nodes serve them, a key never gets more than its
+budget admitted in one minute.
+
+- rpm: the package's ``FixedWindowRateLimiter``: each key has one counter per window,
+  incremented atomically — a key with ``rpm = 10`` hit by 30 parallel requests gets exactly
+  10 through.
+- tpm: tokens are reserved at admission, as money is — the request's input upper bound plus
+  its output limit (``max_tokens``) — by one atomic increment of the key's counter for the
+  current minute (windows aligned to the clock: ``tpm/<key>/<minute>``); an increment that
+  passes the limit is taken back and the request refused, so the admitted tokens never exceed
+  the limit. When the request ends, ``settle_tokens`` moves the counter to the real count
+  (failed requests count nothing). A request whose own worst case is over the limit can never
+  fit and is refused as too large. (OpenAI counts ``max_tokens`` toward TPM the same way.)
+
+Storage:
 
 - With ``redis_url``: the package's Redis storage, exact across every worker of every node.
 - Without: ``SQLiteCounterStorage`` (scheme ``ezat-sqlite://``), counters in a small SQLite
-  file of their own shared by every gunicorn worker of the machine (the package's memory
-  storage would count per process). Each increment is one ``BEGIN IMMEDIATE`` upsert.
+  file of their own (created 0600, ``datafiles``) shared by every gunicorn worker of the
+  machine. Each increment is one ``BEGIN IMMEDIATE`` upsert.
 
-Call ``admit(ctx)`` after authentication and before any work: it raises ``RateLimitError``
-(429, with ``retry_after`` in whole seconds) when the key's request budget for this minute is
-spent or its token budget is already used up. Tokens are known only when a request ends, so
-call ``record_tokens(ctx, prompt + completion)`` then; a request admitted with tokens left may
-overrun the budget, and the next one waits for the window to reset. Keys without ``rpm`` and
+Call ``admit(ctx, tokens)`` after authentication and before any work: it raises
+``RateLimitError`` (429, with ``retry_after`` in whole seconds) and returns the ``TokenHold``
+to pass to ``settle_tokens(hold, used)`` when the request ends. Keys without ``rpm`` and
 ``tpm`` cost nothing: no storage round trip at all.
 """
 
@@ -26,6 +36,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import lru_cache
 
 import redis
@@ -34,6 +45,7 @@ from limits.errors import StorageError
 from limits.storage import RedisStorage, Storage
 from limits.strategies import FixedWindowRateLimiter
 
+from ezat_compat.datafiles import private_file
 from ezat_compat.errors import GatewayError, RateLimitError
 from ezat_compat.store.accounts import AuthContext
 from ezat_compat.store.db import enable_wal
@@ -97,6 +109,7 @@ class SQLiteCounterStorage(Storage):
     def _connection(self) -> sqlite3.Connection:
         """This process's connection; call with ``self._lock`` held."""
         if self._conn is None:
+            private_file(self.path)  # 0600 before SQLite opens it: its -wal and -shm take its mode
             conn = sqlite3.connect(
                 self.path, timeout=SQLITE_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
             )
@@ -187,6 +200,14 @@ def _reset_after_fork(storage: SQLiteCounterStorage) -> None:
     os.register_at_fork(after_in_child=after_in_child)
 
 
+@dataclass(frozen=True, slots=True)
+class TokenHold:
+    """Tokens reserved for one admitted request in one minute's counter (``RateLimits.admit``)."""
+
+    key: str
+    tokens: int
+
+
 @lru_cache(maxsize=4096)
 def _item(kind: str, amount: int, window_s: int) -> RateLimitItem:
     return RateLimitItemPerSecond(amount, window_s, namespace=kind)
@@ -245,27 +266,24 @@ class RateLimits:
                     self._limiter = FixedWindowRateLimiter(storage)
         return self._limiter
 
-    def admit(self, ctx: AuthContext) -> None:
-        """Count one request against the key's rpm, after checking its tpm budget.
+    def admit(self, ctx: AuthContext, tokens: int = 0) -> TokenHold | None:
+        """Reserve ``tokens`` of the key's tpm, then count one request against its rpm.
 
+        Returns the hold to settle when the request ends (None when nothing was reserved).
         Raises ``RateLimitError`` (429) with ``retry_after`` (whole seconds, at least 1) when
-        the key has used its requests or its tokens for this minute, and ``GatewayError``
-        (500) when the limit storage can't be reached. Returns at once for unlimited keys.
+        the key's requests or tokens for this minute don't leave room, or when ``tokens`` alone
+        exceed the key's tpm (no ``retry_after``: it will never fit); ``GatewayError`` (500)
+        when the limit storage can't be reached. A refused request holds nothing. Returns at
+        once for unlimited keys.
         """
         if ctx.rpm is None and ctx.tpm is None:
-            return
+            return None
         ident = str(ctx.key_id)
+        hold: TokenHold | None = None
         try:
             limiter = self._get_limiter()
             if ctx.tpm is not None:
-                item = _item("tpm", ctx.tpm, self.window_s)
-                if not limiter.test(item, ident):
-                    wait = self._retry_after(item, ident)
-                    raise RateLimitError(
-                        f"Rate limit reached for tokens per minute ({ctx.tpm}): key {ctx.key_public_id} has used "
-                        f"its {ctx.tpm} tokens for this minute. Try again in {wait} s.",
-                        retry_after=wait,
-                    )
+                hold = self._reserve_tokens(ctx, ctx.tpm, max(0, tokens))
             if ctx.rpm is not None:
                 item = _item("rpm", ctx.rpm, self.window_s)
                 if not limiter.hit(item, ident):
@@ -277,14 +295,58 @@ class RateLimits:
                     )
         except StorageError as exc:
             raise GatewayError("The rate-limit store is unreachable; try again shortly.") from exc
+        except RateLimitError:
+            if hold is not None:
+                self.settle_tokens(hold, 0)
+            raise
+        return hold
 
-    def record_tokens(self, ctx: AuthContext, tokens: int) -> None:
-        """Count a finished request's tokens (prompt + completion) toward the key's tpm.
-        No-op for keys without ``tpm`` or when ``tokens`` is 0."""
-        if ctx.tpm is None or tokens <= 0:
+    def _tpm_key(self, key_id: int) -> tuple[str, float]:
+        """The storage key of this minute's token counter, and when that minute ends."""
+        window = int(self._clock() // self.window_s)
+        return f"tpm/{key_id}/{window}", float((window + 1) * self.window_s)
+
+    def _reserve_tokens(self, ctx: AuthContext, tpm: int, tokens: int) -> TokenHold | None:
+        storage = self._storage
+        assert storage is not None
+        if tokens > tpm:
+            raise RateLimitError(
+                f"Request too large for tokens per minute ({tpm}): key {ctx.key_public_id} may use {tpm} tokens per "
+                f"minute and this request may use up to {tokens} (its input plus max_tokens). Reduce max_tokens "
+                "or the input."
+            )
+        key, ends = self._tpm_key(ctx.key_id)
+        if tokens == 0:  # nothing to reserve (an unbilled request): refused only once the minute is used up
+            if storage.get(key) < tpm:
+                return None
+            state = f"has used its {tpm} tokens for this minute"
+        else:
+            used = storage.incr(key, self.window_s, amount=tokens)
+            if used <= tpm:
+                return TokenHold(key, tokens)
+            storage.incr(key, self.window_s, amount=-tokens)  # taken back: the refused request holds nothing
+            left = max(0, tpm - (used - tokens))
+            state = f"has {left} of its {tpm} tokens left for this minute and this request may use up to {tokens}"
+        wait = max(1, math.ceil(ends - self._clock()))
+        raise RateLimitError(
+            f"Rate limit reached for tokens per minute ({tpm}): key {ctx.key_public_id} {state}. "
+            f"Try again in {wait} s.",
+            retry_after=wait,
+        )
+
+    def settle_tokens(self, hold: TokenHold | None, used: int) -> None:
+        """Move a request's reservation to the tokens it really used (prompt + completion; 0
+        for a failed request). A hold of an earlier minute changes nothing that is still
+        counted. No-op for ``None``."""
+        if hold is None:
             return
+        delta = max(0, used) - hold.tokens
+        if delta == 0:
+            return
+        storage = self._storage
+        assert storage is not None
         try:
-            self._get_limiter().hit(_item("tpm", ctx.tpm, self.window_s), str(ctx.key_id), cost=tokens)
+            storage.incr(hold.key, self.window_s, amount=delta)
         except StorageError as exc:
             raise GatewayError("The rate-limit store is unreachable; try again shortly.") from exc
 

@@ -3,12 +3,22 @@
 Gunicorn's config sets ``PROMETHEUS_MULTIPROC_DIR`` before the workers import this module;
 then every worker writes its samples to shared files and ``/metrics`` aggregates them. Outside
 gunicorn (tests, the Flask dev server) the default in-process registry is used.
+
+Every answer is counted, whatever its status (``answered``, called once per request by the
+app's request log). Label values are bounded: routes are the app's endpoint names, models are
+configured canonical ids (``unknown`` for a name nobody configured, ``-`` where no model
+applies), deployments are configured names, statuses are HTTP codes. A deployment is always
+named by two labels, ``model`` and ``deployment`` (a deployment's name is unique per model
+only). The cooldown gauge and ``ezat_build_info`` are computed at scrape time.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
-from collections.abc import Callable, Iterator
+import platform
+import shutil
+from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -21,25 +31,46 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from ezat_compat import __version__
+
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+STREAM_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 3600)
 
 
-class _CooldownCollector(Collector):
-    """Reports deployments in cooldown at scrape time, from the cooldown store."""
+def status_class(status: int) -> str:
+    """``200`` -> ``2xx``; 499 (the client left) is ``4xx``."""
+    return f"{status // 100}xx" if 100 <= status <= 599 else "other"
 
-    def __init__(self, cooling: Callable[[], list[str]]) -> None:
+
+class _ScrapeCollector(Collector):
+    """Computed at scrape time: deployments in cooldown (from the cooldown store, whose
+    names are mapped back to their model and deployment) and the build."""
+
+    def __init__(self, cooling: Callable[[], list[str]] | None, names: Mapping[str, tuple[str, str]]) -> None:
         self.cooling = cooling
+        self.names = names
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
+        build = GaugeMetricFamily(
+            "ezat_build_info", "The gateway's version and Python (always 1)", labels=["version", "python"]
+        )
+        build.add_metric([__version__, platform.python_version()], 1.0)
+        yield build
+        if self.cooling is None:
+            return
         family = GaugeMetricFamily(
-            "ezat_deployments_in_cooldown", "Deployments skipped until their cooldown ends", labels=["deployment"]
+            "ezat_deployments_in_cooldown",
+            "Deployments skipped until their cooldown ends",
+            labels=["model", "deployment"],
         )
         try:
-            names = self.cooling()
+            cooling = self.cooling()
         except Exception:  # a scrape must not fail on a store hiccup
-            names = []
-        for name in names:
-            family.add_metric([name], 1.0)
+            cooling = []
+        for name in cooling:
+            labels = self.names.get(name)
+            if labels is not None:  # names of models this node does not serve stay out (bounded labels)
+                family.add_metric(list(labels), 1.0)
         yield family
 
 
@@ -56,17 +87,44 @@ class Metrics:
             ["route", "model", "deployment", "status"],
             registry=reg,
         )
+        self.duration = Histogram(
+            "ezat_request_duration_seconds",
+            "Gateway-side request duration, from arrival to the last byte (a stream: to its end)",
+            ["route", "status_class"],
+            buckets=LATENCY_BUCKETS,
+            registry=reg,
+        )
+        self.stream_first_byte = Histogram(
+            "ezat_stream_first_byte_seconds",
+            "Gateway-side time from a stream request's arrival to its first bytes",
+            ["route"],
+            buckets=LATENCY_BUCKETS,
+            registry=reg,
+        )
+        self.stream_duration = Histogram(
+            "ezat_stream_duration_seconds",
+            "Duration of started streams, from their first bytes to their end, by outcome",
+            ["route", "outcome"],
+            buckets=STREAM_BUCKETS,
+            registry=reg,
+        )
+        self.in_flight = Gauge(
+            "ezat_requests_in_flight",
+            "Requests being answered now (streams until they end)",
+            registry=reg,
+            multiprocess_mode="livesum" if self.multiprocess else "all",
+        )
         self.upstream_latency = Histogram(
             "ezat_upstream_latency_seconds",
             "Upstream call duration (whole body, or whole stream)",
-            ["deployment", "stream"],
+            ["model", "deployment", "stream"],
             buckets=LATENCY_BUCKETS,
             registry=reg,
         )
         self.ttfb = Histogram(
             "ezat_upstream_ttfb_seconds",
             "Time to the upstream's first stream event",
-            ["deployment"],
+            ["model", "deployment"],
             buckets=LATENCY_BUCKETS,
             registry=reg,
         )
@@ -85,9 +143,26 @@ class Metrics:
         )
         self.billing_errors = Counter("ezat_billing_errors", "Usage records that could not be written", registry=reg)
         self._cooling: Callable[[], list[str]] | None = None
+        self._cooling_names: Mapping[str, tuple[str, str]] = {}
 
-    def watch_cooldowns(self, cooling: Callable[[], list[str]]) -> None:
+    def watch_cooldowns(
+        self, cooling: Callable[[], list[str]], names: Mapping[str, tuple[str, str]] | None = None
+    ) -> None:
+        """``cooling()`` lists the cooldown store's names in cooldown; ``names`` maps each to
+        its ``(model, deployment)`` labels (names it doesn't know are not reported)."""
         self._cooling = cooling
+        self._cooling_names = names or {}
+
+    def answered(self, route: str, model: str, deployment: str, status: int, duration_s: float) -> None:
+        """One answer, whatever its status (the request log calls this once per request)."""
+        self.requests.labels(route, model, deployment or "-", str(status)).inc()
+        self.duration.labels(route, status_class(status)).observe(duration_s)
+
+    def streamed(self, route: str, status: int, first_byte_s: float, duration_s: float) -> None:
+        """A started stream ended: completed (200), left by the client (499) or failed."""
+        outcome = "completed" if status == 200 else "client_closed" if status == 499 else "failed"
+        self.stream_first_byte.labels(route).observe(first_byte_s)
+        self.stream_duration.labels(route, outcome).observe(duration_s)
 
     def render(self) -> tuple[bytes, str]:
         """The exposition text for ``GET /metrics``."""
@@ -99,8 +174,25 @@ class Metrics:
         else:
             registry = self.registry
         output = generate_latest(registry)
-        if self._cooling is not None:
-            extra = CollectorRegistry()
-            extra.register(_CooldownCollector(self._cooling))
-            output += generate_latest(extra)
-        return output, CONTENT_TYPE_LATEST
+        extra = CollectorRegistry()
+        extra.register(_ScrapeCollector(self._cooling, self._cooling_names))
+        return output + generate_latest(extra), CONTENT_TYPE_LATEST
+
+
+_REMOVE_AT_EXIT: set[str] = set()
+
+
+def remove_at_exit(folder: str) -> None:
+    """Remove the multiprocess ``folder`` when this process (the gunicorn master) exits, also
+    when it exits without running gunicorn's ``on_exit`` (a failed start); never in a forked
+    worker. Registering the same folder again (a config reload) changes nothing."""
+    if folder in _REMOVE_AT_EXIT:
+        return
+    _REMOVE_AT_EXIT.add(folder)
+    owner = os.getpid()
+
+    def remove() -> None:
+        if os.getpid() == owner:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    atexit.register(remove)

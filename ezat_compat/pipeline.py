@@ -38,7 +38,8 @@ from ezat_compat.errors import (
     UpstreamStreamError,
     UpstreamTimeoutError,
 )
-from ezat_compat.limits import RateLimits
+from ezat_compat.limits import RateLimits, TokenHold
+from ezat_compat.logs import RequestRecord
 from ezat_compat.metrics import Metrics
 from ezat_compat.pricing import cost_micros, worst_case_micros
 from ezat_compat.routing import plan
@@ -69,6 +70,7 @@ class ClientRequest:
     headers: Headers  # looked up case-insensitively
     read_body: Callable[[], bytes]  # 413 raises
     connected: Callable[[], bool] = lambda: True  # is the client still there (a cheap peek)?
+    record: RequestRecord = field(default_factory=RequestRecord)  # what the request log says
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +103,8 @@ class Call:
     settled: bool = False
     billed: bool = True
     attempts: list[str] = field(default_factory=list)
+    record: RequestRecord = field(default_factory=RequestRecord)
+    tokens: TokenHold | None = None  # the tpm reservation, settled to the real count
 
 
 class Gateway:
@@ -150,18 +154,22 @@ class Gateway:
 
     def handle(self, dialect: Dialect, request: ClientRequest) -> Reply | StreamSession:
         """Run one request of ``dialect``; ``GatewayError`` raises carry what the client gets."""
+        record = request.record
+        record.route = dialect.endpoint
         auth = self.authenticate(request.api_key)
+        record.org, record.key = auth.org_name, auth.key_public_id
         try:
             body = decode_body(request.read_body())
         except BodyError as exc:
             path = dialect.body_path(exc.path) if exc.path else None
             raise InvalidRequestError(f"{path}: {exc.message}" if path else exc.message, param=path) from None
-        parsed = dialect.parse(body, request.headers, lambda name: self.resolve(auth, name))
+        parsed = dialect.parse(body, request.headers, lambda name: self.resolve(auth, name, record))
         if parsed.prepare is not None:  # the organisation's own state (a stored conversation)
             parsed.prepare(auth.org_id)
         if parsed.thinking_ids:  # thinking kept from earlier rounds of a tool loop
             dialect.restore_thinking(parsed, self.thinking.get(auth.org_id, parsed.thinking_ids, self.clock()))
         call = self.admit(request.request_id, dialect.endpoint, auth, parsed)
+        call.record = record
         return Run(self, dialect, parsed, call, request.connected).go()
 
     def authenticate(self, secret: str | None) -> AuthContext:
@@ -169,9 +177,12 @@ class Gateway:
             raise AuthenticationError(MISSING_KEY)
         return self.accounts.authenticate(secret, datetime.now(UTC))
 
-    def resolve(self, auth: AuthContext, name: Any) -> Model:
+    def resolve(self, auth: AuthContext, name: Any, record: RequestRecord | None = None) -> Model:
         """The model named by the client; 404 if unknown, 403 if the key may not use it."""
         model = self.catalog.resolve(name) if isinstance(name, str) else None
+        if record is not None:
+            record.model = name if isinstance(name, str) else None
+            record.canonical_model = model.id if model is not None else None
         if model is None:
             raise ModelNotFoundError(str(name))
         if not auth.allows(model.id, model.aliases):
@@ -183,14 +194,23 @@ class Gateway:
         if time.monotonic() >= self._next_sweep:
             self._sweep_stale_reservations()
         self.ledger.maintain()  # in the background, every few seconds: journal replay, dead workers' holds
-        self.limits.admit(auth)
         reserve = 0
+        bound = input_tokens_upper_bound(parsed.body, parsed.model.context_window) if parsed.billed else 0
+        tokens = self.limits.admit(auth, bound + parsed.max_tokens if parsed.billed else 0)
         if parsed.billed:
-            bound = input_tokens_upper_bound(parsed.body, parsed.model.context_window)
             reserve = worst_case_micros(bound, parsed.max_tokens, parsed.model.price)
-            self.ledger.reserve(
-                auth, request_id, reserve, endpoint=endpoint, model=parsed.model_name, canonical_model=parsed.model.id
-            )
+            try:
+                self.ledger.reserve(
+                    auth,
+                    request_id,
+                    reserve,
+                    endpoint=endpoint,
+                    model=parsed.model_name,
+                    canonical_model=parsed.model.id,
+                )
+            except BaseException:
+                self.limits.settle_tokens(tokens, 0)
+                raise
         return Call(
             request_id=request_id,
             endpoint=endpoint,
@@ -202,6 +222,7 @@ class Gateway:
             started=time.monotonic(),
             max_tokens=parsed.max_tokens,
             billed=parsed.billed,
+            tokens=tokens,
         )
 
     def _sweep_stale_reservations(self) -> None:
@@ -229,12 +250,13 @@ class Gateway:
         if call.settled:
             return
         call.settled = True
-        self.metrics.requests.labels(call.endpoint, call.model.id, call.deployment or "-", str(status)).inc()
+        call.record.settled(status, call.deployment, len(call.attempts))  # counted by the request log
         if not call.billed:
             return
         billed = status in (STATUS_OK, CLIENT_CLOSED) and usage is not None
         usage = usage if billed and usage is not None else Usage()
         cost = cost_micros(usage, call.model.price) if billed else 0
+        call.record.billed(usage, cost)
         entry = LedgerEntry(
             created_at=datetime.now(UTC),
             org_id=call.auth.org_id,
@@ -253,11 +275,10 @@ class Gateway:
         except Exception:
             self.metrics.billing_errors.inc()
             log.exception("could not record usage of request %s", call.request_id)
-        if billed:
-            try:
-                self.limits.record_tokens(call.auth, usage.prompt_tokens + usage.output_tokens)
-            except Exception:
-                log.exception("could not count tokens of request %s", call.request_id)
+        try:
+            self.limits.settle_tokens(call.tokens, usage.prompt_tokens + usage.output_tokens if billed else 0)
+        except Exception:
+            log.exception("could not count tokens of request %s", call.request_id)
 
     # ------------------------------------------------------------ routing and failover
 
@@ -333,7 +354,9 @@ class Gateway:
                 last = exc
                 continue
             self.cooldowns.success(health_key(call.model, deployment))
-            self.metrics.upstream_latency.labels(deployment.name, "false").observe(time.monotonic() - started)
+            self.metrics.upstream_latency.labels(call.model.id, deployment.name, "false").observe(
+                time.monotonic() - started
+            )
             return data, response_headers
         if last is None and time.monotonic() >= deadline:
             last = UpstreamTimeoutError("no deployment answered in time")
@@ -343,8 +366,9 @@ class Gateway:
         self, call: Call, path: str, body: bytes, *, headers: Mapping[str, str] | None = None
     ) -> tuple[UpstreamStream, Iterator[tuple[str, str]], tuple[str, str]]:
         """Open a stream with failover until its first event arrives (nothing has reached the
-        client yet, so another deployment may still take it). Returns the stream, its event
-        iterator and the first event."""
+        client yet, so another deployment may still take it). A deployment that hasn't sent its
+        headers and first event within ``first_event_timeout_s`` is a failed attempt (cooled as
+        any other). Returns the stream, its event iterator and the first event."""
         last: UpstreamError | None = None
         for deployment in self._attempts(call):
             call.deployment = deployment.name
@@ -353,7 +377,11 @@ class Gateway:
             stream: UpstreamStream | None = None
             try:
                 stream = self.upstream.open_stream(
-                    deployment, path, with_model(body, deployment.upstream_model, stream=True), headers=headers
+                    deployment,
+                    path,
+                    with_model(body, deployment.upstream_model, stream=True),
+                    headers=headers,
+                    first_event_timeout_s=self.config.gateway.first_event_timeout_s,
                 )
                 events = stream.events()
                 first = next(events, None)
@@ -371,7 +399,7 @@ class Gateway:
                     raise
                 last = exc
                 continue
-            self.metrics.ttfb.labels(deployment.name).observe(time.monotonic() - started)
+            self.metrics.ttfb.labels(call.model.id, deployment.name).observe(time.monotonic() - started)
             return stream, events, first
         raise self._exhausted(call, last)
 
@@ -428,6 +456,7 @@ class Run:
                     )
                     gw.open_streams.add(session)
                     self.session = session
+                    call.record.streaming(time.monotonic())  # its log line is written by ``closed``
                     return session
                 except BaseException:
                     upstream.close()
@@ -470,13 +499,16 @@ class Run:
         self.keep(kept)
         if self.deployment is not None:
             gw.cooldowns.success(health_key(self.call.model, self.deployment))
-            gw.metrics.upstream_latency.labels(self.deployment.name, "true").observe(time.monotonic() - self.started)
+            gw.metrics.upstream_latency.labels(self.call.model.id, self.deployment.name, "true").observe(
+                time.monotonic() - self.started
+            )
         self.settle(usage, STATUS_OK)
 
     def failed(self, failure: GatewayError) -> None:
         """A stream broke after it started: the deployment failed, the request costs nothing."""
         if self.deployment is not None:
             self.gw.cooldowns.failure(health_key(self.call.model, self.deployment), self.gw.clock(), None)
+        self.call.record.error = type(failure).__name__
         self.settle(None, self.dialect.status_of(failure))
 
     def left(self, usage: Usage) -> None:
@@ -487,3 +519,4 @@ class Run:
         self.gw.metrics.streams_open.dec()
         if self.session is not None:
             self.gw.open_streams.discard(self.session)
+        self.call.record.finish()  # the stream's request log line and request metrics

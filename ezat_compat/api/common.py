@@ -9,10 +9,11 @@ import socket
 import time
 from typing import Any
 
-from flask import Request, Response, current_app, g
+from flask import Request, Response, after_this_request, current_app, g
 
+from ezat_compat.api.bodies import close_connection, read_within
 from ezat_compat.api.sse import stream_response
-from ezat_compat.errors import RequestTooLargeError
+from ezat_compat.errors import RequestTimeoutError, RequestTooLargeError
 from ezat_compat.pipeline import ClientRequest, Gateway, Reply
 from ezat_compat.session import StreamSession
 
@@ -62,33 +63,39 @@ def too_large() -> RequestTooLargeError:
 
 
 def read_body(request: Request) -> bytes:
-    """The raw body, refused with 413 as soon as it passes ``max_body_mb``: from the
-    content-length before anything is read, or while reading a chunked body."""
-    max_bytes = gateway().config.max_body_bytes
+    """The raw body, refused with 413 as soon as it passes ``max_body_mb`` (from the
+    content-length before anything is read, or while reading a chunked body), and with 408 when
+    it doesn't arrive within its deadline (``api/bodies.py``; the connection is then closed)."""
+    gw = gateway()
+    max_bytes = gw.config.max_body_bytes
     length = request.content_length
-    if length is not None:
-        if length > max_bytes:
-            raise too_large()
-        return request.get_data(cache=False)
+    if length is not None and length > max_bytes:
+        raise too_large()
     stream = request.environ.get("wsgi.input")
     if stream is None:
         return b""
-    chunks: list[bytes] = []
-    total = 0
-    while chunk := stream.read(64 * 1024):
-        total += len(chunk)
-        if total > max_bytes:
-            raise too_large()
-        chunks.append(chunk)
-    return b"".join(chunks)
+    try:
+        return read_within(stream, length, gw.config.server, max_bytes, too_large)
+    except RequestTimeoutError:
+        shut = close_connection(request.environ)
+        if shut is not None:
+
+            @after_this_request
+            def _shut_after(response: Response) -> Response:
+                response.call_on_close(shut)
+                return response
+
+        raise
 
 
 def client_request(request: Request) -> ClientRequest:
-    """What the pipeline needs of this request: id, key, headers, the body on demand, and
-    whether the client is still connected."""
+    """What the pipeline needs of this request: id, key, headers, the body on demand, whether
+    the client is still connected, and its log record."""
     sock = request.environ.get("gunicorn.socket")
     connected = (lambda: still_connected(sock)) if sock is not None else (lambda: True)
-    return ClientRequest(request_id(), api_key(request), request.headers, lambda: read_body(request), connected)
+    return ClientRequest(
+        request_id(), api_key(request), request.headers, lambda: read_body(request), connected, g.record
+    )
 
 
 def still_connected(sock: socket.socket) -> bool:

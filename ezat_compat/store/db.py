@@ -33,6 +33,8 @@ from sqlalchemy import Connection, Engine, create_engine, event, make_url, text
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
+from ezat_compat.datafiles import private_file
+
 SQLITE_BUSY_TIMEOUT_S = 10.0
 MIGRATE_BUSY_TIMEOUT_MS = 120_000
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
@@ -71,6 +73,8 @@ def make_engine(url: str, *, pool_size: int = 10, max_overflow: int = 20) -> Eng
 def _sqlite_engine(parsed: URL, pool: dict[str, Any]) -> Engine:
     memory = parsed.database in (None, "", ":memory:") or parsed.query.get("mode") == "memory"
     pool_args = {} if memory else pool
+    if not memory and parsed.database and not parsed.database.startswith("file:"):
+        private_file(parsed.database)  # 0600 before SQLite opens it: its -wal and -shm take its mode
     engine = create_engine(
         parsed, connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_S}, **pool_args
     )

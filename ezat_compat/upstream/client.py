@@ -48,13 +48,20 @@ READ_CHUNK = 64 * 1024
 
 
 class UpstreamStream:
-    """An open upstream SSE response: iterate ``events()``; always ``close()`` it."""
+    """An open upstream SSE response: iterate ``events()``; always ``close()`` it.
 
-    def __init__(self, response: urllib3.BaseHTTPResponse, deployment: Deployment) -> None:
+    ``idle_timeout_s``: set when the stream was opened with a shorter first-event deadline; the
+    socket's read timeout becomes this once the first event has arrived."""
+
+    def __init__(
+        self, response: urllib3.BaseHTTPResponse, deployment: Deployment, idle_timeout_s: float | None = None
+    ) -> None:
         self.response = response
         self.deployment = deployment
+        self.idle_timeout_s = idle_timeout_s
         self._closed = False
         self._complete = False
+        self._started = idle_timeout_s is None
 
     def _chunks(self) -> Iterator[bytes]:
         response = self.response
@@ -64,18 +71,32 @@ class UpstreamStream:
             while chunk := response.read1(READ_CHUNK):
                 yield chunk
 
+    def _first_event_arrived(self) -> None:
+        self._started = True
+        connection = getattr(self.response, "connection", None)
+        sock = getattr(connection, "sock", None)
+        if sock is not None and self.idle_timeout_s is not None:
+            with contextlib.suppress(OSError):
+                sock.settimeout(self.idle_timeout_s)
+
     def events(self) -> Iterator[tuple[str, str]]:
-        """(event type, data) pairs. Raises ``UpstreamStreamError`` if the connection breaks;
-        ends when the upstream ends the body."""
+        """(event type, data) pairs. Raises ``UpstreamTimeoutError`` when no first event came
+        within the first-event deadline, ``UpstreamStreamError`` if the connection breaks; ends
+        when the upstream ends the body."""
         decoder = SSEDecoder()
         try:
             for chunk in self._chunks():
-                yield from decoder.feed(chunk)
+                for event in decoder.feed(chunk):
+                    if not self._started:
+                        self._first_event_arrived()
+                    yield event
             yield from decoder.flush()
             self._complete = True  # the whole body was read: the connection can be reused
         except Exception as exc:  # socket errors, urllib3's ProtocolError, a broken chunk
             if self._closed:
                 return
+            if not self._started and isinstance(exc, ReadTimeoutError | TimeoutError):
+                raise UpstreamTimeoutError(f"{self.deployment.name} sent no event in time") from None
             raise UpstreamStreamError(f"the upstream stream broke: {type(exc).__name__}") from None
 
     def close(self) -> None:
@@ -188,15 +209,30 @@ class UpstreamClient:
         return self._read(response, deadline, deployment), response.headers
 
     def open_stream(
-        self, deployment: Deployment, path: str, body: bytes, *, headers: Mapping[str, str] | None = None
+        self,
+        deployment: Deployment,
+        path: str,
+        body: bytes,
+        *,
+        headers: Mapping[str, str] | None = None,
+        first_event_timeout_s: float | None = None,
     ) -> UpstreamStream:
         """A streaming call: returns once the upstream answered 2xx; read ``events()``. Streams
         have no total limit; a socket silent for ``stream_idle_timeout_s`` counts as broken
-        (Anthropic pings every few seconds)."""
+        (Anthropic pings every few seconds). With ``first_event_timeout_s``, the response
+        headers and then the first event must each come within it (Anthropic sends
+        ``message_start`` at once when it takes a stream): ``UpstreamTimeoutError`` otherwise,
+        which the caller may fail over since nothing reached the client."""
         all_headers = self._headers(deployment, headers)
         all_headers["accept"] = "text/event-stream"
-        response = self._post(deployment, path, body, all_headers, self.stream_idle_timeout_s)
-        return UpstreamStream(response, deployment)
+        first = first_event_timeout_s if first_event_timeout_s is not None else self.stream_idle_timeout_s
+        first = min(first, self.stream_idle_timeout_s)
+        try:
+            response = self._post(deployment, path, body, all_headers, first)
+        except UpstreamTimeoutError:
+            raise UpstreamTimeoutError(f"{deployment.name} did not start the stream within {first:g} s") from None
+        idle = self.stream_idle_timeout_s if first < self.stream_idle_timeout_s else None
+        return UpstreamStream(response, deployment, idle_timeout_s=idle)
 
 
 def _ca_bundle() -> str | None:

@@ -164,7 +164,7 @@ def stack(request: pytest.FixtureRequest, sim: Sim, tmp_path_factory: pytest.Tem
 
             cleanup.callback(drop_schema)
             database_url = _pg_schema_url(base, schema)
-            counters = embedded_limits_path(database_url)
+            counters = embedded_limits_path(database_url, str(root))
             for suffix in ("", "-wal", "-shm"):
                 cleanup.callback(Path(counters + suffix).unlink, missing_ok=True)
         if kind.endswith("+redis"):
@@ -537,28 +537,65 @@ def test_rpm_10_admits_exactly_10_of_30_parallel_requests(stack: Stack) -> None:
     assert_retry_after(native)
     if stack.redis is not None:
         assert stack.redis.keys("*"), "the limits must be counted in Redis when redis_url is set"
-        assert not Path(embedded_limits_path(stack.database_url)).exists()
+        assert not Path(embedded_limits_path(stack.database_url, str(stack.gateway.root))).exists()
+
+
+def tokens_reserved(model: Model, body: dict[str, Any]) -> int:
+    """The tokens the gateway reserves for an OpenAI body: its input bound plus max_tokens."""
+    translated = openai_to_anthropic(load_chat_request(body), model, auto_cache=True).body
+    return input_tokens_upper_bound(translated, model.context_window) + int(translated["max_tokens"])
 
 
 def test_tpm_refuses_the_next_request_once_the_tokens_are_used(stack: Stack) -> None:
     org = stack.org_name("tpm")
-    key = stack.new_key(org, "--tpm", "50")
-    first = post(stack, key, chat("[[sim:words=200]] Tell me a story.", 200))
+    key = stack.new_key(org, "--tpm", "3000")
+    model = load_config(stack.gateway.config_path).models[0]
+    first = post(stack, key, chat("[[sim:words=200]] Tell me a story.", 250))
     assert first.status_code == 200, first.text
-    assert first.json()["usage"]["total_tokens"] > 50
-    second = post(stack, key, chat("hi", 16))
+    used = first.json()["usage"]["total_tokens"]
+    assert used > 200
+    left = 3000 - used  # the first request's reservation was settled to what it used
+    hi_bound = tokens_reserved(model, chat("hi", 1)) - 1
+    second_body = chat("hi", left + 1 - hi_bound)  # it would fit an empty minute, not what is left of this one
+    second = post(stack, key, second_body)
     error = openai_error(second, 429, "rate_limit_error", "rate_limit_exceeded")
-    assert "tokens per minute (50)" in error["message"]
+    assert "tokens per minute (3000)" in error["message"] and f"{left} of its 3000 tokens left" in error["message"]
     assert_retry_after(second)
     streamed = requests.post(
         stack.url + CHAT,
-        json={**chat("hi", 16), "stream": True},
+        json={**second_body, "stream": True},
         headers={"authorization": f"Bearer {key}"},
         timeout=30,
     )
     openai_error(streamed, 429, "rate_limit_error", "rate_limit_exceeded")
+    assert post(stack, key, chat("hi", left - hi_bound)).status_code == 200  # exactly what is left still fits
+    too_large = post(stack, key, chat("hi", 3001 - hi_bound))
+    assert openai_error(too_large, 429, "rate_limit_error", "rate_limit_exceeded")["message"].startswith(
+        "Request too large for tokens per minute (3000)"
+    )
     other = stack.new_key(org)  # another key of the same org is not limited
     assert post(stack, other, chat("hi", 16)).status_code == 200
+
+
+def test_tpm_2000_never_admits_more_tokens_than_the_limit_under_60_parallel_requests(stack: Stack) -> None:
+    """The tokens are reserved at admission (input bound + max_tokens) by an atomic counter
+    shared by both workers (and nodes, on Redis): the admitted reservations, and so the tokens
+    really used, stay within the limit however the requests race."""
+    org = stack.org_name("tpm-race")
+    key = stack.new_key(org, "--tpm", "2000")
+    body = chat("[[sim:delay=0.3,words=60]] Tell me a story.", 60)
+    reserved = tokens_reserved(load_config(stack.gateway.config_path).models[0], body)
+    answers = parallel(stack, key, [body] * 60)
+    by_status = Counter(r.status_code for r in answers)
+    admitted = [r for r in answers if r.status_code == 200]
+    used = sum(r.json()["usage"]["total_tokens"] for r in admitted)
+    assert set(by_status) == {200, 429}, {r.status_code: r.text for r in answers}
+    # Each admission held ``reserved`` tokens until its request settled to what it used: at no
+    # moment were more than 2000 held or used, so the minute's real count is within the limit.
+    assert used <= 2000, (used, by_status, reserved)
+    print(f"tpm 2000 [{stack.kind}]: {len(admitted)} of 60 admitted ({reserved} reserved each), {used} tokens used")
+    workers = stack.workers_of([r.headers["request-id"] for r in answers])
+    assert len(set(workers.values())) == 2, "both workers must have answered"
 
 
 # ---------------------------------------------------------------- 401 / 403 at once, from every worker

@@ -270,6 +270,9 @@ def test_upstream_statuses_mapped_by_the_table(
         assert resp.headers["retry-after"] == marker.split("retry_after=")[1].split("]")[0]
 
 
+ONE_PIXEL_PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+
+
 def test_upstream_400_is_the_clients_fault_with_paths_into_its_request(gateway: Gateway, key: str) -> None:
     body = simple()
     body["messages"] = [
@@ -278,7 +281,7 @@ def test_upstream_400_is_the_clients_fault_with_paths_into_its_request(gateway: 
             "role": "user",
             "content": [
                 {"type": "text", "text": "x [[sim:reject=messages.0.content.1.image.source]]"},
-                {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgoAAAAN"}},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64," + ONE_PIXEL_PNG}},
             ],
         },
     ]

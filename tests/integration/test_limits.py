@@ -77,8 +77,23 @@ def test_rpm_refusal_says_what_and_when_on_redis(make_limits: Any) -> None:
 
 
 @pytest.mark.redis
-def test_tpm_window_exhausted_after_record_tokens_on_redis(make_limits: Any) -> None:
-    single_process.test_tpm_window_exhausted_after_record_tokens(make_limits)
+def test_tpm_reserves_at_admission_and_settles_to_the_real_count_on_redis(make_limits: Any) -> None:
+    single_process.test_tpm_reserves_at_admission_and_settles_to_the_real_count(make_limits)
+
+
+@pytest.mark.redis
+def test_tpm_refuses_a_request_that_can_never_fit_on_redis(make_limits: Any) -> None:
+    single_process.test_tpm_refuses_a_request_that_can_never_fit(make_limits)
+
+
+@pytest.mark.redis
+def test_rpm_refusal_gives_the_tokens_back_on_redis(make_limits: Any) -> None:
+    single_process.test_rpm_refusal_gives_the_tokens_back(make_limits)
+
+
+@pytest.mark.redis
+def test_tpm_is_exact_under_concurrent_admissions_on_redis(make_limits: Any) -> None:
+    single_process.test_tpm_is_exact_under_concurrent_admissions(make_limits)
 
 
 @pytest.mark.redis

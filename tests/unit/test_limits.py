@@ -7,6 +7,7 @@ that need a second process (exact rpm across processes, counters across a fork).
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -73,30 +74,78 @@ def test_rpm_refusal_says_what_and_when(make_limits: Any) -> None:
     limits.admit(key(9, rpm=2))
 
 
-def test_tpm_window_exhausted_after_record_tokens(make_limits: Any) -> None:
+def test_tpm_reserves_at_admission_and_settles_to_the_real_count(make_limits: Any) -> None:
     limits = make_limits()
     ctx = key(10, tpm=100)
-    limits.admit(ctx)
-    limits.record_tokens(ctx, 60)
-    limits.admit(ctx)  # 60 of 100 used: still admitted
-    limits.record_tokens(ctx, 50)  # the budget may be overrun by the request that was running
-    with pytest.raises(RateLimitError) as caught:
-        limits.admit(ctx)
+    first = limits.admit(ctx, 60)
+    assert first is not None and first.tokens == 60
+    with pytest.raises(RateLimitError) as caught:  # 60 held + 50 > 100: refused while the first runs
+        limits.admit(ctx, 50)
     assert caught.value.message.startswith("Rate limit reached for tokens per minute (100): ")
-    assert caught.value.retry_after is not None and caught.value.retry_after >= 1
+    assert "40 of its 100 tokens left" in caught.value.message
+    assert caught.value.retry_after is not None and 1 <= caught.value.retry_after <= 60
+    limits.settle_tokens(first, 20)  # it used 20: 80 are free again
+    second = limits.admit(ctx, 80)
+    with pytest.raises(RateLimitError):
+        limits.admit(ctx, 1)
+    limits.settle_tokens(second, 0)  # a failed request counts nothing
+    limits.admit(ctx, 80)
+
+
+def test_tpm_refuses_a_request_that_can_never_fit(make_limits: Any) -> None:
+    limits = make_limits()
+    ctx = key(15, tpm=100)
+    with pytest.raises(RateLimitError) as caught:
+        limits.admit(ctx, 101)
+    assert caught.value.message.startswith("Request too large for tokens per minute (100): ")
+    assert "up to 101" in caught.value.message and caught.value.retry_after is None
+    limits.admit(ctx, 100)  # nothing was held by the refusal
 
 
 def test_tpm_refusal_does_not_spend_a_request(make_limits: Any) -> None:
     limits = make_limits()
     ctx = key(11, rpm=1, tpm=10)
-    limits.record_tokens(ctx, 10)
+    limits.admit(replace(ctx, rpm=None), 10)
     with pytest.raises(RateLimitError, match="tokens per minute"):
-        limits.admit(ctx)
+        limits.admit(ctx, 1)
+    with pytest.raises(RateLimitError, match="tokens per minute"):
+        limits.admit(ctx)  # an unbilled request is refused once the minute's tokens are used
     # The rpm budget is untouched: only the tokens refused the request.
     unlimited_tokens = replace(ctx, tpm=None)
     limits.admit(unlimited_tokens)
     with pytest.raises(RateLimitError, match="requests per minute"):
         limits.admit(unlimited_tokens)
+
+
+def test_rpm_refusal_gives_the_tokens_back(make_limits: Any) -> None:
+    limits = make_limits()
+    ctx = key(16, rpm=1, tpm=100)
+    limits.admit(ctx, 10)
+    with pytest.raises(RateLimitError, match="requests per minute"):
+        limits.admit(ctx, 50)
+    limits.admit(replace(ctx, rpm=None), 90)  # 10 held, 90 free: the refused 50 were taken back
+
+
+def test_tpm_is_exact_under_concurrent_admissions(make_limits: Any) -> None:
+    limits = make_limits()
+    ctx = key(17, tpm=2000)
+    admitted: list[int] = []
+    lock = threading.Lock()
+
+    def one(tokens: int) -> None:
+        try:
+            limits.admit(ctx, tokens)
+        except RateLimitError:
+            return
+        with lock:
+            admitted.append(tokens)
+
+    threads = [threading.Thread(target=one, args=(90 + 7 * (i % 5),)) for i in range(60)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert admitted and sum(admitted) <= 2000 < sum(admitted) + 118, admitted
 
 
 @pytest.mark.parametrize("backend_kind", ["embedded", "redis"])
@@ -106,9 +155,8 @@ def test_unlimited_keys_never_touch_storage(tmp_path: Path, backend_kind: str) -
     url = "redis://127.0.0.1:1/15" if backend_kind == "redis" else None
     limits = RateLimits(url, str(missing))
     for _ in range(100):
-        limits.admit(key(12))
-        limits.record_tokens(key(12), 1_000_000)
-    limits.record_tokens(key(12, rpm=5), 1_000)  # rpm only: tokens aren't counted either
+        assert limits.admit(key(12), 1_000_000) is None
+        limits.settle_tokens(None, 1_000_000)
     assert limits.storage is None
     assert not missing.parent.exists()
 
@@ -144,12 +192,13 @@ def test_embedded_window_resets_with_the_clock(tmp_path: Path) -> None:
     with pytest.raises(RateLimitError):
         limits.admit(ctx)
 
-    limits.record_tokens(ctx, 80)
-    clock.now += 1
-    with pytest.raises(RateLimitError, match="tokens per minute"):
-        limits.admit(replace(ctx, rpm=None))
-    clock.now += 60
-    limits.admit(replace(ctx, rpm=None))
+    clock.now = 1_750_000_040.0  # 20 s into a clock-aligned minute of tokens
+    limits.admit(replace(ctx, rpm=None), 50)
+    with pytest.raises(RateLimitError, match="tokens per minute") as caught:
+        limits.admit(replace(ctx, rpm=None), 1)
+    assert caught.value.retry_after == 40
+    clock.now += 40
+    limits.admit(replace(ctx, rpm=None), 50)
     limits.close()
 
 

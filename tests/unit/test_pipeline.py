@@ -27,6 +27,7 @@ from ezat_compat.errors import (
     UpstreamStreamError,
 )
 from ezat_compat.failures import client_error
+from ezat_compat.limits import TokenHold
 from ezat_compat.metrics import Metrics
 from ezat_compat.pipeline import Call, ClientRequest, Gateway, Reply
 from ezat_compat.session import StreamSession
@@ -83,7 +84,9 @@ class FakeUpstream:
             raise answer
         return answer, {}
 
-    def open_stream(self, deployment: Any, path: str, body: bytes, *, headers: Any = None) -> FakeStream:
+    def open_stream(
+        self, deployment: Any, path: str, body: bytes, *, headers: Any = None, first_event_timeout_s: Any = None
+    ) -> FakeStream:
         self.calls.append((deployment.name, body))
         answer = self.script[deployment.name]
         if isinstance(answer, Exception):
@@ -135,11 +138,11 @@ class FakeLimits:
     def __init__(self) -> None:
         self.tokens = 0
 
-    def admit(self, ctx: AuthContext) -> None:
-        pass
+    def admit(self, ctx: AuthContext, tokens: int = 0) -> TokenHold | None:
+        return TokenHold("k", tokens) if tokens else None
 
-    def record_tokens(self, ctx: AuthContext, tokens: int) -> None:
-        self.tokens += tokens
+    def settle_tokens(self, hold: TokenHold | None, used: int) -> None:
+        self.tokens += used
 
 
 class FakeAccounts:

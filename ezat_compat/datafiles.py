@@ -1,0 +1,57 @@
+"""Private data files: the database, its WAL/SHM, the limit counters and the journal.
+
+Everything the gateway writes to disk holds accounts, usage or keys' counters, so it is
+created readable by its owner only: folders 0700, files 0600, with the mode set explicitly
+(a umask of 022 would leave them 0644, and SQLite creates ``-wal``/``-shm`` later with the
+database file's mode, so the database file must already be 0600 when SQLite first opens it).
+
+- ``private_dir(path)``: create the folder (and missing parents) 0700; a folder that exists
+  is left as the operator made it.
+- ``private_file(path)``: create the file 0600 if missing, and tighten an existing one (and
+  a SQLite database's ``-wal``, ``-shm`` and ``-journal`` beside it) to 0600.
+- ``open_private(path, flags)``: ``os.open`` a file of the data folder, created 0600.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
+
+
+def private_dir(path: str | os.PathLike[str]) -> Path:
+    """The folder at ``path``, created 0700 (parents too) when missing."""
+    folder = Path(path)
+    missing = [p for p in (folder, *folder.parents) if not p.exists()]
+    for parent in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # another process made it first
+            parent.mkdir(mode=DIR_MODE)
+            os.chmod(parent, DIR_MODE)  # mkdir's mode passes through the umask
+    return folder
+
+
+def open_private(path: str | os.PathLike[str], flags: int = os.O_WRONLY | os.O_APPEND) -> int:
+    """``os.open(path, flags | O_CREAT)`` with the file 0600 whatever the umask; the caller
+    closes the descriptor. The folder is created 0700 when missing."""
+    private_dir(Path(path).parent)
+    fd = os.open(path, flags | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), FILE_MODE)
+    try:
+        os.fchmod(fd, FILE_MODE)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def private_file(path: str | os.PathLike[str]) -> Path:
+    """Create the file at ``path`` 0600 if missing; tighten it (and a SQLite database's side
+    files) to 0600 if it exists. Call before SQLite opens a database file."""
+    os.close(open_private(path, os.O_RDONLY))
+    for suffix in SQLITE_SIDE_FILES:
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(os.fspath(path) + suffix, FILE_MODE)
+    return Path(path)

@@ -1,0 +1,388 @@
+"""Logs: one line per record on stderr, ours and gunicorn's alike, and one line per request.
+
+- ``logging_config(settings, level)``: the ``logging.config.dictConfig`` dictionary that
+  gunicorn applies (``logconfig_dict``) to its loggers and ours: JSON lines by default
+  (``[logging] format = "text"`` for people), RFC 3339 UTC times everywhere, a traceback kept
+  inside its record's one JSON line.
+- ``RequestRecord``: what the request log line says about one request. The app creates it
+  when the request arrives, the pipeline fills it in (who, which model, where it went, what it
+  cost) and ``finish`` hands it to the app's sink: when the response is done, or for a stream
+  when the stream ends. It never holds prompt or completion text, nor a key (only the key's
+  public id).
+- ``access_line(fields, fmt)``: the line itself, one ``json.dumps`` of a flat dict.
+- ``Outages``: a database or Redis outage logged once per incident, with its cause.
+- ``redact_query``: query strings keep their names, never their values (``?api_key=…``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ezat_compat.domain import LoggingSettings, Usage
+
+if TYPE_CHECKING:  # the gunicorn master imports this module before prometheus_client may be
+    from ezat_compat.metrics import Metrics
+
+ACCESS_LOGGER = "ezat_compat.access"
+REDACTED = "…"
+MODEL_NAME_MAX = 200  # a client's model string, as sent, is cut to this in the log line
+NO_MODEL = "-"  # the metrics' model label of routes without a model (/healthz, /metrics…)
+UNKNOWN_MODEL = "unknown"  # … of a model route whose model was not (or not yet) resolved
+
+
+# ---------------------------------------------------------------- time
+
+
+class _Clock:
+    """RFC 3339 UTC with milliseconds (``2026-11-01T12:00:00.123Z``), the second's prefix cached."""
+
+    __slots__ = ("prefix", "second")
+
+    def __init__(self) -> None:
+        self.second = -1
+        self.prefix = ""
+
+    def format(self, ts: float) -> str:
+        second = int(ts)
+        if second != self.second:
+            self.prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+            self.second = second
+        return f"{self.prefix}.{int((ts - second) * 1000):03d}Z"
+
+
+_CLOCK = _Clock()
+
+
+def rfc3339(ts: float) -> str:
+    """``ts`` (seconds since the epoch) as RFC 3339 UTC with milliseconds."""
+    return _CLOCK.format(ts)
+
+
+# ---------------------------------------------------------------- formatters
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record: time, level, logger, pid, message, and ``exc`` (the whole
+    traceback, one string) when there is one."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "time": rfc3339(record.created),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "pid": record.process,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            out["exc"] = "".join(traceback.format_exception(*record.exc_info)).rstrip()
+        elif record.exc_text:
+            out["exc"] = record.exc_text
+        if record.stack_info:
+            out["stack"] = record.stack_info
+        return json.dumps(out, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+class TextFormatter(logging.Formatter):
+    """``TIME [PID] [LEVEL] LOGGER: MESSAGE`` with the same RFC 3339 times as the JSON lines."""
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        return rfc3339(record.created)
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s [%(process)d] [%(levelname)s] %(name)s: %(message)s")
+
+
+class LineFormatter(logging.Formatter):
+    """For the request log: the message is the finished line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return record.getMessage()
+
+
+def logging_config(settings: LoggingSettings, level: str, access_file: str | None = None) -> dict[str, Any]:
+    """The ``dictConfig`` of the process: gunicorn's error and access loggers and ours on
+    stderr in ``settings.format``; the request log (``ezat_compat.access``) on or off by
+    ``settings.access_log``, whatever the level; ``level`` for everything else. gunicorn's
+    access log written to a file (``access_file``, not ``-``) keeps its own line format."""
+    formatter = "json" if settings.format == "json" else "text"
+    level_name = (settings.level or level or "info").upper()
+    access_handler: dict[str, Any] = {
+        "class": "logging.StreamHandler",
+        "formatter": formatter,
+        "stream": "ext://sys.stderr",
+    }
+    if access_file and access_file != "-":
+        access_handler = {"class": "logging.FileHandler", "formatter": "line", "filename": access_file}
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {
+            "json": {"()": JsonFormatter},
+            "text": {"()": TextFormatter},
+            "line": {"()": LineFormatter},
+        },
+        "handlers": {
+            "stderr": {"class": "logging.StreamHandler", "formatter": formatter, "stream": "ext://sys.stderr"},
+            "requests": {"class": "logging.StreamHandler", "formatter": "line", "stream": "ext://sys.stderr"},
+            "gunicorn_access": access_handler,
+        },
+        "root": {"level": level_name, "handlers": ["stderr"]},
+        "loggers": {
+            "gunicorn.error": {"level": level_name, "handlers": ["stderr"], "propagate": False},
+            "gunicorn.access": {"level": "INFO", "handlers": ["gunicorn_access"], "propagate": False},
+            ACCESS_LOGGER: {
+                "level": "INFO" if settings.access_log else "CRITICAL",
+                "handlers": ["requests"],
+                "propagate": False,
+            },
+        },
+    }
+
+
+# ---------------------------------------------------------------- the request log
+
+
+def _noop(_record: RequestRecord) -> None:
+    return None
+
+
+@dataclass(slots=True, eq=False)
+class RequestRecord:
+    """What the request log line and the request metrics say about one request.
+
+    Filled in as the request goes: the app sets the HTTP facts, the pipeline who called
+    (``org``, ``key``), the model as sent and its canonical id, and at settlement the status,
+    deployment, attempts, usage and cost. ``finish`` calls ``sink`` once."""
+
+    request_id: str = ""
+    method: str = ""
+    path: str = ""
+    client: str = ""
+    started: float = 0.0  # time.monotonic() when the request arrived
+    view: str = ""  # the app's name of the route (``healthz``, ``openai.list_models``, ``unmatched``)
+    route: str = ""  # a dialect's endpoint (``chat.completions``, ``messages``…): set by the pipeline
+    org: str | None = None
+    key: str | None = None
+    model: str | None = None  # as sent
+    canonical_model: str | None = None
+    deployment: str = ""
+    attempts: int = 0
+    status: int = 0  # the outcome: for a stream, what it was settled as (200, 499, 502…)
+    error: str | None = None
+    stream: bool = False
+    first_byte: float = 0.0  # time.monotonic() when the first bytes were ready
+    usage: Usage | None = None
+    cost_micros: int | None = None
+    done: bool = False
+    sink: Callable[[RequestRecord], None] = _noop
+
+    def settled(self, status: int, deployment: str, attempts: int) -> None:
+        self.status = status
+        self.deployment = deployment
+        self.attempts = attempts
+
+    def billed(self, usage: Usage, cost_micros: int) -> None:
+        self.usage = usage
+        self.cost_micros = cost_micros
+
+    def streaming(self, at: float) -> None:
+        """The stream's first bytes are ready: the line is written when the stream ends."""
+        self.stream = True
+        self.first_byte = at
+
+    def finish(self) -> None:
+        if not self.done:
+            self.done = True
+            self.sink(self)
+
+    def fields(self, now: float, wall: float) -> dict[str, Any]:
+        """The flat dict of the log line (``now``: monotonic, ``wall``: epoch seconds)."""
+        usage = self.usage
+        latency = now - self.started
+        ttfb = self.first_byte - self.started if self.first_byte else latency
+        model = self.model
+        if model is not None and len(model) > MODEL_NAME_MAX:
+            model = model[:MODEL_NAME_MAX]
+        return {
+            "time": rfc3339(wall),
+            "level": "info",
+            "logger": "access",
+            "request_id": self.request_id,
+            "method": self.method,
+            "path": self.path,
+            "endpoint": self.route or self.view,
+            "client": self.client,
+            "org": self.org,
+            "key_id": self.key,
+            "model": model,
+            "canonical_model": self.canonical_model,
+            "deployment": self.deployment or None,
+            "attempts": self.attempts,
+            "status": self.status,
+            "error": self.error,
+            "stream": self.stream,
+            "latency_ms": round(latency * 1000, 3),
+            "ttfb_ms": round(ttfb * 1000, 3),
+            "input_tokens": usage.input_tokens if usage else None,
+            "cache_write_tokens": usage.cache_write_tokens if usage else None,
+            "cache_read_tokens": usage.cache_read_tokens if usage else None,
+            "output_tokens": usage.output_tokens if usage else None,
+            "reasoning_tokens": usage.reasoning_tokens if usage else None,
+            "cost_usd": _usd(self.cost_micros),
+        }
+
+
+def _usd(micros: int | None) -> str | None:
+    if micros is None:
+        return None
+    whole, fraction = divmod(micros, 1_000_000)
+    return f"{whole}.{fraction:06d}"
+
+
+def access_line(fields: Mapping[str, Any], fmt: str = "json") -> str:
+    """The request's one line: JSON, or ``key=value`` pairs for ``format = "text"``."""
+    if fmt == "json":
+        return json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
+    parts = [str(fields.get("time", ""))]
+    for name, value in fields.items():
+        if name in ("time", "level", "logger") or value is None:
+            continue
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        if not text or any(c in text for c in ' "=\n'):
+            text = json.dumps(text, ensure_ascii=False)
+        parts.append(f"{name}={text}")
+    return " ".join(parts)
+
+
+# ---------------------------------------------------------------- outages
+
+
+class Outages:
+    """Logs each outage of a dependency (``database``, ``redis``) once: its start with the
+    cause, then its end. ``failed`` is cheap to call on every failing request."""
+
+    def __init__(self, logger: logging.Logger, clock: Callable[[], float] = time.monotonic) -> None:
+        self._log = logger
+        self._clock = clock
+        self._since: dict[str, float] = {}
+
+    @property
+    def open(self) -> bool:
+        return bool(self._since)
+
+    def down(self, what: str) -> bool:
+        return what in self._since
+
+    def failed(self, what: str, exc: BaseException) -> None:
+        if what in self._since:
+            return
+        self._since[what] = self._clock()
+        self._log.error("%s unreachable: %s", what, describe(exc))
+
+    def recovered(self, what: str) -> None:
+        since = self._since.pop(what, None)
+        if since is not None:
+            self._log.warning("%s reachable again after %.1f s", what, self._clock() - since)
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: message`` of the innermost cause, on one line."""
+    seen = 0
+    while seen < 5 and (exc.__cause__ is not None or exc.__context__ is not None):
+        exc = exc.__cause__ or exc.__context__ or exc
+        seen += 1
+    message = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+# ---------------------------------------------------------------- gunicorn's access log
+
+_SECRET_HEADERS = ("{authorization}i", "{x-api-key}i", "{cookie}i", "{proxy-authorization}i")
+
+
+def redact_query(uri: str) -> str:
+    """``/path?api_key=sk&x=1`` -> ``/path?api_key=…&x=…``: names kept, values never."""
+    path, sep, query = uri.partition("?")
+    if not sep:
+        return uri
+    names = [part.partition("=")[0] for part in query.split("&") if part]
+    return path + "?" + "&".join(f"{name}={REDACTED}" for name in names)
+
+
+def redact_atoms(atoms: dict[str, Any]) -> dict[str, Any]:
+    """gunicorn's access-log atoms without query values or credentials, times in RFC 3339."""
+    request_line = atoms.get("r")
+    if isinstance(request_line, str):
+        method, _, rest = request_line.partition(" ")
+        uri, _, protocol = rest.rpartition(" ") if rest.count(" ") else (rest, "", "")
+        atoms["r"] = f"{method} {redact_query(uri)} {protocol}".rstrip()
+    if isinstance(atoms.get("f"), str):
+        atoms["f"] = redact_query(atoms["f"])
+    if atoms.get("q"):
+        atoms["q"] = redact_query("?" + str(atoms["q"]))[1:]
+    for name in _SECRET_HEADERS:
+        if name in atoms:
+            atoms[name] = REDACTED
+    atoms["t"] = rfc3339(time.time())
+    return atoms
+
+
+def gunicorn_logger_class() -> type:
+    """gunicorn's logger with ``redact_atoms`` applied to every access line (``logger_class``)."""
+    base: Any = importlib.import_module("gunicorn.glogging").Logger
+
+    class GatewayGunicornLogger(base):
+        def atoms(self, resp: Any, req: Any, environ: Any, request_time: Any) -> dict[str, Any]:
+            return redact_atoms(super().atoms(resp, req, environ, request_time))
+
+        def now(self) -> str:
+            return rfc3339(time.time())
+
+    return GatewayGunicornLogger
+
+
+class RequestLog:
+    """The sink of every ``RequestRecord``: counts the answer in the metrics and writes the
+    request's line on ``ezat_compat.access`` (when ``[logging] access_log`` is on)."""
+
+    def __init__(
+        self, metrics: Metrics, fmt: str = "json", outages: Outages | None = None, logger: logging.Logger | None = None
+    ) -> None:
+        self.metrics = metrics
+        self.fmt = fmt
+        self.outages = outages
+        self.log = logger or logging.getLogger(ACCESS_LOGGER)
+
+    def start(self, request_id: str, method: str, path: str, client: str, view: str) -> RequestRecord:
+        self.metrics.in_flight.inc()
+        return RequestRecord(
+            request_id=request_id,
+            method=method,
+            path=path,
+            client=client,
+            view=view,
+            started=time.monotonic(),
+            sink=self.finish,
+        )
+
+    def finish(self, record: RequestRecord) -> None:
+        now = time.monotonic()
+        metrics = self.metrics
+        metrics.in_flight.dec()
+        route = record.route or record.view
+        model = record.canonical_model or (UNKNOWN_MODEL if record.route else NO_MODEL)
+        metrics.answered(route, model, record.deployment, record.status, now - record.started)
+        if record.stream:
+            metrics.streamed(route, record.status, record.first_byte - record.started, now - record.first_byte)
+        if self.log.isEnabledFor(logging.INFO):
+            self.log.info(access_line(record.fields(now, time.time()), self.fmt))
+        outages = self.outages
+        if outages is not None and outages.open and record.org is not None and record.status < 500:
+            outages.recovered("database")  # it authenticated the key: the database answers again

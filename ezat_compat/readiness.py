@@ -1,0 +1,153 @@
+"""Readiness (``GET /readyz``) for load balancers, and the drain flag.
+
+Ready means: the database answers, Redis answers (when ``redis_url`` is set), and the node is
+not draining. The checks are cheap and bounded (a ``SELECT`` with a 2 s connect timeout, a
+Redis ``PING`` with 1 s timeouts), run by one caller at a time and cached for ``cache_s``:
+a caller that finds a check running gets the previous result at once, so a probe never hangs
+behind a dead database. ``/healthz`` stays liveness (no database).
+
+Draining (``ezat_compat.drain.start_draining()``, for the shutdown code) makes it answer 503
+from that moment on, while every other route keeps serving.
+
+A failing check also opens an outage in ``Outages`` (logged once, with its cause) and a
+passing one closes it; ``outage_of`` tells which dependency an exception of a request is an
+outage of, so the request handlers log it there instead of once per request.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import redis
+from limits.errors import StorageError
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+from sqlalchemy import Engine, exc, make_url, text
+
+from ezat_compat.drain import draining
+from ezat_compat.logs import Outages, describe
+from ezat_compat.store.db import make_engine
+
+DB_TIMEOUT_S = 2  # libpq's connect_timeout counts whole seconds, at least 2
+REDIS_TIMEOUT_S = 1.0
+OK = "ok"
+NOT_CONFIGURED = "not configured"
+
+
+def outage_of(error: BaseException) -> str | None:
+    """``"database"`` or ``"redis"`` when ``error`` (or what caused it) says that store can't
+    be reached; None for anything else."""
+    seen: BaseException | None = error
+    for _ in range(6):
+        if seen is None:
+            return None
+        if isinstance(seen, exc.OperationalError | exc.InterfaceError | exc.DisconnectionError | exc.TimeoutError):
+            return "database"
+        if isinstance(seen, redis.ConnectionError | redis.TimeoutError | StorageError):
+            return "redis"
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _probe_url(database_url: str) -> str:
+    """The database URL with bounded waits for the probe (PostgreSQL: connect and statement)."""
+    url = make_url(database_url)
+    if url.get_backend_name() == "postgresql":
+        url = url.update_query_dict(
+            {"connect_timeout": str(DB_TIMEOUT_S), "options": f"-c statement_timeout={DB_TIMEOUT_S * 1000}"}
+        )
+    return url.render_as_string(hide_password=False)
+
+
+class Readiness:
+    """The checks behind ``/readyz`` for one process. ``probe_database`` / ``probe_redis``
+    replace the real checks in tests (they raise when the store is unreachable)."""
+
+    def __init__(
+        self,
+        database_url: str,
+        redis_url: str,
+        outages: Outages,
+        *,
+        cache_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+        probe_database: Callable[[], None] | None = None,
+        probe_redis: Callable[[], None] | None = None,
+    ) -> None:
+        self.database_url = database_url
+        self.redis_url = redis_url
+        self.outages = outages
+        self.cache_s = cache_s
+        self.clock = clock
+        self._probe_database = probe_database or self._select
+        self._probe_redis = probe_redis or (self._ping if redis_url else None)
+        self._engine: Engine | None = None
+        self._redis: redis.Redis | None = None
+        self._lock = threading.Lock()
+        self._result: dict[str, str] | None = None
+        self._expires = 0.0
+
+    def status(self) -> tuple[int, dict[str, Any]]:
+        """``(200, body)`` when ready, else ``(503, body)``; the body names each check."""
+        checks = self.checks()
+        drain = draining()
+        ready = not drain and all(v in (OK, NOT_CONFIGURED) for v in checks.values())
+        body: dict[str, Any] = {"status": "ready" if ready else "not ready", **checks, "draining": drain}
+        return (200 if ready else 503), body
+
+    def checks(self) -> dict[str, str]:
+        result = self._result
+        if result is not None and self.clock() < self._expires:
+            return result
+        # One check at a time; the others get the last result without waiting for it.
+        got = self._lock.acquire(False) if result is not None else self._lock.acquire(timeout=3 * DB_TIMEOUT_S)
+        if not got:
+            return result or {"database": "unknown: a check is still running", "redis": "unknown"}
+        try:
+            if self._result is not None and self.clock() < self._expires:
+                return self._result
+            fresh = {"database": self._check("database", self._probe_database)}
+            fresh["redis"] = self._check("redis", self._probe_redis) if self._probe_redis else NOT_CONFIGURED
+            self._result, self._expires = fresh, self.clock() + self.cache_s
+            return fresh
+        finally:
+            self._lock.release()
+
+    def _check(self, what: str, probe: Callable[[], None]) -> str:
+        try:
+            probe()
+        except Exception as error:
+            self.outages.failed(what, error)
+            return "unreachable: " + describe(error)
+        self.outages.recovered(what)
+        return OK
+
+    def _select(self) -> None:
+        url = make_url(self.database_url)
+        path = url.database if url.get_backend_name() == "sqlite" and url.database != ":memory:" else None
+        if path and not os.path.exists(path):  # connecting would create an empty file
+            raise FileNotFoundError(f"no database file at {os.path.abspath(path)}")
+        if self._engine is None:
+            self._engine = make_engine(_probe_url(self.database_url), pool_size=1, max_overflow=0)
+        with self._engine.connect() as conn:
+            conn.execute(text("SELECT 1 FROM alembic_version LIMIT 1")).all()
+
+    def _ping(self) -> None:
+        if self._redis is None:
+            self._redis = redis.Redis.from_url(
+                self.redis_url,
+                socket_timeout=REDIS_TIMEOUT_S,
+                socket_connect_timeout=REDIS_TIMEOUT_S,
+                retry=Retry(NoBackoff(), 0),
+            )
+        self._redis.ping()
+
+    def close(self) -> None:
+        if self._engine is not None:
+            self._engine.dispose()
+        if self._redis is not None:
+            self._redis.close()

@@ -1,0 +1,240 @@
+"""The pure pieces of logs, readiness and metrics: formatting, redaction, outages, caching."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from typing import Any
+
+import pytest
+
+from ezat_compat.app import metrics_listener
+from ezat_compat.domain import LoggingSettings, Usage
+from ezat_compat.logs import (
+    JsonFormatter,
+    Outages,
+    RequestRecord,
+    access_line,
+    logging_config,
+    redact_atoms,
+    redact_query,
+    rfc3339,
+)
+from ezat_compat.metrics import status_class
+from ezat_compat.readiness import Readiness
+
+
+@pytest.mark.parametrize(
+    ("ts", "text"),
+    [
+        (0.0, "1970-01-01T00:00:00.000Z"),
+        (1_798_761_600.5, "2027-01-01T00:00:00.500Z"),
+        (1_798_761_601.0999, "2027-01-01T00:00:01.099Z"),
+    ],
+    ids=["epoch", "half-second", "next-second-truncated"],
+)
+def test_rfc3339(ts: float, text: str) -> None:
+    assert rfc3339(ts) == text
+
+
+@pytest.mark.parametrize(
+    ("uri", "redacted"),
+    [
+        ("/v1/messages", "/v1/messages"),
+        ("/x?api_key=ezat_sk_abc", "/x?api_key=…"),
+        ("/x?api_key=ezat_sk_abc&limit=3", "/x?api_key=…&limit=…"),
+        ("/x?flag&key=1", "/x?flag=…&key=…"),
+        ("/x?", "/x?"),
+    ],
+    ids=["no-query", "one-key", "two-params", "bare-name", "empty-query"],
+)
+def test_redact_query_keeps_names_never_values(uri: str, redacted: str) -> None:
+    assert redact_query(uri) == redacted
+
+
+def test_redact_atoms_cleans_the_request_line_query_and_credentials() -> None:
+    atoms = {
+        "r": "GET /openai/v1/models?api_key=ezat_sk_secret HTTP/1.1",
+        "q": "api_key=ezat_sk_secret",
+        "f": "https://a.example/?token=t0k",
+        "{authorization}i": "Bearer ezat_sk_secret",
+        "{x-api-key}i": "ezat_sk_secret",
+        "t": "[01/Jan/2027:00:00:00 +0000]",
+    }
+    out = redact_atoms(dict(atoms))
+    assert "ezat_sk_secret" not in json.dumps(out) and "t0k" not in json.dumps(out)
+    assert out["r"] == "GET /openai/v1/models?api_key=… HTTP/1.1"
+    assert out["q"] == "api_key=…"
+    assert out["t"].endswith("Z")
+
+
+def test_a_traceback_stays_inside_one_json_line() -> None:
+    try:
+        raise ValueError("boom\nsecond line")
+    except ValueError:
+        record = logging.LogRecord("ezat_compat", logging.ERROR, __file__, 1, "failed %s", ("x",), sys.exc_info())
+    line = JsonFormatter().format(record)
+    assert "\n" not in line
+    parsed = json.loads(line)
+    assert parsed["message"] == "failed x" and parsed["level"] == "error"
+    assert "Traceback" in parsed["exc"] and "ValueError: boom" in parsed["exc"]
+
+
+def test_the_request_line_is_flat_and_has_no_text() -> None:
+    record = RequestRecord(request_id="r1", method="POST", path="/v1/messages", started=10.0, view="anthropic.x")
+    record.route = "messages"
+    record.org, record.key, record.model, record.canonical_model = "acme", "key_1", "Claude", "anthropic/c"
+    record.settled(200, "dep", 2)
+    record.billed(Usage(input_tokens=3, output_tokens=5), 1_234)
+    record.streaming(10.5)
+    fields = record.fields(now=12.0, wall=0.0)
+    assert all(not isinstance(v, dict | list) for v in fields.values())
+    assert fields["latency_ms"] == 2000.0 and fields["ttfb_ms"] == 500.0
+    assert (fields["cost_usd"], fields["attempts"], fields["endpoint"]) == ("0.001234", 2, "messages")
+    parsed = json.loads(access_line(fields))
+    assert parsed["deployment"] == "dep" and parsed["stream"] is True
+    text = access_line(fields, "text")
+    assert text.startswith("1970-01-01T00:00:00.000Z ") and " status=200 " in text and " stream=true " in text
+
+
+def test_a_long_model_name_is_cut_in_the_line() -> None:
+    record = RequestRecord(model="m" * 5000)
+    assert len(record.fields(0.0, 0.0)["model"]) == 200
+
+
+def test_finish_calls_the_sink_once() -> None:
+    seen: list[RequestRecord] = []
+    record = RequestRecord(sink=seen.append)
+    record.finish()
+    record.finish()
+    assert seen == [record]
+
+
+class _Log:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def error(self, msg: str, *args: Any) -> None:
+        self.lines.append("E " + msg % args)
+
+    def warning(self, msg: str, *args: Any) -> None:
+        self.lines.append("W " + msg % args)
+
+
+def test_an_outage_is_logged_once_with_its_cause_then_its_end() -> None:
+    log = _Log()
+    now = [100.0]
+    outages = Outages(log, clock=lambda: now[0])  # type: ignore[arg-type]
+    try:
+        try:
+            raise ConnectionRefusedError("Connection refused")
+        except OSError as cause:
+            raise RuntimeError("wrapped") from cause
+    except RuntimeError as exc:
+        for _ in range(50):
+            outages.failed("redis", exc)
+    now[0] = 112.0
+    outages.recovered("redis")
+    outages.recovered("redis")
+    assert log.lines == [
+        "E redis unreachable: ConnectionRefusedError: Connection refused",
+        "W redis reachable again after 12.0 s",
+    ]
+
+
+def test_readiness_caches_its_checks_and_reports_each() -> None:
+    calls = {"db": 0}
+    now = [0.0]
+    down: list[bool] = [False]
+
+    def probe_db() -> None:
+        calls["db"] += 1
+        if down[0]:
+            raise OSError("no route")
+
+    ready = Readiness(
+        "sqlite:///x.db", "redis://r", Outages(logging.getLogger("t")), clock=lambda: now[0], probe_database=probe_db
+    )
+    ready._probe_redis = lambda: None
+    assert ready.status() == (200, {"status": "ready", "database": "ok", "redis": "ok", "draining": False})
+    down[0] = True
+    assert ready.status()[0] == 200 and calls["db"] == 1  # cached for a second
+    now[0] = 1.5
+    status, body = ready.status()
+    assert (status, body["database"], body["status"]) == (503, "unreachable: OSError: no route", "not ready")
+
+
+def test_readiness_without_redis_says_so() -> None:
+    ready = Readiness("sqlite:///x.db", "", Outages(logging.getLogger("t")), probe_database=lambda: None)
+    assert ready.status()[1]["redis"] == "not configured"
+
+
+class _Sock:
+    def __init__(self, name: Any) -> None:
+        self.name = name
+
+    def getsockname(self) -> Any:
+        return self.name
+
+
+@pytest.mark.parametrize(
+    ("bind", "local", "matches"),
+    [
+        ("127.0.0.1:9100", ("127.0.0.1", 9100), True),
+        ("127.0.0.1:9100", ("127.0.0.1", 8080), False),
+        ("0.0.0.0:9100", ("10.0.0.5", 9100), True),
+        ("unix:/run/ezat-metrics.sock", "/run/ezat-metrics.sock", True),
+        ("unix:/run/ezat-metrics.sock", ("127.0.0.1", 9100), False),
+        ("127.0.0.1:9100", "/run/ezat.sock", False),
+    ],
+    ids=["same-port", "main-port", "wildcard", "unix", "unix-vs-tcp", "tcp-vs-unix"],
+)
+def test_metrics_listener_asks_the_socket(bind: str, local: Any, matches: bool) -> None:
+    assert metrics_listener(bind)({"gunicorn.socket": _Sock(local), "HTTP_HOST": bind}) is matches
+    assert metrics_listener(bind)({"HTTP_HOST": bind}) is False  # no socket: never by the Host header
+
+
+@pytest.mark.parametrize(
+    ("status", "cls"), [(200, "2xx"), (401, "4xx"), (499, "4xx"), (529, "5xx"), (0, "other")], ids=str
+)
+def test_status_class(status: int, cls: str) -> None:
+    assert status_class(status) == cls
+
+
+def test_logging_config_keeps_the_request_log_apart_from_the_level() -> None:
+    config = logging_config(LoggingSettings(format="text", level="", access_log=False), "warning")
+    assert config["root"]["level"] == "WARNING"
+    assert config["handlers"]["stderr"]["formatter"] == "text"
+    assert config["loggers"]["ezat_compat.access"]["level"] == "CRITICAL"
+    on = logging_config(LoggingSettings(level="debug"), "warning")
+    assert on["root"]["level"] == "DEBUG" and on["loggers"]["ezat_compat.access"]["level"] == "INFO"
+
+
+MINIMAL = {
+    "models": [
+        {
+            "id": "m",
+            "aliases": [],
+            "price": {"input": 1, "output": 1},
+            "deployments": [{"name": "d", "base_url": "http://127.0.0.1:1", "upstream_model": "u"}],
+        }
+    ]
+}
+
+
+def test_logging_and_metrics_bind_are_defaulted_and_validated() -> None:
+    from ezat_compat.config import ConfigError, parse_config
+
+    config = parse_config(MINIMAL, environ={})
+    assert config.logging == LoggingSettings(format="json", level="", access_log=True)
+    assert config.server.metrics_bind == ""
+    custom = parse_config({**MINIMAL, "logging": {"format": "text", "access_log": False}}, environ={})
+    assert (custom.logging.format, custom.logging.access_log) == ("text", False)
+    for bad, where in (
+        ({"logging": {"format": "xml"}}, "logging.format"),
+        ({"logging": {"colour": True}}, "logging.colour"),
+        ({"server": {"bind": "127.0.0.1:8080", "metrics_bind": "127.0.0.1:8080"}}, "server.metrics_bind"),
+    ):
+        with pytest.raises(ConfigError, match=where.replace(".", r"\.")):
+            parse_config({**MINIMAL, **bad}, environ={})
