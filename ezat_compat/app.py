@@ -24,6 +24,7 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound, Reque
 
 from ezat_compat.api import anthropic as anthropic_api
 from ezat_compat.api import openai as openai_api
+from ezat_compat.api import responses as responses_api
 from ezat_compat.api.common import gateway, json_response, new_request_id, raw_json_response, too_large
 from ezat_compat.catalog import Catalog
 from ezat_compat.cooldowns import make_cooldowns
@@ -260,6 +261,7 @@ def create_app(config: Config, *, gateway_core: Gateway | None = None) -> Flask:
     with app.app_context():
         _register_request_log(app, config)
     app.register_blueprint(openai_api.bp)
+    app.register_blueprint(responses_api.bp)
     app.register_blueprint(anthropic_api.bp)
     _register_public(app, config)
     _register_errors(app)

@@ -30,6 +30,7 @@ from ezat_compat.domain import (
     LoggingSettings,
     Model,
     Price,
+    ResponsesSettings,
     ServerSettings,
 )
 from ezat_compat.forwarded import parse_allow_list
@@ -56,6 +57,7 @@ class _PriceSchema(_Strict):
     output = fields.Decimal(required=True, validate=validate.Range(min=0))
     cache_write = fields.Decimal(load_default=None, validate=validate.Range(min=0))
     cache_read = fields.Decimal(load_default=None, validate=validate.Range(min=0))
+    web_search = fields.Decimal(load_default=Decimal(0), validate=validate.Range(min=0))  # USD per search
 
 
 class _DeploymentSchema(_Strict):
@@ -86,6 +88,7 @@ class _ModelSchema(_Strict):
     vision = fields.Bool(load_default=True)
     pdf = fields.Bool(load_default=True)
     tools = fields.Bool(load_default=True)
+    web_search = fields.Bool(load_default=False)
     max_image_bytes = fields.Int(load_default=5 * _MIB, strict=True, validate=validate.Range(min=1024))
     max_image_px = fields.Int(load_default=8000, strict=True, validate=validate.Range(min=1))
     many_images = fields.Int(load_default=20, strict=True, validate=validate.Range(min=0))
@@ -154,9 +157,15 @@ class _LoggingSchema(_Strict):
     access_log = fields.Bool(load_default=True)
 
 
+class _ResponsesSchema(_Strict):
+    store = fields.Bool(load_default=True)
+    ttl_days = fields.Float(load_default=30.0, validate=validate.Range(min=0, min_inclusive=False))
+
+
 class _ConfigSchema(_Strict):
     gateway = fields.Nested(_GatewaySchema, load_default=dict)
     server = fields.Nested(_ServerSchema, load_default=dict)
+    responses = fields.Nested(_ResponsesSchema, load_default=dict)
     logging = fields.Nested(_LoggingSchema, load_default=dict)
     models = fields.List(fields.Nested(_ModelSchema), required=True, validate=validate.Length(min=1))
 
@@ -191,7 +200,13 @@ def _build_model(raw: Mapping[str, Any], environ: Mapping[str, str]) -> Model:
         **simple,
         aliases=tuple(raw["aliases"]),
         efforts=tuple(e for e in EFFORTS if e in raw["efforts"]),
-        price=Price(input=price["input"], output=price["output"], cache_write=cache_write, cache_read=cache_read),
+        price=Price(
+            input=price["input"],
+            output=price["output"],
+            cache_write=cache_write,
+            cache_read=cache_read,
+            web_search=price["web_search"],
+        ),
         deployments=deployments,
     )
 
@@ -217,6 +232,7 @@ def parse_config(
         server=ServerSettings(**loaded["server"]),
         models=tuple(_build_model(m, environ) for m in loaded["models"]),
         path=path,
+        responses=ResponsesSettings(**loaded["responses"]),
         logging=LoggingSettings(**loaded["logging"]),
     )
 

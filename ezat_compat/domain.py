@@ -23,6 +23,7 @@ class Price:
     output: Decimal
     cache_write: Decimal
     cache_read: Decimal
+    web_search: Decimal = Decimal(0)  # USD per web search (not per million)
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class Model:
     vision: bool = True
     pdf: bool = True
     tools: bool = True
+    web_search: bool = False  # the Responses web_search tool becomes Anthropic's server-side web search
     # What the upstream accepts of images (Anthropic's Messages API; "Images and PDFs" fits
     # every image to these before a request goes out). Sizes are of the base64 text.
     max_image_bytes: int = 5 * _MIB  # one image's base64 data, as the API measures it
@@ -120,11 +122,20 @@ class LoggingSettings:
 
 
 @dataclass(frozen=True)
+class ResponsesSettings:
+    """``[responses]``: stored responses of the Responses API (docs/responses.md)."""
+
+    store: bool = True  # false: nothing is stored, previous_response_id answers 400
+    ttl_days: float = 30.0
+
+
+@dataclass(frozen=True)
 class Config:
     gateway: GatewaySettings
     server: ServerSettings
     models: tuple[Model, ...]
     path: str = ""
+    responses: ResponsesSettings = field(default_factory=ResponsesSettings)
     logging: LoggingSettings = field(default_factory=LoggingSettings)
 
     @property
@@ -141,6 +152,7 @@ class Usage:
     cache_read_tokens: int = 0
     output_tokens: int = 0
     reasoning_tokens: int = 0
+    web_searches: int = 0  # server-side web searches, billed per search
 
     @property
     def prompt_tokens(self) -> int:

@@ -164,6 +164,8 @@ class Gateway:
             path = dialect.body_path(exc.path) if exc.path else None
             raise InvalidRequestError(f"{path}: {exc.message}" if path else exc.message, param=path) from None
         parsed = dialect.parse(body, request.headers, lambda name: self.resolve(auth, name, record))
+        if parsed.prepare is not None:  # the organisation's own state (a stored conversation)
+            parsed.prepare(auth.org_id)
         if parsed.thinking_ids:  # thinking kept from earlier rounds of a tool loop
             dialect.restore_thinking(parsed, self.thinking.get(auth.org_id, parsed.thinking_ids, self.clock()))
         call = self.admit(request.request_id, dialect.endpoint, auth, parsed)

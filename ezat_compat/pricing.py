@@ -48,6 +48,8 @@ def cost_micros(usage: Usage, price: Price) -> int:
             _EXACT.multiply(Decimal(usage.output_tokens), price.output),
         ),
     )
+    if usage.web_searches > 0:  # a price per search, in USD: micro-USD per search is a million times it
+        total = _EXACT.add(total, _EXACT.multiply(Decimal(usage.web_searches) * 1_000_000, price.web_search))
     return int(total.quantize(_ONE, rounding=ROUND_HALF_UP, context=_EXACT))
 
 

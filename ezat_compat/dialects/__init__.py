@@ -53,6 +53,9 @@ class Parsed:
     billed: bool = True  # False: no reservation and no ledger row (count_tokens)
     thinking_ids: list[str] = field(default_factory=list)  # tool calls whose kept thinking to look up
     context: Any = None
+    # A step that needs the organisation (the Responses dialect loads a stored conversation and
+    # opens sealed reasoning): run with its id after parsing, before the kept thinking is looked up.
+    prepare: Callable[[int], None] | None = None
 
 
 # (client tool call ids, the thinking blocks that preceded those calls, as received)

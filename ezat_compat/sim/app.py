@@ -38,6 +38,7 @@ from ezat_compat.sim.events import OVERLOADED_EVENT, encode_event, message_event
 from ezat_compat.sim.markers import Markers, parse_markers
 from ezat_compat.sim.replies import build_reply, message_json
 from ezat_compat.sim.request import last_user_text
+from ezat_compat.sim.script import scripted_markers
 from ezat_compat.sim.shape import EFFORTS
 from ezat_compat.sim.validate import MAX_BODY_BYTES, ModelCaps, check_body_size, validate_request
 
@@ -315,7 +316,7 @@ class Simulator:
     def _messages(self, environ: Environ, start_response: StartResponse, request_id: str) -> Iterable[bytes]:
         body = self._receive(environ, "/v1/messages")
         validate_request(body, caps=self.config.caps)
-        clean_text, markers = parse_markers(last_user_text(body))
+        clean_text, markers = scripted_markers(body, *parse_markers(last_user_text(body)))
         if markers.delay:
             self._sleep(markers.delay)
         self._inject_fault(markers)

@@ -106,7 +106,7 @@ def _custom_tools(body: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 
 def _wants_tool_use(body: Mapping[str, Any], clean_text: str, markers: Markers, tool_results: bool) -> bool:
-    if not _custom_tools(body) or tool_results:
+    if not _custom_tools(body) or (tool_results and markers.tool is None):  # a scripted call (sim/script.py)
         return False
     choice = (body.get("tool_choice") or {}).get("type", "auto")
     if choice == "none":

@@ -159,3 +159,21 @@ thinking_stash = Table(
     Column("expires_at", UtcMicros, nullable=False),
     Index("ix_thinking_stash_expires_at", "expires_at"),
 )
+
+# Stored responses of the Responses API (store/responses.py): one row per response the client let
+# be stored, per organisation, until ``expires_at``. ``context`` is the whole conversation sent
+# (the items of ``previous_response_id``'s chain, then this request's input, from ``input_start``),
+# ``response`` the response object as JSON with its sealed reasoning.
+responses = Table(
+    "responses",
+    metadata,
+    Column("org_id", Integer, primary_key=True, autoincrement=False),
+    Column("response_id", String(96), primary_key=True),
+    Column("created_at", UtcMicros, nullable=False),
+    Column("expires_at", UtcMicros, nullable=False),
+    Column("context", Text, nullable=False),
+    Column("input_start", Integer, nullable=False),
+    Column("response", Text, nullable=False),
+    Column("encrypted", Boolean, nullable=False),
+    Index("ix_responses_expires_at", "expires_at"),
+)

@@ -100,8 +100,15 @@ def _image_part(
     """``image_url`` -> an Anthropic image block; ``detail`` is ignored."""
     if not model.vision:
         raise _bad(path, f"model {model_name} does not accept images")
-    url: str = part["image_url"]["url"]
-    url_path = f"{path}.image_url.url"
+    block = image_url_block(part["image_url"]["url"], f"{path}.image_url.url", slots)
+    if part.get("cache_control"):
+        block["cache_control"] = part["cache_control"]
+    return block
+
+
+def image_url_block(url: str, url_path: str, slots: list[ImageSlot]) -> dict[str, Any]:
+    """An image URL (base64 data URL, or http(s) to download: added to ``slots``) -> an
+    Anthropic image block; ``url_path`` names the URL in errors. Spec: "Images and PDFs"."""
     block: dict[str, Any] = {"type": "image", "source": None}
     lowered = url[:8].lower()
     if lowered.startswith("data:"):
@@ -121,8 +128,6 @@ def _image_part(
         slots.append(ImageSlot(path=url_path, block=block, url=url))
     else:
         raise _bad(url_path, "must be an http(s) URL or a base64 data URL (data:<type>;base64,<data>)")
-    if part.get("cache_control"):
-        block["cache_control"] = part["cache_control"]
     return block
 
 
@@ -130,8 +135,15 @@ def _file_part(part: dict[str, Any], path: str, model: Model, model_name: str) -
     """``file`` with a PDF ``file_data`` -> an Anthropic document block."""
     if not model.pdf:
         raise _bad(path, f"model {model_name} does not accept PDF files")
-    data_path = f"{path}.file.file_data"
-    file_data: str = part["file"]["file_data"]
+    block = pdf_block(part["file"]["file_data"], f"{path}.file.file_data", part.get("file", {}).get("filename"))
+    if part.get("cache_control"):
+        block["cache_control"] = part["cache_control"]
+    return block
+
+
+def pdf_block(file_data: str, data_path: str, filename: str | None) -> dict[str, Any]:
+    """A PDF as a base64 data URL -> an Anthropic document block (``title``: the file name);
+    ``data_path`` names the data in errors. Spec: "Images and PDFs"."""
     if not file_data[:5].lower().startswith("data:"):
         raise _bad(data_path, "send the PDF as a base64 data URL (data:application/pdf;base64,…)")
     media_type, data = _parse_data_url(file_data, data_path)
@@ -146,10 +158,8 @@ def _file_part(part: dict[str, Any], path: str, model: Model, model_name: str) -
         "type": "document",
         "source": {"type": "base64", "media_type": PDF_MEDIA_TYPE, "data": data},
     }
-    if part.get("file", {}).get("filename"):
-        block["title"] = part["file"]["filename"]
-    if part.get("cache_control"):
-        block["cache_control"] = part["cache_control"]
+    if filename:
+        block["title"] = filename
     return block
 
 
@@ -415,7 +425,12 @@ def _max_tokens(req: dict[str, Any], model: Model, model_name: str) -> int:
 
 
 def _reasoning(
-    effort_name: str | None, forced_tool: bool, max_tokens: int, model: Model, model_name: str
+    effort_name: str | None,
+    forced_tool: bool,
+    max_tokens: int,
+    model: Model,
+    model_name: str,
+    path: str = "reasoning_effort",
 ) -> tuple[str | None, dict[str, Any] | None]:
     """``reasoning_effort`` -> (output_config.effort, thinking). Spec: "Reasoning".
 
@@ -428,9 +443,7 @@ def _reasoning(
     effort, think = REASONING_EFFORT_TO_EFFORT[effort_name]
     if think and effort not in model.efforts:
         offered = ", ".join(["none", "minimal", *model.efforts]) if "low" in model.efforts else "none, minimal"
-        raise _bad(
-            "reasoning_effort", f'"{effort_name}" is not supported by model {model_name}; supported values: {offered}'
-        )
+        raise _bad(path, f'"{effort_name}" is not supported by model {model_name}; supported values: {offered}')
     sent_effort = effort if effort in model.efforts and model.thinking != "budget" else None
     if not think or forced_tool or model.thinking == "none":
         return sent_effort, None

@@ -25,12 +25,14 @@ def usage_from_anthropic(usage: Mapping[str, Any] | None) -> Usage:
     if not usage:
         return Usage()
     details = usage.get("output_tokens_details") or {}
+    server = usage.get("server_tool_use") or {}
     return Usage(
         input_tokens=_count(usage.get("input_tokens")),
         cache_write_tokens=_count(usage.get("cache_creation_input_tokens")),
         cache_read_tokens=_count(usage.get("cache_read_input_tokens")),
         output_tokens=_count(usage.get("output_tokens")),
         reasoning_tokens=_count(details.get("thinking_tokens") if isinstance(details, Mapping) else None),
+        web_searches=_count(server.get("web_search_requests") if isinstance(server, Mapping) else None),
     )
 
 
@@ -50,6 +52,7 @@ def merge_usage(base: Usage, update: Mapping[str, Any] | None) -> Usage:
         ),
         output_tokens=new.output_tokens if update.get("output_tokens") is not None else base.output_tokens,
         reasoning_tokens=new.reasoning_tokens if details else base.reasoning_tokens,
+        web_searches=new.web_searches if update.get("server_tool_use") else base.web_searches,
     )
 
 

@@ -2,7 +2,7 @@
 master releases a dead worker's reservations at once.
 
 Revision ID: 0004
-Revises: 0002
+Revises: 0003
 Create Date: 2025-07-10
 """
 
@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0004"
-down_revision: str | None = "0002"
+down_revision: str | None = "0003"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,0 +1,132 @@
+"""OpenAI's Responses API on HTTP (docs/responses.md): ``POST /openai/v1/responses`` through the
+pipeline, and the stored responses: ``GET``/``DELETE /openai/v1/responses/<id>`` and
+``GET /openai/v1/responses/<id>/input_items``."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+from flask import Blueprint, Response, current_app, request
+
+from ezat_compat.api.common import api_key, client_request, gateway, json_response, respond
+from ezat_compat.dialects.openai_responses import OpenAIResponses, ResponsesServices, not_found
+from ezat_compat.errors import GatewayError, InvalidRequestError
+from ezat_compat.sealing import KEY_ENV, load_sealer
+from ezat_compat.store.db import make_engine
+from ezat_compat.store.responses import DAY_S, ResponseStore, StoredResponse
+from ezat_compat.translate.responses_response import client_view
+
+bp = Blueprint("openai_responses", __name__, url_prefix="/openai/v1")
+_EXTENSION = "ezat_responses"
+_LOCK = threading.Lock()
+LIST_LIMIT_MAX = 100
+
+
+def dialect() -> OpenAIResponses:
+    """The app's Responses dialect, built on first use in each process (after gunicorn forks):
+    its store on the gateway's database and its sealer (key from the environment or the data
+    folder, the configuration file's folder)."""
+    found: OpenAIResponses | None = current_app.extensions.get(_EXTENSION)
+    if found is not None:
+        return found
+    with _LOCK:
+        found = current_app.extensions.get(_EXTENSION)
+        if found is None:
+            config = gateway().config
+            settings = config.responses
+            store = (
+                ResponseStore(make_engine(config.gateway.database_url), settings.ttl_days * DAY_S)
+                if settings.store
+                else None
+            )
+            folder = os.path.dirname(os.path.abspath(config.path)) if config.path else os.getcwd()
+            try:
+                sealer = load_sealer(folder)
+            except (OSError, ValueError) as exc:
+                raise GatewayError(
+                    f"The gateway has no key to seal reasoning with ({exc}); set {KEY_ENV} or make {folder} writable."
+                ) from None
+            found = OpenAIResponses(ResponsesServices(settings, store, sealer, time.time))
+            current_app.extensions[_EXTENSION] = found
+    return found
+
+
+def _stored(response_id: str) -> StoredResponse:
+    """The key's organisation's stored response, or 404."""
+    auth = gateway().authenticate(api_key(request))
+    services = dialect().services
+    found = services.store.get(auth.org_id, response_id, services.clock()) if services.store else None
+    if found is None:
+        raise not_found(response_id)
+    return found
+
+
+def _input_item(item: dict[str, Any], response_id: str, n: int) -> dict[str, Any]:
+    """An input item as the list shows it: with an id, and message content as parts."""
+    out = dict(item)
+    out.setdefault("type", "message")
+    out.setdefault("id", f"in_{response_id.removeprefix('resp_').replace('-', '')}{n:03d}")
+    if out["type"] == "message" and isinstance(out.get("content"), str):
+        kind = "output_text" if out.get("role") == "assistant" else "input_text"
+        out["content"] = [{"type": kind, "text": out["content"]}]
+    return out
+
+
+@bp.post("/responses")
+def create_response() -> Response:
+    """Create a response, JSON or ``"stream": true``."""
+    return respond(gateway().handle(dialect(), client_request(request)))
+
+
+@bp.get("/responses/<response_id>")
+def retrieve_response(response_id: str) -> Response:
+    found = _stored(response_id)
+    return json_response(client_view(found.response, found.encrypted))
+
+
+@bp.delete("/responses/<response_id>")
+def delete_response(response_id: str) -> Response:
+    auth = gateway().authenticate(api_key(request))
+    services = dialect().services
+    if services.store is None or not services.store.delete(auth.org_id, response_id, services.clock()):
+        raise not_found(response_id)
+    return json_response({"id": response_id, "object": "response.deleted", "deleted": True})
+
+
+@bp.get("/responses/<response_id>/input_items")
+def list_input_items(response_id: str) -> Response:
+    """The response's input items, newest first unless ``order=asc``; ``limit`` (1-100, 20)
+    and ``after`` / ``before`` (an item id) page through them."""
+    found = _stored(response_id)
+    items = [_input_item(item, response_id, n) for n, item in enumerate(found.input)]
+    order = request.args.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise InvalidRequestError("order: must be asc or desc", param="order")
+    if order == "desc":
+        items.reverse()
+    try:
+        limit = int(request.args.get("limit", "20"))
+    except ValueError:
+        raise InvalidRequestError("limit: must be an integer", param="limit") from None
+    if not 1 <= limit <= LIST_LIMIT_MAX:
+        raise InvalidRequestError(f"limit: must be between 1 and {LIST_LIMIT_MAX}", param="limit")
+    ids = [item["id"] for item in items]
+    after, before = request.args.get("after"), request.args.get("before")
+    if after is not None:
+        items = items[ids.index(after) + 1 :] if after in ids else []
+    if before is not None:
+        ids = [item["id"] for item in items]
+        items = items[: ids.index(before)] if before in ids else items
+    page = items[:limit]
+    return json_response(
+        {
+            "object": "list",
+            "data": page,
+            "first_id": page[0]["id"] if page else None,
+            "last_id": page[-1]["id"] if page else None,
+            "has_more": len(items) > limit,
+        }
+    )

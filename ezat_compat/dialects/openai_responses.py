@@ -1,0 +1,355 @@
+"""OpenAI Responses (docs/responses.md): ``POST /openai/v1/responses`` on the same pipeline as
+chat completions. Translated by ``translate/responses_request.py`` and
+``translate/responses_response.py``; errors in OpenAI's envelope with the spec's status table.
+
+What needs the organisation runs in ``Parsed.prepare`` (after authentication): the stored
+conversation of ``previous_response_id`` is loaded, sealed reasoning is opened, then the
+request is translated. A response created with ``store`` is saved once it is complete (for a
+stream, after its usage is recorded and before its last event).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from ezat_compat.dialects import Answer, EventTranslator, Headers, KeptThinking, Parsed, ReplyIds, Resolve
+from ezat_compat.domain import Model, ResponsesSettings, Usage
+from ezat_compat.errors import GatewayError, InvalidRequestError, UpstreamError, render_openai
+from ezat_compat.failures import client_error
+from ezat_compat.sealing import Sealer, SealError
+from ezat_compat.store.responses import ResponseStore
+from ezat_compat.translate.responses_request import (
+    ResponsesTranslation,
+    check_refused,
+    input_items,
+    responses_to_anthropic,
+)
+from ezat_compat.translate.responses_response import (
+    Event,
+    ItemIds,
+    ResponseEvents,
+    anthropic_to_response,
+    client_view,
+    response_skeleton,
+)
+from ezat_compat.translate.thinking import (
+    ThinkingCollector,
+    assistant_tool_ids,
+    restore_thinking,
+    thinking_of_reply,
+    without_thinking,
+)
+from ezat_compat.translate.upstream_errors import rewrite_upstream_message
+from ezat_compat.wire.json import encode_json
+
+log = logging.getLogger("ezat_compat")
+
+NOT_JSON = "The upstream provider sent a reply that is not JSON."
+MODEL_NAME_MAX = 128
+RESPONSE_PREFIX = "resp_"
+STORE_OFF = "stored responses are switched off on this gateway; send the whole conversation in input"
+SEALED_BAD = (
+    "the encrypted reasoning can't be opened: it was changed, or comes from another gateway or organisation; "
+    "send the reasoning item as this gateway returned it, or leave it out"
+)
+
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False)
+_ASCII_ENCODER = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), check_circular=False)
+
+
+class NotFoundError(InvalidRequestError):
+    """A stored response that doesn't exist for this organisation (or expired)."""
+
+    status = 404
+    anthropic_type = "not_found_error"
+
+
+def not_found(response_id: str, param: str | None = None) -> NotFoundError:
+    return NotFoundError(f"Response with id '{response_id}' not found.", param=param)
+
+
+def encode_event(event: Event) -> bytes:
+    """``event: <type>`` and ``data: {json}``, one SSE event."""
+    kind, payload = event
+    try:
+        data = _ENCODER.encode(payload)
+    except UnicodeEncodeError:
+        data = _ASCII_ENCODER.encode(payload)
+    return f"event: {kind}\ndata: {data}\n\n".encode()
+
+
+def _parse_event(data: str) -> Mapping[str, Any]:
+    try:
+        parsed = json.loads(data)
+    except ValueError:
+        raise GatewayError("The upstream sent an event that is not JSON.") from None
+    return parsed if isinstance(parsed, dict) else {}
+
+
+@dataclass(slots=True)
+class Context:
+    """The Responses dialect's part of a parsed request."""
+
+    req: dict[str, Any]
+    model: Model
+    headers: Headers
+    store: bool  # this response is saved
+    items: list[tuple[dict[str, Any], str]]  # this request's input
+    org_id: int = 0
+    context: list[dict[str, Any]] = field(default_factory=list)  # everything sent: earlier items, then input
+    input_start: int = 0
+    translation: ResponsesTranslation | None = None
+
+
+class ResponsesServices:
+    """What the dialect needs beyond the pipeline: the store, the sealer, the settings, a clock."""
+
+    def __init__(
+        self, settings: ResponsesSettings, store: ResponseStore | None, sealer: Sealer, clock: Callable[[], float]
+    ) -> None:
+        self.settings = settings
+        self.store = store if settings.store else None
+        self.sealer = sealer
+        self.clock = clock
+
+    def save(self, ctx: Context, response: dict[str, Any]) -> None:
+        """Keep a finished response (a failure is logged: the client already has its answer)."""
+        if self.store is None or not ctx.store:
+            return
+        translation = ctx.translation
+        try:
+            self.store.put(
+                ctx.org_id,
+                response,
+                ctx.context,
+                ctx.input_start,
+                bool(translation and translation.encrypted),
+                self.clock(),
+            )
+        except Exception:
+            log.exception("could not store response %s", response.get("id"))
+
+
+class ResponsesStream:
+    """Anthropic events -> Responses SSE events (``translate.responses_response`` translates;
+    this encodes, seals, keeps the thinking and stores the finished response)."""
+
+    __slots__ = ("ctx", "events", "services", "thinking")
+
+    def __init__(
+        self, events: ResponseEvents, thinking: ThinkingCollector | None, services: ResponsesServices, ctx: Context
+    ) -> None:
+        self.events = events
+        self.thinking = thinking
+        self.services = services
+        self.ctx = ctx
+
+    @property
+    def usage(self) -> Usage:
+        return self.events.usage
+
+    @property
+    def done(self) -> bool:
+        return self.events.done
+
+    @property
+    def error(self) -> Mapping[str, Any] | None:
+        return self.events.error
+
+    def feed(self, event: str, data: str) -> bytes:
+        parsed = _parse_event(data)
+        if self.thinking is not None:
+            self.thinking.feed(event, parsed)
+        produced = self.events.feed(event, parsed)
+        if not produced:
+            return b""
+        return b"".join(encode_event(e) for e in produced)
+
+    def produced_chars(self) -> int:
+        return self.events.produced_chars
+
+    def end(self) -> bytes:
+        """After the usage is recorded: the response is stored, then its final event."""
+        self.services.save(self.ctx, self.events.final_response())
+        return encode_event(self.events.final_event())
+
+    def kept(self) -> KeptThinking | None:
+        return self.thinking.result() if self.thinking is not None else None
+
+    def fail(self, err: GatewayError) -> bytes:
+        """``error`` then ``response.failed``; nothing is stored."""
+        error = render_openai(err)[1]["error"]
+        return b"".join(encode_event(e) for e in self.events.failed_events(error))
+
+
+class OpenAIResponses:
+    """``POST /openai/v1/responses``."""
+
+    endpoint = "responses"
+    ping = b": ping\n\n"
+
+    def __init__(self, services: ResponsesServices) -> None:
+        self.services = services
+
+    # ------------------------------------------------------------ parse
+
+    def parse(self, body: Any, headers: Headers, resolve: Resolve) -> Parsed:
+        """The model first (404 / 403), then the refused fields, then (in ``prepare``, with the
+        organisation known) the conversation and the translation."""
+        if not isinstance(body, dict):
+            raise InvalidRequestError("The request body must be a JSON object.")
+        name = body.get("model")
+        if not isinstance(name, str) or not name:
+            raise InvalidRequestError("model: is required", param="model")
+        if len(name) > MODEL_NAME_MAX:
+            raise InvalidRequestError(f"model: must be at most {MODEL_NAME_MAX} characters", param="model")
+        model = resolve(name)
+        check_refused(body)
+        for key in ("stream", "store"):
+            if body.get(key) is not None and not isinstance(body.get(key), bool):
+                raise InvalidRequestError(f"{key}: must be a boolean", param=key)
+        previous = body.get("previous_response_id")
+        if previous is not None:
+            if not isinstance(previous, str) or not previous:
+                raise InvalidRequestError("previous_response_id: must be a response id", param="previous_response_id")
+            if self.services.store is None:
+                raise InvalidRequestError(f"previous_response_id: {STORE_OFF}", param="previous_response_id")
+        store = body.get("store") is not False and self.services.store is not None
+        ctx = Context(req=body, model=model, headers=headers, store=store, items=input_items(body))
+        parsed = Parsed(
+            model=model,
+            model_name=name,
+            body={},
+            stream=body.get("stream") is True,
+            max_tokens=0,
+            context=ctx,
+        )
+        parsed.prepare = partial(self._prepare, parsed)
+        return parsed
+
+    def _prepare(self, parsed: Parsed, org_id: int) -> None:
+        ctx: Context = parsed.context
+        ctx.org_id = org_id
+        earlier: list[tuple[dict[str, Any], str]] = []
+        previous = ctx.req.get("previous_response_id")
+        if isinstance(previous, str) and self.services.store is not None:
+            stored = self.services.store.get(org_id, previous, self.services.clock())
+            if stored is None:
+                raise not_found(previous, "previous_response_id")
+            earlier = [(item, "previous_response_id") for item in stored.continuation()]
+        ctx.context = [item for item, _ in earlier] + [item for item, _ in ctx.items]
+        ctx.input_start = len(earlier)
+        auto_cache = (ctx.headers.get("x-ezat-cache") or "").strip().lower() != "off"
+        translation = responses_to_anthropic(
+            ctx.req, earlier + ctx.items, ctx.model, unseal=partial(self._unseal, org_id), auto_cache=auto_cache
+        )
+        ctx.translation = translation
+        parsed.body = translation.body
+        parsed.max_tokens = translation.body["max_tokens"]
+        parsed.session = ctx.headers.get("x-ezat-session") or translation.session
+        parsed.image_slots = translation.image_slots
+        if translation.thinking:
+            parsed.thinking_ids = [t for ids in assistant_tool_ids(translation.body) for t in ids]
+
+    def _unseal(self, org_id: int, sealed: Any, path: str) -> list[dict[str, Any]]:
+        try:
+            return self.services.sealer.unseal(org_id, sealed)
+        except SealError:
+            raise InvalidRequestError(f"{path}: {SEALED_BAD}", param=path) from None
+
+    def restore_thinking(self, parsed: Parsed, found: Mapping[str, list[dict[str, Any]]]) -> None:
+        """Kept thinking back at the start of the assistant tool turns; without it for the last
+        one, the request goes without thinking (as for chat)."""
+        translation: ResponsesTranslation = parsed.context.translation
+        if not restore_thinking(parsed.body, found, translation.source_map):
+            without_thinking(parsed.body, translation.sampling, parsed.model)
+            translation.thinking = False
+
+    # ------------------------------------------------------------ answers
+
+    def _seal(self, ctx: Context) -> Callable[[list[dict[str, Any]]], str] | None:
+        translation = ctx.translation
+        if translation is None or not translation.thinking or not (translation.encrypted or ctx.store):
+            return None
+        return partial(self.services.sealer.seal, ctx.org_id)
+
+    def _skeleton(self, parsed: Parsed, ids: ReplyIds) -> dict[str, Any]:
+        ctx: Context = parsed.context
+        return response_skeleton(
+            ctx.req,
+            response_id=RESPONSE_PREFIX + ids.request_id,
+            created=ids.created,
+            model=parsed.model_name,
+            store=ctx.store,
+        )
+
+    def reply(self, parsed: Parsed, data: bytes, ids: ReplyIds) -> Answer:
+        try:
+            message = json.loads(data)
+        except ValueError:
+            raise GatewayError(NOT_JSON) from None
+        if not isinstance(message, dict):
+            raise GatewayError(NOT_JSON)
+        ctx: Context = parsed.context
+        translation = ctx.translation
+        assert translation is not None
+        response, usage = anthropic_to_response(
+            message,
+            self._skeleton(parsed, ids),
+            ids=ItemIds(ids.request_id.replace("-", "")),
+            tools=translation.tools,
+            summary=translation.summary,
+            seal=self._seal(ctx),
+        )
+        content = message.get("content")
+        kept = thinking_of_reply(content) if translation.thinking and isinstance(content, list) else None
+        self.services.save(ctx, response)
+        return Answer(encode_json(client_view(response, translation.encrypted)), usage, kept)
+
+    def translator(self, parsed: Parsed, ids: ReplyIds) -> EventTranslator:
+        ctx: Context = parsed.context
+        translation = ctx.translation
+        assert translation is not None
+        events = ResponseEvents(
+            self._skeleton(parsed, ids),
+            ids=ItemIds(ids.request_id.replace("-", "")),
+            tools=translation.tools,
+            summary=translation.summary,
+            seal=self._seal(ctx),
+            include_encrypted=translation.encrypted,
+        )
+        return ResponsesStream(events, ThinkingCollector() if translation.thinking else None, self.services, ctx)
+
+    # ------------------------------------------------------------ errors
+
+    def client_error(
+        self, exc: UpstreamError, parsed: Parsed | None, *, timeout_s: float, streaming: bool
+    ) -> GatewayError:
+        translation = parsed.context.translation if parsed is not None and parsed.context else None
+        source_map = translation.source_map if translation is not None else {}
+        err = client_error(
+            exc,
+            rewrite=partial(rewrite_upstream_message, source_map=source_map),
+            timeout_s=timeout_s,
+            streaming=streaming,
+        )
+        err.upstream = None
+        return err
+
+    def status_of(self, err: GatewayError) -> int:
+        return err.status
+
+    def render_error(self, err: GatewayError, request_id: str | None) -> tuple[int, bytes, dict[str, str]]:
+        status, body, headers = render_openai(err)
+        return status, encode_json(body), headers
+
+    def body_path(self, parts: Sequence[str | int]) -> str:
+        out = ""
+        for part in parts:
+            out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        return out

@@ -1,0 +1,152 @@
+"""Stored responses of the Responses API (docs/responses.md, "Stored responses").
+
+A response created with ``store`` (the default) is kept per organisation for ``[responses]
+ttl_days``: ``GET /openai/v1/responses/{id}`` returns it, ``…/input_items`` lists its input,
+``DELETE`` removes it, and ``previous_response_id`` continues from it (its whole conversation,
+then its output, then the new input). Another organisation's id, an expired or deleted one are
+simply not found. Expired rows are ignored on read and purged in bounded batches on ``put``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Engine, bindparam, delete, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import SQLAlchemyError
+
+from ezat_compat.store.db import write_engine
+from ezat_compat.store.hotpath import DatabaseUnavailableError, is_unavailable
+from ezat_compat.store.tables import responses
+
+log = logging.getLogger(__name__)
+
+DAY_S = 86400.0
+_COLUMNS = ("org_id", "response_id", "created_at", "expires_at", "context", "input_start", "response", "encrypted")
+
+
+@dataclass(frozen=True, slots=True)
+class StoredResponse:
+    response: dict[str, Any]  # the response object, sealed reasoning included
+    context: list[dict[str, Any]]  # every input item sent to produce it
+    input_start: int  # where this request's own input begins in ``context``
+    encrypted: bool  # the client asked for reasoning.encrypted_content
+
+    @property
+    def input(self) -> list[dict[str, Any]]:
+        return self.context[self.input_start :]
+
+    def continuation(self) -> list[dict[str, Any]]:
+        """The conversation a ``previous_response_id`` of this response continues."""
+        return self.context + list(self.response.get("output") or ())
+
+
+def _reading(exc: Exception) -> Exception:
+    """A database that can't answer is 503 with retry-after (``DatabaseUnavailableError``)."""
+    return DatabaseUnavailableError() if is_unavailable(exc) else exc
+
+
+def _dump(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=True, separators=(",", ":"))
+
+
+class ResponseStore:
+    """The ``responses`` table. One per process (after the fork, like the engine)."""
+
+    def __init__(self, engine: Engine, ttl_s: float, *, purge_every_s: float = 60.0, purge_batch: int = 500) -> None:
+        self._engine = engine
+        self._writer = write_engine(engine)
+        self.ttl_s = ttl_s
+        self._purge_every_s = purge_every_s
+        self._purge_batch = purge_batch
+        self._next_purge = -math.inf
+        dialect = engine.dialect.name
+        if dialect not in ("sqlite", "postgresql"):
+            raise ValueError(f"no response store for the {dialect} dialect")
+        insert = sqlite.insert if dialect == "sqlite" else postgresql.insert
+        upsert = insert(responses).values({name: bindparam(name) for name in _COLUMNS})
+        self._upsert = upsert.on_conflict_do_update(
+            index_elements=[responses.c.org_id, responses.c.response_id],
+            set_={name: upsert.excluded[name] for name in _COLUMNS[2:]},
+        )  # built once: each put runs it with the row's values
+
+    def put(
+        self,
+        org_id: int,
+        response: dict[str, Any],
+        context: list[dict[str, Any]],
+        input_start: int,
+        encrypted: bool,
+        now: float,
+    ) -> None:
+        """Keep ``response`` (its ``id``) for the organisation until ``now + ttl_s``."""
+        row = {
+            "org_id": org_id,
+            "response_id": response["id"],
+            "created_at": datetime.fromtimestamp(now, UTC),
+            "expires_at": datetime.fromtimestamp(now + self.ttl_s, UTC),
+            "context": _dump(context),
+            "input_start": input_start,
+            "response": _dump(response),
+            "encrypted": encrypted,
+        }
+        with self._writer.begin() as conn:
+            conn.execute(self._upsert, row)
+        if now >= self._next_purge:
+            self._next_purge = now + self._purge_every_s
+            self.purge(now)
+
+    def get(self, org_id: int, response_id: str, now: float) -> StoredResponse | None:
+        """The organisation's response ``response_id``, or None (unknown, expired or another's)."""
+        query = select(responses.c.context, responses.c.input_start, responses.c.response, responses.c.encrypted)
+        try:
+            with self._engine.connect() as conn:
+                row = conn.execute(
+                    query.where(
+                        responses.c.org_id == org_id,
+                        responses.c.response_id == response_id,
+                        responses.c.expires_at > datetime.fromtimestamp(now, UTC),
+                    )
+                ).first()
+        except SQLAlchemyError as exc:
+            raise _reading(exc) from exc
+        if row is None:
+            return None
+        return StoredResponse(
+            json.loads(row.response), json.loads(row.context), int(row.input_start), bool(row.encrypted)
+        )
+
+    def delete(self, org_id: int, response_id: str, now: float) -> bool:
+        """Remove it; False when there was none to remove (for this organisation)."""
+        try:
+            with self._writer.begin() as conn:
+                gone = conn.execute(
+                    delete(responses).where(
+                        responses.c.org_id == org_id,
+                        responses.c.response_id == response_id,
+                        responses.c.expires_at > datetime.fromtimestamp(now, UTC),
+                    )
+                )
+        except SQLAlchemyError as exc:
+            raise _reading(exc) from exc
+        return bool(gone.rowcount)
+
+    def purge(self, now: float) -> int:
+        """Delete up to ``purge_batch`` expired rows; returns how many went (errors logged)."""
+        expired = (
+            select(responses.c.response_id)
+            .where(responses.c.expires_at <= datetime.fromtimestamp(now, UTC))
+            .limit(self._purge_batch)
+        )
+        try:
+            with self._writer.begin() as conn:
+                gone = conn.execute(delete(responses).where(responses.c.response_id.in_(expired.scalar_subquery())))
+        except SQLAlchemyError as exc:
+            log.warning("response store: purge failed (%s)", exc)
+            return 0
+        return int(gone.rowcount or 0)

@@ -1,0 +1,84 @@
+"""Stored responses on a real database (docs/responses.md, "Stored responses"): kept per
+organisation until the time-to-live, deleted, purged; SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import Engine, func, select
+
+from ezat_compat.store.db import make_engine, migrate
+from ezat_compat.store.responses import ResponseStore
+from ezat_compat.store.tables import responses
+from tests.integration.test_store import db_url  # noqa: F401 - the SQLite / PostgreSQL fixture
+
+NOW = 1_750_000_000.0
+TTL = 3600.0
+RESPONSE = {"id": "resp_1", "object": "response", "output": [{"type": "message", "content": []}]}
+CONTEXT = [{"role": "user", "content": "earlier"}, {"role": "user", "content": "now"}]
+
+
+@pytest.fixture
+def engine(db_url: str) -> Iterator[Engine]:  # noqa: F811
+    eng = make_engine(db_url)
+    migrate(eng)
+    yield eng
+    eng.dispose()
+
+
+@pytest.fixture
+def store(engine: Engine) -> ResponseStore:
+    return ResponseStore(engine, TTL)
+
+
+def test_put_and_get_per_organisation(store: ResponseStore) -> None:
+    store.put(1, RESPONSE, CONTEXT, 1, True, NOW)
+    found = store.get(1, "resp_1", NOW + 1)
+    assert found is not None
+    assert found.response == RESPONSE and found.context == CONTEXT and found.encrypted is True
+    assert found.input == CONTEXT[1:]
+    assert found.continuation() == [*CONTEXT, *RESPONSE["output"]]
+    assert store.get(2, "resp_1", NOW + 1) is None  # another organisation's id is not found
+
+
+def test_expired_responses_are_not_found_and_purged(store: ResponseStore, engine: Engine) -> None:
+    store.put(1, RESPONSE, CONTEXT, 0, False, NOW)
+    assert store.get(1, "resp_1", NOW + TTL - 1) is not None
+    assert store.get(1, "resp_1", NOW + TTL) is None
+    assert store.delete(1, "resp_1", NOW + TTL) is False
+    assert store.purge(NOW + TTL) == 1
+    with engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(responses)).scalar() == 0
+
+
+def test_delete_only_the_organisations_own(store: ResponseStore) -> None:
+    store.put(1, RESPONSE, CONTEXT, 0, False, NOW)
+    assert store.delete(2, "resp_1", NOW) is False
+    assert store.delete(1, "resp_1", NOW) is True
+    assert store.get(1, "resp_1", NOW) is None
+    assert store.delete(1, "resp_1", NOW) is False
+
+
+def test_put_again_replaces(store: ResponseStore) -> None:
+    store.put(1, RESPONSE, CONTEXT, 0, False, NOW)
+    store.put(1, {**RESPONSE, "status": "completed"}, CONTEXT[:1], 0, False, NOW)
+    found = store.get(1, "resp_1", NOW)
+    assert found is not None and found.response["status"] == "completed" and found.context == CONTEXT[:1]
+
+
+def test_text_round_trips_exactly(store: ResponseStore) -> None:
+    odd = {**RESPONSE, "output": [{"type": "reasoning", "encrypted_content": "ezs1.Tōkyō\u2028\U0001f600"}]}
+    store.put(1, odd, CONTEXT, 0, True, NOW)
+    found = store.get(1, "resp_1", NOW)
+    assert found is not None and found.response == odd
+
+
+def test_a_database_that_cannot_answer_is_503(tmp_path) -> None:
+    from ezat_compat.store.hotpath import DatabaseUnavailableError
+
+    store = ResponseStore(make_engine(f"sqlite:///{tmp_path / 'no-such-folder' / 'ezat.db'}"), TTL)
+    with pytest.raises(DatabaseUnavailableError):
+        store.get(1, "resp_1", NOW)
+    with pytest.raises(DatabaseUnavailableError):
+        store.delete(1, "resp_1", NOW)

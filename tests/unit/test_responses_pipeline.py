@@ -1,0 +1,139 @@
+"""The Responses dialect on the pipeline with fakes (docs/responses.md): the organisation-bound
+step runs before admission, sealed reasoning is bound to the organisation, streams are billed
+before their last event, failures after the start end with error then response.failed unbilled,
+and a client that leaves pays an estimate."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import pytest
+
+from ezat_compat.api.sse import relay
+from ezat_compat.dialects.openai_responses import OpenAIResponses, ResponsesServices
+from ezat_compat.domain import ResponsesSettings
+from ezat_compat.errors import InvalidRequestError, UpstreamStreamError
+from ezat_compat.pipeline import ClientRequest, Reply
+from ezat_compat.sealing import Sealer
+from ezat_compat.session import StreamSession
+from tests.unit.test_pipeline import AUTH, END, START, TEXT, TOOL_REPLY, TOOL_STREAM, events, gateway
+
+SEALER = Sealer(bytes(range(32)))
+DIALECT = OpenAIResponses(ResponsesServices(ResponsesSettings(store=False), None, SEALER, lambda: 1000.0))
+LOOKUP = {"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {}}}
+
+
+def request(body: dict[str, Any], rid: str = "r1") -> ClientRequest:
+    raw = json.dumps({"model": "m", **body}).encode()
+    return ClientRequest(request_id=rid, api_key="k", headers={}, read_body=lambda: raw)
+
+
+def sse(chunks: list[bytes]) -> list[dict[str, Any]]:
+    text = b"".join(chunks).decode()
+    return [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: ")]
+
+
+def test_json_reply_is_billed_with_the_responses_endpoint() -> None:
+    gw, _, ledger = gateway(
+        {"a": json.dumps(json.loads(TOOL_REPLY) | {"content": [{"type": "text", "text": "ok"}]}).encode()}
+    )
+    reply = gw.handle(DIALECT, request({"input": "hi"}))
+    assert isinstance(reply, Reply)
+    body = json.loads(reply.body)
+    assert body["id"] == "resp_r1" and body["output"][0]["content"][0]["text"] == "ok"
+    ((_, row),) = ledger.rows
+    assert row.endpoint == "responses" and row.status == 200
+
+
+def test_a_stream_is_billed_before_its_last_event() -> None:
+    gw, _, ledger = gateway({"a": events(START, *TEXT, *END)})
+    session = gw.handle(DIALECT, request({"input": "hi", "stream": True}))
+    assert isinstance(session, StreamSession)
+    out = []
+    for chunk in relay(session):
+        if b"response.completed" in chunk:
+            assert len(ledger.rows) == 1  # the usage is recorded before the final event is sent
+        out.append(chunk)
+    payloads = sse(out)
+    assert payloads[-1]["type"] == "response.completed"
+    assert [p["sequence_number"] for p in payloads] == list(range(len(payloads)))
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        [UpstreamStreamError("cut")],
+        events(("error", {"type": "error", "error": {"type": "overloaded_error", "message": "x"}})),
+    ],
+    ids=["cut", "error-event"],
+)
+def test_a_failure_after_the_start_ends_with_error_then_failed_unbilled(tail: list[Any]) -> None:
+    script = [*events(START, *TEXT), *tail]
+    gw, _, ledger = gateway({"a": script, "b": script, "c": script})
+    session = gw.handle(DIALECT, request({"input": "hi", "stream": True}))
+    assert isinstance(session, StreamSession)
+    payloads = sse(list(relay(session)))
+    assert [p["type"] for p in payloads[-2:]] == ["error", "response.failed"]
+    ((_, row),) = ledger.rows
+    assert row.cost_micros == 0 and row.status >= 500
+
+
+def test_a_client_that_leaves_pays_an_estimate() -> None:
+    gw, _, ledger = gateway({"a": events(START, *TEXT, *END)})
+    session = gw.handle(DIALECT, request({"input": "hi", "stream": True}))
+    assert isinstance(session, StreamSession)
+    writer = relay(session)
+    for n, _chunk in enumerate(writer):
+        if n == 1:
+            writer.close()
+            break
+    ((_, row),) = ledger.rows
+    assert row.status == 499 and row.estimated and row.cost_micros > 0
+
+
+def _sealed_round(org: int) -> list[dict[str, Any]]:
+    """The items a stateless client sends back after a tool round sealed for ``org``."""
+    gw, _, _ = gateway({"a": TOOL_STREAM})
+    gw.accounts.authenticate = lambda *_: dataclasses.replace(AUTH, org_id=org)  # type: ignore[method-assign]
+    body = {
+        "input": "look x up",
+        "tools": [LOOKUP],
+        "reasoning": {"effort": "high"},
+        "include": ["reasoning.encrypted_content"],
+        "stream": True,
+    }
+    session = gw.handle(DIALECT, request(body))
+    assert isinstance(session, StreamSession)
+    final = sse(list(relay(session)))[-1]["response"]
+    call = next(item for item in final["output"] if item["type"] == "function_call")
+    output = {"type": "function_call_output", "call_id": call["call_id"], "output": "found"}
+    return [{"role": "user", "content": "look x up"}, *final["output"], output]
+
+
+def test_sealed_thinking_comes_back_exactly_for_the_same_organisation() -> None:
+    items = _sealed_round(AUTH.org_id)
+    gw, upstream, _ = gateway({"a": TOOL_REPLY})
+    gw.handle(DIALECT, request({"input": items, "tools": [LOOKUP], "reasoning": {"effort": "high"}}))
+    sent = json.loads(upstream.calls[-1][1])
+    assistant = next(m for m in sent["messages"] if m["role"] == "assistant")
+    assert "thinking" in sent
+    assert assistant["content"][0] == {"type": "thinking", "thinking": "Let me look it up.", "signature": "c2lnbmVk"}
+
+
+def test_sealed_thinking_of_another_organisation_is_refused_before_admission() -> None:
+    items = _sealed_round(AUTH.org_id + 1)
+    gw, upstream, ledger = gateway({"a": TOOL_REPLY})
+    with pytest.raises(InvalidRequestError) as caught:
+        gw.handle(DIALECT, request({"input": items, "tools": [LOOKUP], "reasoning": {"effort": "high"}}))
+    assert caught.value.param == "input[1].encrypted_content"
+    assert upstream.calls == [] and ledger.rows == []
+
+
+def test_previous_response_id_with_storage_off_is_400() -> None:
+    gw, upstream, _ = gateway({"a": TOOL_REPLY})
+    with pytest.raises(InvalidRequestError) as caught:
+        gw.handle(DIALECT, request({"input": "hi", "previous_response_id": "resp_1"}))
+    assert caught.value.param == "previous_response_id" and "switched off" in caught.value.message
+    assert upstream.calls == []

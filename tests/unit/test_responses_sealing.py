@@ -1,0 +1,88 @@
+"""Sealed reasoning (docs/responses.md, "Reasoning"): blocks come back exactly; a changed byte,
+another organisation or another gateway's key fails to open; the key from the environment or
+generated once into the data folder (0600)."""
+
+from __future__ import annotations
+
+import base64
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from ezat_compat.sealing import KEY_ENV, KEY_FILE, PREFIX, Sealer, SealError, load_sealer
+
+BLOCKS = [
+    {"type": "thinking", "thinking": "Tōkyō first\n", "signature": "EuYBCkQYAiJA+/=="},
+    {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix=="},
+]
+KEY = bytes(range(32))
+
+
+def test_blocks_come_back_exactly() -> None:
+    sealer = Sealer(KEY)
+    sealed = sealer.seal(7, BLOCKS)
+    assert sealed.startswith(PREFIX) and "Tōkyō" not in sealed and "signature" not in sealed
+    assert sealer.unseal(7, sealed) == BLOCKS
+    assert sealer.seal(7, BLOCKS) != sealed  # a fresh nonce each time
+
+
+def _flip(sealed: str, at: int) -> str:
+    raw = bytearray(base64.urlsafe_b64decode(sealed[len(PREFIX) :] + "=" * (-len(sealed) % 4)))
+    raw[at] ^= 1
+    return PREFIX + base64.urlsafe_b64encode(bytes(raw)).decode().rstrip("=")
+
+
+@pytest.mark.parametrize(
+    ("change", "org"),
+    [
+        pytest.param(lambda s: _flip(s, 0), 7, id="nonce-changed"),
+        pytest.param(lambda s: _flip(s, 20), 7, id="ciphertext-changed"),
+        pytest.param(lambda s: _flip(s, -1), 7, id="tag-changed"),
+        pytest.param(lambda s: s, 8, id="another-organisation"),
+        pytest.param(lambda s: s[:-10], 7, id="truncated"),
+        pytest.param(lambda s: "gAAAA" + s, 7, id="not-ours"),
+        pytest.param(lambda s: PREFIX + "!!!", 7, id="not-base64"),
+        pytest.param(lambda s: PREFIX, 7, id="empty"),
+        pytest.param(lambda s: 42, 7, id="not-a-string"),
+    ],
+)
+def test_tampered_or_foreign_fails(change, org: int) -> None:
+    sealed = Sealer(KEY).seal(7, BLOCKS)
+    with pytest.raises(SealError):
+        Sealer(KEY).unseal(org, change(sealed))
+
+
+def test_another_gateways_key_fails() -> None:
+    sealed = Sealer(KEY).seal(7, BLOCKS)
+    with pytest.raises(SealError):
+        Sealer(bytes(32)).unseal(7, sealed)
+
+
+@pytest.mark.parametrize("encode", [bytes.hex, lambda k: base64.b64encode(k).decode()], ids=["hex", "base64"])
+def test_key_from_the_environment(tmp_path: Path, encode) -> None:
+    sealer = load_sealer(tmp_path, {KEY_ENV: encode(KEY)})
+    assert Sealer(KEY).unseal(1, sealer.seal(1, BLOCKS)) == BLOCKS
+    assert not (tmp_path / KEY_FILE).exists()
+
+
+def test_a_bad_environment_key_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=KEY_ENV):
+        load_sealer(tmp_path, {KEY_ENV: "too-short"})
+
+
+def test_key_generated_once_into_the_data_folder(tmp_path: Path) -> None:
+    first = load_sealer(tmp_path / "data", {})
+    path = tmp_path / "data" / KEY_FILE
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    text = path.read_text()
+    second = load_sealer(tmp_path / "data", {})
+    assert path.read_text() == text
+    assert second.unseal(3, first.seal(3, BLOCKS)) == BLOCKS
+
+
+def test_an_empty_key_file_is_refused_after_a_bounded_wait(tmp_path: Path) -> None:
+    (tmp_path / KEY_FILE).write_text("")
+    with pytest.raises(ValueError, match="is empty"):
+        load_sealer(tmp_path, {})
