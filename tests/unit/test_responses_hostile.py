@@ -1,5 +1,5 @@
-"""Hostile Responses bodies (docs/responses.md; design.md "HTTP surface": client input never
-causes a 500): any JSON in any field or item answers a 400 naming where, never another error."""
+"""Hostile Responses bodies (docs/responses.md; client input never causes a 500): any JSON in
+any field or item answers a 400 naming where, never another error."""
 
 from __future__ import annotations
 
