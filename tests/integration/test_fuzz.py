@@ -138,7 +138,6 @@ NATIVE_BASES: list[dict[str, Any]] = [
         "system": [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
         "metadata": {"user_id": "u-1"},
         "stop_sequences": ["END"],
-        "thinking": {"type": "enabled", "budget_tokens": 1024},
         "messages": [
             {
                 "role": "user",
@@ -510,7 +509,7 @@ def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
             cleanup.callback(lambda: _drop_schema(admin, schema))
             url = make_url(base).update_query_dict({"options": f"-csearch_path={schema}"})
             settings_["database_url"] = env["EZAT_DATABASE_URL"] = url.render_as_string(hide_password=False)
-            counters = embedded_limits_path(settings_["database_url"])
+            counters = embedded_limits_path(settings_["database_url"], str(root))
             for suffix in ("", "-wal", "-shm"):
                 cleanup.callback(Path(counters + suffix).unlink, missing_ok=True)
         sim = Sim(name="sim-a", flags=("--min-cache-tokens", "16")).start()
