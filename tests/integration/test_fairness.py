@@ -141,7 +141,9 @@ def test_four_requests_of_20_slow_urls_leave_another_orgs_image_request_under_1_
         resp = post(gw, victim, [images.url("/image/png?tag=alice")])
         victim_s = time.monotonic() - started
         answers = [attack.result(timeout=40) for attack in attacks]
-    print(f"victim {victim_s:.3f} s with {in_flight} slow downloads in flight")
+    print(
+        f"victim {victim_s:.3f} s, {in_flight} slow downloads in flight, OS threads {threads_before}->{threads_during}"
+    )
     assert resp.status_code == 200, resp.text
     assert victim_s < 1, f"another organization's one-image request took {victim_s:.1f} s"
     assert in_flight == ORG_SHARE, f"{in_flight} downloads of one organization at once"
