@@ -26,8 +26,10 @@ How a download stays inside those bounds:
 Errors: ``fetch_all`` raises only ``ImageFetchError`` (``.index``, ``.reason``); a request that
 waited for its organization's share until the deadline fails on its first image not started,
 ``could not download the image (timed out after 15 s waiting for this organization's other
-image downloads)``. The caller
-prefixes ``reason`` with the path of the part that holds URL ``index`` and answers 400 —
+image downloads)`` (``... waiting for a free download slot)`` when every place of the pool was
+taken: several organizations at their shares can fill it, and the next free place then goes to
+the organization holding fewest). The caller prefixes ``reason`` with the path of the part that
+holds URL ``index`` and answers 400 —
 ``messages[0].content[2].image_url.url: could not download the image (HTTP 404)``.
 
 ``prepare(slots, limits)`` is the pipeline's one call: it downloads the URL slots as above, then
