@@ -103,7 +103,12 @@ def build_gateway(config: Config) -> Gateway:
         upstream=UpstreamClient(
             connect_timeout_s=gw_cfg.connect_timeout_s, stream_idle_timeout_s=gw_cfg.stream_idle_timeout_s
         ),
-        images=ImageFetcher(threads=gw_cfg.image_fetch_threads, allow_private=gw_cfg.allow_private_image_hosts),
+        images=ImageFetcher(
+            threads=gw_cfg.image_fetch_threads,
+            allow_private=gw_cfg.allow_private_image_hosts,
+            org_threads=gw_cfg.image_fetch_org_threads,
+            request_threads=gw_cfg.image_fetch_request_threads,
+        ),
         metrics=metrics,
         thinking=make_thinking_stash(engine, gw_cfg.redis_url, gw_cfg.thinking_ttl_s),
     )

@@ -113,6 +113,8 @@ class _GatewaySchema(_Strict):
     max_body_mb = fields.Float(load_default=32.0, validate=validate.Range(min=0, min_inclusive=False))
     allow_private_image_hosts = fields.Bool(load_default=False)
     image_fetch_threads = fields.Int(load_default=64, strict=True, validate=validate.Range(min=1, max=1024))
+    image_fetch_org_threads = fields.Int(load_default=20, strict=True, validate=validate.Range(min=1, max=1024))
+    image_fetch_request_threads = fields.Int(load_default=20, strict=True, validate=validate.Range(min=1, max=1024))
     cooldown_failures = fields.Int(load_default=3, strict=True, validate=validate.Range(min=1))
     cooldown_s = fields.Float(load_default=30.0, validate=validate.Range(min=0))
     max_cooldown_s = fields.Float(load_default=300.0, validate=validate.Range(min=0))

@@ -79,7 +79,9 @@ class GatewaySettings:
     keepalive_s: float = 15.0
     max_body_mb: float = 32.0
     allow_private_image_hosts: bool = False
-    image_fetch_threads: int = 64
+    image_fetch_threads: int = 64  # the worker's download pool, shared by every organization
+    image_fetch_org_threads: int = 20  # of which one organization holds at most this many (20: one request's URLs)
+    image_fetch_request_threads: int = 20  # and one request at most this many
     cooldown_failures: int = 3
     cooldown_s: float = 30.0
     max_cooldown_s: float = 300.0

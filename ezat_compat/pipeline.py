@@ -237,11 +237,12 @@ class Gateway:
                 "released %d reservations older than %s (a worker died mid-request)", released, STALE_RESERVATION
             )
 
-    def fetch_images(self, slots: list[ImageSlot], model: Model) -> None:
+    def fetch_images(self, slots: list[ImageSlot], model: Model, org_id: int) -> None:
         """Download the image URLs and fit every image to ``model``'s upstream limits, in place
-        (400 naming the part on failure). Spec: "Images and PDFs"."""
+        (400 naming the part on failure), on organization ``org_id``'s share of the download
+        pool. Spec: "Images and PDFs"."""
         if slots:
-            self.images.prepare(slots, UpstreamImageLimits.of(model))
+            self.images.prepare(slots, UpstreamImageLimits.of(model), org=str(org_id))
 
     # ------------------------------------------------------------ billing
 
@@ -435,7 +436,7 @@ class Run:
         """Images, upstream with failover, the answer translated back; every exit settles."""
         gw, parsed, call = self.gw, self.parsed, self.call
         try:
-            gw.fetch_images(parsed.image_slots, parsed.model)
+            gw.fetch_images(parsed.image_slots, parsed.model, call.auth.org_id)
             body = encode_body(parsed.body)
             ids = ReplyIds(call.request_id, int(gw.clock()))
             if parsed.stream:

@@ -8,7 +8,13 @@ public address; the file must be a JPEG, PNG, GIF or WebP image, judged by its b
 How a download stays inside those bounds:
 
 - one ``ThreadPoolExecutor`` per process (created on first use, so after gunicorn's fork;
-  greenlets under gevent) runs a request's downloads side by side;
+  greenlets under gevent, whose monkey-patching turns ``threading`` into greenlets) runs a
+  request's downloads side by side;
+- the pool is shared fairly (``_Shares``): one request runs at most ``request_threads`` of its
+  downloads at once and one organization at most ``org_threads``, so no tenant can fill the pool.
+  Work goes to the pool only once it holds a place: a request over its organization's share
+  waits in its own thread for that organization's places (never in the pool's queue, in front
+  of another organization's work), until its deadline;
 - every hop (redirects are followed here, at most ``max_redirects``) resolves its host once,
   refuses non-public addresses (``netguard``) and connects to exactly that address, with the
   ``Host`` header, TLS SNI and certificate check for the name (no DNS-rebinding window;
@@ -17,8 +23,13 @@ How a download stays inside those bounds:
   downloads and one wall-clock deadline; at the deadline, or when any download fails, the
   request's sockets are shut down from the waiting thread so no worker reads on for nobody.
 
-Errors: ``fetch_all`` raises only ``ImageFetchError`` (``.index``, ``.reason``). The caller
-prefixes ``reason`` with the path of the part that holds URL ``index`` and answers 400 —
+Errors: ``fetch_all`` raises only ``ImageFetchError`` (``.index``, ``.reason``); a request that
+waited for its organization's share until the deadline fails on its first image not started,
+``could not download the image (timed out after 15 s waiting for this organization's other
+image downloads)`` (``... waiting for a free download slot)`` when every place of the pool was
+taken: several organizations at their shares can fill it, and the next free place then goes to
+the organization holding fewest). The caller prefixes ``reason`` with the path of the part that
+holds URL ``index`` and answers 400 —
 ``messages[0].content[2].image_url.url: could not download the image (HTTP 404)``.
 
 ``prepare(slots, limits)`` is the pipeline's one call: it downloads the URL slots as above, then
@@ -36,10 +47,11 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TypeVar
+from functools import partial
+from typing import Generic, TypeVar
 from urllib.parse import urljoin, urlsplit
 
 import requests
@@ -144,6 +156,14 @@ NOT_AN_IMAGE = "the file is not a JPEG, PNG, GIF or WebP image"
 
 def _timed_out(limits: ImageLimits) -> str:
     return _could_not(f"timed out after {_number(limits.timeout_s)} s")
+
+
+def _timed_out_waiting(limits: ImageLimits, why: str) -> str:
+    return _could_not(f"timed out after {_number(limits.timeout_s)} s waiting for {why}")
+
+
+ORG_BUSY = "this organization's other image downloads"
+POOL_BUSY = "a free download slot"
 
 
 def _too_many_redirects(limits: ImageLimits) -> str:
@@ -329,6 +349,174 @@ class _Batch:
             watch.abort()
 
 
+# ---------------------------------------------------------------- fair places on the pool
+
+
+GRANTED = "granted"
+GAVE_UP = "gave up"  # the request needs no more places (all its work started, or it stopped)
+
+
+@dataclass(eq=False)
+class _Waiter:
+    org: str
+    held: int  # places its request holds already
+    seq: int
+
+
+class _Shares:
+    """The pool's places (one per thread), handed out fairly between organizations.
+
+    A waiter gets a place when the pool has one free, its organization holds fewer than
+    ``per_org`` and no other waiter that could take that place goes first: the one whose
+    organization holds fewer places, then whose request holds fewer, then the earlier one. A
+    waiter whose organization is at its share isn't in the running, so it holds up nobody; it
+    waits for one of its own organization's places to be released. One per process (its lock
+    doesn't survive a fork); under gevent the condition is a greenlet's.
+    """
+
+    def __init__(self, total: int, per_org: int) -> None:
+        self.total = total
+        self.per_org = max(1, min(per_org, total))
+        self._cond = threading.Condition()
+        self._used = 0
+        self._by_org: dict[str, int] = {}
+        self._waiters: list[_Waiter] = []
+        self._seq = 0
+
+    def held_by(self, org: str) -> int:
+        with self._cond:
+            return self._by_org.get(org, 0)
+
+    def acquire(self, org: str, held: int, deadline: float, give_up: Callable[[], bool]) -> str:
+        """Wait for one place for ``org`` (whose request holds ``held``) until ``deadline``
+        (``time.monotonic``). Returns ``GRANTED``; ``GAVE_UP`` once ``give_up()`` (checked
+        under the lock; call ``poke`` after changing what it reads); or, at the deadline, why
+        there was no place: ``ORG_BUSY`` or ``POOL_BUSY``."""
+        with self._cond:
+            self._seq += 1
+            waiter = _Waiter(org=org, held=held, seq=self._seq)
+            self._waiters.append(waiter)
+            try:
+                while True:
+                    if give_up():
+                        return GAVE_UP
+                    if self._next_in_line() is waiter:
+                        self._used += 1
+                        self._by_org[org] = self._by_org.get(org, 0) + 1
+                        return GRANTED
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return ORG_BUSY if self._by_org.get(org, 0) >= self.per_org else POOL_BUSY
+                    self._cond.wait(remaining)
+            finally:
+                self._waiters.remove(waiter)
+                self._cond.notify_all()  # the next in line may be another waiter now
+
+    def _next_in_line(self) -> _Waiter | None:
+        """The waiter the next free place goes to, or None (no place free, or nobody may take it)."""
+        if self._used >= self.total:
+            return None
+        eligible = [w for w in self._waiters if self._by_org.get(w.org, 0) < self.per_org]
+        if not eligible:
+            return None
+        return min(eligible, key=lambda w: (self._by_org.get(w.org, 0), w.held, w.seq))
+
+    def release(self, org: str) -> None:
+        with self._cond:
+            self._used -= 1
+            left = self._by_org.get(org, 0) - 1
+            if left > 0:
+                self._by_org[org] = left
+            else:
+                self._by_org.pop(org, None)
+            self._cond.notify_all()
+
+    def poke(self) -> None:
+        """Wake the waiters so that they check ``give_up`` again."""
+        with self._cond:
+            self._cond.notify_all()
+
+
+class _Lanes(Generic[T]):
+    """One request's jobs on the pool, taken in order by its lanes (each lane holds one place
+    and runs jobs until none is left). The first failure stops the others: no lane takes a new
+    job, and ``on_failure`` runs (it cuts the request's sockets)."""
+
+    def __init__(self, jobs: Sequence[Callable[[], T]], shares: _Shares, on_failure: Callable[[], None]) -> None:
+        self._jobs = list(jobs)
+        self._shares = shares
+        self._on_failure = on_failure
+        self._cond = threading.Condition()
+        self._next = 0
+        self._finished: set[int] = set()
+        self.results: list[T | None] = [None] * len(self._jobs)
+        self.errors: dict[int, BaseException] = {}
+        self.stopped = False
+        self.abandoned = False  # a lane was cancelled before it ran (the pool was shut down)
+        self.denied = ""  # why the last wait for a place ended without one, if it did
+
+    def nothing_to_start(self) -> bool:
+        return self.stopped or self._next >= len(self._jobs)
+
+    def started(self, index: int) -> bool:
+        return index < self._next
+
+    def unfinished(self) -> int:
+        """The lowest index without a result or an error."""
+        with self._cond:
+            return next((i for i in range(len(self._jobs)) if i not in self._finished), 0)
+
+    def lane(self) -> None:
+        """Runs on the pool."""
+        while True:
+            with self._cond:
+                if self.nothing_to_start():
+                    return
+                index = self._next
+                self._next += 1
+            self._shares.poke()  # the request may be waiting for a place it no longer needs
+            try:
+                result = self._jobs[index]()
+            except BaseException as err:
+                self._finish(index, None, err)
+                return
+            self._finish(index, result, None)
+
+    def _finish(self, index: int, result: T | None, err: BaseException | None) -> None:
+        with self._cond:
+            self._finished.add(index)
+            if err is None:
+                self.results[index] = result
+            else:
+                self.errors[index] = err
+                self.stopped = True
+            self._cond.notify_all()
+        if err is not None:
+            self._on_failure()
+            self._shares.poke()
+
+    def abandon(self) -> None:
+        with self._cond:
+            self.abandoned = self.stopped = True
+            self._cond.notify_all()
+        self._shares.poke()
+
+    def stop(self) -> None:
+        with self._cond:
+            self.stopped = True
+        self._shares.poke()
+
+    def wait(self, deadline: float) -> bool:
+        """Until every job is done, one failed, or ``deadline``; True unless the deadline came first."""
+        with self._cond:
+            while not (self.stopped or len(self._finished) == len(self._jobs)):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+            return True
+
+
 # ---------------------------------------------------------------- the fetcher
 
 
@@ -336,8 +524,11 @@ class ImageFetcher:
     """Downloads the image URLs of a request: one per process, shared by all requests.
 
     ``threads`` bounds the downloads running at once in this process (config
-    ``image_fetch_threads``); ``allow_private`` (config ``allow_private_image_hosts``, tests
-    only) lets URLs reach loopback and private hosts, still pinned to the checked address.
+    ``image_fetch_threads``), ``org_threads`` those of one organization
+    (``image_fetch_org_threads``) and ``request_threads`` those of one request
+    (``image_fetch_request_threads``), both at most ``threads``; fitting takes places on the
+    same pool under the same shares. ``allow_private`` (config ``allow_private_image_hosts``,
+    tests only) lets URLs reach loopback and private hosts, still pinned to the checked address.
     ``resolver`` replaces ``socket.getaddrinfo`` (tests); ``ca_certs`` names a CA bundle to
     trust instead of certifi's (tests, or an on-prem CA); ``fit_timeout_s`` bounds the fitting
     of a request's images (``prepare``), on the same pool. Call ``close()`` at shutdown.
@@ -348,15 +539,19 @@ class ImageFetcher:
         *,
         threads: int,
         allow_private: bool,
+        org_threads: int = 20,
+        request_threads: int = 20,
         limits: ImageLimits = ImageLimits(),
         resolver: Resolver | None = None,
         user_agent: str = "ezat-compat-image-fetcher",
         ca_certs: str | None = None,
         fit_timeout_s: float = FIT_TIMEOUT_S,
     ) -> None:
-        if threads < 1:
-            raise ValueError("threads must be at least 1")
+        if min(threads, org_threads, request_threads) < 1:
+            raise ValueError("threads, org_threads and request_threads must be at least 1")
         self._threads = threads
+        self._org_threads = min(org_threads, threads)
+        self._request_threads = min(request_threads, threads)
         self._allow_private = allow_private
         self._limits = limits
         self._resolver = resolver
@@ -365,14 +560,19 @@ class ImageFetcher:
         self._fit_timeout_s = fit_timeout_s
         self._lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
+        self._shares = _Shares(threads, self._org_threads)
         self._executor_pid = 0
 
     @property
     def limits(self) -> ImageLimits:
         return self._limits
 
-    def fetch_all(self, urls: Sequence[str]) -> list[FetchedImage]:
+    def fetch_all(self, urls: Sequence[str], *, org: str = "") -> list[FetchedImage]:
         """Download every URL in parallel; return the images in the order of ``urls``.
+
+        ``org`` names the organization whose share of the pool the downloads take (see the
+        class); a request that can't get a place before its deadline fails on its first URL
+        not started, with the ``timed out ... waiting for ...`` reason.
 
         Raises ``ImageFetchError`` — and no other exception — for the first URL that fails
         (the lowest index among the failures seen when the first one arrives); the other
@@ -380,13 +580,14 @@ class ImageFetcher:
         on index ``max_urls``; a URL that isn't http(s) or can't be parsed fails before any
         download too. All downloads share one deadline (``timeout_s`` from this call).
         """
-        return self._download_all(urls, _as_fetched)
+        return self._download_all(urls, _as_fetched, org)
 
     def prepare(
         self,
         slots: Sequence[ImageSlot],
         limits: UpstreamImageLimits,
         *,
+        org: str = "",
         other_bytes: int = DEFAULT_OTHER_BYTES,
     ) -> None:
         """Make every image of a request ready for the upstream, in place; or 400 naming the part.
@@ -395,7 +596,8 @@ class ImageFetcher:
         URLs too), and fits each image over ``limits`` for this request (see ``imagefit``) on
         the pool; then sets ``slot.block["source"]`` of each downloaded or refitted image to its
         base64 source. A data URL that already fits keeps its text as sent. ``other_bytes`` is
-        the size of the rest of the upstream body (text, tools…), kept free of images.
+        the size of the rest of the upstream body (text, tools…), kept free of images. ``org``
+        names the organization whose share of the pool the downloads and fits take.
 
         Raises ``InvalidRequestError(f"{path}: {reason}", param=path)`` for the first image that
         can't be used (a failed download, bytes Pillow can't decode, a decompression bomb).
@@ -410,7 +612,7 @@ class ImageFetcher:
         url_indexes = [index for index, slot in enumerate(slots) if slot.url is not None]
         if url_indexes:
             try:
-                downloaded = self._download_all([slots[i].url or "" for i in url_indexes], _as_probed)
+                downloaded = self._download_all([slots[i].url or "" for i in url_indexes], _as_probed, org)
             except ImageFetchError as exc:
                 raise _refused(slots[url_indexes[min(max(exc.index, 0), len(url_indexes) - 1)]], exc.reason) from None
             for index, image in zip(url_indexes, downloaded, strict=True):
@@ -418,7 +620,7 @@ class ImageFetcher:
         ready = [image for image in images if image is not None]
         if len(ready) != len(slots):  # unreachable: every slot is a data URL or a URL
             raise _refused(slots[0], UNEXPECTED)
-        self._fit_all(slots, ready, limits, other_bytes)
+        self._fit_all(slots, ready, limits, other_bytes, org)
         for slot, image in zip(slots, ready, strict=True):
             if image.fresh:
                 data = base64.b64encode(image.raw).decode("ascii")
@@ -427,7 +629,7 @@ class ImageFetcher:
     # ------------------------------------------------------------ fitting
 
     def _fit_all(
-        self, slots: Sequence[ImageSlot], images: list[_Image], limits: UpstreamImageLimits, other_bytes: int
+        self, slots: Sequence[ImageSlot], images: list[_Image], limits: UpstreamImageLimits, other_bytes: int, org: str
     ) -> None:
         """Plan and fit until every image is within its target (a second pass is rare)."""
         for _pass in range(_FIT_PASSES + 1):
@@ -440,26 +642,27 @@ class ImageFetcher:
                 return
             if _pass == _FIT_PASSES:
                 raise _refused(slots[work[0][0]], NO_ROOM)
-            self._run_fits(slots, images, work)
+            self._run_fits(slots, images, work, org)
 
-    def _run_fits(self, slots: Sequence[ImageSlot], images: list[_Image], work: list[tuple[int, FitTarget]]) -> None:
-        executor = self._executor_for_this_process()
-        futures = [executor.submit(_fitted, images[index], target) for index, target in work]
-        try:
-            _done, pending = wait(futures, timeout=self._fit_timeout_s)
-            for (index, _target), future in zip(work, futures, strict=True):
-                if future in pending:
-                    raise _refused(slots[index], _could_not_fit_in_time(self._fit_timeout_s))
-                err = future.exception()
-                if isinstance(err, ImageFitError):
-                    raise _refused(slots[index], err.reason)
-                if err is not None:
-                    logger.warning("unexpected error while fitting an image", exc_info=err)
-                    raise _refused(slots[index], FIT_UNEXPECTED)
-                images[index] = future.result()
-        finally:
-            for future in futures:
-                future.cancel()
+    def _run_fits(
+        self, slots: Sequence[ImageSlot], images: list[_Image], work: list[tuple[int, FitTarget]], org: str
+    ) -> None:
+        jobs = [partial(_fitted, images[index], target) for index, target in work]
+        lanes = self._run(jobs, org, time.monotonic() + self._fit_timeout_s, lambda: None)
+        for position, (index, _target) in enumerate(work):
+            err = lanes.errors.get(position)
+            if isinstance(err, ImageFitError):
+                raise _refused(slots[index], err.reason)
+            if err is not None:
+                logger.warning("unexpected error while fitting an image", exc_info=err)
+                raise _refused(slots[index], FIT_UNEXPECTED)
+        if lanes.abandoned:
+            raise _refused(slots[work[lanes.unfinished()][0]], FIT_UNEXPECTED)
+        for position, (index, _target) in enumerate(work):
+            result = lanes.results[position]
+            if result is None:
+                raise _refused(slots[index], _could_not_fit_in_time(self._fit_timeout_s))
+            images[index] = result
 
     def close(self) -> None:
         """Stop this process's download threads (queued downloads are dropped); a later
@@ -472,16 +675,49 @@ class ImageFetcher:
 
     # ------------------------------------------------------------ coordination
 
-    def _executor_for_this_process(self) -> ThreadPoolExecutor:
-        """Create the pool on first use in each process: threads don't survive gunicorn's fork."""
+    def _executor_for_this_process(self) -> tuple[ThreadPoolExecutor, _Shares]:
+        """Create the pool (and its shares) on first use in each process: threads and locks
+        don't survive gunicorn's fork."""
         pid = os.getpid()
         with self._lock:
             if self._executor is None or self._executor_pid != pid:
                 self._executor = ThreadPoolExecutor(max_workers=self._threads, thread_name_prefix="ezat-images")
+                self._shares = _Shares(self._threads, self._org_threads)
                 self._executor_pid = pid
-            return self._executor
+            return self._executor, self._shares
 
-    def _download_all(self, urls: Sequence[str], finish: Callable[[bytes, str], T]) -> list[T]:
+    def _run(
+        self, jobs: Sequence[Callable[[], T]], org: str, deadline: float, on_failure: Callable[[], None]
+    ) -> _Lanes[T]:
+        """Run a request's ``jobs`` on the pool, at most ``request_threads`` at once, each lane
+        on a place of ``org``'s share; return when all are done, one failed, or at ``deadline``
+        (the lanes are stopped then: the caller reads what they did)."""
+        executor, shares = self._executor_for_this_process()
+        lanes: _Lanes[T] = _Lanes(jobs, shares, on_failure)
+        try:
+            for held in range(min(self._request_threads, len(jobs))):
+                outcome = shares.acquire(org, held, deadline, lanes.nothing_to_start)
+                if outcome != GRANTED:
+                    lanes.denied = "" if outcome == GAVE_UP else outcome
+                    break
+                try:
+                    future = executor.submit(lanes.lane)
+                except BaseException:
+                    shares.release(org)
+                    raise
+                future.add_done_callback(partial(self._lane_ended, shares, org, lanes))
+            lanes.wait(deadline)
+        finally:
+            lanes.stop()
+        return lanes
+
+    @staticmethod
+    def _lane_ended(shares: _Shares, org: str, lanes: _Lanes[T], future: Future[None]) -> None:
+        shares.release(org)
+        if future.cancelled():
+            lanes.abandon()
+
+    def _download_all(self, urls: Sequence[str], finish: Callable[[bytes, str], T], org: str) -> list[T]:
         """``fetch_all`` with what each worker makes of its bytes and media type: ``finish``
         runs on the pool and may raise ``_Refused``."""
         urls = list(urls)
@@ -495,47 +731,40 @@ class ImageFetcher:
         if not urls:
             return []
         batch = _Batch(limits)
-        futures: list[Future[T]] = []
+        jobs = [partial(self._download, batch, index, url, finish) for index, url in enumerate(urls)]
         try:
-            executor = self._executor_for_this_process()
-            for index, url in enumerate(urls):
-                futures.append(executor.submit(self._download, batch, index, url, finish))
-            return self._collect(batch, futures)
-        except ImageFetchError:
-            raise
+            lanes = self._run(jobs, org, batch.deadline, batch.stop)
         except Exception as err:  # e.g. the executor was shut down under us
             logger.warning("image fetch failed unexpectedly", exc_info=err)
             raise ImageFetchError(0, UNEXPECTED) from err
         finally:
-            for future in futures:
-                future.cancel()
             batch.stop()
+        return self._outcome(lanes, batch)
 
-    def _collect(self, batch: _Batch, futures: list[Future[T]]) -> list[T]:
-        """Wait for every download, failing at the first error or at the deadline."""
-        index_of = {future: index for index, future in enumerate(futures)}
-        pending = set(futures)
-        while pending:
-            remaining = batch.remaining()
-            if remaining <= 0:
-                batch.stop()
-                raise ImageFetchError(min(index_of[f] for f in pending), _timed_out(batch.limits))
-            done, pending = wait(pending, timeout=remaining, return_when=FIRST_COMPLETED)
-            if any(future.exception() is not None for future in done):
-                batch.stop()
-                raise self._lowest_failure(futures)
-        return [future.result() for future in futures]
-
-    def _lowest_failure(self, futures: list[Future[T]]) -> ImageFetchError:
-        for index, future in enumerate(futures):
-            if not future.done() or future.cancelled():
-                continue
-            err = future.exception()
+    @staticmethod
+    def _outcome(lanes: _Lanes[T], batch: _Batch) -> list[T]:
+        """The images in order; or the first failure (the lowest index among those seen); or,
+        past the deadline, the lowest URL without its image: timed out, or timed out waiting
+        for a place when it never started."""
+        errors = {i: err for i, err in lanes.errors.items() if not isinstance(err, _Cancelled)}
+        results = list(lanes.results)
+        if batch.remaining() <= 0 and any(result is None for result in results):
+            index = next(i for i, result in enumerate(results) if result is None)
+            err = errors.get(index)
+            if isinstance(err, ImageFetchError) and err.reason != _timed_out(batch.limits):
+                raise err
+            if not lanes.started(index) and lanes.denied:
+                raise ImageFetchError(index, _timed_out_waiting(batch.limits, lanes.denied))
+            raise ImageFetchError(index, _timed_out(batch.limits))
+        for index in sorted(errors):
+            err = errors[index]
             if isinstance(err, ImageFetchError):
-                return err
-            if err is not None and not isinstance(err, _Cancelled):
-                return ImageFetchError(index, UNEXPECTED)
-        return ImageFetchError(0, UNEXPECTED)  # unreachable: a failure was seen
+                raise err
+            logger.warning("image fetch failed unexpectedly", exc_info=err)
+            raise ImageFetchError(index, UNEXPECTED)
+        if lanes.abandoned or any(result is None for result in results):
+            raise ImageFetchError(lanes.unfinished(), UNEXPECTED)
+        return [result for result in results if result is not None]
 
     # ------------------------------------------------------------ one download (worker side)
 
