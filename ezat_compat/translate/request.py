@@ -522,6 +522,40 @@ def _auto_breakpoints(
 # ---------------------------------------------------------------- the request
 
 
+def anthropic_body(
+    *,
+    max_tokens: int,
+    system: list[dict[str, Any]],
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]],
+    choice: dict[str, Any] | None,
+    thinking: dict[str, Any] | None,
+    effort: str | None,
+    output_format: dict[str, Any] | None,
+    sampling: dict[str, Any],
+) -> dict[str, Any]:
+    """The Anthropic Messages body, fields in one order (every dialect that translates uses it)."""
+    body: dict[str, Any] = {"max_tokens": max_tokens}
+    if system:
+        body["system"] = system
+    body["messages"] = messages
+    if tools:
+        body["tools"] = tools
+        if choice is not None:
+            body["tool_choice"] = choice
+    if thinking is not None:
+        body["thinking"] = thinking
+    output_config: dict[str, Any] = {}
+    if effort is not None:
+        output_config["effort"] = effort
+    if output_format is not None:
+        output_config["format"] = output_format
+    if output_config:
+        body["output_config"] = output_config
+    body.update(sampling)
+    return body
+
+
 def openai_to_anthropic(req: dict[str, Any], model: Model, *, auto_cache: bool = True) -> Translation:
     """Translate a validated Chat Completions request for ``model``.
 
@@ -582,24 +616,17 @@ def openai_to_anthropic(req: dict[str, Any], model: Model, *, auto_cache: bool =
     if not client_marks and auto_cache and model.caching:
         _auto_breakpoints(system, tools, messages)
 
-    body: dict[str, Any] = {"max_tokens": max_tokens}
-    if system:
-        body["system"] = system
-    body["messages"] = messages
-    if tools:
-        body["tools"] = tools
-        if choice is not None:
-            body["tool_choice"] = choice
-    if thinking is not None:
-        body["thinking"] = thinking
-    output_config: dict[str, Any] = {}
-    if effort is not None:
-        output_config["effort"] = effort
-    if output_format is not None:
-        output_config["format"] = output_format
-    if output_config:
-        body["output_config"] = output_config
-    body.update(_sampling(req, model, thinking is not None))
+    body = anthropic_body(
+        max_tokens=max_tokens,
+        system=system,
+        messages=messages,
+        tools=tools,
+        choice=choice,
+        thinking=thinking,
+        effort=effort,
+        output_format=output_format,
+        sampling=_sampling(req, model, thinking is not None),
+    )
     stops = _stop_sequences(req.get("stop"))
     if stops:
         body["stop_sequences"] = stops

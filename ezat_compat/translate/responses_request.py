@@ -31,6 +31,7 @@ from ezat_compat.translate.request import (
     _sampling,
     _text_block,
     _Turn,
+    anthropic_body,
     image_url_block,
     pdf_block,
 )
@@ -664,24 +665,17 @@ def responses_to_anthropic(
     if auto_cache and model.caching:
         _auto_breakpoints(system, tools, messages)
 
-    body: dict[str, Any] = {"max_tokens": max_tokens}
-    if system:
-        body["system"] = system
-    body["messages"] = messages
-    if tools:
-        body["tools"] = tools
-        if choice is not None:
-            body["tool_choice"] = choice
-    if thinking is not None:
-        body["thinking"] = thinking
-    output_config: dict[str, Any] = {}
-    if effort is not None:
-        output_config["effort"] = effort
-    if output_format is not None:
-        output_config["format"] = output_format
-    if output_config:
-        body["output_config"] = output_config
-    body.update(_sampling(sampling, model, thinking is not None))
+    body = anthropic_body(
+        max_tokens=max_tokens,
+        system=system,
+        messages=messages,
+        tools=tools,
+        choice=choice,
+        thinking=thinking,
+        effort=effort,
+        output_format=output_format,
+        sampling=_sampling(sampling, model, thinking is not None),
+    )
     include = req.get("include") or ()
     cache_key = req.get("prompt_cache_key")
     return ResponsesTranslation(
