@@ -189,9 +189,15 @@ INVALID = [
     ("messages-not-list", request(messages={}), "messages: Input should be a valid list"),
     ("extra-field", request(frequency_penalty=1), "frequency_penalty: Extra inputs are not permitted"),
     (
-        "role-system",
-        request(messages=[{"role": "system", "content": "x"}]),
+        "role-developer",
+        request(messages=[{"role": "developer", "content": "x"}]),
         "messages.0.role: Input should be 'user' or 'assistant'",
+    ),
+    (
+        "role-system-first",  # a mid-conversation system message, where it may not be
+        request(messages=[{"role": "system", "content": "x"}]),
+        "messages.0: a system message must immediately follow a user message (or an assistant message ending in "
+        "server tool use) and be the last message or be followed by an assistant message",
     ),
     ("content-missing", request(messages=[{"role": "user"}]), "messages.0.content: Field required"),
     (
