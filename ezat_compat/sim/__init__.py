@@ -11,7 +11,8 @@ message_stop), ``token_delay_ms=N``, ``tools=N`` (N tool calls), ``words=N`` (re
 filler words), ``thinking_tokens=N`` (N thinking tokens even without ``thinking``),
 ``refusal``, ``pause``, ``context`` (stop reasons refusal, pause_turn,
 model_context_window_exceeded), ``tool=NAME`` (call that tool, also next to tool results: the next
-round of an agent loop) and ``args={JSON}`` (with these arguments; last in its marker), ``reject=PATH`` (a 400 naming PATH).
+round of an agent loop) and ``args={JSON}`` (with these arguments; last in its marker),
+``reject=PATH`` (a 400 naming PATH).
 
 Requests are held to the real API's rules (``validate.RULES``, each with its source); the
 simulator signs the thinking blocks it emits (``signing``) and refuses one it did not sign.

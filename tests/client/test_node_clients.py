@@ -10,14 +10,21 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
+import sys
+import time
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import IN_CI
+from tests.conftest import IN_CI, free_port
 from tests.integration.harness import Gateway, Sim
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -106,9 +113,78 @@ def test_ai_sdk_generate_object(gateway: Gateway, key: str, sim: Sim, node_modul
 BASH_CALL = {"command": "echo hi-from-bash", "description": "Print a greeting"}
 
 
-def test_claude_code_runs_a_tool_through_the_gateway(
-    gateway: Gateway, key: str, sim: Sim, node_modules: Path, tmp_path: Path
-) -> None:
+@dataclass
+class Target:
+    """A gateway to point Claude Code at: its URL, a key, its simulator and its usage rows."""
+
+    url: str
+    key: str
+    sim: Sim
+    usage: Any
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
+    """``ezat-compat demo`` as a user starts it (its own simulator, data folder and key)."""
+    root = tmp_path_factory.mktemp("demo")
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "EZAT_CONFIG", "EZAT_DATABASE_URL")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ezat_compat.cli", "demo", "--bind", f"127.0.0.1:{port}"],
+        cwd=root,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        key = None
+        deadline = time.monotonic() + 60
+        while key is None and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            if "API key" in line:
+                key = line.split()[-1]
+        assert key and key.startswith("ezat_sk_"), "the demo printed no key"
+        config_path = root / "ezat-demo" / "ezat.toml"
+        config = tomllib.loads(config_path.read_text())
+        sim_url = next(d["base_url"] for m in config["models"] for d in m["deployments"])
+
+        def usage() -> list[dict[str, Any]]:
+            done = subprocess.run(
+                [sys.executable, "-m", "ezat_compat.cli", "--config", str(config_path), "usage", "--json"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env=env,
+            )
+            return list(json.loads(done.stdout))
+
+        yield Target(f"http://127.0.0.1:{port}", key, Sim(url=re.sub(r"/+$", "", sim_url)), usage)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stdout:
+            proc.stdout.close()
+
+
+@pytest.fixture(params=["gateway", "demo"])
+def target(request: pytest.FixtureRequest) -> Target:
+    if request.param == "demo":
+        found: Target = request.getfixturevalue("demo")
+        return found
+    gateway: Gateway = request.getfixturevalue("gateway")
+    return Target(gateway.url, request.getfixturevalue("key"), request.getfixturevalue("sim"), gateway.usage)
+
+
+def test_claude_code_runs_a_tool_through_the_gateway(target: Target, node_modules: Path, tmp_path: Path) -> None:
+    sim = target.sim
     sim.clear()
     home = tmp_path / "home"
     home.mkdir()
@@ -116,8 +192,8 @@ def test_claude_code_runs_a_tool_through_the_gateway(
         **{k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CLAUDE_"))},
         **QUIET_ENV,
         "HOME": str(home),
-        "ANTHROPIC_BASE_URL": gateway.url,
-        "ANTHROPIC_API_KEY": key,
+        "ANTHROPIC_BASE_URL": target.url,
+        "ANTHROPIC_API_KEY": target.key,
         "ANTHROPIC_MODEL": "claude-sonnet-5-5",
         "ANTHROPIC_DEFAULT_HAIKU_MODEL": "claude-haiku-4-5",
         "ANTHROPIC_SMALL_FAST_MODEL": "claude-haiku-4-5",
@@ -149,5 +225,5 @@ def test_claude_code_runs_a_tool_through_the_gateway(
     answer = second["messages"][-1]["content"]
     results = [b for b in answer if b["type"] == "tool_result" and b["tool_use_id"] == use["id"]]
     assert results and "hi-from-bash" in json.dumps(results[0]["content"])
-    billed = [r for r in gateway.usage() if r["endpoint"] == "messages" and r["model"] == "claude-sonnet-5-5"]
+    billed = [r for r in target.usage() if r["endpoint"] == "messages" and r["model"] == "claude-sonnet-5-5"]
     assert len(billed) >= 2 and all(r["status"] == 200 for r in billed[-2:])
