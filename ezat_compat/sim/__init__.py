@@ -10,9 +10,10 @@ allowed, never echoed. ``status=N`` (answer that error; overrides the instance's
 message_stop), ``token_delay_ms=N``, ``tools=N`` (N tool calls), ``words=N`` (reply of N
 filler words), ``thinking_tokens=N`` (N thinking tokens even without ``thinking``),
 ``refusal``, ``pause``, ``context`` (stop reasons refusal, pause_turn,
-model_context_window_exceeded), ``tool=NAME`` (call that tool) and ``args={JSON}`` (with these
-arguments; last in its marker), ``reject=PATH`` (a 400 naming PATH). A ``tool=``/``args=`` marker
-in the text of the tool results that end a request scripts the next call (``script``).
+model_context_window_exceeded), ``tool=NAME`` (call that tool, also next to tool results: the next
+round of an agent loop; a marker in the text of the tool results that end a request scripts the
+next call, ``script``) and ``args={JSON}`` (with these arguments; last in its marker),
+``reject=PATH`` (a 400 naming PATH).
 
 Requests are held to the real API's rules (``validate.RULES``, each with its source); the
 simulator signs the thinking blocks it emits (``signing``) and refuses one it did not sign.

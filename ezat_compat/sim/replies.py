@@ -106,12 +106,16 @@ def _custom_tools(body: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 
 def _wants_tool_use(body: Mapping[str, Any], clean_text: str, markers: Markers, tool_results: bool) -> bool:
-    if not _custom_tools(body) or (tool_results and markers.tool is None):  # a scripted call (sim/script.py)
+    """After tool results the reply is text, unless a marker next to them asks for another call
+    (an agent loop: one tool call per round, scripted round by round)."""
+    if not _custom_tools(body):
         return False
     choice = (body.get("tool_choice") or {}).get("type", "auto")
     if choice == "none":
         return False
     asked = markers.tools is not None or markers.tool is not None or markers.args is not None
+    if tool_results:
+        return asked
     return choice in ("any", "tool") or asked or bool(_TOOL_WORD_RE.search(clean_text))
 
 

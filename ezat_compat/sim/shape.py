@@ -72,6 +72,8 @@ BLOCK_TYPES = (
     "code_execution_tool_result",
     "container_upload",
 )
+# "system": a mid-conversation system message (its placement is a row of ``validate.RULES``).
+MESSAGE_ROLES = ("user", "assistant", "system")
 IMAGE_MEDIA_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
 EFFORTS = ("low", "medium", "high", "xhigh", "max")
 TOOL_CHOICE_TYPES = ("auto", "any", "tool", "none")
@@ -335,7 +337,7 @@ def _check_messages(messages: Any) -> None:
         _require_dict(message, path)
         if "role" not in message:
             raise InvalidRequestError(f"{path}.role: Field required")
-        if message["role"] not in ("user", "assistant"):
+        if message["role"] not in MESSAGE_ROLES:
             raise InvalidRequestError(f"{path}.role: Input should be 'user' or 'assistant'")
         if "content" not in message:
             raise InvalidRequestError(f"{path}.content: Field required")

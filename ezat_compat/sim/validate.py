@@ -149,6 +149,8 @@ def _turns(messages: list[Mapping[str, Any]]) -> list[_Turn]:
     """Consecutive messages of one role merged into one turn, as Anthropic does."""
     turns: list[_Turn] = []
     for i, message in enumerate(messages):
+        if message["role"] == "system":  # a mid-conversation system message is not a turn
+            continue
         if not turns or turns[-1].role != message["role"]:
             turns.append(_Turn(message["role"]))
         turns[-1].entries.extend((i, j, block) for j, block in enumerate(content_blocks(message["content"])))
@@ -313,6 +315,35 @@ def _tool_result_known(body: Mapping[str, Any], caps: ModelCaps) -> str | None:
                     f"{block['tool_use_id']}. Each `tool_result` block must have a corresponding "
                     "`tool_use` block in the previous message."
                 )
+    return None
+
+
+def _ends_in_server_tool_use(message: Mapping[str, Any]) -> bool:
+    blocks = content_blocks(message["content"])
+    return bool(blocks) and blocks[-1]["type"] == "server_tool_use"
+
+
+def _mid_conversation_system(body: Mapping[str, Any], caps: ModelCaps) -> str | None:
+    """A ``role: "system"`` message holds text only, comes right after a user message (or an
+    assistant message ending in server tool use), and is the last message or is followed by an
+    assistant message; it is never the first message (that is the top-level ``system``)."""
+    messages = body["messages"]
+    for i, message in enumerate(messages):
+        if message["role"] != "system":
+            continue
+        for j, block in enumerate(content_blocks(message["content"])):
+            if block["type"] != "text":
+                return f"messages.{i}.content.{j}: system messages may only contain text content blocks"
+        before = messages[i - 1] if i > 0 else None
+        after = messages[i + 1] if i + 1 < len(messages) else None
+        follows = before is not None and (
+            before["role"] == "user" or (before["role"] == "assistant" and _ends_in_server_tool_use(before))
+        )
+        if not follows or (after is not None and after["role"] != "assistant"):
+            return (
+                f"messages.{i}: a system message must immediately follow a user message (or an assistant "
+                "message ending in server tool use) and be the last message or be followed by an assistant message"
+            )
     return None
 
 
@@ -537,6 +568,12 @@ RULES: tuple[Rule, ...] = (
         "final_assistant_no_trailing_whitespace",
         _ISSUE + "tailcallhq/forgecode/issues/1872",
         _final_assistant_no_trailing_whitespace,
+    ),
+    # Placement as documented; no public thread quotes the refusal's wording.
+    Rule(
+        "mid_conversation_system",
+        _DOCS + "build-with-claude/mid-conversation-system-messages",
+        _mid_conversation_system,
     ),
     Rule("tool_use_answered", _ISSUE + "aliasrobotics/cai/issues/182", _tool_use_answered),
     Rule("tool_result_known", _ISSUE + "router-for-me/CLIProxyAPI/issues/497", _tool_result_known),

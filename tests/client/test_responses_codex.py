@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.client.test_responses_node import node_clients  # noqa: F401 - the npm install fixture
 from tests.integration.harness import Gateway, Sim
 
 pytestmark = pytest.mark.integration
@@ -45,7 +44,7 @@ def _scriptable(sim: Sim) -> bool:
 def test_codex_exec_writes_then_edits_a_file_over_two_tool_rounds(
     gateway: Gateway,
     sim: Sim,
-    node_clients: Path,  # noqa: F811 - the fixture imported above
+    node_clients: Path,
     tmp_path: Path,
 ) -> None:
     if not _scriptable(sim):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -17,40 +16,7 @@ import pytest
 
 from tests.integration.harness import Gateway, Sim
 
-SCRIPTS = Path(__file__).parent / "node"
-NODE_CACHE = Path(os.environ.get("EZAT_NODE_CACHE", Path(__file__).parent / ".node")) / "responses"
 pytestmark = pytest.mark.integration
-
-
-def _missing(reason: str) -> None:
-    if os.environ.get("CI") == "true":
-        pytest.fail(reason)
-    pytest.skip(reason)
-
-
-@pytest.fixture(scope="session")
-def node_clients() -> Path:
-    """A folder with the Node clients installed (npm, once per cache folder and package.json)."""
-    if not shutil.which("node") or not shutil.which("npm"):
-        _missing("Node.js and npm are not installed on this machine")
-    NODE_CACHE.mkdir(parents=True, exist_ok=True)
-    manifest = (SCRIPTS / "package.json").read_text()
-    stamp = NODE_CACHE / ".installed"
-    if not stamp.exists() or stamp.read_text() != manifest:
-        (NODE_CACHE / "package.json").write_text(manifest)
-        done = subprocess.run(
-            ["npm", "install", "--no-audit", "--no-fund", "--loglevel=error"],
-            cwd=NODE_CACHE,
-            capture_output=True,
-            text=True,
-            timeout=540,
-        )
-        if done.returncode != 0:
-            _missing(f"could not install the Node clients from the npm registry: {done.stderr[-300:]}")
-        stamp.write_text(manifest)
-    for script in SCRIPTS.glob("*.mjs"):
-        shutil.copy(script, NODE_CACHE / script.name)
-    return NODE_CACHE
 
 
 def run_node(folder: Path, script: str, gateway: Gateway, key: str) -> dict[str, Any]:

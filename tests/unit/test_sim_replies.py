@@ -189,9 +189,15 @@ INVALID = [
     ("messages-not-list", request(messages={}), "messages: Input should be a valid list"),
     ("extra-field", request(frequency_penalty=1), "frequency_penalty: Extra inputs are not permitted"),
     (
-        "role-system",
-        request(messages=[{"role": "system", "content": "x"}]),
+        "role-developer",
+        request(messages=[{"role": "developer", "content": "x"}]),
         "messages.0.role: Input should be 'user' or 'assistant'",
+    ),
+    (
+        "role-system-first",  # a mid-conversation system message, where it may not be
+        request(messages=[{"role": "system", "content": "x"}]),
+        "messages.0: a system message must immediately follow a user message (or an assistant message ending in "
+        "server tool use) and be the last message or be followed by an assistant message",
     ),
     ("content-missing", request(messages=[{"role": "user"}]), "messages.0.content: Field required"),
     (
@@ -793,6 +799,27 @@ def test_tool_results_are_quoted() -> None:
         )
     )
     assert reply.content == [{"type": "text", "text": "Tool results: 9°C and clear; rain later"}]
+
+
+@pytest.mark.parametrize(
+    "after_results, uses_tool",
+    [
+        ("", False),  # tool results alone: the answer quotes them
+        ("and the next city?", False),  # the word "tool" is not needed, nor enough, after results
+        ('next [[sim:tool=get_weather,args={"city": "Lima"}]]', True),  # an agent loop's next round
+    ],
+    ids=["results-only", "text", "marker"],
+)
+def test_a_marker_next_to_tool_results_asks_for_another_call(after_results: str, uses_tool: bool) -> None:
+    extra = [text(after_results)] if after_results else []
+    messages = [user("weather?"), assistant(tool_use("a")), user(tool_result("a"), *extra)]
+    body = request(tools=[WEATHER], messages=messages)
+    reply = reply_for(body)
+    if uses_tool:
+        assert reply.stop_reason == "tool_use"
+        assert [(b["type"], b["input"]) for b in reply.content] == [("tool_use", {"city": "Lima"})]
+    else:
+        assert reply.stop_reason == "end_turn" and reply.content[0]["text"].startswith("Tool results: ")
 
 
 def test_structured_output_is_json_from_the_schema() -> None:

@@ -60,6 +60,14 @@ def assistant(*content: Any) -> dict[str, Any]:
     }
 
 
+def system_message(*content: Any) -> dict[str, Any]:
+    """A mid-conversation ``role: "system"`` message."""
+    return {
+        "role": "system",
+        "content": content[0] if len(content) == 1 and isinstance(content[0], str) else [*content],
+    }
+
+
 def text(value: str, **extra: Any) -> dict[str, Any]:
     return {"type": "text", "text": value, **extra}
 
@@ -126,6 +134,14 @@ CASES: list[tuple[str, dict[str, Any], str, dict[str, Any], ModelCaps]] = [
         body(tools=[{**WEATHER, "input_schema": {"type": "object", "anyOf": [SCHEMA]}}]),
         "tools.0.custom.input_schema: input_schema does not support oneOf, allOf, or anyOf at the top level",
         body(tools=[{**WEATHER, "input_schema": {"type": "object", "properties": {"x": {"anyOf": [SCHEMA]}}}}]),
+        ModelCaps(),
+    ),
+    (
+        "mid_conversation_system",
+        body(user("hi"), assistant("hello"), system_message("Answer in French."), user("ok")),
+        "messages.2: a system message must immediately follow a user message (or an assistant message ending in "
+        "server tool use) and be the last message or be followed by an assistant message",
+        body(user("hi"), system_message("Answer in French."), assistant("bonjour"), user("ok")),
         ModelCaps(),
     ),
     (
@@ -477,3 +493,50 @@ def test_structured_output_after_a_tool_result_is_json_of_the_schema() -> None:
     validate_request(request)
     reply = build_reply(request, "", parse_markers(last_user_text(request))[1])
     assert json.loads(reply.content[0]["text"]) == {"city": "example"}
+
+
+SERVER_TOOL_USE = {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "x"}}
+SYSTEM_PLACEMENT = "a system message must immediately follow a user message"
+
+
+@pytest.mark.parametrize(
+    ("messages", "refusal"),
+    [
+        # Claude Code's own placement: the reminder right after the user's prompt, last.
+        ([user("hi"), system_message("Be brief.")], None),
+        ([user("hi"), system_message(text("Be brief.")), assistant("ok"), user("more")], None),
+        ([user("hi"), assistant(SERVER_TOOL_USE), system_message("Cite sources.")], None),
+        ([system_message("Be brief."), user("hi")], "messages.0: " + SYSTEM_PLACEMENT),
+        ([user("hi"), assistant("ok"), system_message("Be brief.")], "messages.2: " + SYSTEM_PLACEMENT),
+        ([user("hi"), system_message("Be brief."), user("again")], "messages.1: " + SYSTEM_PLACEMENT),
+        ([user("hi"), system_message(image(png(4, 4)))], "messages.1.content.0: system messages may only contain"),
+        ([user("hi"), system_message("  ")], "messages: text content blocks must contain non-whitespace text"),
+        ([user("hi"), {"role": "developer", "content": "x"}], "messages.1.role: Input should be 'user' or 'assistant'"),
+    ],
+    ids=[
+        "last",
+        "before-assistant",
+        "after-server-tool",
+        "first",
+        "after-assistant",
+        "before-user",
+        "image",
+        "blank",
+        "unknown-role",
+    ],
+)
+def test_mid_conversation_system_messages(messages: list[dict[str, Any]], refusal: str | None) -> None:
+    if refusal is None:
+        validate_request(body(*messages))
+        return
+    with pytest.raises(InvalidRequestError) as caught:
+        validate_request(body(*messages))
+    assert caught.value.message.startswith(refusal)
+
+
+def test_a_system_message_between_a_tool_call_and_its_result_breaks_the_loop() -> None:
+    """The tool_result must be in the message right after the tool_use (the system message isn't a turn, but it
+    may not sit there either)."""
+    with pytest.raises(InvalidRequestError):
+        validate_request(body(user("hi"), assistant(TOOL_USE), system_message("x"), user(TOOL_RESULT), tools=[WEATHER]))
+    validate_request(body(user("hi"), assistant(TOOL_USE), user(TOOL_RESULT), system_message("x"), tools=[WEATHER]))
