@@ -70,11 +70,18 @@ def make_engine(url: str, *, pool_size: int = 10, max_overflow: int = 20) -> Eng
     )
 
 
+def _folder(path: str) -> str:
+    return os.path.dirname(os.path.abspath(path))
+
+
 def _sqlite_engine(parsed: URL, pool: dict[str, Any]) -> Engine:
     memory = parsed.database in (None, "", ":memory:") or parsed.query.get("mode") == "memory"
     pool_args = {} if memory else pool
-    if not memory and parsed.database and not parsed.database.startswith("file:"):
-        private_file(parsed.database)  # 0600 before SQLite opens it: its -wal and -shm take its mode
+    # 0600 before SQLite opens it (its -wal and -shm take its mode); a missing folder is the
+    # operator's mistake, refused when SQLite can't open the file, never created here.
+    database = parsed.database
+    if not memory and database and not database.startswith("file:") and os.path.isdir(_folder(database)):
+        private_file(database)
     engine = create_engine(
         parsed, connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_S}, **pool_args
     )

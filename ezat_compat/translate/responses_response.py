@@ -581,7 +581,8 @@ class ResponseEvents:
             item["arguments"] = arguments
             if not opened.parts:
                 events.append(self._event("response.function_call_arguments.delta", {**where, "delta": arguments}))
-            events.append(self._event("response.function_call_arguments.done", {**where, "arguments": arguments}))
+            done = {**where, "name": item.get("name"), "arguments": arguments}  # as OpenAI's API sends it
+            events.append(self._event("response.function_call_arguments.done", done))
         elif opened.kind == "custom_tool_call":
             try:
                 parsed = json.loads("".join(opened.parts) or "{}")

@@ -2,7 +2,7 @@
 OpenAI SDK reads (``x-request-id``), and structured output as instructor (JSON_SCHEMA mode) and
 LangChain (``with_structured_output(dict, method="json_schema")``) send it. The simulator
 refuses a schema that breaks Anthropic's structured-output rules, so an answer means what
-reached it passed them (spec: chat-completions.md "Structured output"; Anthropic's structured
+reached it passed them (Chat Completions reference, "Structured output"; Anthropic's structured
 outputs guide, "JSON Schema limitations").
 """
 

@@ -1,6 +1,6 @@
 """Fair image downloads, through the real gateway and on the fetcher itself.
 
-Spec: chat-completions.md, "Images and PDFs": EZAT downloads http(s) image URLs itself (20 URLs
+Chat Completions reference, "Images and PDFs": EZAT downloads http(s) image URLs itself (20 URLs
 and 15 seconds per request), and a failed download returns 400 naming the part; "Errors":
 failed requests aren't billed.
 

@@ -2,7 +2,7 @@
 strict simulator: the thinking blocks of each reply are kept server-side (SQLite, or PostgreSQL
 with the stash in Redis) and put back at the start of every assistant tool turn of the next
 round, so thinking is requested on every round and the prompt prefix, hence its cache, stays
-the same from round to round (spec: chat-completions.md "Reasoning": the thinking text isn't
+the same from round to round (Chat Completions reference, "Reasoning": the thinking text isn't
 returned; Anthropic's extended-thinking guide, "Preserving thinking blocks": "a final
 `assistant` message must start with a thinking block"). When the kept blocks are gone the
 request goes without thinking and still succeeds.

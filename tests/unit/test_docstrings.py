@@ -39,11 +39,16 @@ def offences(text: str) -> list[tuple[int, str, str]]:
     return found
 
 
+def _foreign(parts: tuple[str, ...]) -> bool:
+    """Installed or generated folders (a venv, node_modules, caches): not the project's text."""
+    return any(part.startswith(".") or part in {"build", "node_modules", "__pycache__"} for part in parts)
+
+
 def sources() -> list[Path]:
     files = [ROOT / name for name in TOP_LEVEL]
     for folder in SCANNED:
         for suffix in ("*.py", "*.md"):
-            files.extend(p for p in (ROOT / folder).rglob(suffix) if not {".venv", "build"} & set(p.parts))
+            files.extend(p for p in (ROOT / folder).rglob(suffix) if not _foreign(p.relative_to(ROOT).parts))
     return sorted(files)
 
 

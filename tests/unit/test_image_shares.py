@@ -1,4 +1,4 @@
-"""Fair shares of the image download pool (spec: chat-completions.md, "Images and PDFs": EZAT
+"""Fair shares of the image download pool (Chat Completions reference, "Images and PDFs": EZAT
 downloads a request's http(s) image URLs itself, within the request's 15 seconds).
 
 ``_Shares`` hands out the pool's places: at most ``per_org`` to one organization, the next free
