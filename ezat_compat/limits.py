@@ -19,7 +19,7 @@ Storage:
 - With ``redis_url``: the package's Redis storage, exact across every worker of every node.
 - Without: ``SQLiteCounterStorage`` (scheme ``ezat-sqlite://``), counters in a small SQLite
   file of their own (created 0600, ``datafiles``) shared by every gunicorn worker of the
-  machine. Each increment is one ``BEGIN IMMEDIATE`` upsert.
+  machine. Each increment is one upsert statement (its own transaction).
 
 Call ``admit(ctx, tokens)`` after authentication and before any work: it raises
 ``RateLimitError`` (429, with ``retry_after`` in whole seconds) and returns the ``TokenHold``
@@ -131,15 +131,10 @@ class SQLiteCounterStorage(Storage):
         the last one is over; returns the new count. Atomic across processes."""
         now = self._clock()
         with self._lock:
-            conn = self._connection()
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                (value,) = conn.execute(_UPSERT, (key, amount, now + expiry, now)).fetchone()
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
+            # One statement in autocommit mode is its own transaction (SQLite takes the write
+            # lock for it and commits when it is stepped to the end, which ``fetchall`` does):
+            # as atomic as BEGIN IMMEDIATE … COMMIT around it, at half the cost.
+            ((value,),) = self._connection().execute(_UPSERT, (key, amount, now + expiry, now)).fetchall()
         return int(value)
 
     def get(self, key: str) -> int:

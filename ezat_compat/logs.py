@@ -339,6 +339,12 @@ def gunicorn_logger_class() -> type:
     base: Any = importlib.import_module("gunicorn.glogging").Logger
 
     class GatewayGunicornLogger(base):
+        def access(self, resp: Any, req: Any, environ: Any, request_time: Any) -> None:
+            # gunicorn counts our ``logconfig_dict`` as "access log on" and would build every
+            # request's atoms for a line nobody asked for: only an ``accesslog`` turns it on.
+            if self.cfg.accesslog:
+                super().access(resp, req, environ, request_time)
+
         def atoms(self, resp: Any, req: Any, environ: Any, request_time: Any) -> dict[str, Any]:
             return redact_atoms(super().atoms(resp, req, environ, request_time))
 

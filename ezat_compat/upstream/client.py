@@ -5,7 +5,7 @@ else: refused or reset connections ``UpstreamConnectError``, no answer in time
 ``UpstreamTimeoutError``, a non-2xx answer ``UpstreamStatusError``, a stream that broke after
 it started ``UpstreamStreamError``.
 
-Gunicorn forks after import, so the pool is created lazily in each process.
+Gunicorn forks after import, so the pools are created lazily in each process.
 Chat Completions reference, "Errors" (failover on refused connections, timeouts,
 429/500/502/503/504/529; never on other 4xx).
 
@@ -24,6 +24,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import urllib3
+from urllib3.connectionpool import HTTPConnectionPool, connection_from_url
 from urllib3.exceptions import (
     ConnectTimeoutError,
     HTTPError,
@@ -118,17 +119,28 @@ class UpstreamClient:
         self.connect_timeout_s = connect_timeout_s
         self.stream_idle_timeout_s = stream_idle_timeout_s
         self.pool_size = pool_size
-        self._pool: urllib3.PoolManager | None = None
+        self._pools: dict[str, tuple[HTTPConnectionPool, str]] = {}
         self._pid = 0
 
-    @property
-    def pool(self) -> urllib3.PoolManager:
-        if self._pool is None or self._pid != os.getpid():
-            self._pool = urllib3.PoolManager(
-                num_pools=64, maxsize=self.pool_size, block=False, retries=False, ca_certs=_ca_bundle()
-            )
-            self._pid = os.getpid()
-        return self._pool
+    def _pool_for(self, base_url: str) -> tuple[HTTPConnectionPool, str]:
+        """The keep-alive pool of one deployment's host and the path prefix of its URL, made
+        once per process (after the fork). One pool per deployment URL, kept for the process's
+        life: what a ``PoolManager`` would pick, without parsing the URL on every request."""
+        if self._pid != os.getpid():
+            self._pools, self._pid = {}, os.getpid()
+        found = self._pools.get(base_url)
+        if found is None:
+            parsed = urllib3.util.parse_url(base_url)
+            tls: dict[str, Any] = {"ca_certs": _ca_bundle()} if parsed.scheme == "https" else {}
+            pool = connection_from_url(base_url, maxsize=self.pool_size, block=False, retries=False, **tls)
+            found = self._pools[base_url] = (pool, (parsed.path or "").rstrip("/"))
+        return found
+
+    def clear(self) -> None:
+        """Close every pooled connection of this process (tests, shutdown)."""
+        pools, self._pools = self._pools, {}
+        for pool, _prefix in pools.values():
+            pool.close()
 
     def _headers(self, deployment: Deployment, extra: Mapping[str, str] | None) -> dict[str, str]:
         headers = {
@@ -145,16 +157,17 @@ class UpstreamClient:
     def _post(
         self, deployment: Deployment, path: str, body: bytes, headers: dict[str, str], read_timeout: float
     ) -> urllib3.BaseHTTPResponse:
-        url = deployment.base_url.rstrip("/") + path
+        pool, prefix = self._pool_for(deployment.base_url)
         try:
-            response = self.pool.urlopen(
+            response = pool.urlopen(
                 "POST",
-                url,
+                prefix + path,
                 body=body,
                 headers=headers,
                 preload_content=False,
                 retries=False,
                 redirect=False,
+                assert_same_host=False,
                 timeout=urllib3.Timeout(connect=self.connect_timeout_s, read=read_timeout),
             )
         except NewConnectionError as exc:  # refused, unreachable (a subclass of ConnectTimeoutError)

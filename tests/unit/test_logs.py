@@ -238,3 +238,25 @@ def test_logging_and_metrics_bind_are_defaulted_and_validated() -> None:
     ):
         with pytest.raises(ConfigError, match=where.replace(".", r"\.")):
             parse_config({**MINIMAL, **bad}, environ={})
+
+
+@pytest.mark.parametrize(("accesslog", "lines"), [(None, 0), ("-", 1)])
+def test_gunicorn_access_line_only_with_an_access_log(accesslog: str | None, lines: int) -> None:
+    """Our ``logconfig_dict`` alone doesn't switch gunicorn's access log on (nor build its atoms)."""
+    from types import SimpleNamespace
+
+    from gunicorn.config import Config
+
+    from ezat_compat.logs import gunicorn_logger_class
+
+    cfg = Config()
+    cfg.set("accesslog", accesslog)
+    cfg.set("logconfig_dict", logging_config(LoggingSettings(), "info"))
+    logger = gunicorn_logger_class()(cfg)
+    seen: list[str] = []
+    logger.access_log = SimpleNamespace(info=lambda fmt, atoms: seen.append(fmt % atoms))
+    req = SimpleNamespace(headers=[], method="GET", uri="/healthz?api_key=secret", path="/healthz", query="api_key=secret", version=(1, 1))
+    resp = SimpleNamespace(status="200 OK", headers=[], sent=2, response_length=2)
+    logger.access(resp, req, {"REMOTE_ADDR": "127.0.0.1", "REQUEST_METHOD": "GET", "RAW_URI": "/healthz?api_key=secret", "SERVER_PROTOCOL": "HTTP/1.1"}, __import__("datetime").timedelta(seconds=0.01))
+    assert len(seen) == lines
+    assert all("secret" not in line for line in seen)

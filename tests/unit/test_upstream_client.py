@@ -118,7 +118,7 @@ def deployment(url: str) -> Deployment:
 def client() -> Iterator[UpstreamClient]:
     c = UpstreamClient(connect_timeout_s=2, stream_idle_timeout_s=5)
     yield c
-    c.pool.clear()
+    c.clear()
 
 
 def test_complete_sends_the_deployments_key_and_reuses_the_connection(
