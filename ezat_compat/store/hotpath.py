@@ -9,7 +9,9 @@ epoch micros). The transactions that use them are written once too (``reserve_tx
 - ``SQLiteHotPath``: the ``sqlite3`` module on one connection per process (opened again after
   a fork), guarded by a lock. Each call is a few C calls that never yield to gevent, so
   greenlets can't interleave inside a transaction; SQLAlchemy's execution machinery cost four
-  times the database work here (bench/RESULTS.md).
+  times the database work here (bench/RESULTS.md). Writes that arrive together share one
+  transaction (group commit, ``SQLiteHotPath.write``): the COMMIT — the WAL pages of the
+  org's and key's rows and of the tables' tails — is most of a write's cost.
 - ``EngineHotPath``: the same SQL through a SQLAlchemy engine's pool (PostgreSQL: psycopg
   yields on I/O, so one shared connection would not do; and in-memory SQLite).
 
@@ -20,11 +22,14 @@ when it disposes of the engine.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import Engine, TextClause, text
@@ -168,14 +173,39 @@ class HotPath(Protocol):
         """Release what the hot path opened itself (never the engine: that is the caller's)."""
 
 
+@dataclass(slots=True, eq=False)
+class _Queued:
+    """One ``write`` waiting for its turn in a group transaction."""
+
+    work: Work[Any, Any]
+    params: Any
+    done: threading.Event | None = None  # set when the write ran (None for the leader's own)
+    result: Any = None
+    error: BaseException | None = None
+    finished: bool = False
+
+
 class SQLiteHotPath:
-    """One ``sqlite3`` connection per process (opened again after a fork), one lock around it."""
+    """One ``sqlite3`` connection per process (opened again after a fork), one lock around it.
+
+    Group commit: the first writer becomes the leader, lets the other greenlets that are ready
+    run once (``time.sleep(0)``, gevent's cooperative yield once patched), and then runs every
+    write queued by then in ONE transaction, each inside its own savepoint — so one write's
+    refusal (``commit`` False) or error undoes only its own statements — and wakes their
+    writers with their results. A write alone runs exactly as a transaction of its own. A
+    writer interrupted while it waits (a timeout, a kill) leaves the queue untouched by its
+    write: either it was not taken yet and is removed, or it had finished.
+    """
 
     def __init__(self, path: str) -> None:
         self.path = path
         self._conn: sqlite3.Connection | None = None
         self._pid = 0
         self._lock = threading.Lock()
+        self._queue: list[_Queued] = []
+        self._queue_lock = threading.Lock()
+        self._leading = False
+        self._queue_pid = os.getpid()
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None or self._pid != os.getpid():
@@ -199,17 +229,101 @@ class SQLiteHotPath:
             return row
 
     def _write(self, work: Work[P, T], params: P) -> T:
-        with self._lock:
-            conn = self._connection()
-            conn.execute("BEGIN IMMEDIATE")
+        if self._queue_pid != os.getpid():  # a forked child starts with a queue of its own
+            self._queue, self._queue_lock, self._leading = [], threading.Lock(), False
+            self._queue_pid = os.getpid()
+        item = _Queued(work, params)
+        with self._queue_lock:
+            lead = not self._leading
+            if lead:
+                self._leading = True
+            else:
+                item.done = threading.Event()
+            self._queue.append(item)
+        if lead:
             try:
-                result, commit = work(conn.execute, params)
-                conn.execute("COMMIT" if commit else "ROLLBACK")
+                time.sleep(0)  # the greenlets that are ready run now; those that write queue up
             except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
+                self._withdraw(item)
+                self._lead()
                 raise
-            return result
+            self._lead()
+        else:
+            assert item.done is not None
+            try:
+                item.done.wait()
+            except BaseException:
+                self._withdraw(item)
+                raise
+        if item.error is not None:
+            raise item.error
+        result: T = item.result
+        return result
+
+    def _withdraw(self, item: _Queued) -> None:
+        with self._queue_lock:
+            if item in self._queue:
+                self._queue.remove(item)
+
+    def _lead(self) -> None:
+        """Run the queued writes, batch after batch, until the queue is empty; then step down."""
+        while True:
+            with self._queue_lock:
+                batch, self._queue = self._queue, []
+                if not batch:
+                    self._leading = False
+                    return
+            try:
+                self._run(batch)
+            finally:
+                for item in batch:
+                    item.finished = True
+                    if item.done is not None:
+                        item.done.set()
+
+    def _run(self, batch: list[_Queued]) -> None:
+        """One transaction for ``batch``; every item ends with a result or an error."""
+        with self._lock:
+            try:
+                conn = self._connection()
+                conn.execute("BEGIN IMMEDIATE")
+            except BaseException as exc:
+                for item in batch:
+                    item.error = exc
+                return
+            try:
+                if len(batch) == 1:
+                    item = batch[0]
+                    item.result, commit = item.work(conn.execute, item.params)
+                    conn.execute("COMMIT" if commit else "ROLLBACK")
+                    return
+                for item in batch:
+                    self._run_one(conn, item)
+                conn.execute("COMMIT")
+            except BaseException as exc:
+                if conn.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                for item in batch:  # nothing of the batch was kept
+                    item.result, item.error = None, item.error or exc
+
+    @staticmethod
+    def _run_one(conn: sqlite3.Connection, item: _Queued) -> None:
+        """One write of a group, in a savepoint: kept, or undone alone when it declines or
+        fails with an error of its own (a database that fails is the whole batch's)."""
+        conn.execute("SAVEPOINT hot_write")
+        try:
+            item.result, commit = item.work(conn.execute, item.params)
+        except sqlite3.OperationalError:
+            raise
+        except Exception as exc:
+            conn.execute("ROLLBACK TO hot_write")
+            conn.execute("RELEASE hot_write")
+            item.error = exc
+            return
+        if not commit:
+            conn.execute("ROLLBACK TO hot_write")
+        conn.execute("RELEASE hot_write")
 
     def close(self) -> None:
         with self._lock:

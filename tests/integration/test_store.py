@@ -827,3 +827,83 @@ def test_concurrent_reserve_settle_never_overshoots(
     assert key.spent_micros == spent
     if spend_limit is not None:
         assert key.spent_micros <= spend_limit
+
+
+# ---------------------------------------------------------------- group commit (SQLite)
+
+
+def test_writes_that_arrive_together_share_one_transaction_and_keep_their_own_outcomes(
+    accounts: Accounts, books: Ledger, engine: Engine, hot_path: HotPath, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the first writer yields, the others queue; the batch is one BEGIN … COMMIT, and
+    inside it a refused reservation and a duplicate request id undo only themselves."""
+    if not isinstance(hot_path, SQLiteHotPath):
+        pytest.skip("group commit is the SQLite hot path's")
+    ctx = setup_key(accounts, balance=100_000)
+    books.reserve(ctx, "dup", 1_000)
+    log = StatementLog(engine, hot_path)
+    outcomes: dict[str, Any] = {}
+
+    def reserve(request_id: str, amount: int) -> None:
+        try:
+            books.reserve(ctx, request_id, amount)
+            outcomes[request_id] = "held"
+        except Exception as exc:
+            outcomes[request_id] = type(exc).__name__
+
+    others = [("a", 10_000), ("too-much", 500_000), ("dup", 1_000), ("b", 20_000)]
+    threads = [threading.Thread(target=reserve, args=job) for job in others]
+    real_sleep = time.sleep
+
+    def let_the_others_queue(_seconds: float) -> None:
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 10
+        while len(hot_path._queue) < 1 + len(others) and time.monotonic() < deadline:
+            real_sleep(0.001)
+
+    monkeypatch.setattr("ezat_compat.store.hotpath.time.sleep", let_the_others_queue)
+    reserve("first", 5_000)
+    for thread in threads:
+        thread.join(10)
+    assert outcomes == {
+        "first": "held",
+        "a": "held",
+        "too-much": "InsufficientQuotaError",
+        "dup": "IntegrityError",
+        "b": "held",
+    }
+    statements = log.take()
+    assert statements.count("BEGIN IMMEDIATE") == 1 and statements.count("COMMIT") == 1
+    assert org_row(engine, "acme").reserved_micros == 1_000 + 5_000 + 10_000 + 20_000
+    assert count(engine, reservations) == 4
+
+
+def test_a_writer_interrupted_before_its_turn_writes_nothing(
+    accounts: Accounts, books: Ledger, engine: Engine, hot_path: HotPath, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A leader whose yield raises (a timeout, a kill) withdraws its own write and still runs
+    the others' that queued meanwhile."""
+    if not isinstance(hot_path, SQLiteHotPath):
+        pytest.skip("group commit is the SQLite hot path's")
+    ctx = setup_key(accounts, balance=100_000)
+    other = threading.Thread(target=books.reserve, args=(ctx, "other", 2_000))
+    real_sleep = time.sleep
+
+    def interrupted(_seconds: float) -> None:
+        other.start()
+        deadline = time.monotonic() + 10
+        while len(hot_path._queue) < 2 and time.monotonic() < deadline:
+            real_sleep(0.001)
+        raise TimeoutError("interrupted while yielding")
+
+    monkeypatch.setattr("ezat_compat.store.hotpath.time.sleep", interrupted)
+    with pytest.raises(TimeoutError):
+        books.reserve(ctx, "leader", 5_000)
+    other.join(10)
+    assert org_row(engine, "acme").reserved_micros == 2_000
+    with engine.connect() as conn:
+        assert conn.execute(select(reservations.c.request_id)).scalars().all() == ["other"]
+    monkeypatch.undo()
+    books.reserve(ctx, "after", 1_000)  # the queue is free again
+    assert org_row(engine, "acme").reserved_micros == 3_000
