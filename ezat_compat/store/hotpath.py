@@ -153,7 +153,7 @@ class Cursor(Protocol):
     def fetchall(self) -> Sequence[Any]: ...
 
 
-Execute = Callable[[str, Mapping[str, Any]], Cursor]
+Execute = Callable[[str, Mapping[str, Any] | Sequence[Any]], Cursor]
 # A transaction's body: runs statements through ``execute`` and returns (result, commit?).
 Work = Callable[[Execute, P], tuple[T, bool]]
 
@@ -175,63 +175,45 @@ class HotPath(Protocol):
 
 @dataclass(slots=True, eq=False)
 class _Queued:
-    """One ``write`` waiting for its turn in a group transaction."""
+    """One write waiting for its turn in a group transaction."""
 
     work: Work[Any, Any]
     params: Any
     done: threading.Event | None = None  # set when the write ran (None for the leader's own)
     result: Any = None
     error: BaseException | None = None
-    finished: bool = False
 
 
-class SQLiteHotPath:
-    """One ``sqlite3`` connection per process (opened again after a fork), one lock around it.
+class GroupCommit:
+    """Write transactions on one ``sqlite3`` connection, grouped: the writes that arrive
+    together share one BEGIN IMMEDIATE … COMMIT (the COMMIT — writing the touched pages to the
+    WAL — is most of a small write's cost).
 
-    Group commit: the first writer becomes the leader, lets the other greenlets that are ready
-    run once (``time.sleep(0)``, gevent's cooperative yield once patched), and then runs every
-    write queued by then in ONE transaction, each inside its own savepoint — so one write's
-    refusal (``commit`` False) or error undoes only its own statements — and wakes their
-    writers with their results. A write alone runs exactly as a transaction of its own. A
-    writer interrupted while it waits (a timeout, a kill) leaves the queue untouched by its
-    write: either it was not taken yet and is removed, or it had finished.
+    The first writer becomes the leader, lets the other greenlets that are ready run once
+    (``time.sleep(0)``, gevent's cooperative yield once patched) and then runs every write
+    queued by then in ONE transaction, each inside its own savepoint — so one write's refusal
+    (``commit`` False) or error undoes only its own statements — and wakes their writers with
+    their results; a failing database fails the whole group. A write alone runs exactly as a
+    transaction of its own. A writer interrupted while it waits (a timeout, a kill) leaves the
+    queue untouched by its write: it was either not taken yet, and is withdrawn, or finished.
+
+    ``connection`` and ``lock`` give this process's connection and the lock that guards it
+    (both may be replaced after a fork; a forked child starts with an empty queue).
     """
 
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._conn: sqlite3.Connection | None = None
-        self._pid = 0
-        self._lock = threading.Lock()
+    def __init__(self, connection: Callable[[], sqlite3.Connection], lock: Callable[[], Any]) -> None:
+        self._connection = connection
+        self._lock = lock
         self._queue: list[_Queued] = []
         self._queue_lock = threading.Lock()
         self._leading = False
-        self._queue_pid = os.getpid()
+        self._pid = os.getpid()
 
-    def _connection(self) -> sqlite3.Connection:
-        if self._conn is None or self._pid != os.getpid():
-            conn = sqlite3.connect(
-                self.path, timeout=SQLITE_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
-            )
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("PRAGMA foreign_keys=ON")
-            self._conn, self._pid = conn, os.getpid()
-        return self._conn
-
-    def read(self, sql: str, params: Mapping[str, Any]) -> Sequence[Any] | None:
-        return _unavailable(lambda: self._read(sql, params))
-
-    def write(self, work: Work[P, T], params: P) -> T:
-        return _unavailable(lambda: self._write(work, params))
-
-    def _read(self, sql: str, params: Mapping[str, Any]) -> Sequence[Any] | None:
-        with self._lock:
-            row: Sequence[Any] | None = self._connection().execute(sql, params).fetchone()
-            return row
-
-    def _write(self, work: Work[P, T], params: P) -> T:
-        if self._queue_pid != os.getpid():  # a forked child starts with a queue of its own
-            self._queue, self._queue_lock, self._leading = [], threading.Lock(), False
-            self._queue_pid = os.getpid()
+    def run(self, work: Work[P, T], params: P) -> T:
+        """``work(execute, params)`` in a write transaction (maybe shared); its result, or its
+        exception (the database's own errors unchanged)."""
+        if self._pid != os.getpid():
+            self._queue, self._queue_lock, self._leading, self._pid = [], threading.Lock(), False, os.getpid()
         item = _Queued(work, params)
         with self._queue_lock:
             lead = not self._leading
@@ -260,13 +242,18 @@ class SQLiteHotPath:
         result: T = item.result
         return result
 
+    @property
+    def queued(self) -> int:
+        """How many writes wait (tests)."""
+        return len(self._queue)
+
     def _withdraw(self, item: _Queued) -> None:
         with self._queue_lock:
             if item in self._queue:
                 self._queue.remove(item)
 
     def _lead(self) -> None:
-        """Run the queued writes, batch after batch, until the queue is empty; then step down."""
+        """Run the queued writes, group after group, until the queue is empty; then step down."""
         while True:
             with self._queue_lock:
                 batch, self._queue = self._queue, []
@@ -277,13 +264,12 @@ class SQLiteHotPath:
                 self._run(batch)
             finally:
                 for item in batch:
-                    item.finished = True
                     if item.done is not None:
                         item.done.set()
 
     def _run(self, batch: list[_Queued]) -> None:
         """One transaction for ``batch``; every item ends with a result or an error."""
-        with self._lock:
+        with self._lock():
             try:
                 conn = self._connection()
                 conn.execute("BEGIN IMMEDIATE")
@@ -304,26 +290,59 @@ class SQLiteHotPath:
                 if conn.in_transaction:
                     with contextlib.suppress(sqlite3.Error):
                         conn.execute("ROLLBACK")
-                for item in batch:  # nothing of the batch was kept
+                for item in batch:  # nothing of the group was kept
                     item.result, item.error = None, item.error or exc
 
     @staticmethod
     def _run_one(conn: sqlite3.Connection, item: _Queued) -> None:
         """One write of a group, in a savepoint: kept, or undone alone when it declines or
-        fails with an error of its own (a database that fails is the whole batch's)."""
-        conn.execute("SAVEPOINT hot_write")
+        fails with an error of its own (a database that fails is the whole group's)."""
+        conn.execute("SAVEPOINT group_write")
         try:
             item.result, commit = item.work(conn.execute, item.params)
         except sqlite3.OperationalError:
             raise
         except Exception as exc:
-            conn.execute("ROLLBACK TO hot_write")
-            conn.execute("RELEASE hot_write")
+            conn.execute("ROLLBACK TO group_write")
+            conn.execute("RELEASE group_write")
             item.error = exc
             return
         if not commit:
-            conn.execute("ROLLBACK TO hot_write")
-        conn.execute("RELEASE hot_write")
+            conn.execute("ROLLBACK TO group_write")
+        conn.execute("RELEASE group_write")
+
+
+class SQLiteHotPath:
+    """One ``sqlite3`` connection per process (opened again after a fork), one lock around it;
+    writes grouped (``GroupCommit``)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._conn: sqlite3.Connection | None = None
+        self._pid = 0
+        self._lock = threading.Lock()
+        self.group = GroupCommit(self._connection, lambda: self._lock)
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None or self._pid != os.getpid():
+            conn = sqlite3.connect(
+                self.path, timeout=SQLITE_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+            )
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            self._conn, self._pid = conn, os.getpid()
+        return self._conn
+
+    def read(self, sql: str, params: Mapping[str, Any]) -> Sequence[Any] | None:
+        return _unavailable(lambda: self._read(sql, params))
+
+    def write(self, work: Work[P, T], params: P) -> T:
+        return _unavailable(lambda: self.group.run(work, params))
+
+    def _read(self, sql: str, params: Mapping[str, Any]) -> Sequence[Any] | None:
+        with self._lock:
+            row: Sequence[Any] | None = self._connection().execute(sql, params).fetchone()
+            return row
 
     def close(self) -> None:
         with self._lock:

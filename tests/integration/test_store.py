@@ -859,7 +859,7 @@ def test_writes_that_arrive_together_share_one_transaction_and_keep_their_own_ou
         for thread in threads:
             thread.start()
         deadline = time.monotonic() + 10
-        while len(hot_path._queue) < 1 + len(others) and time.monotonic() < deadline:
+        while hot_path.group.queued < 1 + len(others) and time.monotonic() < deadline:
             real_sleep(0.001)
 
     monkeypatch.setattr("ezat_compat.store.hotpath.time.sleep", let_the_others_queue)
@@ -893,7 +893,7 @@ def test_a_writer_interrupted_before_its_turn_writes_nothing(
     def interrupted(_seconds: float) -> None:
         other.start()
         deadline = time.monotonic() + 10
-        while len(hot_path._queue) < 2 and time.monotonic() < deadline:
+        while hot_path.group.queued < 2 and time.monotonic() < deadline:
             real_sleep(0.001)
         raise TimeoutError("interrupted while yielding")
 
