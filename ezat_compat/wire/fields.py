@@ -11,9 +11,52 @@ from collections.abc import Mapping
 from typing import Any
 
 from marshmallow import Schema, ValidationError, fields
+from marshmallow.utils import missing
 
 
-class StrictBool(fields.Field):
+class Direct(fields.Field):
+    """A field whose common case skips marshmallow's generic bookkeeping.
+
+    ``Field.deserialize`` checks for a missing or null value, runs field-level ``pre_load``
+    and ``post_load`` processors and composes the validators into a fresh ``validate.And``
+    on every call. A present, non-null value on a field without processors needs only
+    ``_deserialize`` and, when there are validators, the same ``_validate``; everything else
+    still goes through ``Field.deserialize``, so values and errors are unchanged.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Field-level processors arrived in marshmallow 4; with any, take the generic path.
+        self._direct = not getattr(self, "pre_load", None) and not getattr(self, "post_load", None)
+
+    def deserialize(
+        self, value: Any, attr: str | None = None, data: Mapping[str, Any] | None = None, **kwargs: Any
+    ) -> Any:
+        if value is missing or value is None or not self._direct:
+            return super().deserialize(value, attr, data, **kwargs)
+        output = self._deserialize(value, attr, data, **kwargs)
+        if self.validators:
+            self._validate(output)
+        return output
+
+
+class Raw(Direct, fields.Raw):
+    """``fields.Raw`` with the direct common case."""
+
+
+class Dict(Direct, fields.Dict):
+    """``fields.Dict`` with the direct common case."""
+
+
+class List(Direct, fields.List):
+    """``fields.List`` with the direct common case."""
+
+
+class Nested(Direct, fields.Nested):
+    """``fields.Nested`` with the direct common case."""
+
+
+class StrictBool(Direct):
     default_error_messages = {"invalid": "Not a valid boolean."}
 
     def _deserialize(self, value: Any, attr: str | None, data: Mapping[str, Any] | None, **kwargs: Any) -> bool:
@@ -22,7 +65,7 @@ class StrictBool(fields.Field):
         return value
 
 
-class StrictInt(fields.Field):
+class StrictInt(Direct):
     default_error_messages = {"invalid": "Not a valid integer."}
 
     def _deserialize(self, value: Any, attr: str | None, data: Mapping[str, Any] | None, **kwargs: Any) -> int:
@@ -33,7 +76,7 @@ class StrictInt(fields.Field):
         return int(value)
 
 
-class StrictNumber(fields.Field):
+class StrictNumber(Direct):
     default_error_messages = {"invalid": "Not a valid number."}
 
     def _deserialize(self, value: Any, attr: str | None, data: Mapping[str, Any] | None, **kwargs: Any) -> int | float:
@@ -42,7 +85,7 @@ class StrictNumber(fields.Field):
         return value
 
 
-class StrictStr(fields.Field):
+class StrictStr(Direct):
     default_error_messages = {"invalid": "Not a valid string."}
 
     def _deserialize(self, value: Any, attr: str | None, data: Mapping[str, Any] | None, **kwargs: Any) -> str:
@@ -51,7 +94,7 @@ class StrictStr(fields.Field):
         return value
 
 
-class JSONObject(fields.Field):
+class JSONObject(Direct):
     """Any JSON object, passed through unchanged (JSON schemas, cache_control payloads)."""
 
     default_error_messages = {"invalid": "Not a valid object."}
@@ -64,7 +107,7 @@ class JSONObject(fields.Field):
         return value
 
 
-class Tagged(fields.Field):
+class Tagged(Direct):
     """A tagged union: the object's ``tag`` key picks the schema (messages by ``role``,
     parts by ``type``). ``refused`` maps a tag to the spec's refusal message, reported on the
     object itself (``messages[0].content[0]: audio input is not supported``) or, when the
@@ -105,14 +148,14 @@ class Tagged(fields.Field):
         return schema.load(value)
 
 
-class StrOrList(fields.Field):
+class StrOrList(Direct):
     """A string, or a list validated by ``inner`` (message content, ``stop``)."""
 
     default_error_messages = {"invalid": "Must be a string or a list."}
 
     def __init__(self, inner: fields.Field, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.inner = fields.List(inner)
+        self.inner = List(inner)
 
     def _deserialize(
         self, value: Any, attr: str | None, data: Mapping[str, Any] | None, **kwargs: Any

@@ -8,13 +8,21 @@ exact messages; the flattener in ``wire.paths`` turns them into ``path: message`
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from marshmallow import EXCLUDE, Schema, ValidationError, fields, validate, validates_schema
+from marshmallow import EXCLUDE, Schema, ValidationError, fields, types, validate, validates_schema
+from marshmallow.decorators import PRE_LOAD
+from marshmallow.utils import missing
 
 from ezat_compat.translate.tables import REASONING_EFFORTS
 from ezat_compat.wire.fields import (
+    Dict,
     JSONObject,
+    List,
+    Nested,
+    Raw,
     StrictBool,
     StrictInt,
     StrictNumber,
@@ -42,7 +50,93 @@ FUNCTION_ROLE_MESSAGE = 'the legacy "function" role is not supported; use tools'
 NO_USER_MESSAGE = "must contain at least one user message"
 
 
-class _Loose(Schema):
+class _Sparse(Schema):
+    """A schema that visits only the fields a body can affect.
+
+    marshmallow walks every declared field on each load, and an absent optional field still
+    costs a closure and a ``Field.deserialize`` call to find out it has nothing to do: it
+    yields no value and no error.
+    ``load`` here hands the work to a *variant* of the schema whose ``load_fields`` keep just
+    the fields present in the body plus every required field and every field with a
+    ``load_default``, in declaration order. The variant shares this schema's bound fields
+    and hooks, so the result (keys, values, order) and the errors (same fields, same order,
+    schema validators skipped or run alike) are those of a full load.
+
+    Only schemas whose loads can't see the difference take the short cut: unknown keys
+    excluded, no ``pre_load`` hook (it could add keys), no ``many``/``partial``/``only``/
+    ``exclude``/``load_only``/``dump_only`` options, and a plain ``dict`` as input. Variants
+    are built once per (schema, set of present keys) and kept in a bounded LRU cache, so
+    bodies with arbitrary key sets cost one cheap copy each and can't grow memory. A
+    variant is never changed after it is built, so threads and greenlets may share it.
+    """
+
+    class Meta:
+        unknown = EXCLUDE
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._sparse_optional: frozenset[str] | None = None
+        eligible = (
+            self.unknown == EXCLUDE
+            and not self.many
+            and not self.partial
+            and self.only is None
+            and not self.exclude
+            and not self.load_only
+            and not self.dump_only
+            and not self._hooks[PRE_LOAD]
+        )
+        optional = frozenset(
+            _data_key(name, field)
+            for name, field in self.load_fields.items()
+            if not field.required and field.load_default is missing
+        )
+        if eligible and optional:
+            self._sparse_optional = optional
+
+    def load(
+        self,
+        data: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+        *,
+        many: bool | None = None,
+        partial: bool | types.StrSequenceOrSet | None = None,
+        unknown: types.UnknownOption | None = None,
+    ) -> Any:
+        optional = self._sparse_optional
+        if (
+            optional is not None
+            and type(data) is dict
+            and many is None
+            and partial is None
+            and (unknown is None or unknown == EXCLUDE)
+        ):
+            present = optional.intersection(data)
+            if len(present) != len(optional):
+                return Schema.load(_variant(self, present), data)
+        return super().load(data, many=many, partial=partial, unknown=unknown)
+
+
+def _data_key(name: str, field: fields.Field) -> str:
+    return field.data_key if field.data_key is not None else name
+
+
+@functools.lru_cache(maxsize=512)
+def _variant(schema: _Sparse, present: frozenset[str]) -> Schema:
+    """``schema`` restricted to the fields ``present`` in a body, required fields and fields
+    with a ``load_default``: a shallow copy sharing its bound fields, loaded as a plain
+    ``Schema`` (no further short cut)."""
+    variant = object.__new__(type(schema))
+    variant.__dict__.update(schema.__dict__)
+    variant._sparse_optional = None
+    variant.load_fields = {
+        name: field
+        for name, field in schema.load_fields.items()
+        if field.required or field.load_default is not missing or _data_key(name, field) in present
+    }
+    return variant
+
+
+class _Loose(_Sparse):
     """Unknown keys are ignored, as OpenAI's API ignores them."""
 
     class Meta:
@@ -54,7 +148,7 @@ def _opt(field: fields.Field) -> fields.Field:
     return field
 
 
-class CacheControlSchema(Schema):
+class CacheControlSchema(_Sparse):
     type = StrictStr(required=True, validate=validate.Equal("ephemeral", error='Must be "ephemeral".'))
     ttl = StrictStr(validate=validate.OneOf(["5m", "1h"]))
 
@@ -63,7 +157,7 @@ class CacheControlSchema(Schema):
 
 
 def _cache_control() -> fields.Field:
-    return fields.Nested(CacheControlSchema, allow_none=True)
+    return Nested(CacheControlSchema, allow_none=True)
 
 
 # ---------------------------------------------------------------- content parts
@@ -82,12 +176,12 @@ class RefusalPartSchema(_Loose):
 
 class ImageURLSchema(_Loose):
     url = StrictStr(required=True, validate=validate.Length(min=1))
-    detail = fields.Raw(allow_none=True)  # ignored, per the spec
+    detail = Raw(allow_none=True)  # ignored, per the spec
 
 
 class ImagePartSchema(_Loose):
     type = StrictStr(required=True)
-    image_url = fields.Nested(ImageURLSchema, required=True)
+    image_url = Nested(ImageURLSchema, required=True)
     cache_control = _cache_control()
 
 
@@ -106,7 +200,7 @@ class FileSchema(_Loose):
 
 class FilePartSchema(_Loose):
     type = StrictStr(required=True)
-    file = fields.Nested(FileSchema, required=True)
+    file = Nested(FileSchema, required=True)
     cache_control = _cache_control()
 
 
@@ -130,7 +224,7 @@ class FunctionCallSchema(_Loose):
 class ToolCallSchema(_Loose):
     id = StrictStr(required=True, validate=validate.Length(min=1))
     type = _opt(StrictStr(validate=validate.Equal("function", error="only function tool calls are supported")))
-    function = fields.Nested(FunctionCallSchema, required=True)
+    function = Nested(FunctionCallSchema, required=True)
 
 
 class SystemMessageSchema(_Loose):
@@ -146,8 +240,8 @@ class UserMessageSchema(_Loose):
 class AssistantMessageSchema(_Loose):
     role = StrictStr(required=True)
     content = _opt(StrOrList(ASSISTANT_PART))
-    tool_calls = _opt(fields.List(fields.Nested(ToolCallSchema)))
-    function_call = fields.Raw(allow_none=True)
+    tool_calls = _opt(List(Nested(ToolCallSchema)))
+    function_call = Raw(allow_none=True)
 
     @validates_schema
     def _no_legacy_call(self, data: dict[str, Any], **_: Any) -> None:
@@ -186,7 +280,7 @@ class FunctionSchema(_Loose):
 
 class ToolSchema(_Loose):
     type = StrictStr(required=True, validate=validate.Equal("function", error=TOOL_TYPE_MESSAGE))
-    function = fields.Nested(FunctionSchema, required=True)
+    function = Nested(FunctionSchema, required=True)
     cache_control = _cache_control()
 
 
@@ -203,7 +297,7 @@ class TextFormatSchema(_Loose):
 
 class JSONSchemaResponseFormatSchema(_Loose):
     type = StrictStr(required=True)
-    json_schema = fields.Nested(JSONSchemaFormatSchema, required=True)
+    json_schema = Nested(JSONSchemaFormatSchema, required=True)
 
 
 RESPONSE_FORMAT = Tagged(
@@ -252,16 +346,16 @@ def _at_least_one(value: list[Any]) -> None:
 
 class ChatCompletionRequestSchema(_Loose):
     model = StrictStr(required=True, validate=validate.Length(min=1, max=128))
-    messages = fields.List(MESSAGE, required=True, validate=_at_least_one)
+    messages = List(MESSAGE, required=True, validate=_at_least_one)
     stream = _opt(StrictBool())
-    stream_options = fields.Nested(StreamOptionsSchema, allow_none=True)
+    stream_options = Nested(StreamOptionsSchema, allow_none=True)
     max_completion_tokens = _opt(StrictInt(validate=validate.Range(min=1)))
     max_tokens = _opt(StrictInt(validate=validate.Range(min=1)))
     temperature = _opt(StrictNumber(validate=validate.Range(min=0, max=2)))
     top_p = _opt(StrictNumber(validate=validate.Range(min=0, max=1)))
     stop = _opt(StrOrList(StrictStr()))
-    tools = _opt(fields.List(fields.Nested(ToolSchema)))
-    tool_choice = fields.Raw(allow_none=True)  # checked by the translator: ignored without tools
+    tools = _opt(List(Nested(ToolSchema)))
+    tool_choice = Raw(allow_none=True)  # checked by the translator: ignored without tools
     parallel_tool_calls = _opt(StrictBool())
     response_format = _opt(RESPONSE_FORMAT)
     reasoning_effort = _opt(StrictStr(validate=validate.OneOf(REASONING_EFFORTS, error=REASONING_MESSAGE)))
@@ -269,12 +363,12 @@ class ChatCompletionRequestSchema(_Loose):
     n = _opt(StrictInt(validate=[validate.Range(min=1), _refuse_above_one]))
     logprobs = _opt(StrictBool(validate=_refuse_true))
     top_logprobs = _opt(StrictInt(validate=_refuse_nonzero))
-    logit_bias = _opt(fields.Dict(validate=_refuse_nonempty))
-    modalities = _opt(fields.List(StrictStr(), validate=_text_only))
-    audio = fields.Raw(allow_none=True)
-    web_search_options = fields.Raw(allow_none=True)
-    functions = fields.Raw(allow_none=True)
-    function_call = fields.Raw(allow_none=True)
+    logit_bias = _opt(Dict(validate=_refuse_nonempty))
+    modalities = _opt(List(StrictStr(), validate=_text_only))
+    audio = Raw(allow_none=True)
+    web_search_options = Raw(allow_none=True)
+    functions = Raw(allow_none=True)
+    function_call = Raw(allow_none=True)
 
     @validates_schema
     def _refused_objects(self, data: dict[str, Any], **_: Any) -> None:
