@@ -255,8 +255,20 @@ def test_gunicorn_access_line_only_with_an_access_log(accesslog: str | None, lin
     logger = gunicorn_logger_class()(cfg)
     seen: list[str] = []
     logger.access_log = SimpleNamespace(info=lambda fmt, atoms: seen.append(fmt % atoms))
-    req = SimpleNamespace(headers=[], method="GET", uri="/healthz?api_key=secret", path="/healthz", query="api_key=secret", version=(1, 1))
+    req = SimpleNamespace(
+        headers=[], method="GET", uri="/healthz?api_key=secret", path="/healthz", query="api_key=secret", version=(1, 1)
+    )
     resp = SimpleNamespace(status="200 OK", headers=[], sent=2, response_length=2)
-    logger.access(resp, req, {"REMOTE_ADDR": "127.0.0.1", "REQUEST_METHOD": "GET", "RAW_URI": "/healthz?api_key=secret", "SERVER_PROTOCOL": "HTTP/1.1"}, __import__("datetime").timedelta(seconds=0.01))
+    logger.access(
+        resp,
+        req,
+        {
+            "REMOTE_ADDR": "127.0.0.1",
+            "REQUEST_METHOD": "GET",
+            "RAW_URI": "/healthz?api_key=secret",
+            "SERVER_PROTOCOL": "HTTP/1.1",
+        },
+        __import__("datetime").timedelta(seconds=0.01),
+    )
     assert len(seen) == lines
     assert all("secret" not in line for line in seen)
