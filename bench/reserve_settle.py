@@ -7,12 +7,14 @@ temporary folder is migrated to it, one org and key are created, and then N requ
 reserved and settled one after the other on one thread, as a worker does. The figure is
 ``time.process_time`` (user + system CPU of the process) per reserve + settle pair; the
 revisions are measured in turn, R rounds, and the best round of each is printed with the
-median (a busy machine only ever adds time).
+median (a busy machine only ever adds time), and the pages one reserve's and one settle's
+commit append to the WAL.
 """
 
 from __future__ import annotations
 
 import argparse
+import sqlite3
 import statistics
 import sys
 import tempfile
@@ -31,9 +33,20 @@ from ezat_compat.store.journal import Journal
 from ezat_compat.store.ledger import Ledger, LedgerEntry
 
 
-def measure(folder: Path, revision: str, iterations: int) -> float:
-    """Microseconds of CPU per reserve + settle pair on a new database at ``revision``."""
-    url = f"sqlite:///{folder / f'bench-{uuid.uuid4().hex[:8]}.db'}"
+def wal_frames(path: Path) -> int:
+    """Frames (pages) in the WAL of the SQLite database at ``path``."""
+    wal = path.with_name(path.name + "-wal")
+    size = wal.stat().st_size if wal.exists() else 0
+    with sqlite3.connect(path) as conn:
+        page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
+    return max(0, size - 32) // (page_size + 24)
+
+
+def measure(folder: Path, revision: str, iterations: int) -> tuple[float, int, int]:
+    """Microseconds of CPU per reserve + settle pair on a new database at ``revision``, then the
+    WAL pages one reserve and one settle commit."""
+    path = folder / f"bench-{uuid.uuid4().hex[:8]}.db"
+    url = f"sqlite:///{path}"
     engine = make_engine(url)
     hot = make_hot_path(engine)
     try:
@@ -67,7 +80,13 @@ def measure(folder: Path, revision: str, iterations: int) -> float:
             books.reserve(ctx, request_id, 1000, endpoint="chat.completions", model="claude-sonnet-5-5")
             if not books.settle_durably(request_id, entry):
                 raise RuntimeError("a settlement went to the journal: the database failed")
-        return (time.process_time() - start) / iterations * 1e6
+        cpu_us = (time.process_time() - start) / iterations * 1e6
+        with sqlite3.connect(path) as conn:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        books.reserve(ctx, "req_wal", 1000, endpoint="chat.completions", model="claude-sonnet-5-5")
+        reserve_frames = wal_frames(path)
+        books.settle_durably("req_wal", entry)
+        return cpu_us, reserve_frames, wal_frames(path) - reserve_frames
     finally:
         hot.close()
         engine.dispose()
@@ -81,13 +100,20 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     revisions = [r.strip() for r in args.revisions.split(",") if r.strip()]
     figures: dict[str, list[float]] = {r: [] for r in revisions}
+    frames: dict[str, tuple[int, int]] = {}
     with tempfile.TemporaryDirectory(prefix="ezat-bench-") as tmp:
         for _ in range(args.rounds):
             for revision in revisions:
-                figures[revision].append(measure(Path(tmp), revision, args.iterations))
+                cpu_us, *pages = measure(Path(tmp), revision, args.iterations)
+                figures[revision].append(cpu_us)
+                frames[revision] = (pages[0], pages[1])
     print(f"reserve + settle_durably, CPU per pair ({args.iterations} pairs x {args.rounds} rounds, SQLite file)")
     for revision, values in figures.items():
-        print(f"  {revision:>6}: best {min(values):7.1f} us   median {statistics.median(values):7.1f} us")
+        reserve_pages, settle_pages = frames[revision]
+        print(
+            f"  {revision:>6}: best {min(values):7.1f} us   median {statistics.median(values):7.1f} us   "
+            f"WAL pages per commit: reserve {reserve_pages}, settle {settle_pages}"
+        )
     if len(revisions) == 2:
         a, b = (min(figures[r]) for r in revisions)
         print(f"  {revisions[1]} vs {revisions[0]}: {100 * (b - a) / a:+.1f} % (best rounds)")
