@@ -118,8 +118,9 @@ reservations = Table(
     Column("endpoint", String(32), nullable=True),
     Column("model", String(MODEL_MAX), nullable=True),
     Column("canonical_model", String(128), nullable=True),
-    Index("ix_reservations_created_at", "created_at"),
-    Index("ix_reservations_worker", "worker"),
+    # Only the requests in flight, inserted and deleted once each: no secondary index (the sweep
+    # and a dead worker's release scan it), and on SQLite the rows live in the key's B-tree.
+    sqlite_with_rowid=False,
 )
 
 ledger = Table(

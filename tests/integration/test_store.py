@@ -18,14 +18,15 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import Engine, create_engine, event, func, make_url, select, text
+from sqlalchemy import Engine, create_engine, event, func, inspect, make_url, select, text
 
 from ezat_compat.domain import Usage
 from ezat_compat.errors import AuthenticationError, InsufficientQuotaError, PermissionDeniedError
 from ezat_compat.store.accounts import Accounts, AuthContext, StoreError, hash_key
-from ezat_compat.store.db import make_engine, migrate
+from ezat_compat.store.db import alembic_config, locked_connection, make_engine, migrate
 from ezat_compat.store.hotpath import HotPath, SQLiteHotPath, make_hot_path
 from ezat_compat.store.ledger import Ledger, LedgerEntry
 from ezat_compat.store.tables import api_keys, ledger, metadata, orgs, reservations
@@ -178,7 +179,7 @@ def test_migrate_twice_is_idempotent_and_matches_the_tables(db_url: str) -> None
     migrate(db_url)
     diffs, versions = _schema_state(db_url)
     assert diffs == []
-    assert versions == ["0004"]
+    assert versions == ["0005"]
 
 
 def test_migrate_from_several_processes_at_once(db_url: str) -> None:
@@ -186,7 +187,80 @@ def test_migrate_from_several_processes_at_once(db_url: str) -> None:
     assert run_processes(_migrate_child, [(db_url, barrier)] * 3) == ["ok"] * 3
     diffs, versions = _schema_state(db_url)
     assert diffs == []
-    assert versions == ["0004"]
+    assert versions == ["0005"]
+
+
+def _migrate_to(engine: Engine, revision: str, *, down: bool = False) -> None:
+    with locked_connection(engine) as conn:
+        (command.downgrade if down else command.upgrade)(alembic_config(conn), revision)
+
+
+def _reservations_shape(engine: Engine) -> tuple[set[str], bool | None]:
+    """The secondary indexes of reservations, and on SQLite whether it has a rowid (else None)."""
+    indexes = {str(ix["name"]) for ix in inspect(engine).get_indexes("reservations")}
+    if engine.dialect.name != "sqlite":
+        return indexes, None
+    with engine.connect() as conn:
+        sql = conn.execute(text("SELECT sql FROM sqlite_master WHERE name = 'reservations'")).scalar_one()
+        # A rowid table keeps its text primary key in an index of its own, with no SQL.
+        automatic = conn.execute(
+            text("SELECT name FROM sqlite_master WHERE tbl_name = 'reservations' AND type = 'index' AND sql IS NULL")
+        )
+        assert [row[0] for row in automatic] == ([] if "WITHOUT ROWID" in sql else ["sqlite_autoindex_reservations_1"])
+    return indexes, "WITHOUT ROWID" not in sql
+
+
+def test_upgrading_from_0004_keeps_the_held_reservations(db_url: str) -> None:
+    """Reservations held across the upgrade (a hot path open the whole time) are still there
+    afterwards and settle as usual; the table loses its secondary indexes (and, on SQLite, its
+    rowid), and a downgrade brings both back, rows included."""
+    eng = make_engine(db_url)
+    hot = make_hot_path(eng)
+    try:
+        _migrate_to(eng, "0004")
+        assert _reservations_shape(eng)[0] == {"ix_reservations_created_at", "ix_reservations_worker"}
+        accounts, books = Accounts(eng, hot), Ledger(eng, hot)
+        ctx = setup_key(accounts)
+        for n, worker in enumerate(("w:1", "w:1", "w:9")):
+            books.reserve(ctx, f"req_held_{n}", 1000 * (n + 1), now=NOW, endpoint="chat.completions", worker=worker)
+        with eng.connect() as conn:
+            before = conn.execute(select(reservations).order_by(reservations.c.request_id)).all()
+        assert len(before) == 3
+
+        migrate(eng)
+        assert _reservations_shape(eng) == (set(), False if eng.dialect.name == "sqlite" else None)
+        assert _schema_state(db_url) == ([], ["0005"])
+        with eng.connect() as conn:
+            assert conn.execute(select(reservations).order_by(reservations.c.request_id)).all() == before
+        assert org_row(eng, "acme").reserved_micros == 6000
+
+        # Settled, released with their dead worker, swept: each way out still finds its row.
+        assert books.settle_durably("req_held_0", entry(ctx, 400)) is True
+        assert books.release_worker("w:1", now=NOW) == ["req_held_1"]
+        assert books.sweep_stale(timedelta(minutes=15), now=NOW + timedelta(minutes=20)) == 1
+        assert count(eng, reservations) == 0 and count(eng, ledger) == 2
+        org = org_row(eng, "acme")
+        assert (org.balance_micros, org.reserved_micros) == (1_000_000 - 400, 0)
+        assert key_row(eng, ctx.key_id).reserved_micros == 0
+
+        books.reserve(ctx, "req_after", 500, now=NOW, worker="w:2")
+        with eng.connect() as conn:
+            kept = conn.execute(select(reservations).order_by(reservations.c.request_id)).all()
+
+        _migrate_to(eng, "0004", down=True)
+        assert _reservations_shape(eng) == (
+            {"ix_reservations_created_at", "ix_reservations_worker"},
+            True if eng.dialect.name == "sqlite" else None,
+        )
+        with eng.connect() as conn:
+            assert conn.execute(select(reservations).order_by(reservations.c.request_id)).all() == kept
+        migrate(eng)  # and up again
+        assert _schema_state(db_url) == ([], ["0005"])
+        with eng.connect() as conn:
+            assert conn.execute(select(reservations).order_by(reservations.c.request_id)).all() == kept
+    finally:
+        hot.close()
+        eng.dispose()
 
 
 def test_sqlite_engine_settings(tmp_path) -> None:
