@@ -14,6 +14,7 @@ one module here plus one route.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -32,6 +33,17 @@ class Headers(Protocol):
 
 
 Resolve = Callable[[Any], Model]  # the client's model name -> its model (404 / 403 raise)
+
+
+def event_data(data: str) -> Mapping[str, Any]:
+    """An upstream stream event's ``data`` as a JSON object (``{}`` for any other JSON value);
+    ``GatewayError`` when it isn't JSON. Anthropic Messages reference, "Streaming": every
+    event's data is one JSON object."""
+    try:
+        parsed = json.loads(data)
+    except ValueError:
+        raise GatewayError("The upstream sent an event that is not JSON.") from None
+    return parsed if isinstance(parsed, dict) else {}
 
 
 @dataclass(slots=True)

@@ -21,6 +21,7 @@ from ezat_compat.dialects import (
     Parsed,
     ReplyIds,
     Resolve,
+    event_data,
 )
 from ezat_compat.domain import Usage
 from ezat_compat.errors import GatewayError, InvalidRequestError, UpstreamError, anthropic_status, render_anthropic
@@ -30,14 +31,6 @@ from ezat_compat.wire.json import encode_json
 
 FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta")
 COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
-
-
-def _data(data: str) -> Mapping[str, Any]:
-    try:
-        parsed = json.loads(data)
-    except ValueError:
-        raise GatewayError("The upstream sent an event that is not JSON.") from None
-    return parsed if isinstance(parsed, dict) else {}
 
 
 class EventMeter:
@@ -54,20 +47,20 @@ class EventMeter:
 
     def feed(self, event: str, data: str) -> bytes:
         if event == "content_block_delta":
-            delta = _data(data).get("delta") or {}
+            delta = event_data(data).get("delta") or {}
             for key in ("text", "partial_json", "thinking"):
                 value = delta.get(key)
                 if isinstance(value, str):
                     self._produced += len(value)
         elif event == "message_start":
-            message = _data(data).get("message") or {}
+            message = event_data(data).get("message") or {}
             self.usage = usage_from_anthropic(message.get("usage"))
         elif event == "message_delta":
-            self.usage = merge_usage(self.usage, _data(data).get("usage"))
+            self.usage = merge_usage(self.usage, event_data(data).get("usage"))
         elif event == "message_stop":
             self.done = True
         elif event == "error":
-            error = _data(data).get("error")
+            error = event_data(data).get("error")
             self.error = error if isinstance(error, dict) else {}
         return b"event: " + event.encode() + b"\ndata: " + data.encode() + b"\n\n"
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from ezat_compat.dialects import Answer, EventTranslator, Headers, KeptThinking, Parsed, ReplyIds, Resolve
+from ezat_compat.dialects import Answer, EventTranslator, Headers, KeptThinking, Parsed, ReplyIds, Resolve, event_data
 from ezat_compat.domain import Model, Usage
 from ezat_compat.errors import GatewayError, InvalidRequestError, UpstreamError, render_openai
 from ezat_compat.failures import client_error
@@ -30,14 +30,6 @@ from ezat_compat.wire.openai import RequestValidationError, load_chat_request
 
 NOT_JSON = "The upstream provider sent a reply that is not JSON."
 MODEL_NAME_MAX = 128
-
-
-def _parse_event(data: str) -> Mapping[str, Any]:
-    try:
-        parsed = json.loads(data)
-    except ValueError:
-        raise GatewayError("The upstream sent an event that is not JSON.") from None
-    return parsed if isinstance(parsed, dict) else {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +64,7 @@ class ChunkTranslator:
         return self.chunks.error
 
     def feed(self, event: str, data: str) -> bytes:
-        parsed = _parse_event(data)
+        parsed = event_data(data)
         if self.thinking is not None:
             self.thinking.feed(event, parsed)
         produced = self.chunks.feed(event, parsed)

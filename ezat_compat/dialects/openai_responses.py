@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from ezat_compat.dialects import Answer, EventTranslator, Headers, KeptThinking, Parsed, ReplyIds, Resolve
+from ezat_compat.dialects import Answer, EventTranslator, Headers, KeptThinking, Parsed, ReplyIds, Resolve, event_data
 from ezat_compat.domain import Model, ResponsesSettings, Usage
 from ezat_compat.errors import GatewayError, InvalidRequestError, UpstreamError, render_openai
 from ezat_compat.failures import client_error
@@ -81,14 +81,6 @@ def encode_event(event: Event) -> bytes:
     except UnicodeEncodeError:
         data = _ASCII_ENCODER.encode(payload)
     return f"event: {kind}\ndata: {data}\n\n".encode()
-
-
-def _parse_event(data: str) -> Mapping[str, Any]:
-    try:
-        parsed = json.loads(data)
-    except ValueError:
-        raise GatewayError("The upstream sent an event that is not JSON.") from None
-    return parsed if isinstance(parsed, dict) else {}
 
 
 @dataclass(slots=True)
@@ -162,7 +154,7 @@ class ResponsesStream:
         return self.events.error
 
     def feed(self, event: str, data: str) -> bytes:
-        parsed = _parse_event(data)
+        parsed = event_data(data)
         if self.thinking is not None:
             self.thinking.feed(event, parsed)
         produced = self.events.feed(event, parsed)
