@@ -17,11 +17,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from ezat_compat.domain import Model, Usage
 from ezat_compat.errors import GatewayError, UpstreamError
 from ezat_compat.translate.request import ImageSlot
+from ezat_compat.translate.thinking import ThinkingCollector
 
 MESSAGES_PATH = "/v1/messages"
 
@@ -118,6 +119,61 @@ class EventTranslator(Protocol):
     def kept(self) -> KeptThinking | None: ...
 
     def fail(self, err: GatewayError) -> bytes: ...
+
+
+class UpstreamEvents(Protocol):
+    """What a pure stream translator of ``translate/`` offers (``StreamTranslator``,
+    ``ResponseEvents``): its state and one step per upstream event."""
+
+    @property
+    def usage(self) -> Usage: ...
+
+    @property
+    def done(self) -> bool: ...
+
+    @property
+    def error(self) -> Mapping[str, Any] | None: ...
+
+    def feed(self, event: str, data: Mapping[str, Any]) -> Sequence[Any]: ...
+
+
+S = TypeVar("S", bound=UpstreamEvents)
+
+
+class TranslatingStream(Generic[S]):
+    """The part of a translating dialect's ``EventTranslator`` that doesn't depend on the
+    dialect: the state comes from the pure translator ``source``; each upstream event is parsed
+    once and, with thinking requested, also goes to the ``thinking`` collector (the blocks
+    before tool calls are kept for the client's next round). Subclasses encode what
+    ``translate`` returns and say how the stream ends."""
+
+    __slots__ = ("source", "thinking")
+
+    def __init__(self, source: S, thinking: ThinkingCollector | None) -> None:
+        self.source = source
+        self.thinking = thinking
+
+    @property
+    def usage(self) -> Usage:
+        return self.source.usage
+
+    @property
+    def done(self) -> bool:
+        return self.source.done
+
+    @property
+    def error(self) -> Mapping[str, Any] | None:
+        return self.source.error
+
+    def translate(self, event: str, data: str) -> Sequence[Any]:
+        """One upstream event: what the pure translator makes of it."""
+        parsed = event_data(data)
+        if self.thinking is not None:
+            self.thinking.feed(event, parsed)
+        return self.source.feed(event, parsed)
+
+    def kept(self) -> KeptThinking | None:
+        return self.thinking.result() if self.thinking is not None else None
 
 
 class Dialect(Protocol):

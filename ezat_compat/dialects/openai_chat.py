@@ -10,8 +10,16 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from ezat_compat.dialects import Answer, EventTranslator, Headers, KeptThinking, Parsed, ReplyIds, Resolve, event_data
-from ezat_compat.domain import Model, Usage
+from ezat_compat.dialects import (
+    Answer,
+    EventTranslator,
+    Headers,
+    Parsed,
+    ReplyIds,
+    Resolve,
+    TranslatingStream,
+)
+from ezat_compat.domain import Model
 from ezat_compat.errors import GatewayError, InvalidRequestError, UpstreamError, render_openai
 from ezat_compat.failures import client_error
 from ezat_compat.translate.request import Translation, openai_to_anthropic
@@ -40,34 +48,14 @@ class Context:
     translation: Translation
 
 
-class ChunkTranslator:
+class ChunkTranslator(TranslatingStream[StreamTranslator]):
     """Anthropic events -> ``chat.completion.chunk`` lines (``translate.stream`` does the
-    translating; this encodes and ends the stream as the spec's "Streaming" says). With
-    thinking requested, the thinking blocks before tool calls are collected to be kept."""
+    translating; this encodes and ends the stream as the spec's "Streaming" says)."""
 
-    __slots__ = ("chunks", "thinking")
-
-    def __init__(self, chunks: StreamTranslator, thinking: ThinkingCollector | None) -> None:
-        self.chunks = chunks
-        self.thinking = thinking
-
-    @property
-    def usage(self) -> Usage:
-        return self.chunks.usage
-
-    @property
-    def done(self) -> bool:
-        return self.chunks.done
-
-    @property
-    def error(self) -> Mapping[str, Any] | None:
-        return self.chunks.error
+    __slots__ = ()
 
     def feed(self, event: str, data: str) -> bytes:
-        parsed = event_data(data)
-        if self.thinking is not None:
-            self.thinking.feed(event, parsed)
-        produced = self.chunks.feed(event, parsed)
+        produced = self.translate(event, data)
         if not produced:
             return b""
         if len(produced) == 1:
@@ -75,16 +63,13 @@ class ChunkTranslator:
         return b"".join(encode_chunk(chunk) for chunk in produced)
 
     def produced_chars(self) -> int:
-        return self.chunks.produced_chars + self.chunks.thinking_chars
+        return self.source.produced_chars + self.source.thinking_chars
 
     def end(self) -> bytes:
         """After the usage is recorded: the usage chunk when asked for, then ``[DONE]``."""
-        if self.chunks.include_usage:
-            return encode_chunk(self.chunks.usage_chunk()) + DONE
+        if self.source.include_usage:
+            return encode_chunk(self.source.usage_chunk()) + DONE
         return DONE
-
-    def kept(self) -> KeptThinking | None:
-        return self.thinking.result() if self.thinking is not None else None
 
     def fail(self, err: GatewayError) -> bytes:
         """``data: {"error": …}`` then ``data: [DONE]``; no usage chunk."""

@@ -17,8 +17,16 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from ezat_compat.dialects import Answer, EventTranslator, Headers, KeptThinking, Parsed, ReplyIds, Resolve, event_data
-from ezat_compat.domain import Model, ResponsesSettings, Usage
+from ezat_compat.dialects import (
+    Answer,
+    EventTranslator,
+    Headers,
+    Parsed,
+    ReplyIds,
+    Resolve,
+    TranslatingStream,
+)
+from ezat_compat.domain import Model, ResponsesSettings
 from ezat_compat.errors import GatewayError, InvalidRequestError, UpstreamError, render_openai
 from ezat_compat.failures import client_error
 from ezat_compat.sealing import Sealer, SealError
@@ -127,56 +135,37 @@ class ResponsesServices:
             log.exception("could not store response %s", response.get("id"))
 
 
-class ResponsesStream:
+class ResponsesStream(TranslatingStream[ResponseEvents]):
     """Anthropic events -> Responses SSE events (``translate.responses_response`` translates;
     this encodes, seals, keeps the thinking and stores the finished response)."""
 
-    __slots__ = ("ctx", "events", "services", "thinking")
+    __slots__ = ("ctx", "services")
 
     def __init__(
         self, events: ResponseEvents, thinking: ThinkingCollector | None, services: ResponsesServices, ctx: Context
     ) -> None:
-        self.events = events
-        self.thinking = thinking
+        super().__init__(events, thinking)
         self.services = services
         self.ctx = ctx
 
-    @property
-    def usage(self) -> Usage:
-        return self.events.usage
-
-    @property
-    def done(self) -> bool:
-        return self.events.done
-
-    @property
-    def error(self) -> Mapping[str, Any] | None:
-        return self.events.error
-
     def feed(self, event: str, data: str) -> bytes:
-        parsed = event_data(data)
-        if self.thinking is not None:
-            self.thinking.feed(event, parsed)
-        produced = self.events.feed(event, parsed)
+        produced = self.translate(event, data)
         if not produced:
             return b""
         return b"".join(encode_event(e) for e in produced)
 
     def produced_chars(self) -> int:
-        return self.events.produced_chars
+        return self.source.produced_chars
 
     def end(self) -> bytes:
         """After the usage is recorded: the response is stored, then its final event."""
-        self.services.save(self.ctx, self.events.final_response())
-        return encode_event(self.events.final_event())
-
-    def kept(self) -> KeptThinking | None:
-        return self.thinking.result() if self.thinking is not None else None
+        self.services.save(self.ctx, self.source.final_response())
+        return encode_event(self.source.final_event())
 
     def fail(self, err: GatewayError) -> bytes:
         """``error`` then ``response.failed``; nothing is stored."""
         error = render_openai(err)[1]["error"]
-        return b"".join(encode_event(e) for e in self.events.failed_events(error))
+        return b"".join(encode_event(e) for e in self.source.failed_events(error))
 
 
 class OpenAIResponses:
