@@ -38,6 +38,7 @@ KEY_BYTES = 32
 NONCE_BYTES = 12
 PREFIX = "ezs1."  # the format version: a later format gets another prefix
 _AAD = b"ezat-compat reasoning v1 org:"
+KEY_FILE_WAIT_S = 2.0  # how long an empty key file may wait for its creator to write it
 
 
 class SealError(Exception):
@@ -100,7 +101,7 @@ def _key_from_file(path: Path) -> bytes:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
-        deadline = time.monotonic() + 2.0  # the creator writes right after creating: a bounded wait
+        deadline = time.monotonic() + KEY_FILE_WAIT_S  # the creator writes right after creating
         while True:
             text = path.read_text().strip()
             if text:

@@ -111,13 +111,13 @@ def run(body: dict[str, Any]) -> None:
     assert isinstance(result, Reply) and json.loads(result.body)["object"] == "response"
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(FIELDS, JSON | SHAPED, max_size=4))
 def test_any_json_in_the_fields_is_a_400_or_an_answer(fields: dict[str, Any]) -> None:
     run({"input": "hi", **fields, "stream": False})
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(SHAPED, min_size=1, max_size=4), st.lists(SHAPED, max_size=2))
 def test_any_items_and_tools_are_a_400_or_an_answer(items: list[Any], tools: list[Any]) -> None:
     run({"input": [{"role": "user", "content": "hi"}, *items], "tools": tools})

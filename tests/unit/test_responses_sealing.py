@@ -82,7 +82,8 @@ def test_key_generated_once_into_the_data_folder(tmp_path: Path) -> None:
     assert second.unseal(3, first.seal(3, BLOCKS)) == BLOCKS
 
 
-def test_an_empty_key_file_is_refused_after_a_bounded_wait(tmp_path: Path) -> None:
+def test_an_empty_key_file_is_refused_after_a_bounded_wait(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("ezat_compat.sealing.KEY_FILE_WAIT_S", 0.1)
     (tmp_path / KEY_FILE).write_text("")
     with pytest.raises(ValueError, match="is empty"):
         load_sealer(tmp_path, {})
