@@ -906,13 +906,13 @@ def test_concurrent_reserve_settle_never_overshoots(
 # ---------------------------------------------------------------- group commit (SQLite)
 
 
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # group commit is the SQLite hot path's
 def test_writes_that_arrive_together_share_one_transaction_and_keep_their_own_outcomes(
     accounts: Accounts, books: Ledger, engine: Engine, hot_path: HotPath, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """While the first writer yields, the others queue; the batch is one BEGIN … COMMIT, and
     inside it a refused reservation and a duplicate request id undo only themselves."""
-    if not isinstance(hot_path, SQLiteHotPath):
-        pytest.skip("group commit is the SQLite hot path's")
+    assert isinstance(hot_path, SQLiteHotPath)
     ctx = setup_key(accounts, balance=100_000)
     books.reserve(ctx, "dup", 1_000)
     log = StatementLog(engine, hot_path)
@@ -953,13 +953,13 @@ def test_writes_that_arrive_together_share_one_transaction_and_keep_their_own_ou
     assert count(engine, reservations) == 4
 
 
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # group commit is the SQLite hot path's
 def test_a_writer_interrupted_before_its_turn_writes_nothing(
     accounts: Accounts, books: Ledger, engine: Engine, hot_path: HotPath, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A leader whose yield raises (a timeout, a kill) withdraws its own write and still runs
     the others' that queued meanwhile."""
-    if not isinstance(hot_path, SQLiteHotPath):
-        pytest.skip("group commit is the SQLite hot path's")
+    assert isinstance(hot_path, SQLiteHotPath)
     ctx = setup_key(accounts, balance=100_000)
     other = threading.Thread(target=books.reserve, args=(ctx, "other", 2_000))
     real_sleep = time.sleep
