@@ -7,7 +7,8 @@ upstream is silent or while the model thinks (events that produce no bytes) — 
 client that left: the ping is the disconnect probe. One timer: the time of the last write.
 
 The stream is a generator: upstream events are read on their own greenlet (or thread) into a
-queue; each one is parsed, translated, encoded and written, and ``finally`` closes and bills.
+queue; each one is parsed, translated and encoded, the events already queued with it are
+written together in one write, and ``finally`` closes and bills.
 """
 
 from __future__ import annotations
@@ -93,6 +94,13 @@ class Reader:
         except Exception:  # queue.Empty / gevent.queue.Empty
             return _SILENCE
 
+    def ready(self) -> Any:
+        """The next item if one is already queued, else ``_SILENCE`` (never waits)."""
+        try:
+            return self._items.get_nowait()
+        except Exception:  # queue.Empty / gevent.queue.Empty
+            return _SILENCE
+
     def stop(self) -> None:
         self._stopped.set()
 
@@ -100,6 +108,20 @@ class Reader:
         """Wake ``get`` at once (the session was asked to end)."""
         with contextlib.suppress(Exception):  # full: the writer is busy and sees the cut at its next item
             self._items.put_nowait(_CUT)
+
+
+def _translate(session: StreamSession, item: Any) -> bytes:
+    """The client's bytes for one item of the reader (an event, the end, or what broke)."""
+    if item is _CUT:  # woken to see a cut that another item already ended, or none
+        return b""
+    if item is _END:
+        return session.ended()
+    if type(item) is _Raised:
+        return session.broke(item.exc)
+    try:
+        return session.feed(*item)
+    except Exception as exc:
+        return session.broke(exc)
 
 
 def relay(session: StreamSession) -> Generator[bytes, None, None]:
@@ -118,22 +140,24 @@ def relay(session: StreamSession) -> Generator[bytes, None, None]:
             if session.cut_by is not None:  # the gateway is shutting down
                 yield session.cut(session.cut_by)
                 return
-            if item is _CUT:
-                continue
             if item is _SILENCE:
                 yield session.ping
                 last_write = clock()
                 continue
-            if item is _END:
-                yield session.ended()
-                return
-            if type(item) is _Raised:
-                yield session.broke(item.exc)
-                return
-            try:
-                out = session.feed(*item)
-            except Exception as exc:
-                out = session.broke(exc)
+            parts = [_translate(session, item)]
+            # What the upstream already sent is written with it, in one write: events come in
+            # bursts (one TCP read holds several), and a write per event costs a send each.
+            for _ in range(QUEUE_SIZE):
+                if session.over:
+                    break
+                item = reader.ready()
+                if item is _SILENCE:
+                    break
+                if session.cut_by is not None:
+                    parts.append(session.cut(session.cut_by))
+                    break
+                parts.append(_translate(session, item))
+            out = b"".join(parts) if len(parts) > 1 else parts[0]
             if out:
                 yield out
                 last_write = clock()

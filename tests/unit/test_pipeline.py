@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -94,20 +95,34 @@ class FakeUpstream:
         return FakeStream(deployment, answer)
 
 
+# In a script: the upstream goes silent here until the stream is closed (a client can leave
+# mid-stream: the writer writes what came before it together, then waits).
+GATE: Any = ("gate", "")
+
+
 class FakeStream:
     def __init__(self, deployment: Any, events: list[Any]) -> None:
         self.deployment = deployment
         self.script = events
         self.closed = False
+        self._released = threading.Event()
+        self.exhausted = threading.Event()  # the script was read to its end
 
     def events(self) -> Iterator[tuple[str, str]]:
-        for item in self.script:
-            if isinstance(item, Exception):
-                raise item
-            yield item
+        try:
+            for item in self.script:
+                if isinstance(item, Exception):
+                    raise item
+                if item is GATE:
+                    self._released.wait(10)
+                    return
+                yield item
+        finally:
+            self.exhausted.set()
 
     def close(self) -> None:
         self.closed = True
+        self._released.set()
 
 
 class FakeLedger:
@@ -331,13 +346,27 @@ def test_a_complete_stream_is_billed_before_done() -> None:
 )
 def test_a_failure_after_the_start_ends_with_error_then_done_unbilled(tail: list[Any]) -> None:
     out, ledger, _ = run_openai_stream([*events(START, *TEXT), *tail])
-    assert out[-1].endswith(b"data: [DONE]\n\n") and out[-1].startswith(b'data: {"error":')
+    *_, error, done, _empty = b"".join(out).split(b"\n\n")
+    assert done == b"data: [DONE]" and error.startswith(b'data: {"error":')
     ((_, row),) = ledger.rows
     assert row.cost_micros == 0 and row.status >= 500
 
 
+def test_the_events_already_received_are_written_in_one_write() -> None:
+    gw, _, ledger = gateway({"a": events(START, *TEXT, *END)})
+    session = gw.handle(OPENAI, request("openai", stream=True))
+    assert isinstance(session, StreamSession)
+    writer = relay(session)
+    head = next(writer)  # the first event, read before the stream started
+    assert session._upstream.exhausted.wait(5)  # type: ignore[attr-defined]
+    rest = list(writer)
+    assert head.startswith(b"data: ") and head.count(b"\n\n") == 1
+    assert len(rest) == 1 and rest[0].endswith(b"data: [DONE]\n\n") and b"Hello there, friend" in rest[0]
+    assert len(ledger.rows) == 1
+
+
 def test_a_client_that_leaves_is_billed_an_estimate_and_the_upstream_closed() -> None:
-    _, ledger, stream = run_openai_stream(events(START, *TEXT, *END), stop_after=2)
+    _, ledger, stream = run_openai_stream([*events(START, *TEXT), GATE, *events(*END)], stop_after=2)
     ((_, row),) = ledger.rows
     assert (row.status, row.estimated, row.usage.input_tokens) == (499, True, 7)
     assert row.usage.output_tokens == 5 and row.cost_micros > 0  # ceil(len("Hello there, friend") / 4)
@@ -476,7 +505,7 @@ def test_every_stream_ending_is_settled_once(
 @pytest.mark.parametrize("dialect", ["openai", "anthropic"])
 @pytest.mark.parametrize("pulled", [0, 1, 2], ids=["before-the-first-chunk", "after-the-head", "mid-stream"])
 def test_a_client_that_leaves_pays_for_what_was_produced(dialect: str, pulled: int) -> None:
-    gw, _, ledger = gateway({"a": events(START, *TEXT, *END), "b": [], "c": []})
+    gw, _, ledger = gateway({"a": [*events(START, *TEXT), GATE, *events(*END)], "b": [], "c": []})
     session = gw.handle(DIALECTS[dialect], request(dialect, stream=True))
     assert isinstance(session, StreamSession)
     body = StreamBody(session)

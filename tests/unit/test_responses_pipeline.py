@@ -18,7 +18,7 @@ from ezat_compat.errors import InvalidRequestError, UpstreamStreamError
 from ezat_compat.pipeline import ClientRequest, Reply
 from ezat_compat.sealing import Sealer
 from ezat_compat.session import StreamSession
-from tests.unit.test_pipeline import AUTH, END, START, TEXT, TOOL_REPLY, TOOL_STREAM, events, gateway
+from tests.unit.test_pipeline import AUTH, END, GATE, START, TEXT, TOOL_REPLY, TOOL_STREAM, events, gateway
 
 SEALER = Sealer(bytes(range(32)))
 DIALECT = OpenAIResponses(ResponsesServices(ResponsesSettings(store=False), None, SEALER, lambda: 1000.0))
@@ -81,7 +81,7 @@ def test_a_failure_after_the_start_ends_with_error_then_failed_unbilled(tail: li
 
 
 def test_a_client_that_leaves_pays_an_estimate() -> None:
-    gw, _, ledger = gateway({"a": events(START, *TEXT, *END)})
+    gw, _, ledger = gateway({"a": [*events(START, *TEXT), GATE, *events(*END)]})
     session = gw.handle(DIALECT, request({"input": "hi", "stream": True}))
     assert isinstance(session, StreamSession)
     writer = relay(session)
