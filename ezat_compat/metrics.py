@@ -15,6 +15,7 @@ only). The cooldown gauge and ``ezat_build_info`` are computed at scrape time.
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import platform
 import shutil
@@ -27,11 +28,12 @@ from prometheus_client import (
     Gauge,
     Histogram,
     generate_latest,
+    values,
 )
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from ezat_compat import __version__
+from ezat_compat import __version__, procid
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 STREAM_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 3600)
@@ -74,11 +76,21 @@ class _ScrapeCollector(Collector):
         yield family
 
 
+@functools.cache
+def _multiprocess_value_class() -> type:
+    """prometheus_client's multiprocess value, told this process's id by ``procid.pid`` (the
+    same number as its default ``os.getpid``, without a system call for every sample it writes:
+    each checks the id to notice a fork). One class per process, so one set of open files."""
+    return values.MultiProcessValue(process_identifier=procid.pid)
+
+
 class Metrics:
     """The gateway's metrics. One instance per process, created by the app factory."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+        if self.multiprocess:
+            values.ValueClass = _multiprocess_value_class()
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         reg = self.registry
         self.requests = Counter(

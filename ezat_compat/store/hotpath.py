@@ -23,7 +23,6 @@ when it disposes of the engine.
 from __future__ import annotations
 
 import contextlib
-import os
 import sqlite3
 import threading
 import time
@@ -38,6 +37,7 @@ from sqlalchemy.exc import OperationalError as SAOperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from ezat_compat.errors import OverloadedError
+from ezat_compat.procid import pid
 from ezat_compat.store.db import SQLITE_BUSY_TIMEOUT_S, write_engine
 
 AUTH_SQL = (
@@ -207,13 +207,13 @@ class GroupCommit:
         self._queue: list[_Queued] = []
         self._queue_lock = threading.Lock()
         self._leading = False
-        self._pid = os.getpid()
+        self._pid = pid()
 
     def run(self, work: Work[P, T], params: P) -> T:
         """``work(execute, params)`` in a write transaction (maybe shared); its result, or its
         exception (the database's own errors unchanged)."""
-        if self._pid != os.getpid():
-            self._queue, self._queue_lock, self._leading, self._pid = [], threading.Lock(), False, os.getpid()
+        if self._pid != pid():
+            self._queue, self._queue_lock, self._leading, self._pid = [], threading.Lock(), False, pid()
         item = _Queued(work, params)
         with self._queue_lock:
             lead = not self._leading
@@ -324,13 +324,13 @@ class SQLiteHotPath:
         self.group = GroupCommit(self._connection, lambda: self._lock)
 
     def _connection(self) -> sqlite3.Connection:
-        if self._conn is None or self._pid != os.getpid():
+        if self._conn is None or self._pid != pid():
             conn = sqlite3.connect(
                 self.path, timeout=SQLITE_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
             )
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=ON")
-            self._conn, self._pid = conn, os.getpid()
+            self._conn, self._pid = conn, pid()
         return self._conn
 
     def read(self, sql: str, params: Mapping[str, Any]) -> Sequence[Any] | None:
@@ -346,7 +346,7 @@ class SQLiteHotPath:
 
     def close(self) -> None:
         with self._lock:
-            if self._conn is not None and self._pid == os.getpid():
+            if self._conn is not None and self._pid == pid():
                 self._conn.close()
             self._conn = None
 

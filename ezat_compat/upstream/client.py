@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -42,6 +41,7 @@ from ezat_compat.errors import (
     UpstreamStreamError,
     UpstreamTimeoutError,
 )
+from ezat_compat.procid import pid
 from ezat_compat.upstream.sse import SSEDecoder
 
 USER_AGENT = f"ezat-compat/{__version__}"
@@ -126,8 +126,8 @@ class UpstreamClient:
         """The keep-alive pool of one deployment's host and the path prefix of its URL, made
         once per process (after the fork). One pool per deployment URL, kept for the process's
         life: what a ``PoolManager`` would pick, without parsing the URL on every request."""
-        if self._pid != os.getpid():
-            self._pools, self._pid = {}, os.getpid()
+        if self._pid != pid():
+            self._pools, self._pid = {}, pid()
         found = self._pools.get(base_url)
         if found is None:
             parsed = urllib3.util.parse_url(base_url)
