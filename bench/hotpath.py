@@ -1,6 +1,6 @@
 """Profile our gateway's hot path with py-spy under the benchmark's load.
 
-    python bench/hotpath.py [--duration S] [--rate HZ] [--out DIR]
+    python bench/hotpath.py [--duration S] [--rate HZ] [--concurrency N] [--out DIR]
 
 Starts the simulator (TCP_NODELAY, fast) and the gateway (gunicorn, ONE gevent worker, SQLite
 ledger, a key with rpm/tpm), then for each load — non-streaming at concurrency 32 and
@@ -209,7 +209,7 @@ def profile_load(
         "--mode",
         mode,
         "--concurrency",
-        "32",
+        str(args.concurrency),
         "--expect",
         expect,
         "--header",
@@ -268,6 +268,7 @@ def profile_load(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="py-spy profile of the gateway's hot path under load")
     parser.add_argument("--duration", type=float, default=15.0, help="seconds of load per measurement (default 15)")
+    parser.add_argument("--concurrency", type=int, default=32, help="clients at once (default 32)")
     parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second (default 250)")
     parser.add_argument("--out", type=Path, default=BENCH / "results", help="folder for the reports")
     args = parser.parse_args(argv)
@@ -279,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
         _, sim_url = fleet.start_sim()
         gateway = fleet.start_gateway("gateway", sim_url, workers=1, keepalive_s=1.0)
         for load, mode, expect in LOADS:
+            if args.concurrency != 32:
+                load = load.replace("_c32", f"_c{args.concurrency}")
             report[load] = profile_load(fleet, gateway, py_spy, load, mode, expect, args, args.out)
     (args.out / "profile.json").write_text(json.dumps(report, indent=2) + "\n")
     print(f"reports: {args.out}/profile-*.txt, stacks: {args.out}/profile-*.collapsed")
