@@ -191,9 +191,10 @@ class GroupCommit:
 
     The first writer becomes the leader, lets the other greenlets that are ready run once
     (``time.sleep(0)``, gevent's cooperative yield once patched) and then runs every write
-    queued by then in ONE transaction, each inside its own savepoint — so one write's refusal
-    (``commit`` False) or error undoes only its own statements — and wakes their writers with
-    their results; a failing database fails the whole group. A write alone runs exactly as a
+    queued by then in ONE transaction — so one write's refusal (``commit`` False) or error
+    undoes only its own statements: when one declines or fails, the group is undone and run
+    again with each write in its own savepoint — and wakes their writers with their results; a
+    failing database fails the whole group. A write alone runs exactly as a
     transaction of its own. A writer interrupted while it waits (a timeout, a kill) leaves the
     queue untouched by its write: it was either not taken yet, and is withdrawn, or finished.
 
@@ -268,7 +269,11 @@ class GroupCommit:
                         item.done.set()
 
     def _run(self, batch: list[_Queued]) -> None:
-        """One transaction for ``batch``; every item ends with a result or an error."""
+        """One transaction for ``batch``; every item ends with a result or an error.
+
+        A group runs first as one plain transaction: the writes almost always all keep their
+        work. Only when one declines or fails is that undone whole and the group run again with
+        each write in its own savepoint (two statements more a write, paid only then)."""
         with self._lock():
             try:
                 conn = self._connection()
@@ -283,6 +288,11 @@ class GroupCommit:
                     item.result, commit = item.work(conn.execute, item.params)
                     conn.execute("COMMIT" if commit else "ROLLBACK")
                     return
+                if self._run_all(conn, batch):
+                    conn.execute("COMMIT")
+                    return
+                conn.execute("ROLLBACK")
+                conn.execute("BEGIN IMMEDIATE")
                 for item in batch:
                     self._run_one(conn, item)
                 conn.execute("COMMIT")
@@ -292,6 +302,22 @@ class GroupCommit:
                         conn.execute("ROLLBACK")
                 for item in batch:  # nothing of the group was kept
                     item.result, item.error = None, item.error or exc
+
+    @staticmethod
+    def _run_all(conn: sqlite3.Connection, batch: list[_Queued]) -> bool:
+        """Every write of ``batch`` in the open transaction, without savepoints; False as soon
+        as one declines or fails with an error of its own (the caller undoes them all and runs
+        them again one savepoint each); the database failing raises."""
+        for item in batch:
+            try:
+                item.result, commit = item.work(conn.execute, item.params)
+            except sqlite3.OperationalError:
+                raise
+            except Exception:
+                return False
+            if not commit:
+                return False
+        return True
 
     @staticmethod
     def _run_one(conn: sqlite3.Connection, item: _Queued) -> None:

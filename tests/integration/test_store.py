@@ -910,8 +910,9 @@ def test_concurrent_reserve_settle_never_overshoots(
 def test_writes_that_arrive_together_share_one_transaction_and_keep_their_own_outcomes(
     accounts: Accounts, books: Ledger, engine: Engine, hot_path: HotPath, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """While the first writer yields, the others queue; the batch is one BEGIN … COMMIT, and
-    inside it a refused reservation and a duplicate request id undo only themselves."""
+    """While the first writer yields, the others queue; the batch commits in one transaction,
+    and inside it a refused reservation and a duplicate request id undo only themselves (the
+    plain run is undone and the group runs again with a savepoint per write)."""
     assert isinstance(hot_path, SQLiteHotPath)
     ctx = setup_key(accounts, balance=100_000)
     books.reserve(ctx, "dup", 1_000)
@@ -948,9 +949,38 @@ def test_writes_that_arrive_together_share_one_transaction_and_keep_their_own_ou
         "b": "held",
     }
     statements = log.take()
-    assert statements.count("BEGIN IMMEDIATE") == 1 and statements.count("COMMIT") == 1
+    assert statements.count("COMMIT") == 1 and statements.count("ROLLBACK") == 1
+    assert statements.count("BEGIN IMMEDIATE") == 2 and statements.count("SAVEPOINT group_write") == 5
     assert org_row(engine, "acme").reserved_micros == 1_000 + 5_000 + 10_000 + 20_000
     assert count(engine, reservations) == 4
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # group commit is the SQLite hot path's
+def test_a_group_whose_writes_all_keep_is_one_plain_transaction(
+    accounts: Accounts, books: Ledger, engine: Engine, hot_path: HotPath, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The common case costs no savepoint: one BEGIN IMMEDIATE, the writes, one COMMIT."""
+    assert isinstance(hot_path, SQLiteHotPath)
+    ctx = setup_key(accounts, balance=100_000)
+    log = StatementLog(engine, hot_path)
+    threads = [threading.Thread(target=books.reserve, args=(ctx, f"r{n}", 1_000)) for n in range(4)]
+    real_sleep = time.sleep
+
+    def let_the_others_queue(_seconds: float) -> None:
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 10
+        while hot_path.group.queued < 1 + len(threads) and time.monotonic() < deadline:
+            real_sleep(0.001)
+
+    monkeypatch.setattr("ezat_compat.store.hotpath.time.sleep", let_the_others_queue)
+    books.reserve(ctx, "first", 1_000)
+    for thread in threads:
+        thread.join(10)
+    statements = log.take()
+    assert statements.count("BEGIN IMMEDIATE") == 1 and statements.count("COMMIT") == 1
+    assert not [s for s in statements if "SAVEPOINT" in s or "ROLLBACK" in s or "RELEASE" in s]
+    assert org_row(engine, "acme").reserved_micros == 5_000 and count(engine, reservations) == 5
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # group commit is the SQLite hot path's
