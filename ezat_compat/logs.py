@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import logging
@@ -354,6 +355,39 @@ def gunicorn_logger_class() -> type:
     return GatewayGunicornLogger
 
 
+_PLAIN_HANDLERS = (logging.StreamHandler, logging.FileHandler)
+
+
+def _write_directly(logger: logging.Logger, line: str) -> bool:
+    """Write the finished ``line`` to ``logger``'s handlers as their ``emit`` would, without a
+    ``LogRecord`` (its creation, the caller lookup and the dispatch cost more than the write):
+    only when nothing could tell the difference — the logger doesn't propagate and has no
+    filter, and each handler is a plain stream or file handler, open, with the line formatter
+    and no filter, passing INFO. False (nothing written) otherwise: the caller logs the line
+    the usual way then. A failed write is reported as ``emit`` reports it (``handleError``)."""
+    handlers = logger.handlers
+    if logger.propagate or logger.filters or not handlers:
+        return False
+    for handler in handlers:
+        if (
+            type(handler) not in _PLAIN_HANDLERS
+            or type(handler.formatter) is not LineFormatter
+            or handler.filters
+            or handler.level > logging.INFO
+            or getattr(handler, "stream", None) is None
+        ):
+            return False
+    for handler in handlers:
+        stream_handler: logging.StreamHandler[Any] = handler  # type: ignore[assignment]
+        with stream_handler.lock or contextlib.nullcontext():
+            try:
+                stream_handler.stream.write(line + stream_handler.terminator)
+                stream_handler.flush()
+            except Exception:  # what emit does: the handler reports it (logging.raiseExceptions)
+                stream_handler.handleError(logger.makeRecord(logger.name, logging.INFO, __file__, 0, line, (), None))
+    return True
+
+
 class RequestLog:
     """The sink of every ``RequestRecord``: counts the answer in the metrics and writes the
     request's line on ``ezat_compat.access`` (when ``[logging] access_log`` is on)."""
@@ -388,7 +422,9 @@ class RequestLog:
         if record.stream:
             metrics.streamed(route, record.status, record.first_byte - record.started, now - record.first_byte)
         if self.log.isEnabledFor(logging.INFO):
-            self.log.info(access_line(record.fields(now, time.time()), self.fmt))
+            line = access_line(record.fields(now, time.time()), self.fmt)
+            if not _write_directly(self.log, line):
+                self.log.info(line)
         outages = self.outages
         if outages is not None and outages.open and record.org is not None and record.status < 500:
             outages.recovered("database")  # it authenticated the key: the database answers again

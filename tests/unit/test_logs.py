@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import sys
@@ -9,20 +10,24 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from ezat_compat.app import metrics_listener
 from ezat_compat.domain import LoggingSettings, Usage
 from ezat_compat.logs import (
     JsonFormatter,
+    LineFormatter,
     Outages,
+    RequestLog,
     RequestRecord,
+    _write_directly,
     access_line,
     logging_config,
     redact_atoms,
     redact_query,
     rfc3339,
 )
-from ezat_compat.metrics import status_class
+from ezat_compat.metrics import Metrics, status_class
 from ezat_compat.readiness import Readiness
 
 
@@ -269,3 +274,37 @@ def test_gunicorn_access_line_only_with_an_access_log(accesslog: str | None, lin
     logger.access(resp, req, environ, timedelta(seconds=0.01))
     assert len(seen) == lines
     assert all("secret" not in line for line in seen)
+
+
+def _request_logger(name: str, stream: io.StringIO, *, handler_filter: bool = False) -> logging.Logger:
+    logger = logging.getLogger(name)
+    logger.handlers.clear()
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(LineFormatter())
+    if handler_filter:
+        handler.addFilter(lambda record: "secret" not in record.getMessage())
+    logger.addHandler(handler)
+    return logger
+
+
+def test_the_request_line_is_written_as_logging_would_write_it() -> None:
+    direct, through = io.StringIO(), io.StringIO()
+    probe = io.StringIO()
+    assert _write_directly(_request_logger("t.probe", probe), "probe") and probe.getvalue() == "probe\n"
+    log = RequestLog(Metrics(CollectorRegistry()), logger=_request_logger("t.direct", direct))
+    record = log.start("req_1", "POST", "/v1/messages", "127.0.0.1", "messages")
+    record.finish()
+    (line,) = direct.getvalue().splitlines()
+    _request_logger("t.through", through).info(line)  # what logging itself writes for that line
+    assert direct.getvalue() == through.getvalue() and json.loads(line)["request_id"] == "req_1"
+
+
+def test_a_handler_with_a_filter_gets_the_line_through_logging() -> None:
+    stream = io.StringIO()
+    logger = _request_logger("t.filtered", stream, handler_filter=True)
+    assert not _write_directly(logger, "a secret line")
+    log = RequestLog(Metrics(CollectorRegistry()), logger=logger)
+    log.start("secret", "POST", "/v1/messages", "127.0.0.1", "messages").finish()
+    assert stream.getvalue() == ""  # the filter saw the line: nothing went around it
