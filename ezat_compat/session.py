@@ -22,6 +22,8 @@ from ezat_compat.errors import GatewayError, UpstreamError, UpstreamStatusError
 from ezat_compat.failures import STREAM_ENDED_EARLY
 
 log = logging.getLogger("ezat_compat")
+# Messages API, "Streaming": the last event of a reply (its bill is recorded when it is fed).
+LAST_EVENT = "message_stop"
 CHARS_PER_TOKEN = 4
 RELAY_FAILED = "The gateway failed while relaying the stream."
 RELAY_STOPPED = "The gateway stopped while relaying the stream."
@@ -113,6 +115,13 @@ class StreamSession:
         if translator.error is not None:
             return out + self._fail(self._owner.failure(UpstreamStatusError.from_event(translator.error)))
         return out
+
+    @staticmethod
+    def bills(item: object) -> bool:
+        """Whether feeding ``item`` (an upstream event) ends the reply and bills it. The writer
+        writes what it holds before such an event, so that a client that left is seen by a
+        failed write before the bill, not after."""
+        return type(item) is tuple and item[0] == LAST_EVENT
 
     def ended(self) -> bytes:
         """The upstream ended the body before the reply was complete."""

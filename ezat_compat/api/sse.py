@@ -135,8 +135,12 @@ def relay(session: StreamSession) -> Generator[bytes, None, None]:
         if session.head:
             yield session.head
         last_write = clock()
+        held: Any = None  # an item taken from the reader, fed at the next turn
         while not session.over:
-            item = reader.get(keepalive_s - (clock() - last_write))
+            if held is not None:
+                item, held = held, None
+            else:
+                item = reader.get(keepalive_s - (clock() - last_write))
             if session.cut_by is not None:  # the gateway is shutting down
                 yield session.cut(session.cut_by)
                 return
@@ -146,7 +150,9 @@ def relay(session: StreamSession) -> Generator[bytes, None, None]:
                 continue
             parts = [_translate(session, item)]
             # What the upstream already sent is written with it, in one write: events come in
-            # bursts (one TCP read holds several), and a write per event costs a send each.
+            # bursts (one TCP read holds several), and a write per event costs a send each. The
+            # event that bills the reply waits for the next write: a client that left makes
+            # that write fail before it is billed as served.
             for _ in range(QUEUE_SIZE):
                 if session.over:
                     break
@@ -155,6 +161,9 @@ def relay(session: StreamSession) -> Generator[bytes, None, None]:
                     break
                 if session.cut_by is not None:
                     parts.append(session.cut(session.cut_by))
+                    break
+                if session.bills(item) and any(parts):  # what came before goes out first
+                    held = item
                     break
                 parts.append(_translate(session, item))
             out = b"".join(parts) if len(parts) > 1 else parts[0]

@@ -352,17 +352,19 @@ def test_a_failure_after_the_start_ends_with_error_then_done_unbilled(tail: list
     assert row.cost_micros == 0 and row.status >= 500
 
 
-def test_the_events_already_received_are_written_in_one_write() -> None:
+def test_the_events_already_received_are_written_in_one_write_and_the_last_after_them() -> None:
     gw, _, ledger = gateway({"a": events(START, *TEXT, *END)})
     session = gw.handle(OPENAI, request("openai", stream=True))
     assert isinstance(session, StreamSession)
     writer = relay(session)
     head = next(writer)  # the first event, read before the stream started
-    assert session._upstream.exhausted.wait(5)  # type: ignore[attr-defined]
-    rest = list(writer)
     assert head.startswith(b"data: ") and head.count(b"\n\n") == 1
-    assert len(rest) == 1 and rest[0].endswith(b"data: [DONE]\n\n") and b"Hello there, friend" in rest[0]
-    assert len(ledger.rows) == 1
+    assert session._upstream.exhausted.wait(5)  # type: ignore[attr-defined]
+    received = next(writer)  # every event up to the last one, in one write
+    assert b"Hello there, friend" in received
+    assert ledger.rows == []  # billed only once that write went out: a client gone would have failed it
+    rest = list(writer)
+    assert len(rest) == 1 and rest[0].endswith(b"data: [DONE]\n\n") and len(ledger.rows) == 1
 
 
 def test_a_client_that_leaves_is_billed_an_estimate_and_the_upstream_closed() -> None:
