@@ -23,6 +23,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import urllib3
+from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, connection_from_url
 from urllib3.exceptions import (
     ConnectTimeoutError,
@@ -46,6 +47,52 @@ from ezat_compat.upstream.sse import SSEDecoder
 
 USER_AGENT = f"ezat-compat/{__version__}"
 READ_CHUNK = 64 * 1024
+
+
+class _HeadWithBody:
+    """A connection that writes a request's head together with its body: ``http.client``
+    sends them with two writes (two system calls, and two TCP segments where one would hold
+    both). The head is held back and sent with the body's first chunk; a request without a
+    body sends it when its response is read."""
+
+    _head = b""
+
+    def _send_output(self, message_body: Any = None, encode_chunked: bool = False) -> None:
+        if message_body is not None or self._head:
+            super()._send_output(message_body, encode_chunked=encode_chunked)  # type: ignore[misc]
+            return
+        buffer: list[bytes] = self._buffer  # type: ignore[attr-defined]
+        buffer.extend((b"", b""))
+        self._head = b"\r\n".join(buffer)
+        del buffer[:]
+
+    def send(self, data: Any) -> None:
+        head = self._head
+        if head:
+            self._head = b""
+            if isinstance(data, bytes | bytearray):
+                data = head + data
+            else:
+                super().send(head)  # type: ignore[misc]
+        super().send(data)  # type: ignore[misc]
+
+    def getresponse(self, *args: Any, **kwargs: Any) -> Any:
+        if self._head:
+            head, self._head = self._head, b""
+            super().send(head)  # type: ignore[misc]
+        return super().getresponse(*args, **kwargs)  # type: ignore[misc]
+
+    def close(self) -> None:
+        self._head = b""
+        super().close()  # type: ignore[misc]
+
+
+class OneWriteHTTPConnection(_HeadWithBody, HTTPConnection):
+    """urllib3's connection, head and body in one write."""
+
+
+class OneWriteHTTPSConnection(_HeadWithBody, HTTPSConnection):
+    """urllib3's TLS connection, head and body in one write."""
 
 
 class UpstreamStream:
@@ -133,6 +180,7 @@ class UpstreamClient:
             parsed = urllib3.util.parse_url(base_url)
             tls: dict[str, Any] = {"ca_certs": _ca_bundle()} if parsed.scheme == "https" else {}
             pool = connection_from_url(base_url, maxsize=self.pool_size, block=False, retries=False, **tls)
+            pool.ConnectionCls = OneWriteHTTPSConnection if parsed.scheme == "https" else OneWriteHTTPConnection
             found = self._pools[base_url] = (pool, (parsed.path or "").rstrip("/"))
         return found
 

@@ -4,16 +4,29 @@ stream cut mid-way, connection reuse)."""
 
 from __future__ import annotations
 
+import datetime
+import http.client
+import ipaddress
 import socket
 import socketserver
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
+import urllib3
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from ezat_compat.domain import Deployment
 from ezat_compat.upstream.client import (
+    OneWriteHTTPConnection,
+    OneWriteHTTPSConnection,
     UpstreamClient,
     UpstreamConnectError,
     UpstreamStatusError,
@@ -255,3 +268,72 @@ def test_with_model_splices_without_reserialising(
     body: bytes, model: str, stream: bool | None, expected: bytes
 ) -> None:
     assert with_model(body, model, stream=stream) == expected
+
+
+def test_a_request_head_and_body_go_out_in_one_write(
+    server: ScriptedServer, client: UpstreamClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writes: list[bytes] = []
+    real_send = http.client.HTTPConnection.send
+
+    def recording_send(self: http.client.HTTPConnection, data: Any) -> None:
+        writes.append(bytes(data))
+        real_send(self, data)
+
+    monkeypatch.setattr(http.client.HTTPConnection, "send", recording_send)
+    server.scripts = [respond(200, b'{"ok":1}'), respond(200, b'{"ok":2}')]
+    body = with_model(encode_body({"max_tokens": 5}), "claude-x", stream=False)
+    for _ in range(2):  # a new connection, then the pooled one
+        assert client.complete(deployment(server.url), "/v1/messages", body, timeout_s=5)[0].startswith(b'{"ok"')
+    assert len(writes) == 2 and writes == server.requests
+    assert writes[0].startswith(b"POST /v1/messages HTTP/1.1\r\n") and writes[0].endswith(b"\r\n\r\n" + body)
+
+
+def test_a_request_without_a_body_sends_its_head_when_its_answer_is_read(server: ScriptedServer) -> None:
+    server.scripts = [respond(200, b'{"ok":1}')]
+    pool = urllib3.HTTPConnectionPool("127.0.0.1", server.server_address[1], retries=False)
+    pool.ConnectionCls = OneWriteHTTPConnection
+    response = pool.urlopen("GET", "/v1/models", timeout=5)
+    assert response.status == 200 and response.data == b'{"ok":1}'
+    assert server.requests[0].startswith(b"GET /v1/models HTTP/1.1\r\n")
+    pool.close()
+
+
+def _self_signed(folder: Path) -> tuple[Path, Path]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = folder / "cert.pem", folder / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return cert_file, key_file
+
+
+def test_the_tls_connection_sends_its_request_whole(server: ScriptedServer, tmp_path: Path) -> None:
+    cert_file, key_file = _self_signed(tmp_path)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert_file, key_file)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    server.scripts = [respond(200, b'{"ok":1}'), respond(200, b'{"ok":2}')]
+    pool = urllib3.HTTPSConnectionPool(
+        "127.0.0.1", server.server_address[1], retries=False, ca_certs=str(cert_file), maxsize=1
+    )
+    pool.ConnectionCls = OneWriteHTTPSConnection
+    for n in (1, 2):
+        response = pool.urlopen("POST", "/v1/messages", body=b'{"max_tokens":5}', timeout=5)
+        assert (response.status, response.data) == (200, b'{"ok":%d}' % n)
+    assert server.connections == 1 and all(r.endswith(b'\r\n\r\n{"max_tokens":5}') for r in server.requests)
+    pool.close()
