@@ -121,6 +121,7 @@ class _GatewaySchema(_Strict):
     thinking_ttl_s = fields.Float(load_default=86400.0, validate=validate.Range(min=0, min_inclusive=False))
     data_dir = fields.Str(load_default="")
     first_event_timeout_s = fields.Float(load_default=30.0, validate=validate.Range(min=0, min_inclusive=False))
+    web_search_max_uses = fields.Int(load_default=10, strict=True, validate=validate.Range(min=1, max=1000))
 
 
 def _allow_list(value: str) -> None:

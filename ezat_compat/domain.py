@@ -88,6 +88,7 @@ class GatewaySettings:
     thinking_ttl_s: float = 86400.0  # how long thinking blocks are kept for the client's next tool round
     data_dir: str = ""  # counters and journal; relative to the config file's folder ("" = that folder)
     first_event_timeout_s: float = 30.0  # a stream without headers and a first event by then fails over
+    web_search_max_uses: int = 10  # a web search tool sent without max_uses gets this many (and it is reserved)
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ from ezat_compat.session import StreamSession
 from ezat_compat.store.accounts import Accounts, AuthContext
 from ezat_compat.store.ledger import CLIENT_CLOSED, STALE_RESERVATION, Ledger, LedgerEntry
 from ezat_compat.store.thinking import ThinkingStash
-from ezat_compat.translate.estimate import input_tokens_upper_bound
+from ezat_compat.translate.estimate import bound_web_searches, input_tokens_upper_bound
 from ezat_compat.translate.request import ImageSlot
 from ezat_compat.upstream.client import UpstreamClient, UpstreamStream, encode_body, with_model
 from ezat_compat.upstream.imagefit import UpstreamImageLimits
@@ -198,7 +198,8 @@ class Gateway:
         bound = input_tokens_upper_bound(parsed.body, parsed.model.context_window) if parsed.billed else 0
         tokens = self.limits.admit(auth, bound + parsed.max_tokens if parsed.billed else 0)
         if parsed.billed:
-            reserve = worst_case_micros(bound, parsed.max_tokens, parsed.model.price)
+            searches = bound_web_searches(parsed.body, self.config.gateway.web_search_max_uses)
+            reserve = worst_case_micros(bound, parsed.max_tokens, parsed.model.price, searches)
             try:
                 self.ledger.reserve(
                     auth,

@@ -53,23 +53,29 @@ def cost_micros(usage: Usage, price: Price) -> int:
     return int(total.quantize(_ONE, rounding=ROUND_HALF_UP, context=_EXACT))
 
 
-def worst_case_micros(input_tokens_upper_bound: int, max_output_tokens: int, price: Price) -> int:
+def worst_case_micros(
+    input_tokens_upper_bound: int, max_output_tokens: int, price: Price, web_searches: int = 0
+) -> int:
     """The most a request can cost, in micro-USD, rounded up: reserve this before sending it.
 
     Every input token is priced at the highest of the input, cache-write and cache-read prices
-    (the prompt may be written to the cache), plus ``max_output_tokens`` at the output price.
-    Pass a true upper bound of the input tokens, so that settling never debits more than was
-    reserved. Raises ``ValueError`` for negative counts.
+    (the prompt may be written to the cache), plus ``max_output_tokens`` at the output price,
+    plus ``web_searches`` (the most the request may run) at the price per search. Pass true upper
+    bounds, so that settling never debits more than was reserved. Raises ``ValueError`` for
+    negative counts.
     """
-    if input_tokens_upper_bound < 0 or max_output_tokens < 0:
+    if input_tokens_upper_bound < 0 or max_output_tokens < 0 or web_searches < 0:
         raise ValueError(
-            f"token counts must not be negative: input={input_tokens_upper_bound}, output={max_output_tokens}"
+            f"counts must not be negative: input={input_tokens_upper_bound}, output={max_output_tokens}, "
+            f"web searches={web_searches}"
         )
     input_price = max(price.input, price.cache_write, price.cache_read)
     total = _EXACT.add(
         _EXACT.multiply(Decimal(input_tokens_upper_bound), input_price),
         _EXACT.multiply(Decimal(max_output_tokens), price.output),
     )
+    if web_searches:
+        total = _EXACT.add(total, _EXACT.multiply(Decimal(web_searches) * 1_000_000, price.web_search))
     return int(total.quantize(_ONE, rounding=ROUND_CEILING, context=_EXACT))
 
 

@@ -62,3 +62,35 @@ def input_tokens_upper_bound(body: Mapping[str, Any], context_window: int) -> in
         if total >= context_window:
             return context_window
     return total
+
+
+WEB_SEARCH_TOOL_PREFIX = "web_search_"  # Anthropic's server web search: web_search_20250305, …
+
+
+def bound_web_searches(body: Mapping[str, Any], default_max_uses: int) -> int:
+    """The most web searches the upstream may run (and bill, per search) for ``body``.
+
+    Anthropic's web search tool takes ``max_uses`` (web search tool reference, "Tool
+    definition": the most searches in one request); without it the searches are unbounded, so
+    no reservation could cover them. A web search tool without a ``max_uses`` (or with null) is
+    given ``default_max_uses`` here, in place: the body's ``tools`` list gets a copy of that tool
+    dict with it. A positive whole ``max_uses`` counts as sent; any other value is the upstream's
+    to refuse (400: nothing is billed), so it counts nothing. Other tools cost nothing per use.
+    """
+    tools = body.get("tools")
+    if not isinstance(tools, list):
+        return 0
+    total = 0
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, Mapping):
+            continue
+        kind = tool.get("type")
+        if not isinstance(kind, str) or not kind.startswith(WEB_SEARCH_TOOL_PREFIX):
+            continue
+        uses = tool.get("max_uses")
+        if uses is None:
+            tools[i] = {**tool, "max_uses": default_max_uses}
+            total += default_max_uses
+        elif type(uses) is int and uses > 0:
+            total += uses
+    return total

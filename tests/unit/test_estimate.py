@@ -9,7 +9,12 @@ import pytest
 
 from ezat_compat.domain import Usage
 from ezat_compat.session import estimated_usage
-from ezat_compat.translate.estimate import IMAGE_TOKENS, REQUEST_OVERHEAD_TOKENS, input_tokens_upper_bound
+from ezat_compat.translate.estimate import (
+    IMAGE_TOKENS,
+    REQUEST_OVERHEAD_TOKENS,
+    bound_web_searches,
+    input_tokens_upper_bound,
+)
 
 TOOL = {
     "name": "form",
@@ -68,3 +73,48 @@ def test_images_documents_and_the_context_window() -> None:
 def test_early_close_estimate(chars: int, reported: int, max_tokens: int, expected: int) -> None:
     usage = estimated_usage(Usage(input_tokens=10, output_tokens=reported), chars, max_tokens)
     assert usage.output_tokens == expected and usage.input_tokens == 10
+
+
+SEARCH = {"type": "web_search_20250305", "name": "web_search"}
+FETCH = {"type": "web_fetch_20250910", "name": "web_fetch"}
+
+
+@pytest.mark.parametrize(
+    ("tools", "bound", "sent"),
+    [
+        (None, 0, None),
+        ([{"name": "f", "input_schema": {"type": "object"}}], 0, [{"name": "f", "input_schema": {"type": "object"}}]),
+        ([SEARCH], 10, [{**SEARCH, "max_uses": 10}]),
+        ([{**SEARCH, "max_uses": None}], 10, [{**SEARCH, "max_uses": 10}]),
+        ([{**SEARCH, "max_uses": 3}], 3, [{**SEARCH, "max_uses": 3}]),
+        ([{**SEARCH, "max_uses": 50}], 50, [{**SEARCH, "max_uses": 50}]),
+        ([{**SEARCH, "max_uses": 0}], 0, [{**SEARCH, "max_uses": 0}]),
+        ([{**SEARCH, "max_uses": "5"}], 0, [{**SEARCH, "max_uses": "5"}]),
+        ([{**SEARCH, "max_uses": True}], 0, [{**SEARCH, "max_uses": True}]),
+        (
+            [{"type": "web_fetch_20250910", "name": "web_fetch"}],
+            0,
+            [{"type": "web_fetch_20250910", "name": "web_fetch"}],
+        ),
+        ([SEARCH, {**SEARCH, "max_uses": 2}], 12, [{**SEARCH, "max_uses": 10}, {**SEARCH, "max_uses": 2}]),
+        ("not a list", 0, "not a list"),
+    ],
+    ids=[
+        "no-tools",
+        "client-tool",
+        "unbounded-gets-the-default",
+        "null-is-unbounded",
+        "bounded",
+        "bounded-above-the-default",
+        "zero-the-upstream-refuses",
+        "a-string-the-upstream-refuses",
+        "a-bool-the-upstream-refuses",
+        "web-fetch-has-no-fee",
+        "two-tools",
+        "tools-not-a-list",
+    ],
+)
+def test_bound_web_searches(tools: Any, bound: int, sent: Any) -> None:
+    body: dict[str, Any] = {"messages": []} if tools is None else {"messages": [], "tools": tools}
+    assert bound_web_searches(body, 10) == bound
+    assert body.get("tools") == sent  # what goes upstream: every web search bounded

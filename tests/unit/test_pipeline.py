@@ -20,6 +20,7 @@ from ezat_compat.cooldowns import LocalCooldowns, Policy
 from ezat_compat.dialects import Parsed
 from ezat_compat.dialects.anthropic_messages import AnthropicMessages
 from ezat_compat.dialects.openai_chat import OpenAIChat
+from ezat_compat.domain import Config
 from ezat_compat.errors import (
     GatewayError,
     UpstreamConnectError,
@@ -130,10 +131,12 @@ class FakeLedger:
 
     def __init__(self) -> None:
         self.reserved: dict[str, int] = {}
+        self.made: dict[str, int] = {}  # every reservation made, as made
         self.rows: list[tuple[str, Any]] = []
 
     def reserve(self, ctx: AuthContext, request_id: str, amount: int, **_request: str) -> None:
         self.reserved[request_id] = amount
+        self.made[request_id] = amount
 
     def maintain(self) -> None:
         pass
@@ -184,11 +187,11 @@ class FakeStash:
         return {i: self.kept[(org_id, i)] for i in tool_ids if (org_id, i) in self.kept}
 
 
-def gateway(script: Mapping[str, Any]) -> tuple[Gateway, FakeUpstream, FakeLedger]:
+def gateway(script: Mapping[str, Any], config: Config = CONFIG) -> tuple[Gateway, FakeUpstream, FakeLedger]:
     upstream, ledger = FakeUpstream(script), FakeLedger()
     gw = Gateway(
-        CONFIG,
-        catalog=Catalog(CONFIG.models),
+        config,
+        catalog=Catalog(config.models),
         accounts=FakeAccounts(),  # type: ignore[arg-type]
         ledger=ledger,  # type: ignore[arg-type]
         limits=FakeLimits(),  # type: ignore[arg-type]
@@ -471,6 +474,37 @@ def test_a_success_is_billed_and_releases_its_reservation(dialect: str) -> None:
     assert isinstance(reply, Reply)
     ((_, row),) = ledger.rows
     assert (row.status, row.usage.output_tokens, ledger.reserved) == (200, 4, {}) and row.cost_micros > 0
+
+
+WEB_SEARCH = {"type": "web_search_20250305", "name": "web_search"}
+
+
+@pytest.mark.parametrize(
+    ("tool", "searches"), [(WEB_SEARCH, 4), ({**WEB_SEARCH, "max_uses": 2}, 2)], ids=["unbounded", "2"]
+)
+def test_a_web_search_tool_is_bounded_and_its_searches_are_reserved(tool: dict[str, Any], searches: int) -> None:
+    config = parse_config(
+        {
+            "gateway": {"web_search_max_uses": 4},
+            "models": [
+                {
+                    "id": "anthropic/m",
+                    "aliases": ["m"],
+                    "price": {"input": 3, "output": 15, "web_search": 0.01},
+                    "deployments": [{"name": "a", "base_url": "http://a", "upstream_model": "ma"}],
+                }
+            ],
+        },
+        environ={"ANTHROPIC_API_KEY": "sk-up"},
+    )
+    body = {"model": "m", "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}], "tools": [tool]}
+    plain = {**body, "tools": [{"name": "f", "input_schema": {"type": "object"}}]}
+    gw, upstream, ledger = gateway({"a": MESSAGE}, config)
+    assert isinstance(gw.handle(ANTHROPIC, request("anthropic", stream=False, body=plain, rid="plain")), Reply)
+    assert isinstance(gw.handle(ANTHROPIC, request("anthropic", stream=False, body=body, rid="search")), Reply)
+    assert ledger.made["search"] - ledger.made["plain"] >= searches * 10_000  # $0.01 a search
+    assert json.loads(upstream.calls[-1][1])["tools"] == [{**tool, "max_uses": searches}]
+    assert ledger.reserved == {}
 
 
 OVERLOADED_EVENT = ("error", {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from decimal import Decimal
 
 import pytest
@@ -176,3 +177,13 @@ def test_micros_to_usd(micros: int, text: str) -> None:
 @pytest.mark.parametrize("micros", [0, 1, 999_999, 1_000_000, 123_456_789, 2**63 - 1])
 def test_round_trip(micros: int) -> None:
     assert usd_to_micros(micros_to_usd(micros)) == micros
+
+
+def test_the_worst_case_covers_the_searches_a_request_may_run() -> None:
+    searching = dataclasses.replace(SONNET, web_search=Decimal("0.01"))  # USD per search
+    assert worst_case_micros(1000, 500, searching, web_searches=10) == 3_750 + 7_500 + 100_000
+    assert cost_micros(Usage(input_tokens=1000, output_tokens=500, web_searches=10), searching) <= worst_case_micros(
+        1000, 500, searching, web_searches=10
+    )
+    with pytest.raises(ValueError, match="negative"):
+        worst_case_micros(0, 0, searching, web_searches=-1)
