@@ -570,5 +570,6 @@ def test_web_search_is_translated_for_a_model_whose_catalog_enables_it(no_store:
         "type": "web_search_20250305",
         "name": "web_search",
         "allowed_domains": ["example.com"],
+        "max_uses": 10,  # [gateway] web_search_max_uses: the searches are reserved before it runs
     }
     assert [t["name"] for t in without["tools"]] == ["get_weather"]  # left out, never forwarded
