@@ -99,17 +99,25 @@ class UpstreamStream:
     """An open upstream SSE response: iterate ``events()``; always ``close()`` it.
 
     ``idle_timeout_s``: set when the stream was opened with a shorter first-event deadline; the
-    socket's read timeout becomes this once the first event has arrived."""
+    socket's read timeout becomes this once the first event has arrived. ``first_deadline``
+    (``time.monotonic()``): when the first event must have come, bytes or no bytes — an upstream
+    that drips bytes without completing an event doesn't push it back (each read waits at
+    most the time left)."""
 
     def __init__(
-        self, response: urllib3.BaseHTTPResponse, deployment: Deployment, idle_timeout_s: float | None = None
+        self,
+        response: urllib3.BaseHTTPResponse,
+        deployment: Deployment,
+        idle_timeout_s: float | None = None,
+        first_deadline: float | None = None,
     ) -> None:
         self.response = response
         self.deployment = deployment
         self.idle_timeout_s = idle_timeout_s
+        self.first_deadline = first_deadline
         self._closed = False
         self._complete = False
-        self._started = idle_timeout_s is None
+        self._started = idle_timeout_s is None and first_deadline is None
 
     def _chunks(self) -> Iterator[bytes]:
         response = self.response
@@ -119,13 +127,27 @@ class UpstreamStream:
             while chunk := response.read1(READ_CHUNK):
                 yield chunk
 
-    def _first_event_arrived(self) -> None:
-        self._started = True
+    def _socket_timeout(self, seconds: float) -> None:
         connection = getattr(self.response, "connection", None)
         sock = getattr(connection, "sock", None)
-        if sock is not None and self.idle_timeout_s is not None:
+        if sock is not None:
             with contextlib.suppress(OSError):
-                sock.settimeout(self.idle_timeout_s)
+                sock.settimeout(seconds)
+
+    def _first_event_arrived(self) -> None:
+        self._started = True
+        if self.idle_timeout_s is not None:
+            self._socket_timeout(self.idle_timeout_s)
+
+    def _no_event_yet(self) -> None:
+        """Before the next read while no event has come: past the deadline it is a timeout;
+        else the read may wait only for what is left of it."""
+        if self.first_deadline is None:
+            return
+        left = self.first_deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("no first event by the deadline")
+        self._socket_timeout(left)
 
     def events(self) -> Iterator[tuple[str, str]]:
         """(event type, data) pairs. Raises ``UpstreamTimeoutError`` when no first event came
@@ -138,6 +160,8 @@ class UpstreamStream:
                     if not self._started:
                         self._first_event_arrived()
                     yield event
+                if not self._started:
+                    self._no_event_yet()
             yield from decoder.flush()
             self._complete = True  # the whole body was read: the connection can be reused
         except Exception as exc:  # socket errors, urllib3's ProtocolError, a broken chunk
@@ -281,7 +305,7 @@ class UpstreamClient:
         """A streaming call: returns once the upstream answered 2xx; read ``events()``. Streams
         have no total limit; a socket silent for ``stream_idle_timeout_s`` counts as broken
         (Anthropic pings every few seconds). With ``first_event_timeout_s``, the response
-        headers and then the first event must each come within it (Anthropic sends
+        headers and then the first event must each come within it, by the wall clock (Anthropic sends
         ``message_start`` at once when it takes a stream): ``UpstreamTimeoutError`` otherwise,
         which the caller may fail over since nothing reached the client."""
         all_headers = self._headers(deployment, headers)
@@ -293,7 +317,7 @@ class UpstreamClient:
         except UpstreamTimeoutError:
             raise UpstreamTimeoutError(f"{deployment.name} did not start the stream within {first:g} s") from None
         idle = self.stream_idle_timeout_s if first < self.stream_idle_timeout_s else None
-        return UpstreamStream(response, deployment, idle_timeout_s=idle)
+        return UpstreamStream(response, deployment, idle_timeout_s=idle, first_deadline=time.monotonic() + first)
 
 
 def _ca_bundle() -> str | None:

@@ -337,3 +337,22 @@ def test_the_tls_connection_sends_its_request_whole(server: ScriptedServer, tmp_
         assert (response.status, response.data) == (200, b'{"ok":%d}' % n)
     assert server.connections == 1 and all(r.endswith(b'\r\n\r\n{"max_tokens":5}') for r in server.requests)
     pool.close()
+
+
+def test_a_stream_that_drips_bytes_but_no_event_times_out_by_the_wall_clock(
+    server: ScriptedServer, client: UpstreamClient
+) -> None:
+    def drip(sock: socket.socket, _: bytes) -> None:
+        sock.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+        for _ in range(60):  # an SSE comment a byte at a time: bytes keep coming, no event ever completes
+            for byte in b": still here\n":
+                sock.sendall(b"1\r\n" + bytes([byte]) + b"\r\n")
+                time.sleep(0.02)
+
+    server.scripts = [drip]
+    started = time.monotonic()
+    stream = client.open_stream(deployment(server.url), "/v1/messages", b"{}", first_event_timeout_s=1)
+    with pytest.raises(UpstreamTimeoutError):
+        next(iter(stream.events()))
+    assert time.monotonic() - started < 2  # the deadline, not a timeout per read
+    stream.close()
