@@ -15,6 +15,7 @@ passes (it needs the gateway's secret).
 from __future__ import annotations
 
 import json
+import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -225,13 +226,28 @@ def _part_block(
             if part.get("file_id") is not None:
                 raise _bad(f"{path}.file_id", FILE_ID_MESSAGE + " (file_data: data:application/pdf;base64,…)")
             if part.get("file_url") is not None:
-                raise _bad(f"{path}.file_url", "file URLs are not supported yet; send file_data (a base64 data URL)")
+                return _pdf_url_block(part, path)
         data = _str(part, "file_data", path)
         assert data is not None
         return pdf_block(data, f"{path}.file_data", _str(part, "filename", path, required=False))
     if kind == "input_audio":
         raise _bad(f"{path}.type", "audio input is not supported")
     raise _bad(f"{path}.type", f"unsupported content part type {json.dumps(kind)}")
+
+
+def _pdf_url_block(part: Mapping[str, Any], path: str) -> dict[str, Any]:
+    """``input_file`` with ``file_url`` -> a document whose PDF the upstream fetches itself
+    (Messages API, PDF support: a ``url`` document source); ``filename`` becomes its title."""
+    url = _str(part, "file_url", path)
+    assert url is not None
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise _bad(f"{path}.file_url", "must be an http(s) URL of a PDF file")
+    block: dict[str, Any] = {"type": "document", "source": {"type": "url", "url": url}}
+    filename = _str(part, "filename", path, required=False)
+    if filename:
+        block["title"] = filename
+    return block
 
 
 def _content_pairs(

@@ -33,6 +33,7 @@ from anthropic.types import (
     ToolParam,
     ToolResultBlockParam,
     ToolUseBlockParam,
+    URLPDFSourceParam,
 )
 from anthropic.types.assistant_message_param import AssistantMessageParam
 from anthropic.types.json_output_format_param import JSONOutputFormatParam
@@ -55,7 +56,11 @@ BLOCKS = {
     "tool_use": ToolUseBlockParam,
     "tool_result": ToolResultBlockParam,
 }
-SOURCES = {("image", "base64"): Base64ImageSourceParam, ("document", "base64"): Base64PDFSourceParam}
+SOURCES = {
+    ("image", "base64"): Base64ImageSourceParam,
+    ("document", "base64"): Base64PDFSourceParam,
+    ("document", "url"): URLPDFSourceParam,
+}
 TOOL_CHOICES = {
     "auto": ToolChoiceAutoParam,
     "any": ToolChoiceAnyParam,

@@ -273,6 +273,18 @@ def test_parts_text_image_pdf() -> None:
     assert content[2]["title"] == "a.pdf"
 
 
+def test_a_pdf_by_url_is_a_document_the_upstream_fetches() -> None:
+    part = {"type": "input_file", "file_url": "https://example.com/a.pdf", "filename": "report.pdf"}
+    t = translate({"input": [{"role": "user", "content": [part, {"type": "input_text", "text": "Sum it up"}]}]})
+    document, _text = t.body["messages"][0]["content"]
+    assert document == {
+        "type": "document",
+        "source": {"type": "url", "url": "https://example.com/a.pdf"},
+        "title": "report.pdf",
+    }
+    assert t.image_slots == []  # not downloaded by the gateway
+
+
 def test_image_url_to_download_is_a_slot_named_by_its_path() -> None:
     t = translate(
         {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "https://x.test/a.png"}]}]}
@@ -308,11 +320,18 @@ def test_image_url_to_download_is_a_slot_named_by_its_path() -> None:
             {"type": "input_file", "file_id": "file_1"}, {}, "input[0].content[0].file_id", "file ids", id="file-id"
         ),
         pytest.param(
-            {"type": "input_file", "file_url": "https://x/a.pdf"},
+            {"type": "input_file", "file_url": "file:///etc/passwd"},
             {},
             "input[0].content[0].file_url",
-            "file_data",
-            id="file-url",
+            "http(s)",
+            id="file-url-scheme",
+        ),
+        pytest.param(
+            {"type": "input_file", "file_url": "https:///a.pdf"},
+            {},
+            "input[0].content[0].file_url",
+            "http(s)",
+            id="file-url-without-host",
         ),
         pytest.param(
             {"type": "input_file", "file_data": PNG_URL}, {}, "input[0].content[0].file_data", "only PDF", id="not-pdf"
