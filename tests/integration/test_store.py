@@ -906,6 +906,25 @@ def test_concurrent_reserve_settle_never_overshoots(
 # ---------------------------------------------------------------- group commit (SQLite)
 
 
+def while_the_leader_yields(
+    monkeypatch: pytest.MonkeyPatch, hot_path: SQLiteHotPath, threads: list[threading.Thread], then: Any = None
+) -> None:
+    """The next writer leads: while it yields, ``threads`` start and queue their writes behind
+    its own; ``then`` (an exception) is raised from the yield once they are queued."""
+    real_sleep = time.sleep
+
+    def yielding(_seconds: float) -> None:
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 10
+        while hot_path.group.queued < 1 + len(threads) and time.monotonic() < deadline:
+            real_sleep(0.001)
+        if then is not None:
+            raise then
+
+    monkeypatch.setattr("ezat_compat.store.hotpath.time.sleep", yielding)
+
+
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # group commit is the SQLite hot path's
 def test_writes_that_arrive_together_share_one_transaction_and_keep_their_own_outcomes(
     accounts: Accounts, books: Ledger, engine: Engine, hot_path: HotPath, monkeypatch: pytest.MonkeyPatch
@@ -928,16 +947,7 @@ def test_writes_that_arrive_together_share_one_transaction_and_keep_their_own_ou
 
     others = [("a", 10_000), ("too-much", 500_000), ("dup", 1_000), ("b", 20_000)]
     threads = [threading.Thread(target=reserve, args=job) for job in others]
-    real_sleep = time.sleep
-
-    def let_the_others_queue(_seconds: float) -> None:
-        for thread in threads:
-            thread.start()
-        deadline = time.monotonic() + 10
-        while hot_path.group.queued < 1 + len(others) and time.monotonic() < deadline:
-            real_sleep(0.001)
-
-    monkeypatch.setattr("ezat_compat.store.hotpath.time.sleep", let_the_others_queue)
+    while_the_leader_yields(monkeypatch, hot_path, threads)
     reserve("first", 5_000)
     for thread in threads:
         thread.join(10)
@@ -964,16 +974,7 @@ def test_a_group_whose_writes_all_keep_is_one_plain_transaction(
     ctx = setup_key(accounts, balance=100_000)
     log = StatementLog(engine, hot_path)
     threads = [threading.Thread(target=books.reserve, args=(ctx, f"r{n}", 1_000)) for n in range(4)]
-    real_sleep = time.sleep
-
-    def let_the_others_queue(_seconds: float) -> None:
-        for thread in threads:
-            thread.start()
-        deadline = time.monotonic() + 10
-        while hot_path.group.queued < 1 + len(threads) and time.monotonic() < deadline:
-            real_sleep(0.001)
-
-    monkeypatch.setattr("ezat_compat.store.hotpath.time.sleep", let_the_others_queue)
+    while_the_leader_yields(monkeypatch, hot_path, threads)
     books.reserve(ctx, "first", 1_000)
     for thread in threads:
         thread.join(10)
@@ -992,16 +993,7 @@ def test_a_writer_interrupted_before_its_turn_writes_nothing(
     assert isinstance(hot_path, SQLiteHotPath)
     ctx = setup_key(accounts, balance=100_000)
     other = threading.Thread(target=books.reserve, args=(ctx, "other", 2_000))
-    real_sleep = time.sleep
-
-    def interrupted(_seconds: float) -> None:
-        other.start()
-        deadline = time.monotonic() + 10
-        while hot_path.group.queued < 2 and time.monotonic() < deadline:
-            real_sleep(0.001)
-        raise TimeoutError("interrupted while yielding")
-
-    monkeypatch.setattr("ezat_compat.store.hotpath.time.sleep", interrupted)
+    while_the_leader_yields(monkeypatch, hot_path, [other], then=TimeoutError("interrupted while yielding"))
     with pytest.raises(TimeoutError):
         books.reserve(ctx, "leader", 5_000)
     other.join(10)
