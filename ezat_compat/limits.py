@@ -36,7 +36,7 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -135,6 +135,11 @@ class SQLiteCounterStorage(Storage):
         now = self._clock()
         return self._group.run(_incr_tx, (key, amount, now + expiry, now))
 
+    def incr_many(self, counts: Sequence[tuple[str, int, int]]) -> list[int]:
+        """``incr`` for each (key, expiry, amount), all in one transaction: the new counts."""
+        now = self._clock()
+        return self._group.run(_incr_many_tx, [(key, amount, now + expiry, now) for key, expiry, amount in counts])
+
     def get(self, key: str) -> int:
         """The key's count in its current window (0 when there is none)."""
         with self._lock:
@@ -184,6 +189,10 @@ class SQLiteCounterStorage(Storage):
 def _incr_tx(execute: Execute, params: tuple[str, int, float, float]) -> tuple[int, bool]:
     ((value,),) = execute(_UPSERT, params).fetchall()
     return int(value), True
+
+
+def _incr_many_tx(execute: Execute, params: list[tuple[str, int, float, float]]) -> tuple[list[int], bool]:
+    return [int(execute(_UPSERT, one).fetchall()[0][0]) for one in params], True
 
 
 def _reset_after_fork(storage: SQLiteCounterStorage) -> None:
@@ -278,19 +287,19 @@ class RateLimits:
             return None
         ident = str(ctx.key_id)
         hold: TokenHold | None = None
+        tokens = max(0, tokens)
         try:
             limiter = self._get_limiter()
-            if ctx.tpm is not None:
-                hold = self._reserve_tokens(ctx, ctx.tpm, max(0, tokens))
-            if ctx.rpm is not None:
-                item = _item("rpm", ctx.rpm, self.window_s)
-                if not limiter.hit(item, ident):
-                    wait = self._retry_after(item, ident)
-                    raise RateLimitError(
-                        f"Rate limit reached for requests per minute ({ctx.rpm}): key {ctx.key_public_id} may send "
-                        f"{ctx.rpm} requests per minute. Try again in {wait} s.",
-                        retry_after=wait,
-                    )
+            embedded = self._storage if isinstance(self._storage, SQLiteCounterStorage) else None
+            if embedded is not None and ctx.tpm is not None and ctx.rpm is not None and tokens:
+                hold = self._reserve_tokens_and_hit(embedded, ctx, ctx.tpm, ctx.rpm, tokens, ident)
+            else:
+                if ctx.tpm is not None:
+                    hold = self._reserve_tokens(ctx, ctx.tpm, tokens)
+                if ctx.rpm is not None:
+                    item = _item("rpm", ctx.rpm, self.window_s)
+                    if not limiter.hit(item, ident):
+                        raise self._rpm_refused(ctx, ctx.rpm, item, ident)
         except StorageError as exc:
             raise GatewayError("The rate-limit store is unreachable; try again shortly.") from exc
         except RateLimitError:
@@ -298,6 +307,54 @@ class RateLimits:
                 self.settle_tokens(hold, 0)
             raise
         return hold
+
+    def _rpm_refused(self, ctx: AuthContext, rpm: int, item: RateLimitItem, ident: str) -> RateLimitError:
+        wait = self._retry_after(item, ident)
+        return RateLimitError(
+            f"Rate limit reached for requests per minute ({rpm}): key {ctx.key_public_id} may send "
+            f"{rpm} requests per minute. Try again in {wait} s.",
+            retry_after=wait,
+        )
+
+    def _reserve_tokens_and_hit(
+        self, storage: SQLiteCounterStorage, ctx: AuthContext, tpm: int, rpm: int, tokens: int, ident: str
+    ) -> TokenHold:
+        """``_reserve_tokens`` then the rpm hit, as one transaction of the embedded counters (the
+        same outcomes: refused tokens are taken back and leave no hit; a refused hit counts, as
+        the package's fixed window counts it, and its tokens are taken back)."""
+        self._too_large(ctx, tpm, tokens)
+        key, ends = self._tpm_key(ctx.key_id)
+        item = _item("rpm", rpm, self.window_s)
+        hit_key = item.key_for(ident)
+        used, hits = storage.incr_many([(key, self.window_s, tokens), (hit_key, item.get_expiry(), 1)])
+        if used > tpm:
+            storage.incr_many([(key, self.window_s, -tokens), (hit_key, item.get_expiry(), -1)])
+            raise self._tpm_refused(ctx, tpm, tokens, used, ends)
+        if hits > rpm:
+            storage.incr(key, self.window_s, amount=-tokens)  # the refused request holds no tokens
+            raise self._rpm_refused(ctx, rpm, item, ident)
+        return TokenHold(key, tokens)
+
+    def _too_large(self, ctx: AuthContext, tpm: int, tokens: int) -> None:
+        if tokens > tpm:
+            raise RateLimitError(
+                f"Request too large for tokens per minute ({tpm}): key {ctx.key_public_id} may use {tpm} tokens per "
+                f"minute and this request may use up to {tokens} (its input plus max_tokens). Reduce max_tokens "
+                "or the input."
+            )
+
+    def _tpm_refused(self, ctx: AuthContext, tpm: int, tokens: int, used: int, ends: float) -> RateLimitError:
+        left = max(0, tpm - (used - tokens))
+        state = f"has {left} of its {tpm} tokens left for this minute and this request may use up to {tokens}"
+        return self._tpm_error(ctx, tpm, state, ends)
+
+    def _tpm_error(self, ctx: AuthContext, tpm: int, state: str, ends: float) -> RateLimitError:
+        wait = max(1, math.ceil(ends - self._clock()))
+        return RateLimitError(
+            f"Rate limit reached for tokens per minute ({tpm}): key {ctx.key_public_id} {state}. "
+            f"Try again in {wait} s.",
+            retry_after=wait,
+        )
 
     def _tpm_key(self, key_id: int) -> tuple[str, float]:
         """The storage key of this minute's token counter, and when that minute ends."""
@@ -307,30 +364,17 @@ class RateLimits:
     def _reserve_tokens(self, ctx: AuthContext, tpm: int, tokens: int) -> TokenHold | None:
         storage = self._storage
         assert storage is not None
-        if tokens > tpm:
-            raise RateLimitError(
-                f"Request too large for tokens per minute ({tpm}): key {ctx.key_public_id} may use {tpm} tokens per "
-                f"minute and this request may use up to {tokens} (its input plus max_tokens). Reduce max_tokens "
-                "or the input."
-            )
+        self._too_large(ctx, tpm, tokens)
         key, ends = self._tpm_key(ctx.key_id)
         if tokens == 0:  # nothing to reserve (an unbilled request): refused only once the minute is used up
             if storage.get(key) < tpm:
                 return None
-            state = f"has used its {tpm} tokens for this minute"
-        else:
-            used = storage.incr(key, self.window_s, amount=tokens)
-            if used <= tpm:
-                return TokenHold(key, tokens)
-            storage.incr(key, self.window_s, amount=-tokens)  # taken back: the refused request holds nothing
-            left = max(0, tpm - (used - tokens))
-            state = f"has {left} of its {tpm} tokens left for this minute and this request may use up to {tokens}"
-        wait = max(1, math.ceil(ends - self._clock()))
-        raise RateLimitError(
-            f"Rate limit reached for tokens per minute ({tpm}): key {ctx.key_public_id} {state}. "
-            f"Try again in {wait} s.",
-            retry_after=wait,
-        )
+            raise self._tpm_error(ctx, tpm, f"has used its {tpm} tokens for this minute", ends)
+        used = storage.incr(key, self.window_s, amount=tokens)
+        if used <= tpm:
+            return TokenHold(key, tokens)
+        storage.incr(key, self.window_s, amount=-tokens)  # taken back: the refused request holds nothing
+        raise self._tpm_refused(ctx, tpm, tokens, used, ends)
 
     def settle_tokens(self, hold: TokenHold | None, used: int) -> None:
         """Move a request's reservation to the tokens it really used (prompt + completion; 0

@@ -218,3 +218,17 @@ def test_embedded_storage_is_a_registered_limits_storage(tmp_path: Path) -> None
     storage.close()
     with pytest.raises(ValueError, match="ezat-sqlite:///PATH"):
         SQLiteCounterStorage("ezat-sqlite://")
+
+
+def test_tokens_and_the_request_are_counted_in_one_transaction(make_limits: Any) -> None:
+    limits = make_limits()
+    ctx = key(21, rpm=5, tpm=1_000)
+    limits.admit(ctx, 10)  # opens the embedded storage
+    storage = limits.storage
+    assert isinstance(storage, SQLiteCounterStorage)
+    runs: list[Any] = []
+    real_run = storage._group.run
+    storage._group.run = lambda work, params: runs.append(params) or real_run(work, params)  # type: ignore[method-assign]
+    hold = limits.admit(ctx, 10)
+    assert len(runs) == 1 and len(runs[0]) == 2  # the tpm reservation and the rpm hit, together
+    assert hold is not None and storage.get(hold.key) == 20
