@@ -194,12 +194,13 @@ class Gateway:
         if time.monotonic() >= self._next_sweep:
             self._sweep_stale_reservations()
         self.ledger.maintain()  # in the background, every few seconds: journal replay, dead workers' holds
-        reserve = 0
-        bound = input_tokens_upper_bound(parsed.body, parsed.model.context_window) if parsed.billed else 0
-        tokens = self.limits.admit(auth, bound + parsed.max_tokens if parsed.billed else 0)
-        if parsed.billed:
+        reserve = bound = 0
+        if parsed.billed:  # the worst case is known before anything is held
+            bound = input_tokens_upper_bound(parsed.body, parsed.model.context_window)
             searches = bound_web_searches(parsed.body, self.config.gateway.web_search_max_uses)
             reserve = worst_case_micros(bound, parsed.max_tokens, parsed.model.price, searches)
+        tokens = self.limits.admit(auth, bound + parsed.max_tokens if parsed.billed else 0)
+        if parsed.billed:
             try:
                 self.ledger.reserve(
                     auth,

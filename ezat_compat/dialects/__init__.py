@@ -92,14 +92,9 @@ class ReplyIds:
     created: int
 
 
-class EventTranslator(Protocol):
-    """A dialect's stream translator: upstream events in, the client's bytes out.
-
-    ``feed`` gets every upstream event (type and raw data) and returns the bytes to send
-    (possibly none). ``done``: the reply ended normally; ``error``: the upstream sent an
-    ``error`` event (its error object). ``end()`` is what follows a success once the usage is
-    recorded; ``fail(err)`` what tells the client of a failure after the start.
-    """
+class StreamState(Protocol):
+    """What every stream translator tells of its stream: the usage so far, whether the reply
+    ended normally (``done``), and the upstream's ``error`` event (its error object) if one came."""
 
     @property
     def usage(self) -> Usage: ...
@@ -109,6 +104,16 @@ class EventTranslator(Protocol):
 
     @property
     def error(self) -> Mapping[str, Any] | None: ...
+
+
+class EventTranslator(StreamState, Protocol):
+    """A dialect's stream translator: upstream events in, the client's bytes out.
+
+    ``feed`` gets every upstream event (type and raw data) and returns the bytes to send
+    (possibly none). ``done``: the reply ended normally; ``error``: the upstream sent an
+    ``error`` event (its error object). ``end()`` is what follows a success once the usage is
+    recorded; ``fail(err)`` what tells the client of a failure after the start.
+    """
 
     def feed(self, event: str, data: str) -> bytes: ...
 
@@ -121,18 +126,9 @@ class EventTranslator(Protocol):
     def fail(self, err: GatewayError) -> bytes: ...
 
 
-class UpstreamEvents(Protocol):
+class UpstreamEvents(StreamState, Protocol):
     """What a pure stream translator of ``translate/`` offers (``StreamTranslator``,
     ``ResponseEvents``): its state and one step per upstream event."""
-
-    @property
-    def usage(self) -> Usage: ...
-
-    @property
-    def done(self) -> bool: ...
-
-    @property
-    def error(self) -> Mapping[str, Any] | None: ...
 
     def feed(self, event: str, data: Mapping[str, Any]) -> Sequence[Any]: ...
 
