@@ -4,6 +4,12 @@ Same keys, permissions, limits, routing, failover, affinity and billing as the O
 endpoint; bodies pass through unchanged except the model name (the deployment's
 ``upstream_model``), events one by one; Anthropic's error envelope and statuses (529 kept),
 and the upstream's own error answers passed on as they came.
+
+The reply names the model as the client sent it (the message's ``model``, in JSON and in
+``message_start``), as the OpenAI side does: a client keys its history by that name, and
+Claude Code drops the thinking blocks of a reply whose model is not the one it asked for (its
+signatures belong to another model), so with an alias its next tool-loop request lacked them
+and the upstream refused it.
 """
 
 from __future__ import annotations
@@ -37,9 +43,10 @@ class EventMeter:
     """Passes a native stream through event by event, reading on the way what billing needs:
     usage, produced characters, the end and an error event."""
 
-    __slots__ = ("_produced", "done", "error", "usage")
+    __slots__ = ("_produced", "done", "error", "model", "usage")
 
-    def __init__(self) -> None:
+    def __init__(self, model: str | None = None) -> None:
+        self.model = model  # the model name as the client sent it, put in ``message_start``
         self.usage = Usage()
         self._produced = 0
         self.done = False
@@ -53,8 +60,13 @@ class EventMeter:
                 if isinstance(value, str):
                     self._produced += len(value)
         elif event == "message_start":
-            message = event_data(data).get("message") or {}
-            self.usage = usage_from_anthropic(message.get("usage"))
+            start = event_data(data)
+            message = start.get("message")
+            if isinstance(message, dict):
+                self.usage = usage_from_anthropic(message.get("usage"))
+                if self.model is not None and message.get("model") != self.model:
+                    message["model"] = self.model
+                    return b"event: message_start\ndata: " + encode_json(start) + b"\n\n"
         elif event == "message_delta":
             self.usage = merge_usage(self.usage, event_data(data).get("usage"))
         elif event == "message_stop":
@@ -126,15 +138,21 @@ class AnthropicMessages:
         """Never asked: native clients carry their own thinking blocks (``thinking_ids`` stays empty)."""
 
     def reply(self, parsed: Parsed, data: bytes, ids: ReplyIds) -> Answer:
-        """The upstream's bytes as they came; the usage read for billing."""
+        """The upstream's bytes as they came, but for ``model``: the name as sent; the usage
+        read for billing."""
         try:
             message = json.loads(data)
         except ValueError:
             raise GatewayError("The upstream provider sent a reply that is not JSON.") from None
-        return Answer(data, usage_from_anthropic(message.get("usage") if isinstance(message, dict) else None))
+        if not isinstance(message, dict):
+            return Answer(data, usage_from_anthropic(None))
+        if "model" in message and message["model"] != parsed.model_name:
+            message["model"] = parsed.model_name
+            data = encode_json(message)
+        return Answer(data, usage_from_anthropic(message.get("usage")))
 
     def translator(self, parsed: Parsed, ids: ReplyIds) -> EventTranslator:
-        return EventMeter()
+        return EventMeter(parsed.model_name)
 
     def client_error(
         self, exc: UpstreamError, parsed: Parsed | None, *, timeout_s: float, streaming: bool

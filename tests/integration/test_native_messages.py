@@ -1,9 +1,10 @@
 """Native Anthropic Messages on ``POST /v1/messages`` through the real gateway (gunicorn, gevent),
 with the official ``anthropic`` SDK pointed at the gateway's base URL.
 
-Bodies pass through unchanged except the model name (the deployment's ``upstream_model``);
-errors use Anthropic's envelope and statuses (529 kept); streams pass through event by event
-with keep-alive; usage lands in the ledger with the figures the client received.
+Bodies pass through unchanged except the model name (the deployment's ``upstream_model``), and
+replies name the model as the client sent it; errors use Anthropic's envelope and statuses
+(529 kept); streams pass through event by event with keep-alive; usage lands in the ledger
+with the figures the client received.
 """
 
 from __future__ import annotations
@@ -270,15 +271,18 @@ def test_messages_create_with_the_sdk(gateway: Gateway, key: str, clean: dict[st
     assert received["headers"]["x-api-key"] == "sk-ant-test"  # the deployment's key…
     assert key not in json.dumps(received["headers"])  # …never the client's
 
-    # The reply is the upstream's, as it came: the same request sent to the simulator directly
-    # gets the same answer (the simulator is deterministic but for the message id).
+    # The reply is the upstream's, as it came, but for the model: the name the client sent (the
+    # same request sent to the simulator directly gets the same answer: the simulator is
+    # deterministic but for the message id).
+    assert message.model == "claude-native"
     direct = requests.post(
         clean["native-a"].url + "/v1/messages",
         json=received["body"],
         headers={"x-api-key": "sk-ant-test", "anthropic-version": "2023-06-01"},
         timeout=10,
     ).json()
-    assert {**raw.http_response.json(), "id": "-"} == {**direct, "id": "-"}
+    assert direct["model"] == "claude-upstream-a"
+    assert {**raw.http_response.json(), "id": "-"} == {**direct, "id": "-", "model": "claude-native"}
 
 
 def test_messages_stream_with_the_sdk(gateway: Gateway, key: str, clean: dict[str, Sim], recorder: Recorder) -> None:
@@ -292,6 +296,7 @@ def test_messages_stream_with_the_sdk(gateway: Gateway, key: str, clean: dict[st
         request_id = stream.response.headers["request-id"]
     assert text and final.content[0].type == "text" and final.content[0].text == text
     assert final.stop_reason == "end_turn" and final.usage.output_tokens > 0
+    assert final.model == "claude-native"  # as sent, not the deployment's upstream_model
     sent = recorder.body()
     assert sent["stream"] is True
     assert clean["native-a"].bodies() == [with_model(sent, "claude-upstream-a")]
@@ -506,14 +511,22 @@ def test_a_stream_passes_through_event_by_event(gateway: Gateway, key: str, clea
         )
     )
 
-    def normalised(events: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    def normalised(events: list[tuple[str, str]]) -> list[tuple[str, Any]]:
         # The message id is the only thing the simulator draws at random.
         return [
-            (name, data.replace(json.loads(data)["message"]["id"], "msg_-") if name == "message_start" else data)
+            (name, {**json.loads(data), "message": {**json.loads(data)["message"], "id": "msg_-"}})
+            if name == "message_start"
+            else (name, data)
             for name, data in events
         ]
 
-    assert normalised(through) == normalised(direct)
+    # Event by event as the upstream sent them, but message_start names the model as sent.
+    start = json.loads(through[0][1])
+    assert through[0][0] == "message_start" and start["message"]["model"] == "claude-native"
+    expected = normalised(direct)
+    assert expected[0][1]["message"]["model"] == "claude-upstream-a"
+    expected[0][1]["message"]["model"] = "claude-native"
+    assert normalised(through) == expected
     assert [name for name, _ in through].count("content_block_delta") > 1
 
 
