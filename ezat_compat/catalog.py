@@ -2,18 +2,39 @@
 
 Pure: built once from the config. A name matches in any letter case with surrounding
 spaces ignored (API reference, "ModelName"); responses echo the name exactly as sent.
+
+An alias with ``*`` in it is a pattern: ``*`` stands for any run of characters (nothing else
+is special, so ``claude-opus-4-8[1m]`` is a plain name). A name that is an id or a plain alias
+resolves to that model; otherwise the first model, in catalog order, with a pattern that
+matches it. ``claude-opus-*`` lets clients that pick their own model names (Claude Code asks
+for its default, ``claude-opus-4-8`` in 2.1.197) reach the operator's opus deployment.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
 
 from ezat_compat.domain import Model
 
+WILDCARD = "*"
+
 
 def _key(name: str) -> str:
     return name.strip().lower()
+
+
+def is_pattern(name: str) -> bool:
+    """Whether an alias is a pattern (it has a ``*``)."""
+    return WILDCARD in name
+
+
+def compile_pattern(alias: str) -> re.Pattern[str]:
+    """The whole-name matcher of a pattern alias, in any letter case: each ``*`` matches any
+    run of characters (none included); every other character stands for itself."""
+    parts = (re.escape(part) for part in _key(alias).split(WILDCARD))
+    return re.compile(".*".join(parts), re.DOTALL)
 
 
 class Catalog:
@@ -21,15 +42,25 @@ class Catalog:
         self.models: tuple[Model, ...] = tuple(models)
         self.created = created
         self._by_name: dict[str, Model] = {}
+        self._patterns: list[tuple[re.Pattern[str], Model]] = []
         for model in self.models:
             for name in (model.id, *model.aliases):
-                self._by_name[_key(name)] = model
+                if is_pattern(name):
+                    self._patterns.append((compile_pattern(name), model))
+                else:
+                    self._by_name[_key(name)] = model
 
     def resolve(self, name: str) -> Model | None:
-        """The model a client's name refers to, or None (the caller answers 404)."""
+        """The model a client's name refers to, or None (the caller answers 404): an id or
+        plain alias first, then the first pattern alias that matches the whole name."""
         model = self._by_name.get(name)
         if model is None:
-            model = self._by_name.get(_key(name))
+            key = _key(name)
+            model = self._by_name.get(key)
+            if model is None and key:
+                for pattern, candidate in self._patterns:
+                    if pattern.fullmatch(key):
+                        return candidate
         return model
 
     def openai_object(self, model: Model) -> dict[str, Any]:

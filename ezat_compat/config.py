@@ -96,6 +96,11 @@ class _ModelSchema(_Strict):
     max_request_bytes = fields.Int(load_default=32 * _MIB, strict=True, validate=validate.Range(min=1024 * 1024))
 
     @validates_schema
+    def _id_is_a_name(self, data: dict[str, Any], **_: Any) -> None:
+        if "*" in data.get("id", ""):
+            raise ValidationError({"id": ["A model id is a name, not a pattern: '*' is allowed in aliases only."]})
+
+    @validates_schema
     def _names_unique(self, data: dict[str, Any], **_: Any) -> None:
         names = [d["name"] for d in data.get("deployments", [])]
         for i, name in enumerate(names):

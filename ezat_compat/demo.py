@@ -38,7 +38,7 @@ workers = 1
 
 [[models]]
 id = "anthropic/claude-sonnet-5-5"
-aliases = ["claude-sonnet-5-5", "claude-sonnet-5.5"]
+aliases = ["claude-sonnet-5-5", "claude-sonnet-5.5", "claude-sonnet-*"]
 context_window = 200000
 max_output_tokens = 64000
 sampling = false
@@ -55,7 +55,7 @@ upstream_model = "claude-sonnet-5-5"
 
 [[models]]
 id = "anthropic/claude-opus-5-5"
-aliases = ["claude-opus-5-5", "claude-opus-5.5"]
+aliases = ["claude-opus-5-5", "claude-opus-5.5", "claude-opus-*"]
 context_window = 200000
 max_output_tokens = 128000
 efforts = ["low", "medium", "high", "xhigh", "max"]
@@ -69,7 +69,7 @@ upstream_model = "claude-opus-5-5"
 
 [[models]]
 id = "anthropic/claude-haiku-4-5"
-aliases = ["claude-haiku-4-5", "claude-haiku-4.5"]
+aliases = ["claude-haiku-4-5", "claude-haiku-4.5", "claude-haiku-*"]
 context_window = 200000
 max_output_tokens = 64000
 sampling = true

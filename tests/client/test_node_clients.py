@@ -145,7 +145,11 @@ def target(request: pytest.FixtureRequest) -> Target:
     return Target(gateway.url, request.getfixturevalue("key"), request.getfixturevalue("sim"), gateway.usage)
 
 
-def test_claude_code_runs_a_tool_through_the_gateway(target: Target, node_clients: Path, tmp_path: Path) -> None:
+def _claude_code(target: Target, node_clients: Path, tmp_path: Path, models: dict[str, str]) -> dict[str, Any]:
+    """Claude Code in print mode with a prompt that makes it run one Bash command through
+    ``target``; ``models``: its model variables (none: its own defaults). Its JSON result, after
+    checking the tool loop reached the upstream whole: the thinking block kept in the second
+    request, the tool's result sent back."""
     sim = target.sim
     sim.clear()
     home = tmp_path / "home"
@@ -156,9 +160,7 @@ def test_claude_code_runs_a_tool_through_the_gateway(target: Target, node_client
         "HOME": str(home),
         "ANTHROPIC_BASE_URL": target.url,
         "ANTHROPIC_API_KEY": target.key,
-        "ANTHROPIC_MODEL": "claude-sonnet-5-5",
-        "ANTHROPIC_DEFAULT_HAIKU_MODEL": "claude-haiku-4-5",
-        "ANTHROPIC_SMALL_FAST_MODEL": "claude-haiku-4-5",
+        **models,
     }
     prompt = f"Run the greeting command. [[sim:tool=Bash,args={json.dumps(BASH_CALL)}]]"
     claude = node_clients / "node_modules" / ".bin" / "claude"
@@ -187,5 +189,30 @@ def test_claude_code_runs_a_tool_through_the_gateway(target: Target, node_client
     answer = second["messages"][-1]["content"]
     results = [b for b in answer if b["type"] == "tool_result" and b["tool_use_id"] == use["id"]]
     assert results and "hi-from-bash" in json.dumps(results[0]["content"])
+    return dict(result)
+
+
+def test_claude_code_runs_a_tool_through_the_gateway(target: Target, node_clients: Path, tmp_path: Path) -> None:
+    models = {
+        "ANTHROPIC_MODEL": "claude-sonnet-5-5",
+        "ANTHROPIC_DEFAULT_HAIKU_MODEL": "claude-haiku-4-5",
+        "ANTHROPIC_SMALL_FAST_MODEL": "claude-haiku-4-5",
+    }
+    _claude_code(target, node_clients, tmp_path, models)
     billed = [r for r in target.usage() if r["endpoint"] == "messages" and r["model"] == "claude-sonnet-5-5"]
     assert len(billed) >= 2 and all(r["status"] == 200 for r in billed[-2:])
+
+
+def test_claude_code_with_its_own_default_models_works_against_the_demo(
+    demo: Target, node_clients: Path, tmp_path: Path
+) -> None:
+    """No model variables: Claude Code asks for its defaults (``claude-opus-4-8`` in 2.1.197),
+    which the demo's pattern aliases (``claude-opus-*``…) take; the replies name the model as
+    it was asked for, so Claude Code keeps its thinking blocks across the tool loop."""
+    result = _claude_code(demo, node_clients, tmp_path, {})
+    asked = [name for name in result["modelUsage"]]
+    assert asked, result
+    billed = [r for r in demo.usage() if r["endpoint"] == "messages" and r["status"] == 200]
+    assert len(billed) >= 2
+    assert all(r["canonical_model"].startswith("anthropic/claude-") for r in billed[-2:])
+    assert {r["model"] for r in billed[-2:]} <= {name.removesuffix("[1m]") for name in asked}

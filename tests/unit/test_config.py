@@ -123,6 +123,65 @@ def test_unknown_models_do_not_match(name: str) -> None:
     assert _catalog().resolve(name) is None
 
 
+def _pattern_catalog() -> Catalog:
+    def model(name: str, *aliases: str) -> dict[str, Any]:
+        return {
+            "id": f"anthropic/{name}",
+            "aliases": list(aliases),
+            "price": {"input": 1, "output": 1},
+            "deployments": [{"name": "d", "base_url": "http://h", "upstream_model": name}],
+        }
+
+    return Catalog(
+        parse_config(
+            {
+                "models": [
+                    model("claude-opus-5-5", "claude-opus-5-5", "claude-opus-*"),
+                    model("claude-sonnet-5-5", "claude-*"),
+                    model("claude-opus-legacy", "claude-opus-4-1", "claude-*-x[1m]?"),
+                ]
+            }
+        ).models
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "model_id"),
+    [
+        ("claude-opus-4-8", "anthropic/claude-opus-5-5"),  # the pattern of the first model
+        ("  CLAUDE-OPUS-4-8[1m] ", "anthropic/claude-opus-5-5"),  # any case, spaces ignored
+        ("claude-opus-", "anthropic/claude-opus-5-5"),  # "*" matches nothing too
+        ("claude-opus-4-1", "anthropic/claude-opus-legacy"),  # a plain alias wins over every pattern
+        ("claude-haiku-4-5", "anthropic/claude-sonnet-5-5"),  # the next pattern, in file order
+        ("claude-a-x[1m]?", "anthropic/claude-sonnet-5-5"),  # "[", "]" and "?" are plain characters…
+        ("anthropic/claude-opus-legacy", "anthropic/claude-opus-legacy"),  # ids are names
+    ],
+)
+def test_pattern_aliases_match_whole_names_after_ids_and_plain_aliases(name: str, model_id: str) -> None:
+    model = _pattern_catalog().resolve(name)
+    assert model is not None and model.id == model_id
+
+
+@pytest.mark.parametrize("name", ["gpt-5", "xclaude-opus-4-8", "anthropic/claude-opus-4-8", "", "  "])
+def test_a_name_no_pattern_matches_is_unknown(name: str) -> None:
+    assert _pattern_catalog().resolve(name) is None
+
+
+def test_a_model_id_cannot_be_a_pattern() -> None:
+    data: dict[str, Any] = {
+        "models": [
+            {
+                "id": "anthropic/claude-*",
+                "aliases": [],
+                "price": {"input": 1, "output": 1},
+                "deployments": [{"name": "d", "base_url": "http://h", "upstream_model": "m"}],
+            }
+        ]
+    }
+    with pytest.raises(ConfigError, match=r"models\[0\]\.id: A model id is a name, not a pattern"):
+        parse_config(data)
+
+
 def test_public_catalog_entry() -> None:
     catalog = _catalog()
     entry = catalog.public_catalog()["data"][0]
