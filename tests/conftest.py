@@ -9,7 +9,9 @@ import pytest
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 POSTGRES_URL = os.environ.get("EZAT_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
-REDIS_URL = os.environ.get("EZAT_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+# pytest-xdist's workers (gw0, gw1…) each get a database of their own (15, 14…): tests flush theirs.
+_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+REDIS_URL = os.environ.get("EZAT_TEST_REDIS_URL", f"redis://127.0.0.1:6379/{15 - _WORKER % 8}")
 
 
 def free_port() -> int:

@@ -4,6 +4,7 @@ SDK, Codex and Claude Code) in a cache folder, by default ``tests/client/.node/c
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -34,6 +35,16 @@ def node_clients() -> Path:
     NODE_CACHE.mkdir(parents=True, exist_ok=True)
     manifest = (SCRIPTS / "package.json").read_text()
     stamp = NODE_CACHE / ".installed"
+    # One install at a time: pytest-xdist's workers share the cache (the lock is freed on exit).
+    with (NODE_CACHE.parent / ".install.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _install(manifest, stamp)
+    for script in SCRIPTS.glob("*.mjs"):
+        shutil.copy(script, NODE_CACHE / script.name)
+    return NODE_CACHE
+
+
+def _install(manifest: str, stamp: Path) -> None:
     if not stamp.exists() or stamp.read_text() != manifest:
         (NODE_CACHE / "package.json").write_text(manifest)
         done = subprocess.run(
@@ -46,6 +57,3 @@ def node_clients() -> Path:
         if done.returncode != 0:
             _missing(f"could not install the Node clients from the npm registry: {done.stderr[-500:]}")
         stamp.write_text(manifest)
-    for script in SCRIPTS.glob("*.mjs"):
-        shutil.copy(script, NODE_CACHE / script.name)
-    return NODE_CACHE
