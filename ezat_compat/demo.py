@@ -214,6 +214,7 @@ Try it:
   {curl_line(base, key)}
 
 Or with the OpenAI SDK: OpenAI(base_url="{base}/openai/v1", api_key="{key}")
+Or as an Anthropic base URL (the anthropic SDK, Claude Code):  ANTHROPIC_BASE_URL={base} ANTHROPIC_API_KEY={key}
 Admin commands use this demo's config:  ezat-compat --config {config_path} usage
 Press Ctrl-C to stop.
 """,
