@@ -459,6 +459,18 @@ def settle_tx(execute: Execute, row: Mapping[str, Any]) -> tuple[bool, bool]:
     return True, True
 
 
+HELD_SQL = "SELECT 1 FROM reservations WHERE request_id = :request_id"
+
+
+def release_if_held_tx(execute: Execute, row: Mapping[str, Any]) -> tuple[bool, bool]:
+    """``settle_tx`` of ``row`` (a failure at no cost) only if its request still holds a
+    reservation: for a reserve whose outcome is unknown (the database went away while it
+    committed). True when it held one and is settled now; nothing changes otherwise."""
+    if execute(HELD_SQL, row).fetchone() is None:
+        return False, False
+    return settle_tx(execute, row)
+
+
 def sweep_tx(execute: Execute, cutoff_micros: int) -> tuple[int, bool]:
     """Release the reservations made before ``cutoff_micros`` (epoch); returns how many."""
     taken = execute(TAKE_STALE_RESERVATIONS_SQL, {"cutoff": cutoff_micros}).fetchall()

@@ -5,7 +5,9 @@ settlement fails on the database, ``Journal.append`` writes its ledger row as on
 this process's file and fsyncs it before returning, so the stream's ``[DONE]`` follows a
 durable record. ``Journal.replay`` later applies every row through ``Ledger``'s settle, whose
 ledger row is unique per ``request_id``: a row applied twice changes nothing, so a replay that
-is cut short and run again applies each settlement exactly once.
+is cut short and run again applies each settlement exactly once. A reserve that failed with the
+database gone journals a row marked ``if_held`` (``Ledger``): it settles its request, as a
+failure at no cost, only if a reservation was taken.
 
 Files live in one folder (0700), each file 0600, named ``<owner tag>~<suffix>.jsonl``
 (``store/workers.py`` tags). A process appends only to its own ``<tag>~live.jsonl``. A replay

@@ -32,6 +32,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -46,8 +47,10 @@ from ezat_compat.store.accounts import AuthContext, StoreError, iso
 from ezat_compat.store.hotpath import (
     REFUSED_BY_ORG,
     RESERVING_WORKERS_SQL,
+    DatabaseUnavailableError,
     Execute,
     HotPath,
+    release_if_held_tx,
     release_worker_tx,
     reserve_tx,
     settle_tx,
@@ -65,6 +68,8 @@ CLIENT_CLOSED = 499  # the status of a request whose client left early (still bi
 # and a swept reservation is still debited when its request settles.
 STALE_RESERVATION = timedelta(hours=6)
 WORKER_DIED = 500  # the ledger status of a request whose worker died (a gateway failure: not billed)
+RESERVE_LOST = 503  # … of a request whose reserve may have committed unanswered (the database went away)
+IF_HELD = "if_held"  # a journal row that settles its request only if it still holds a reservation
 MAINTAIN_EVERY_S = 5.0  # how often a worker replays the journal and releases dead siblings' holds
 JOURNAL_DIR_ENV = "EZAT_JOURNAL_DIR"
 
@@ -203,25 +208,62 @@ class Ledger:
         """
         if isinstance(amount_micros, bool) or not isinstance(amount_micros, int) or amount_micros < 0:
             raise ValueError(f"amount_micros must be a non-negative int, got {amount_micros!r}")
-        refused = self._write(
-            reserve_tx,
-            {
-                "org": ctx.org_id,
-                "key": ctx.key_id,
-                "amount": amount_micros,
-                "request_id": request_id,
-                "created_at": to_epoch_micros(now or datetime.now(UTC)),
-                "worker": worker or worker_tag(),
-                "endpoint": endpoint or None,
-                "model": model[:MODEL_MAX] or None,
-                "canonical_model": canonical_model or None,
-            },
-        )
+        params = {
+            "org": ctx.org_id,
+            "key": ctx.key_id,
+            "amount": amount_micros,
+            "request_id": request_id,
+            "created_at": to_epoch_micros(now or datetime.now(UTC)),
+            "worker": worker or worker_tag(),
+            "endpoint": endpoint or None,
+            "model": model[:MODEL_MAX] or None,
+            "canonical_model": canonical_model or None,
+        }
+        try:
+            refused = self._write(reserve_tx, params)
+        except DatabaseUnavailableError:
+            self._forget_if_held(params)
+            raise
         if refused is not None:
             with self._engine.connect() as conn:
                 if refused == REFUSED_BY_ORG:
                     raise self._org_refusal(conn, ctx, amount_micros)
                 raise self._key_refusal(conn, ctx, amount_micros)
+
+    def _forget_if_held(self, params: dict[str, Any]) -> None:
+        """A reserve failed with the database gone: it may still have committed (PostgreSQL took
+        the COMMIT, its answer was lost), and nothing would settle that hold but the 6-hour
+        sweep. Journal its release (``IF_HELD``): the next replay, once the database answers,
+        settles the request as a failure at no cost if, and only if, it holds a reservation."""
+        row = {
+            "request_id": params["request_id"],
+            "created_at": params["created_at"],
+            "org_id": params["org"],
+            "key_id": params["key"],
+            "endpoint": params["endpoint"] or "chat.completions",
+            "model": params["model"] or "",
+            "canonical_model": params["canonical_model"] or "",
+            "deployment": "",
+            "input_tokens": 0,
+            "cache_write_tokens": 0,
+            "cache_read_tokens": 0,
+            "output_tokens": 0,
+            "reasoning_tokens": 0,
+            "cost_micros": 0,
+            "status": RESERVE_LOST,
+            "estimated": False,
+            IF_HELD: True,
+        }
+        try:
+            self.journal.append(row)
+        except OSError as exc:
+            log.error("could not journal the release of request %s's reservation: %s", params["request_id"], exc)
+
+    def _apply(self, row: Mapping[str, Any]) -> bool:
+        """One journaled row: a settlement, or (``IF_HELD``) the release of a hold that may exist."""
+        if row.get(IF_HELD):
+            return bool(self._write(release_if_held_tx, {k: v for k, v in row.items() if k != IF_HELD}))
+        return bool(self._write(settle_tx, row))
 
     def settle(self, request_id: str, entry: LedgerEntry) -> bool:
         """Record the request and debit its real cost, in one transaction; returns True.
@@ -249,7 +291,7 @@ class Ledger:
     def replay(self) -> ReplayReport:
         """Apply the journaled settlements this process may take (its own, dead processes',
         orphans'), each exactly once (a settled request's row is not settled again)."""
-        return self.journal.replay(lambda row: bool(self._write(settle_tx, row)))
+        return self.journal.replay(self._apply)
 
     def release_worker(self, prefix: str, *, keep: str = "", now: datetime | None = None) -> list[str]:
         """Settle the reservations held by the workers whose tags start with ``prefix`` (all but

@@ -27,7 +27,8 @@ from ezat_compat.domain import Usage
 from ezat_compat.errors import AuthenticationError, InsufficientQuotaError, PermissionDeniedError
 from ezat_compat.store.accounts import Accounts, AuthContext, StoreError, hash_key
 from ezat_compat.store.db import alembic_config, locked_connection, make_engine, migrate
-from ezat_compat.store.hotpath import HotPath, SQLiteHotPath, make_hot_path
+from ezat_compat.store.hotpath import DatabaseUnavailableError, HotPath, SQLiteHotPath, make_hot_path
+from ezat_compat.store.journal import Journal
 from ezat_compat.store.ledger import Ledger, LedgerEntry
 from ezat_compat.store.tables import api_keys, ledger, metadata, orgs, reservations
 
@@ -602,6 +603,74 @@ def test_settle_without_a_reservation_still_records(accounts: Accounts, books: L
     assert books.settle("never-reserved", entry(ctx, 0, status=400, usage=Usage()))
     assert org_row(engine, "acme").reserved_micros == 0
     assert count(engine, ledger) == 1
+
+
+class LostAnswer:
+    """A hot path whose writes run, and commit, and whose answers the network then loses: what
+    a reserve sees when PostgreSQL took the COMMIT and the connection broke before its reply
+    (``commits=False``: the connection broke before the COMMIT, nothing held)."""
+
+    def __init__(self, hot: HotPath, *, commits: bool) -> None:
+        self.hot = hot
+        self.commits = commits
+
+    def read(self, sql: str, params: Any) -> Any:
+        return self.hot.read(sql, params)
+
+    def write(self, work: Any, params: Any) -> Any:
+        if self.commits:
+            self.hot.write(work, params)
+        raise DatabaseUnavailableError()
+
+    def close(self) -> None:
+        self.hot.close()
+
+
+@pytest.mark.parametrize("committed", [True, False], ids=["committed", "not-committed"])
+def test_a_reserve_whose_answer_was_lost_is_released_by_the_next_replay(
+    accounts: Accounts, engine: Engine, hot_path: HotPath, tmp_path: Any, committed: bool
+) -> None:
+    ctx = setup_key(accounts, balance=1_000_000)
+    journal = Journal(tmp_path / "journal")
+    lossy = Ledger(engine, LostAnswer(hot_path, commits=committed), journal=journal)  # type: ignore[arg-type]
+    with pytest.raises(DatabaseUnavailableError):
+        lossy.reserve(ctx, "lost-1", 250_000, endpoint="messages", model="claude-x", canonical_model="anthropic/x")
+    assert org_row(engine, "acme").reserved_micros == (250_000 if committed else 0)  # held or not: unknown
+    assert journal.files(), "the release is journaled before the error reaches the client"
+
+    books = Ledger(engine, hot_path, journal=journal)  # the database answers again: the next replay
+    report = books.replay()
+    assert report.failed is False and report.pending_files == 0
+    org, key = org_row(engine, "acme"), key_row(engine, ctx.key_id)
+    assert (org.balance_micros, org.reserved_micros, key.spent_micros, key.reserved_micros) == (1_000_000, 0, 0, 0)
+    assert count(engine, reservations) == 0
+    with engine.connect() as conn:
+        rows = conn.execute(select(ledger)).all()
+    if committed:  # it was admitted: its one ledger row, a failure at no cost
+        ((row),) = rows
+        assert (row.request_id, row.status, row.cost_micros, row.endpoint, row.model) == (
+            "lost-1",
+            503,
+            0,
+            "messages",
+            "claude-x",
+        )
+    else:  # it never held anything: no row
+        assert rows == []
+    assert books.replay().applied == 0  # applied once
+
+
+def test_a_lost_reserve_answer_never_releases_a_hold_settled_since(
+    accounts: Accounts, engine: Engine, hot_path: HotPath, tmp_path: Any
+) -> None:
+    ctx = setup_key(accounts, balance=1_000_000)
+    journal = Journal(tmp_path / "journal")
+    with pytest.raises(DatabaseUnavailableError):
+        Ledger(engine, LostAnswer(hot_path, commits=True), journal=journal).reserve(ctx, "lost-2", 100_000)  # type: ignore[arg-type]
+    books = Ledger(engine, hot_path, journal=journal)
+    assert books.settle("lost-2", entry(ctx, 0, status=503, usage=Usage()))  # settled by someone else first
+    assert books.replay().applied == 0
+    assert count(engine, ledger) == 1 and org_row(engine, "acme").reserved_micros == 0
 
 
 class StatementLog:
