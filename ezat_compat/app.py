@@ -7,6 +7,10 @@ request's log line and counts it (``RequestLog.finish``), except for a started s
 line the pipeline writes when the stream ends; ``teardown_request`` finishes a record nothing
 else did. ``/readyz`` answers from ``Readiness``; ``start_draining`` (re-exported from
 ``drain``) makes it answer 503 for the shutdown code.
+
+In front of the app's own WSGI callable, ``api/hot.HotRoutes`` answers ``POST
+/openai/v1/chat/completions`` and ``POST /v1/messages`` exactly as those views, hooks and error
+handlers do, without Flask's per-request machinery; ``TrustedForwarded`` is outermost.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from ezat_compat.api import anthropic as anthropic_api
 from ezat_compat.api import openai as openai_api
 from ezat_compat.api import responses as responses_api
 from ezat_compat.api.common import gateway, json_response, new_request_id, raw_json_response, too_large
+from ezat_compat.api.hot import HotRoutes, note_outage, unexpected_error
 from ezat_compat.catalog import Catalog
 from ezat_compat.cooldowns import make_cooldowns
 from ezat_compat.dialects.anthropic_messages import AnthropicMessages
@@ -38,7 +43,7 @@ from ezat_compat.limits import RateLimits
 from ezat_compat.logs import Outages, RequestLog
 from ezat_compat.metrics import Metrics
 from ezat_compat.pipeline import Gateway, health_key
-from ezat_compat.readiness import Readiness, outage_of
+from ezat_compat.readiness import Readiness
 from ezat_compat.store.accounts import Accounts
 from ezat_compat.store.db import make_engine
 from ezat_compat.store.ledger import Ledger
@@ -141,14 +146,8 @@ def _http_error(exc: HTTPException) -> GatewayError:
 
 def _noted_outage(exc: BaseException) -> bool:
     """An outage of the database or Redis is logged once per incident (``Outages``), not per request."""
-    what = outage_of(exc)
-    if what is None:
-        return False
     readiness: Readiness = current_app.extensions["ezat_readiness"]
-    if what == "redis" and not readiness.redis_url:
-        what = "rate-limit counters"
-    readiness.outages.failed(what, exc)
-    return True
+    return note_outage(readiness, exc)
 
 
 def _register_errors(app: Flask) -> None:
@@ -166,12 +165,7 @@ def _register_errors(app: Flask) -> None:
     def unexpected(exc: Exception) -> Response:
         if not _noted_outage(exc):
             log.exception("unexpected error in request %s", getattr(g, "request_id", "?"))
-        return _render(
-            GatewayError(
-                "The gateway failed to process the request; "
-                f"quote request id {getattr(g, 'request_id', '?')} to support."
-            )
-        )
+        return _render(unexpected_error(getattr(g, "request_id", None)))
 
 
 def metrics_listener(metrics_bind: str) -> Callable[[Mapping[str, Any]], bool]:
@@ -195,7 +189,7 @@ def metrics_listener(metrics_bind: str) -> Callable[[Mapping[str, Any]], bool]:
     return on_metrics_listener
 
 
-def _register_request_log(app: Flask, config: Config) -> None:
+def _register_request_log(app: Flask, config: Config) -> RequestLog:
     outages = Outages(log)
     app.extensions["ezat_readiness"] = Readiness(config.gateway.database_url, config.gateway.redis_url, outages)
     request_log = RequestLog(gateway().metrics, config.logging.format, outages)
@@ -224,6 +218,8 @@ def _register_request_log(app: Flask, config: Config) -> None:
         if record is not None and not record.stream and not record.done:
             record.status = record.status or 500
             record.finish()
+
+    return request_log
 
 
 def _register_public(app: Flask, config: Config) -> None:
@@ -264,13 +260,24 @@ def create_app(config: Config, *, gateway_core: Gateway | None = None) -> Flask:
     app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes
     app.extensions["ezat"] = gateway_core or build_gateway(config)
     with app.app_context():
-        _register_request_log(app, config)
+        request_log = _register_request_log(app, config)
     app.register_blueprint(openai_api.bp)
     app.register_blueprint(responses_api.bp)
     app.register_blueprint(anthropic_api.bp)
     _register_public(app, config)
     _register_errors(app)
-    app.wsgi_app = TrustedForwarded(app.wsgi_app, config.server.forwarded_allow_ips)  # type: ignore[method-assign]
+    hot = HotRoutes(  # the same answers as the views below give, without Flask's per-request work
+        app.wsgi_app,
+        app.extensions["ezat"],
+        request_log,
+        app.extensions["ezat_readiness"],
+        {
+            "/openai/v1/chat/completions": (openai_api.CHAT, "openai.chat_completions"),
+            "/v1/messages": (anthropic_api.MESSAGES, "anthropic.messages"),
+        },
+        metrics_listener(config.server.metrics_bind) if config.server.metrics_bind else None,
+    )
+    app.wsgi_app = TrustedForwarded(hot, config.server.forwarded_allow_ips)  # type: ignore[method-assign]
     return app
 
 

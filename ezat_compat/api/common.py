@@ -6,6 +6,7 @@ import json
 import os
 import socket
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from flask import Request, Response, after_this_request, current_app, g
@@ -13,6 +14,8 @@ from gevent.monkey import get_original
 
 from ezat_compat.api.bodies import close_connection, read_within
 from ezat_compat.api.sse import stream_response
+from ezat_compat.dialects import Headers
+from ezat_compat.domain import Config
 from ezat_compat.errors import RequestTimeoutError, RequestTooLargeError
 from ezat_compat.pipeline import ClientRequest, Gateway, Reply
 from ezat_compat.session import StreamSession
@@ -49,36 +52,43 @@ def request_id() -> str:
 
 
 def api_key(request: Request) -> str | None:
+    return api_key_of(request.headers)
+
+
+def api_key_of(headers: Headers) -> str | None:
     """The key from ``x-api-key`` or ``Authorization: Bearer``."""
-    key = request.headers.get("x-api-key")
+    key = headers.get("x-api-key")
     if key:
         return key.strip()
-    auth = request.headers.get("authorization", "")
-    scheme, _, token = auth.partition(" ")
+    scheme, _, token = (headers.get("authorization") or "").partition(" ")
     if scheme.lower() == "bearer" and token.strip():
         return token.strip()
     return None
 
 
-def too_large() -> RequestTooLargeError:
-    limit = gateway().config.gateway.max_body_mb
+def too_large(config: Config | None = None) -> RequestTooLargeError:
+    limit = (config or gateway().config).gateway.max_body_mb
     return RequestTooLargeError(f"The request body is larger than {limit:g} MB.")
 
 
-def read_body(request: Request) -> bytes:
-    """The raw body, refused with 413 as soon as it passes ``max_body_mb`` (from the
-    content-length before anything is read, or while reading a chunked body), and with 408 when
-    it doesn't arrive within its deadline (``api/bodies.py``; the connection is then closed)."""
-    gw = gateway()
-    max_bytes = gw.config.max_body_bytes
-    length = request.content_length
+def read_environ_body(environ: Mapping[str, Any], length: int | None, config: Config) -> bytes:
+    """The raw body of a WSGI request of ``length`` bytes (None: chunked), refused with 413 as
+    soon as it passes ``max_body_mb`` (from the length before anything is read, or while
+    reading a chunked body), and with 408 when it doesn't arrive within its deadline
+    (``api/bodies.py``; the caller closes the connection then)."""
+    max_bytes = config.max_body_bytes
     if length is not None and length > max_bytes:
-        raise too_large()
-    stream = request.environ.get("wsgi.input")
+        raise too_large(config)
+    stream = environ.get("wsgi.input")
     if stream is None:
         return b""
+    return read_within(stream, length, config.server, max_bytes, lambda: too_large(config))
+
+
+def read_body(request: Request) -> bytes:
+    """``read_environ_body`` of a Flask request; after a 408 the connection is closed."""
     try:
-        return read_within(stream, length, gw.config.server, max_bytes, too_large)
+        return read_environ_body(request.environ, request.content_length, gateway().config)
     except RequestTimeoutError:
         shut = close_connection(request.environ)
         if shut is not None:
