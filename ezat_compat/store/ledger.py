@@ -89,6 +89,23 @@ def default_journal_dir(database_url: str) -> Path:
     return Path.cwd() / f"ezat-usage-journal-{digest}"
 
 
+def _unbilled(created_at_micros: int, status: int) -> dict[str, Any]:
+    """The ledger columns of a gateway failure at no cost, but for its request, org, key,
+    endpoint and models: no deployment, no tokens, ``status``."""
+    return {
+        "created_at": created_at_micros,
+        "deployment": "",
+        "input_tokens": 0,
+        "cache_write_tokens": 0,
+        "cache_read_tokens": 0,
+        "output_tokens": 0,
+        "reasoning_tokens": 0,
+        "cost_micros": 0,
+        "status": status,
+        "estimated": False,
+    }
+
+
 @dataclass(frozen=True, slots=True)
 class LedgerEntry:
     """What ``settle`` records for one request.
@@ -236,22 +253,13 @@ class Ledger:
         sweep. Journal its release (``IF_HELD``): the next replay, once the database answers,
         settles the request as a failure at no cost if, and only if, it holds a reservation."""
         row = {
+            **_unbilled(params["created_at"], RESERVE_LOST),
             "request_id": params["request_id"],
-            "created_at": params["created_at"],
             "org_id": params["org"],
             "key_id": params["key"],
             "endpoint": params["endpoint"] or "chat.completions",
             "model": params["model"] or "",
             "canonical_model": params["canonical_model"] or "",
-            "deployment": "",
-            "input_tokens": 0,
-            "cache_write_tokens": 0,
-            "cache_read_tokens": 0,
-            "output_tokens": 0,
-            "reasoning_tokens": 0,
-            "cost_micros": 0,
-            "status": RESERVE_LOST,
-            "estimated": False,
             IF_HELD: True,
         }
         try:
@@ -297,18 +305,7 @@ class Ledger:
         """Settle the reservations held by the workers whose tags start with ``prefix`` (all but
         the tag ``keep``) as gateway failures (``WORKER_DIED``, cost 0); returns their request ids.
         Replay the journal first: a settlement journaled by the dead worker wins over this."""
-        row = {
-            "created_at": to_epoch_micros(now or datetime.now(UTC)),
-            "deployment": "",
-            "input_tokens": 0,
-            "cache_write_tokens": 0,
-            "cache_read_tokens": 0,
-            "output_tokens": 0,
-            "reasoning_tokens": 0,
-            "cost_micros": 0,
-            "status": WORKER_DIED,
-            "estimated": False,
-        }
+        row = _unbilled(to_epoch_micros(now or datetime.now(UTC)), WORKER_DIED)
         released: list[str] = self._write(release_worker_tx, {"prefix": prefix, "keep": keep, "row": row})
         if released:
             log.warning("released %d reservation(s) of dead worker(s) %s*", len(released), prefix)
