@@ -68,7 +68,6 @@ CLIENT_CLOSED = 499  # the status of a request whose client left early (still bi
 # and a swept reservation is still debited when its request settles.
 STALE_RESERVATION = timedelta(hours=6)
 WORKER_DIED = 500  # the ledger status of a request whose worker died (a gateway failure: not billed)
-RESERVE_LOST = 503  # … of a request whose reserve may have committed unanswered (the database went away)
 IF_HELD = "if_held"  # a journal row that settles its request only if it still holds a reservation
 MAINTAIN_EVERY_S = 5.0  # how often a worker replays the journal and releases dead siblings' holds
 JOURNAL_DIR_ENV = "EZAT_JOURNAL_DIR"
@@ -238,8 +237,9 @@ class Ledger:
         }
         try:
             refused = self._write(reserve_tx, params)
-        except DatabaseUnavailableError:
-            self._forget_if_held(params)
+        except DatabaseUnavailableError as exc:
+            # the status its client gets: Anthropic's dialect (``messages``) keeps 529 for an overload
+            self._forget_if_held(params, (exc.anthropic_status or exc.status) if endpoint == "messages" else exc.status)
             raise
         if refused is not None:
             with self._engine.connect() as conn:
@@ -247,13 +247,13 @@ class Ledger:
                     raise self._org_refusal(conn, ctx, amount_micros)
                 raise self._key_refusal(conn, ctx, amount_micros)
 
-    def _forget_if_held(self, params: dict[str, Any]) -> None:
+    def _forget_if_held(self, params: dict[str, Any], status: int) -> None:
         """A reserve failed with the database gone: it may still have committed (PostgreSQL took
         the COMMIT, its answer was lost), and nothing would settle that hold but the 6-hour
         sweep. Journal its release (``IF_HELD``): the next replay, once the database answers,
         settles the request as a failure at no cost if, and only if, it holds a reservation."""
         row = {
-            **_unbilled(params["created_at"], RESERVE_LOST),
+            **_unbilled(params["created_at"], status),
             "request_id": params["request_id"],
             "org_id": params["org"],
             "key_id": params["key"],

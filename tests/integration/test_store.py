@@ -650,7 +650,7 @@ def test_a_reserve_whose_answer_was_lost_is_released_by_the_next_replay(
         ((row),) = rows
         assert (row.request_id, row.status, row.cost_micros, row.endpoint, row.model) == (
             "lost-1",
-            503,
+            529,  # what its Anthropic client got (an OpenAI client gets 503)
             0,
             "messages",
             "claude-x",
