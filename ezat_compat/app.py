@@ -123,8 +123,8 @@ def _render(err: GatewayError) -> Response:
     """The error in the envelope of the dialect the path belongs to (routing 404/405 included)."""
     dialect = ANTHROPIC if request.path.startswith(ANTHROPIC_PREFIX) else OPENAI
     record = g.get("record")
-    if record is not None and record.error is None:
-        record.error = type(err).__name__
+    if record is not None:
+        record.note_error(err)
     status, body, headers = dialect.render_error(err, getattr(g, "request_id", None))
     return raw_json_response(body, status, headers)
 
@@ -206,18 +206,14 @@ def _register_request_log(app: Flask, config: Config) -> RequestLog:
         rid = g.request_id
         response.headers["request-id"] = rid
         response.headers["x-request-id"] = rid  # what the OpenAI SDKs read (``_request_id``)
-        record = g.record
-        if not record.stream:  # a started stream's line is written when it ends (``Run.closed``)
-            record.status = record.status or response.status_code
-            record.finish()
+        g.record.answered(response.status_code)
         return response
 
     @app.teardown_request
     def finish_unfinished(_exc: BaseException | None) -> None:
         record = g.get("record")
-        if record is not None and not record.stream and not record.done:
-            record.status = record.status or 500
-            record.finish()
+        if record is not None:
+            record.unanswered()
 
     return request_log
 

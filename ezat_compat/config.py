@@ -19,6 +19,7 @@ from typing import Any
 
 from marshmallow import RAISE, Schema, ValidationError, fields, validate, validates_schema
 
+from ezat_compat.catalog import is_pattern
 from ezat_compat.domain import (
     EFFORTS,
     LOG_FORMATS,
@@ -97,7 +98,7 @@ class _ModelSchema(_Strict):
 
     @validates_schema
     def _id_is_a_name(self, data: dict[str, Any], **_: Any) -> None:
-        if "*" in data.get("id", ""):
+        if is_pattern(data.get("id", "")):
             raise ValidationError({"id": ["A model id is a name, not a pattern: '*' is allowed in aliases only."]})
 
     @validates_schema

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from ezat_compat.domain import LoggingSettings, Usage
 
 if TYPE_CHECKING:  # the gunicorn master imports this module before prometheus_client may be
+    from ezat_compat.errors import GatewayError
     from ezat_compat.metrics import Metrics
 
 ACCESS_LOGGER = "ezat_compat.access"
@@ -202,6 +203,25 @@ class RequestRecord:
         if not self.done:
             self.done = True
             self.sink(self)
+
+    def answered(self, status: int) -> None:
+        """The response (``status``, unless settlement said otherwise) is about to be sent:
+        the line is written now, except for a started stream's (written when it ends)."""
+        if not self.stream:
+            self.status = self.status or status
+            self.finish()
+
+    def note_error(self, error: GatewayError) -> None:
+        """``error`` is what the client gets: its name goes in the line (the first one named)."""
+        if self.error is None:
+            self.error = type(error).__name__
+
+    def unanswered(self) -> None:
+        """Nothing answered the request (a bug past the error handlers, a killed greenlet): a
+        500 line, unless its line is written already or a started stream will write it."""
+        if not self.stream and not self.done:
+            self.status = self.status or 500
+            self.finish()
 
     def fields(self, now: float, wall: float) -> dict[str, Any]:
         """The flat dict of the log line (``now``: monotonic, ``wall``: epoch seconds)."""

@@ -168,7 +168,7 @@ class Gateway:
             parsed.prepare(auth.org_id)
         if parsed.thinking_ids:  # thinking kept from earlier rounds of a tool loop
             dialect.restore_thinking(parsed, self.thinking.get(auth.org_id, parsed.thinking_ids, self.clock()))
-        call = self.admit(request.request_id, dialect.endpoint, auth, parsed)
+        call = self.admit(request.request_id, dialect.endpoint, auth, parsed, status_of=dialect.status_of)
         call.record = record
         return Run(self, dialect, parsed, call, request.connected).go()
 
@@ -189,8 +189,18 @@ class Gateway:
             raise PermissionDeniedError(f"This key may not use the model `{name}`.", param="model")
         return model
 
-    def admit(self, request_id: str, endpoint: str, auth: AuthContext, parsed: Parsed) -> Call:
-        """Rate limits, then reserve the worst-case cost (429 / 402); unbilled requests reserve nothing."""
+    def admit(
+        self,
+        request_id: str,
+        endpoint: str,
+        auth: AuthContext,
+        parsed: Parsed,
+        *,
+        status_of: Callable[[GatewayError], int] | None = None,
+    ) -> Call:
+        """Rate limits, then reserve the worst-case cost (429 / 402); unbilled requests reserve
+        nothing. ``status_of``: the dialect's status of an error (for a reserve lost with the
+        database, whose ledger row says what the client got)."""
         if time.monotonic() >= self._next_sweep:
             self._sweep_stale_reservations()
         self.ledger.maintain()  # in the background, every few seconds: journal replay, dead workers' holds
@@ -209,6 +219,7 @@ class Gateway:
                     endpoint=endpoint,
                     model=parsed.model_name,
                     canonical_model=parsed.model.id,
+                    status_of=status_of,
                 )
             except BaseException:
                 self.limits.settle_tokens(tokens, 0)

@@ -109,23 +109,17 @@ class HotRoutes:
         self.metrics_only = metrics_only
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        route = self.routes.get(environ.get("PATH_INFO", "")) if environ.get("REQUEST_METHOD") == "POST" else None
+        path = environ.get("PATH_INFO", "")
+        route = self.routes.get(path) if environ.get("REQUEST_METHOD") == "POST" else None
         if route is None or (self.metrics_only is not None and self.metrics_only(environ)):
             return self.app(environ, start_response)
-        return self.serve(route[0], route[1], environ, start_response)
-
-    def serve(
-        self, dialect: Dialect, view: str, environ: dict[str, Any], start_response: Callable[..., Any]
-    ) -> Iterable[bytes]:
+        dialect, view = route
         request_id = new_request_id()
-        path = environ.get("PATH_INFO", "")
         record = self.request_log.start(request_id, "POST", path, environ.get("REMOTE_ADDR") or "", view)
         try:
             return self._serve(dialect, environ, start_response, request_id, record)
         except BaseException:  # nothing answered (start_response raised, the greenlet was killed)
-            if not record.stream and not record.done:
-                record.status = record.status or 500
-                record.finish()
+            record.unanswered()
             raise
 
     def _serve(
@@ -158,38 +152,35 @@ class HotRoutes:
             record,
         )
         body: Iterable[bytes]
+        failure: GatewayError | None = None
         try:
             result = gw.handle(dialect, request)
         except GatewayError as err:
             if err.status >= 500:
                 note_outage(self.readiness, err)
-            status, data, extra = self._error(dialect, err, request_id, record)
-            body = [data]
-            out = [("Content-Type", JSON_TYPE), ("Content-Length", str(len(data))), *extra.items()]
+            failure = err
         except Exception as exc:
             if not note_outage(self.readiness, exc):
                 log.exception("unexpected error in request %s", request_id)
-            status, data, extra = self._error(dialect, unexpected_error(request_id), request_id, record)
+            failure = unexpected_error(request_id)
+        if failure is not None:
+            record.note_error(failure)
+            status, data, extra = dialect.render_error(failure, request_id)
             body = [data]
             out = [("Content-Type", JSON_TYPE), ("Content-Length", str(len(data))), *extra.items()]
+        elif isinstance(result, Reply):
+            status, body = result.status, [result.body]
+            out = [("Content-Type", JSON_TYPE), ("Content-Length", str(len(result.body)))]
         else:
-            if isinstance(result, Reply):
-                status, body = result.status, [result.body]
-                out = [("Content-Type", JSON_TYPE), ("Content-Length", str(len(result.body)))]
-            else:
-                status, body, out = 200, StreamBody(result), list(_STREAM_HEADERS)
+            status, body, out = 200, StreamBody(result), list(_STREAM_HEADERS)
         out.append(("request-id", request_id))
         out.append(("x-request-id", request_id))  # what the OpenAI SDKs read (``_request_id``)
-        if not record.stream:  # a started stream's line is written when it ends (``Run.closed``)
-            record.status = record.status or status
-            record.finish()
-        start_response(status_line(status), out)
+        record.answered(status)
+        try:
+            start_response(status_line(status), out)
+        except BaseException:  # the body never reaches the server: a stream must still end (and settle)
+            close = getattr(body, "close", None)
+            if close is not None:
+                close()
+            raise
         return _Closing(body, shut) if shut is not None else body
-
-    @staticmethod
-    def _error(
-        dialect: Dialect, err: GatewayError, request_id: str, record: RequestRecord
-    ) -> tuple[int, bytes, dict[str, str]]:
-        if record.error is None:
-            record.error = type(err).__name__
-        return dialect.render_error(err, request_id)

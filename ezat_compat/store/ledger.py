@@ -32,7 +32,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -41,7 +41,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, Select, bindparam, func, select
 
 from ezat_compat.domain import Usage
-from ezat_compat.errors import InsufficientQuotaError
+from ezat_compat.errors import GatewayError, InsufficientQuotaError
 from ezat_compat.pricing import micros_to_usd
 from ezat_compat.store.accounts import AuthContext, StoreError, iso
 from ezat_compat.store.hotpath import (
@@ -212,6 +212,7 @@ class Ledger:
         model: str = "",
         canonical_model: str = "",
         worker: str | None = None,
+        status_of: Callable[[GatewayError], int] | None = None,
     ) -> None:
         """Hold ``amount_micros`` (the request's worst case) against the org's balance and the
         key's spend limit, in one short transaction.
@@ -221,6 +222,8 @@ class Ledger:
         ``request_id`` must be new (a duplicate raises the database's IntegrityError). The
         reservation names ``worker`` (default: this process's tag) and the request's
         ``endpoint`` and models, for the ledger row ``release_worker`` gives it if that worker dies.
+        When the database fails the reserve, its release is journaled (``_forget_if_held``) with
+        the status the client gets: ``status_of(error)`` (the dialect's), else the error's own.
         """
         if isinstance(amount_micros, bool) or not isinstance(amount_micros, int) or amount_micros < 0:
             raise ValueError(f"amount_micros must be a non-negative int, got {amount_micros!r}")
@@ -238,8 +241,7 @@ class Ledger:
         try:
             refused = self._write(reserve_tx, params)
         except DatabaseUnavailableError as exc:
-            # the status its client gets: Anthropic's dialect (``messages``) keeps 529 for an overload
-            self._forget_if_held(params, (exc.anthropic_status or exc.status) if endpoint == "messages" else exc.status)
+            self._forget_if_held(params, status_of(exc) if status_of is not None else exc.status)
             raise
         if refused is not None:
             with self._engine.connect() as conn:

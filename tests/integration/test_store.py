@@ -23,6 +23,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import Engine, create_engine, event, func, inspect, make_url, select, text
 
+from ezat_compat.dialects.anthropic_messages import AnthropicMessages
 from ezat_compat.domain import Usage
 from ezat_compat.errors import AuthenticationError, InsufficientQuotaError, PermissionDeniedError
 from ezat_compat.store.accounts import Accounts, AuthContext, StoreError, hash_key
@@ -634,7 +635,15 @@ def test_a_reserve_whose_answer_was_lost_is_released_by_the_next_replay(
     journal = Journal(tmp_path / "journal")
     lossy = Ledger(engine, LostAnswer(hot_path, commits=committed), journal=journal)  # type: ignore[arg-type]
     with pytest.raises(DatabaseUnavailableError):
-        lossy.reserve(ctx, "lost-1", 250_000, endpoint="messages", model="claude-x", canonical_model="anthropic/x")
+        lossy.reserve(
+            ctx,
+            "lost-1",
+            250_000,
+            endpoint="messages",
+            model="claude-x",
+            canonical_model="anthropic/x",
+            status_of=AnthropicMessages().status_of,
+        )
     assert org_row(engine, "acme").reserved_micros == (250_000 if committed else 0)  # held or not: unknown
     assert journal.files(), "the release is journaled before the error reaches the client"
 

@@ -170,3 +170,32 @@ def test_a_body_over_the_limit_is_a_413_before_it_is_read() -> None:
 @pytest.mark.parametrize(("code", "line"), [(200, "200 OK"), (429, "429 TOO MANY REQUESTS"), (529, "529 UNKNOWN")])
 def test_status_lines_are_werkzeugs(code: int, line: str) -> None:
     assert status_line(code) == line
+
+
+class FakeSession:
+    """Enough of a ``StreamSession`` for the body that wraps it: it is closed once, at the end."""
+
+    closed = 0
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+def test_a_stream_whose_headers_cannot_be_sent_is_still_closed_so_it_settles() -> None:
+    session = FakeSession()
+    _, gw, _ = app_behind(lambda r: session)
+    hot = HotRoutes(  # the same middleware, called with a server whose start_response fails
+        lambda e, s: [],
+        gw,
+        RequestLog(Metrics(CollectorRegistry())),
+        Readiness("sqlite://", "", Outages(logging.getLogger("t"))),
+        ROUTES,  # type: ignore[arg-type]
+    )
+
+    def start_response(status: str, headers: list[tuple[str, str]]) -> None:
+        raise OSError("the client is gone")
+
+    environ = {"REQUEST_METHOD": "POST", "PATH_INFO": "/v1/messages", "wsgi.input": None, "CONTENT_LENGTH": "0"}
+    with pytest.raises(OSError):
+        hot(environ, start_response)
+    assert session.closed == 1
