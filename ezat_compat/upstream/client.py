@@ -1,17 +1,17 @@
-"""The upstream client: one urllib3 connection pool per process, one exception map.
+"""The upstream client: keep-alive connections per deployment origin, one exception map.
 
 Low-level failures become the ``UpstreamError`` subtree of ``errors.py`` here and nowhere
 else: refused or reset connections ``UpstreamConnectError``, no answer in time
 ``UpstreamTimeoutError``, a non-2xx answer ``UpstreamStatusError``, a stream that broke after
 it started ``UpstreamStreamError``.
 
-Gunicorn forks after import, so the pools are created lazily in each process.
+Gunicorn forks after import, so the connections are made lazily in each process.
 Chat Completions reference, "Errors" (failover on refused connections, timeouts,
 429/500/502/503/504/529; never on other 4xx).
 
-urllib3, the transport under ``requests``, is used directly on this path: ``requests``' own
-layer (settings merging, cookie jar, hooks) cost half the upstream call's CPU, about 0.2 ms
-per request (bench/RESULTS.md). The image downloader keeps ``requests``.
+The HTTP/1.1 transport is ``transport.py``: on this path urllib3's own layer cost five times
+the CPU of the whole call (bench/RESULTS.md), and ``requests``' more. The image downloader
+keeps ``requests``.
 """
 
 from __future__ import annotations
@@ -21,17 +21,6 @@ import json
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
-
-import urllib3
-from urllib3.connection import HTTPConnection, HTTPSConnection
-from urllib3.connectionpool import HTTPConnectionPool, connection_from_url
-from urllib3.exceptions import (
-    ConnectTimeoutError,
-    HTTPError,
-    NewConnectionError,
-    ProtocolError,
-    ReadTimeoutError,
-)
 
 from ezat_compat import __version__
 from ezat_compat.domain import Deployment
@@ -44,183 +33,166 @@ from ezat_compat.errors import (
 )
 from ezat_compat.procid import pid
 from ezat_compat.upstream.sse import SSEDecoder
+from ezat_compat.upstream.transport import ConnectFailed, Origin, ProtocolError, Response
 
 USER_AGENT = f"ezat-compat/{__version__}"
-READ_CHUNK = 64 * 1024
-
-
-class _HeadWithBody:
-    """A connection that writes a request's head together with its body: ``http.client``
-    sends them with two writes (two system calls, and two TCP segments where one would hold
-    both). The head is held back and sent with the body's first chunk; a request without a
-    body sends it when its response is read."""
-
-    _head = b""
-
-    def _send_output(self, message_body: Any = None, encode_chunked: bool = False) -> None:
-        if message_body is not None or self._head:
-            super()._send_output(message_body, encode_chunked=encode_chunked)  # type: ignore[misc]
-            return
-        buffer: list[bytes] = self._buffer  # type: ignore[attr-defined]
-        buffer.extend((b"", b""))
-        self._head = b"\r\n".join(buffer)
-        del buffer[:]
-
-    def send(self, data: Any) -> None:
-        head = self._head
-        if head:
-            self._head = b""
-            if isinstance(data, bytes | bytearray):
-                data = head + data
-            else:
-                super().send(head)  # type: ignore[misc]
-        super().send(data)  # type: ignore[misc]
-
-    def getresponse(self, *args: Any, **kwargs: Any) -> Any:
-        if self._head:
-            head, self._head = self._head, b""
-            super().send(head)  # type: ignore[misc]
-        return super().getresponse(*args, **kwargs)  # type: ignore[misc]
-
-    def close(self) -> None:
-        self._head = b""
-        super().close()  # type: ignore[misc]
-
-
-class OneWriteHTTPConnection(_HeadWithBody, HTTPConnection):
-    """urllib3's connection, head and body in one write."""
-
-
-class OneWriteHTTPSConnection(_HeadWithBody, HTTPSConnection):
-    """urllib3's TLS connection, head and body in one write."""
+Event = tuple[str, str]
 
 
 class UpstreamStream:
-    """An open upstream SSE response: iterate ``events()``; always ``close()`` it.
+    """An open upstream SSE response: ``poll`` (or iterate ``events()``); always ``close()`` it.
 
-    ``idle_timeout_s``: set when the stream was opened with a shorter first-event deadline; the
-    socket's read timeout becomes this once the first event has arrived. ``first_deadline``
-    (``time.monotonic()``): when the first event must have come, bytes or no bytes — an upstream
-    that drips bytes without completing an event doesn't push it back (each read waits at
-    most the time left)."""
+    ``idle_timeout_s``: a socket silent that long counts as broken once the first event has
+    come. ``first_deadline`` (``time.monotonic()``): when the first event must have come, bytes
+    or no bytes — an upstream that drips bytes without completing an event doesn't push it back
+    (each read waits at most the time left)."""
+
+    __slots__ = (
+        "_closed",
+        "_decoder",
+        "_heard",
+        "_pending",
+        "_started",
+        "deployment",
+        "ended",
+        "first_deadline",
+        "idle_timeout_s",
+        "response",
+    )
 
     def __init__(
-        self,
-        response: urllib3.BaseHTTPResponse,
-        deployment: Deployment,
-        idle_timeout_s: float | None = None,
-        first_deadline: float | None = None,
+        self, response: Response, deployment: Deployment, idle_timeout_s: float, first_deadline: float
     ) -> None:
         self.response = response
         self.deployment = deployment
         self.idle_timeout_s = idle_timeout_s
         self.first_deadline = first_deadline
+        self.ended = False  # the upstream ended the body (read to its end)
         self._closed = False
-        self._complete = False
-        self._started = idle_timeout_s is None and first_deadline is None
+        self._started = False
+        self._heard = time.monotonic()  # when bytes last came
+        self._decoder = SSEDecoder()
+        self._pending: list[Event] = []
 
-    def _chunks(self) -> Iterator[bytes]:
+    def poll(self, wait_s: float | None = None) -> list[Event]:
+        """The events that have arrived: those already read, else those of the next socket
+        reads, waiting at most ``wait_s`` (``None``: as long as the stream may be silent) for
+        one to complete. An empty list: none came in time, or the body ended (``ended``).
+        Raises ``UpstreamTimeoutError`` when no first event came by the first-event deadline,
+        ``UpstreamStreamError`` when the stream broke or was silent past the idle timeout."""
+        if self._pending:
+            out, self._pending = self._pending, []
+            return out
+        if self.ended or self._closed:
+            return []
+        clock = time.monotonic
         response = self.response
-        if response.chunked:  # what upstreams send for a stream: each HTTP chunk as it arrives
-            yield from response.read_chunked(None, decode_content=True)
-        else:
-            while chunk := response.read1(READ_CHUNK):
-                yield chunk
-
-    def _socket_timeout(self, seconds: float) -> None:
-        connection = getattr(self.response, "connection", None)
-        sock = getattr(connection, "sock", None)
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.settimeout(seconds)
-
-    def _first_event_arrived(self) -> None:
-        self._started = True
-        if self.idle_timeout_s is not None:
-            self._socket_timeout(self.idle_timeout_s)
-
-    def _no_event_yet(self) -> None:
-        """Before the next read while no event has come: past the deadline it is a timeout;
-        else the read may wait only for what is left of it."""
-        if self.first_deadline is None:
-            return
-        left = self.first_deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("no first event by the deadline")
-        self._socket_timeout(left)
-
-    def events(self) -> Iterator[tuple[str, str]]:
-        """(event type, data) pairs. Raises ``UpstreamTimeoutError`` when no first event came
-        within the first-event deadline, ``UpstreamStreamError`` if the connection breaks; ends
-        when the upstream ends the body."""
-        decoder = SSEDecoder()
+        until = None if wait_s is None else clock() + wait_s
         try:
-            for chunk in self._chunks():
-                for event in decoder.feed(chunk):
-                    if not self._started:
-                        self._first_event_arrived()
-                    yield event
-                if not self._started:
-                    self._no_event_yet()
-            yield from decoder.flush()
-            self._complete = True  # the whole body was read: the connection can be reused
-        except Exception as exc:  # socket errors, urllib3's ProtocolError, a broken chunk
-            if self._closed:
-                return
-            if not self._started and isinstance(exc, ReadTimeoutError | TimeoutError):
+            while True:
+                now = clock()
+                limit = self._heard + self.idle_timeout_s if self._started else self.first_deadline
+                if limit <= now:
+                    raise TimeoutError("silent past the deadline")
+                waiting = until is not None and until < limit
+                timeout = (until if waiting else limit) - now  # type: ignore[operator]
+                if timeout <= 0:
+                    return []
+                response.set_timeout(timeout)
+                try:
+                    chunk = response.read()
+                except TimeoutError:
+                    if waiting:
+                        return []
+                    raise
+                self._heard = clock()
+                events = self._decoder.feed(chunk) if chunk else []
+                if response.done:
+                    self.ended = True
+                    self._decoder.flush()  # an unterminated event is discarded (WHATWG)
+                if events:
+                    self._started = True
+                    return events
+                if self.ended:
+                    return []
+        except Exception as exc:  # socket errors, a broken chunk, an event too large
+            if self._closed:  # closed (or interrupted) from elsewhere while waiting
+                self.ended = True
+                return []
+            if not self._started and isinstance(exc, TimeoutError):
                 raise UpstreamTimeoutError(f"{self.deployment.name} sent no event in time") from None
             raise UpstreamStreamError(f"the upstream stream broke: {type(exc).__name__}") from None
 
+    def first(self) -> Event | None:
+        """The first event (the rest of its read stays pending); ``None`` if the body ended first."""
+        while not self.ended:
+            events = self.poll()
+            if events:
+                self._pending = events[1:]
+                return events[0]
+        return None
+
+    def events(self) -> Iterator[Event]:
+        """(event type, data) pairs until the body ends; raises as ``poll`` does."""
+        while True:
+            events = self.poll()
+            if not events:
+                if self.ended or self._closed:
+                    return
+                continue
+            yield from events
+
+    def interrupt(self) -> None:
+        """Wake a reader waiting on the socket (from another greenlet or thread): its read
+        ends, and the connection is not reused."""
+        self.response.shutdown()
+
     def close(self) -> None:
-        """Give the connection back to the pool when the body was read to its end, else drop it."""
+        """Give the connection back when the body was read to its end, else drop it."""
         if self._closed:
             return
         self._closed = True
         with contextlib.suppress(Exception):  # closing must never raise
-            if self._complete:
-                self.response.release_conn()
+            if self.ended:
+                self.response.release()
             else:
                 self.response.close()
 
 
 class UpstreamClient:
-    """Sends Anthropic requests to deployments over pooled keep-alive connections."""
+    """Sends Anthropic requests to deployments over keep-alive connections."""
 
     def __init__(self, *, connect_timeout_s: float, stream_idle_timeout_s: float, pool_size: int = 1000) -> None:
         self.connect_timeout_s = connect_timeout_s
         self.stream_idle_timeout_s = stream_idle_timeout_s
         self.pool_size = pool_size
-        self._pools: dict[str, tuple[HTTPConnectionPool, str]] = {}
+        self._origins: dict[str, Origin] = {}
         self._pid = 0
 
-    def _pool_for(self, base_url: str) -> tuple[HTTPConnectionPool, str]:
-        """The keep-alive pool of one deployment's host and the path prefix of its URL, made
-        once per process (after the fork). One pool per deployment URL, kept for the process's
-        life: what a ``PoolManager`` would pick, without parsing the URL on every request."""
+    def _origin(self, base_url: str) -> Origin:
+        """The keep-alive connections of one deployment URL, made once per process (after the
+        fork) and kept for its life."""
         if self._pid != pid():
-            self._pools, self._pid = {}, pid()
-        found = self._pools.get(base_url)
-        if found is None:
-            parsed = urllib3.util.parse_url(base_url)
-            tls: dict[str, Any] = {"ca_certs": _ca_bundle()} if parsed.scheme == "https" else {}
-            pool = connection_from_url(base_url, maxsize=self.pool_size, block=False, retries=False, **tls)
-            pool.ConnectionCls = OneWriteHTTPSConnection if parsed.scheme == "https" else OneWriteHTTPConnection
-            found = self._pools[base_url] = (pool, (parsed.path or "").rstrip("/"))
-        return found
+            self._origins, self._pid = {}, pid()
+        origin = self._origins.get(base_url)
+        if origin is None:
+            origin = self._origins[base_url] = Origin(base_url, max_idle=self.pool_size, ca_file=_ca_bundle())
+        return origin
 
     def clear(self) -> None:
-        """Close every pooled connection of this process (tests, shutdown)."""
-        pools, self._pools = self._pools, {}
-        for pool, _prefix in pools.values():
-            pool.close()
+        """Close every idle connection of this process (tests, shutdown)."""
+        origins, self._origins = self._origins, {}
+        for origin in origins.values():
+            origin.close()
 
-    def _headers(self, deployment: Deployment, extra: Mapping[str, str] | None) -> dict[str, str]:
+    def _headers(self, deployment: Deployment, extra: Mapping[str, str] | None, accept: str) -> dict[str, str]:
         headers = {
             "content-type": "application/json",
-            "accept": "application/json",
+            "accept": accept,
             "user-agent": USER_AGENT,
             "anthropic-version": deployment.anthropic_version,
             "x-api-key": deployment.api_key,
+            "accept-encoding": "identity",
         }
         if extra:
             headers.update(extra)
@@ -228,27 +200,18 @@ class UpstreamClient:
 
     def _post(
         self, deployment: Deployment, path: str, body: bytes, headers: dict[str, str], read_timeout: float
-    ) -> urllib3.BaseHTTPResponse:
-        pool, prefix = self._pool_for(deployment.base_url)
+    ) -> Response:
         try:
-            response = pool.urlopen(
-                "POST",
-                prefix + path,
-                body=body,
-                headers=headers,
-                preload_content=False,
-                retries=False,
-                redirect=False,
-                assert_same_host=False,
-                timeout=urllib3.Timeout(connect=self.connect_timeout_s, read=read_timeout),
+            response = self._origin(deployment.base_url).request(
+                "POST", path, headers, body, connect_timeout=self.connect_timeout_s, read_timeout=read_timeout
             )
-        except NewConnectionError as exc:  # refused, unreachable (a subclass of ConnectTimeoutError)
-            raise UpstreamConnectError(f"could not reach {deployment.name}: {type(exc).__name__}") from None
-        except ConnectTimeoutError:
-            raise UpstreamConnectError(f"timed out connecting to {deployment.name}") from None
-        except ReadTimeoutError:
+        except ConnectFailed as exc:  # refused, unreachable, the TLS handshake
+            if exc.timed_out:
+                raise UpstreamConnectError(f"timed out connecting to {deployment.name}") from None
+            raise UpstreamConnectError(f"could not reach {deployment.name}: {exc}") from None
+        except TimeoutError:
             raise UpstreamTimeoutError(f"{deployment.name} did not answer in time") from None
-        except (HTTPError, OSError) as exc:
+        except (ProtocolError, OSError) as exc:
             raise UpstreamConnectError(f"request to {deployment.name} failed: {type(exc).__name__}") from None
         if response.status >= 300:
             try:
@@ -258,25 +221,27 @@ class UpstreamClient:
             raise UpstreamStatusError(response.status, body_bytes, response.headers)
         return response
 
-    def _read(self, response: urllib3.BaseHTTPResponse, deadline: float, deployment: Deployment) -> bytes:
-        """The whole body within the wall-clock ``deadline``; the connection goes back to the
-        pool only when the body was read to its end."""
+    def _read(self, response: Response, deadline: float, deployment: Deployment) -> bytes:
+        """The whole body within the wall-clock ``deadline``; the connection goes back to its
+        origin only when the body was read to its end."""
         chunks = []
-        try:  # read1: whatever one socket read brings, so the deadline is checked as bytes trickle
-            while chunk := response.read1(READ_CHUNK):
-                chunks.append(chunk)
-                if time.monotonic() > deadline:
-                    raise UpstreamTimeoutError(f"{deployment.name} did not answer in time")
-        except ReadTimeoutError:
+        try:  # each read brings what one socket read holds, so the deadline is checked as bytes trickle
+            while not response.done:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError("past the deadline")
+                response.set_timeout(left)
+                chunks.append(response.read())
+        except TimeoutError:
             response.close()
             raise UpstreamTimeoutError(f"{deployment.name} did not answer in time") from None
-        except (ProtocolError, HTTPError, OSError) as exc:
+        except (ProtocolError, OSError) as exc:
             response.close()
             raise UpstreamConnectError(f"{deployment.name} broke the connection: {type(exc).__name__}") from None
         except BaseException:
             response.close()
             raise
-        response.release_conn()
+        response.release()
         return b"".join(chunks)
 
     def complete(
@@ -290,7 +255,7 @@ class UpstreamClient:
     ) -> tuple[bytes, Mapping[str, str]]:
         """A non-streaming call: the whole body within ``timeout_s`` (wall clock)."""
         deadline = time.monotonic() + timeout_s
-        response = self._post(deployment, path, body, self._headers(deployment, headers), timeout_s)
+        response = self._post(deployment, path, body, self._headers(deployment, headers, "application/json"), timeout_s)
         return self._read(response, deadline, deployment), response.headers
 
     def open_stream(
@@ -302,22 +267,21 @@ class UpstreamClient:
         headers: Mapping[str, str] | None = None,
         first_event_timeout_s: float | None = None,
     ) -> UpstreamStream:
-        """A streaming call: returns once the upstream answered 2xx; read ``events()``. Streams
-        have no total limit; a socket silent for ``stream_idle_timeout_s`` counts as broken
-        (Anthropic pings every few seconds). With ``first_event_timeout_s``, the response
-        headers and then the first event must each come within it, by the wall clock (Anthropic sends
-        ``message_start`` at once when it takes a stream): ``UpstreamTimeoutError`` otherwise,
-        which the caller may fail over since nothing reached the client."""
-        all_headers = self._headers(deployment, headers)
-        all_headers["accept"] = "text/event-stream"
+        """A streaming call: returns once the upstream answered 2xx; read ``poll`` or
+        ``events()``. Streams have no total limit; a socket silent for
+        ``stream_idle_timeout_s`` counts as broken (Anthropic pings every few seconds). With
+        ``first_event_timeout_s``, the response headers and then the first event must each
+        come within it, by the wall clock (Anthropic sends ``message_start`` at once when it
+        takes a stream): ``UpstreamTimeoutError`` otherwise, which the caller may fail over
+        since nothing reached the client."""
+        all_headers = self._headers(deployment, headers, "text/event-stream")
         first = first_event_timeout_s if first_event_timeout_s is not None else self.stream_idle_timeout_s
         first = min(first, self.stream_idle_timeout_s)
         try:
             response = self._post(deployment, path, body, all_headers, first)
         except UpstreamTimeoutError:
             raise UpstreamTimeoutError(f"{deployment.name} did not start the stream within {first:g} s") from None
-        idle = self.stream_idle_timeout_s if first < self.stream_idle_timeout_s else None
-        return UpstreamStream(response, deployment, idle_timeout_s=idle, first_deadline=time.monotonic() + first)
+        return UpstreamStream(response, deployment, self.stream_idle_timeout_s, time.monotonic() + first)
 
 
 def _ca_bundle() -> str | None:

@@ -5,7 +5,6 @@ stream cut mid-way, connection reuse)."""
 from __future__ import annotations
 
 import datetime
-import http.client
 import ipaddress
 import socket
 import socketserver
@@ -17,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import urllib3
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -25,8 +23,6 @@ from cryptography.x509.oid import NameOID
 
 from ezat_compat.domain import Deployment
 from ezat_compat.upstream.client import (
-    OneWriteHTTPConnection,
-    OneWriteHTTPSConnection,
     UpstreamClient,
     UpstreamConnectError,
     UpstreamStatusError,
@@ -35,6 +31,7 @@ from ezat_compat.upstream.client import (
     encode_body,
     with_model,
 )
+from ezat_compat.upstream.transport import ConnectFailed, Origin
 
 Script = Callable[[socket.socket, bytes], None]
 
@@ -248,10 +245,17 @@ def test_a_stream_cut_mid_way_is_a_stream_error(server: ScriptedServer, client: 
 
 
 def test_closing_a_stream_early_drops_its_connection(server: ScriptedServer, client: UpstreamClient) -> None:
-    server.scripts = [chunked(b"event: message_start\ndata: {}\n\n", b"event: ping\ndata: {}\n\n"), respond(200, b"{}")]
+    def slow(sock: socket.socket, body: bytes) -> None:
+        sock.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+        for event in (b"event: message_start\ndata: {}\n\n", b"event: ping\ndata: {}\n\n"):
+            sock.sendall(b"%x\r\n%s\r\n" % (len(event), event))
+            time.sleep(0.3)
+        sock.sendall(b"0\r\n\r\n")
+
+    server.scripts = [slow, respond(200, b"{}")]
     stream = client.open_stream(deployment(server.url), "/v1/messages", b"{}")
     next(stream.events())
-    stream.close()
+    stream.close()  # the body is not read to its end: the connection can't be reused
     client.complete(deployment(server.url), "/v1/messages", b"{}", timeout_s=5)
     assert server.connections == 2
 
@@ -274,29 +278,27 @@ def test_a_request_head_and_body_go_out_in_one_write(
     server: ScriptedServer, client: UpstreamClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     writes: list[bytes] = []
-    real_send = http.client.HTTPConnection.send
+    real_sendall = socket.socket.sendall
 
-    def recording_send(self: http.client.HTTPConnection, data: Any) -> None:
-        writes.append(bytes(data))
-        real_send(self, data)
+    def recording_sendall(self: socket.socket, data: Any, *args: Any) -> None:
+        if threading.current_thread() is threading.main_thread():  # the client's, not the server's
+            writes.append(bytes(data))
+        real_sendall(self, data, *args)
 
-    monkeypatch.setattr(http.client.HTTPConnection, "send", recording_send)
+    monkeypatch.setattr(socket.socket, "sendall", recording_sendall)
     server.scripts = [respond(200, b'{"ok":1}'), respond(200, b'{"ok":2}')]
     body = with_model(encode_body({"max_tokens": 5}), "claude-x", stream=False)
     for _ in range(2):  # a new connection, then the pooled one
         assert client.complete(deployment(server.url), "/v1/messages", body, timeout_s=5)[0].startswith(b'{"ok"')
     assert len(writes) == 2 and writes == server.requests
-    assert writes[0].startswith(b"POST /v1/messages HTTP/1.1\r\n") and writes[0].endswith(b"\r\n\r\n" + body)
+    assert writes[0].startswith(b"POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1:")
+    assert writes[0].endswith(b"\r\n\r\n" + body)
 
 
-def test_a_request_without_a_body_sends_its_head_when_its_answer_is_read(server: ScriptedServer) -> None:
-    server.scripts = [respond(200, b'{"ok":1}')]
-    pool = urllib3.HTTPConnectionPool("127.0.0.1", server.server_address[1], retries=False)
-    pool.ConnectionCls = OneWriteHTTPConnection
-    response = pool.urlopen("GET", "/v1/models", timeout=5)
-    assert response.status == 200 and response.data == b'{"ok":1}'
-    assert server.requests[0].startswith(b"GET /v1/models HTTP/1.1\r\n")
-    pool.close()
+def test_the_path_of_the_deployment_url_prefixes_the_request(server: ScriptedServer, client: UpstreamClient) -> None:
+    server.scripts = [respond(200, b"{}")]
+    client.complete(deployment(server.url + "/anthropic/"), "/v1/messages", b"{}", timeout_s=5)
+    assert server.requests[0].startswith(b"POST /anthropic/v1/messages HTTP/1.1\r\n")
 
 
 def _self_signed(folder: Path) -> tuple[Path, Path]:
@@ -322,21 +324,23 @@ def _self_signed(folder: Path) -> tuple[Path, Path]:
     return cert_file, key_file
 
 
-def test_the_tls_connection_sends_its_request_whole(server: ScriptedServer, tmp_path: Path) -> None:
+def test_the_tls_connection_is_verified_and_kept_alive(server: ScriptedServer, tmp_path: Path) -> None:
     cert_file, key_file = _self_signed(tmp_path)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert_file, key_file)
     server.socket = context.wrap_socket(server.socket, server_side=True)
     server.scripts = [respond(200, b'{"ok":1}'), respond(200, b'{"ok":2}')]
-    pool = urllib3.HTTPSConnectionPool(
-        "127.0.0.1", server.server_address[1], retries=False, ca_certs=str(cert_file), maxsize=1
-    )
-    pool.ConnectionCls = OneWriteHTTPSConnection
+    url = f"https://127.0.0.1:{server.server_address[1]}"
+    origin = Origin(url, max_idle=1, ca_file=str(cert_file))
     for n in (1, 2):
-        response = pool.urlopen("POST", "/v1/messages", body=b'{"max_tokens":5}', timeout=5)
-        assert (response.status, response.data) == (200, b'{"ok":%d}' % n)
+        response = origin.request("POST", "/v1/messages", {}, b'{"max_tokens":5}', connect_timeout=5, read_timeout=5)
+        assert (response.status, response.read_all()) == (200, b'{"ok":%d}' % n)
+        response.release()
     assert server.connections == 1 and all(r.endswith(b'\r\n\r\n{"max_tokens":5}') for r in server.requests)
-    pool.close()
+    origin.close()
+    untrusted = Origin(url, max_idle=1)  # the system's roots don't know the self-signed certificate
+    with pytest.raises(ConnectFailed):
+        untrusted.request("POST", "/v1/messages", {}, b"{}", connect_timeout=5, read_timeout=5)
 
 
 def test_a_stream_that_drips_bytes_but_no_event_times_out_by_the_wall_clock(
