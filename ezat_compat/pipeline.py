@@ -378,11 +378,11 @@ class Gateway:
 
     def open_stream(
         self, call: Call, path: str, body: bytes, *, headers: Mapping[str, str] | None = None
-    ) -> tuple[UpstreamStream, Iterator[tuple[str, str]], tuple[str, str]]:
+    ) -> tuple[UpstreamStream, tuple[str, str]]:
         """Open a stream with failover until its first event arrives (nothing has reached the
         client yet, so another deployment may still take it). A deployment that hasn't sent its
         headers and first event within ``first_event_timeout_s`` is a failed attempt (cooled as
-        any other). Returns the stream, its event iterator and the first event."""
+        any other). Returns the stream and its first event (the rest of its read stays pending)."""
         last: UpstreamError | None = None
         for deployment in self._attempts(call):
             call.deployment = deployment.name
@@ -397,8 +397,7 @@ class Gateway:
                     headers=headers,
                     first_event_timeout_s=self.config.gateway.first_event_timeout_s,
                 )
-                events = stream.events()
-                first = next(events, None)
+                first = stream.first()
                 if first is None:
                     raise UpstreamStreamError("the upstream stream ended before its first event")
                 if first[0] == "error":
@@ -414,7 +413,7 @@ class Gateway:
                 last = exc
                 continue
             self.metrics.ttfb.labels(call.model.id, deployment.name).observe(time.monotonic() - started)
-            return stream, events, first
+            return stream, first
         raise self._exhausted(call, last)
 
 
@@ -453,14 +452,13 @@ class Run:
             body = encode_body(parsed.body)
             ids = ReplyIds(call.request_id, int(gw.clock()))
             if parsed.stream:
-                upstream, events, first = gw.open_stream(call, parsed.path, body, headers=parsed.headers)
+                upstream, first = gw.open_stream(call, parsed.path, body, headers=parsed.headers)
                 self.deployment = upstream.deployment
                 self.started = time.monotonic()
                 gw.metrics.streams_open.inc()
                 try:
                     session = StreamSession(
                         upstream=upstream,
-                        events=events,
                         first=first,
                         translator=self.dialect.translator(parsed, ids),
                         owner=self,

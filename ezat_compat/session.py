@@ -1,9 +1,9 @@
 """One started stream: the upstream stream, its first event, the dialect's translator, and the
 hooks that end it (settle, cooldowns, metrics) — what the pipeline hands the stream writer.
 
-The writer (``api/sse.py``) reads ``events`` on its own greenlet and calls exactly one ending:
-``feed`` until ``over`` (the reply ended, or the upstream sent an ``error`` event), ``ended``
-(the upstream closed the body early), ``broke`` (the stream broke, or a bug while relaying);
+The writer (``api/sse.py``) reads the upstream's events with ``poll`` and calls exactly one
+ending: ``feed`` until ``over`` (the reply ended, or the upstream sent an ``error`` event),
+``ended`` (the upstream closed the body early), ``broke`` (the stream broke, or a bug while relaying);
 ``close`` always, last: a stream not over by then was left by the client and is billed for what
 was produced, estimated (Chat Completions reference, "Streaming": usage is recorded before
 ``data: [DONE]``; a failure after the start ends with an error event and is not billed).
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from ezat_compat.dialects import EventTranslator, KeptThinking
@@ -45,6 +44,14 @@ def estimated_usage(usage: Usage, produced_chars: int, max_tokens: int) -> Usage
 
 
 class Upstream(Protocol):
+    """The open upstream stream (``upstream/client.UpstreamStream``)."""
+
+    ended: bool  # the upstream ended the body
+
+    def poll(self, wait_s: float | None = None) -> list[tuple[str, str]]: ...
+
+    def interrupt(self) -> None: ...
+
     def close(self) -> None: ...
 
 
@@ -72,9 +79,7 @@ class StreamSession:
         "_translator",
         "_upstream",
         "cut_by",
-        "events",
         "head",
-        "interrupt",
         "keepalive_s",
         "over",
         "ping",
@@ -84,7 +89,6 @@ class StreamSession:
         self,
         *,
         upstream: Upstream,
-        events: Iterator[tuple[str, str]],
         first: tuple[str, str],
         translator: EventTranslator,
         owner: StreamOwner,
@@ -97,14 +101,21 @@ class StreamSession:
         self._owner = owner
         self._max_tokens = max_tokens
         self._closed = False
-        self.events = events
         self.ping = ping
         self.keepalive_s = keepalive_s
         self.over = False
-        self.interrupt: Callable[[], None] | None = None  # set by the writer: wakes it to see a cut
         self.cut_by: GatewayError | None = None
         self.head = b""
         self.head = self.feed(*first)
+
+    def poll(self, wait_s: float) -> list[tuple[str, str]]:
+        """The upstream's next events, waiting at most ``wait_s``: none when it was silent
+        that long or ended its body (``upstream_ended``); raises what the upstream raises."""
+        return self._upstream.poll(wait_s)
+
+    @property
+    def upstream_ended(self) -> bool:
+        return self._upstream.ended
 
     def feed(self, event: str, data: str) -> bytes:
         """The client's bytes for one upstream event; after the last one, the stream's ending."""
@@ -116,12 +127,19 @@ class StreamSession:
             return out + self._fail(self._owner.failure(UpstreamStatusError.from_event(translator.error)))
         return out
 
+    def relay(self, event: str, data: str) -> bytes:
+        """``feed``, where a failure to translate (a bug) ends the stream as broken."""
+        try:
+            return self.feed(event, data)
+        except Exception as exc:
+            return self.broke(exc)
+
     @staticmethod
-    def bills(item: object) -> bool:
-        """Whether feeding ``item`` (an upstream event) ends the reply and bills it. The writer
-        writes what it holds before such an event, so that a client that left is seen by a
-        failed write before the bill, not after."""
-        return type(item) is tuple and item[0] == LAST_EVENT
+    def bills(event: tuple[str, str]) -> bool:
+        """Whether feeding ``event`` ends the reply and bills it. The writer writes what it
+        holds before such an event, so that a client that left is seen by a failed write
+        before the bill, not after."""
+        return event[0] == LAST_EVENT
 
     def ended(self) -> bytes:
         """The upstream ended the body before the reply was complete."""
@@ -158,10 +176,10 @@ class StreamSession:
         return self._translator.fail(failure)
 
     def request_cut(self, failure: GatewayError) -> None:
-        """Ask the writer to end the stream with ``failure`` (from another greenlet)."""
+        """Ask the writer to end the stream with ``failure`` (from another greenlet): the
+        upstream is interrupted, so a writer waiting on it wakes and sees the cut."""
         self.cut_by = failure
-        if self.interrupt is not None:
-            self.interrupt()
+        self._upstream.interrupt()
 
     def close(self) -> None:
         """Always, last (idempotent): a stream that isn't over was left by the client."""
