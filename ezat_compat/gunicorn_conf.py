@@ -131,6 +131,9 @@ def on_reload(server: Any) -> None:
 
 
 def post_worker_init(worker: Any) -> None:
+    from ezat_compat import onesend
+
+    onesend.install()  # a response's head and its first body bytes in one send
     gateway = worker.wsgi.extensions["ezat"]
     on_worker_term(worker, lambda: gateway.cut_streams(shutting_down()), float(_config.server.graceful_timeout_s))
 

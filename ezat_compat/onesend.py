@@ -1,0 +1,57 @@
+"""A response's head goes out with its first body bytes, in one send (gunicorn workers).
+
+gunicorn's ``Response.write`` sends the status line and header fields with one ``sendall`` and
+then each body write with another. On loopback, and behind nginx or HAProxy on the same host,
+a send is mostly the kernel's TCP path (the receiver's side runs in the sender's system call),
+so the separate head costs a system call, a TCP segment and a wake-up of the proxy per
+response. ``install`` makes the first non-empty body write of a response send the head and
+those bytes together (chunk framing included); everything else — an empty first write, a
+response that has no body, a ``Content-Length`` shorter than the write, ``close`` and
+``sendfile`` — stays gunicorn's own code. The bytes on the wire are the same.
+
+Applied in each worker (``gunicorn_conf.post_worker_init``), once, only to the gunicorn
+version whose ``Response`` has the attributes it relies on; otherwise gunicorn is left as is.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# What the patched write uses: gunicorn 23 and later (``_omits_body`` came with 23.0).
+_NEEDED = ("write", "send_headers", "default_headers", "_response_omits_body")
+
+
+def install() -> bool:
+    """Patch gunicorn's ``Response.write`` (idempotent); whether it is patched."""
+    from gunicorn.http import wsgi  # type: ignore[import-untyped]
+
+    response_class: Any = wsgi.Response
+    if getattr(response_class, "_ezat_one_send", False):
+        return True
+    if not all(hasattr(response_class, name) for name in _NEEDED):
+        return False
+    original_write = response_class.write
+
+    def write(self: Any, arg: Any) -> None:
+        if (
+            self.headers_sent
+            or type(arg) is not bytes
+            or not arg
+            or self._omits_body
+            or (self.response_length is not None and len(arg) > self.response_length)
+        ):
+            original_write(self, arg)
+            return
+        lines = self.default_headers()
+        lines.extend("%s: %s\r\n" % (name, value) for name, value in self.headers)  # noqa: UP031 - gunicorn's own format
+        head = ("%s\r\n" % "".join(lines)).encode("latin-1")  # noqa: UP031
+        self.headers_sent = True
+        self.sent += len(arg)
+        if self.chunked:
+            self.sock.sendall(b"%s%X\r\n%s\r\n" % (head, len(arg), arg))
+        else:
+            self.sock.sendall(head + arg)
+
+    response_class.write = write
+    response_class._ezat_one_send = True
+    return True
