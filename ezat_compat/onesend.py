@@ -7,7 +7,9 @@ so the separate head costs a system call, a TCP segment and a wake-up of the pro
 response. ``install`` makes the first non-empty body write of a response send the head and
 those bytes together (chunk framing included); everything else — an empty first write, a
 response that has no body, a ``Content-Length`` shorter than the write, ``close`` and
-``sendfile`` — stays gunicorn's own code. The bytes on the wire are the same.
+``sendfile`` — stays gunicorn's own code. A body's last bytes marked ``LastChunk`` (a
+stream's ending) go out with the end of the chunked body (``0\r\n\r\n``) in the same send,
+and ``close`` then has nothing left to send. The bytes on the wire are the same.
 
 Applied in each worker (``gunicorn_conf.post_worker_init``), once, only to the gunicorn
 version whose ``Response`` has the attributes it relies on; otherwise gunicorn is left as is.
@@ -21,6 +23,13 @@ from typing import Any
 _NEEDED = ("write", "send_headers", "default_headers", "_response_omits_body")
 
 
+class LastChunk(bytes):
+    """The last bytes of a response body (a ``bytes`` to any server: only the patched write
+    treats it otherwise)."""
+
+    __slots__ = ()
+
+
 def install() -> bool:
     """Patch gunicorn's ``Response.write`` (idempotent); whether it is patched."""
     from gunicorn.http import wsgi  # type: ignore[import-untyped]
@@ -31,27 +40,40 @@ def install() -> bool:
     if not all(hasattr(response_class, name) for name in _NEEDED):
         return False
     original_write = response_class.write
+    original_close = response_class.close
 
     def write(self: Any, arg: Any) -> None:
+        kind = type(arg)
+        last = kind is LastChunk and self.chunked
         if (
-            self.headers_sent
-            or type(arg) is not bytes
+            (self.headers_sent and not last)
+            or not (kind is bytes or kind is LastChunk)
             or not arg
             or self._omits_body
             or (self.response_length is not None and len(arg) > self.response_length)
         ):
             original_write(self, arg)
             return
-        lines = self.default_headers()
-        lines.extend("%s: %s\r\n" % (name, value) for name, value in self.headers)  # noqa: UP031 - gunicorn's own format
-        head = ("%s\r\n" % "".join(lines)).encode("latin-1")  # noqa: UP031
-        self.headers_sent = True
+        head = b""
+        if not self.headers_sent:
+            lines = self.default_headers()
+            lines.extend("%s: %s\r\n" % (name, value) for name, value in self.headers)  # noqa: UP031 - gunicorn's
+            head = ("%s\r\n" % "".join(lines)).encode("latin-1")  # noqa: UP031
+            self.headers_sent = True
         self.sent += len(arg)
-        if self.chunked:
+        if last:
+            self._ezat_ended = True
+            self.sock.sendall(b"%s%X\r\n%s\r\n0\r\n\r\n" % (head, len(arg), arg))
+        elif self.chunked:
             self.sock.sendall(b"%s%X\r\n%s\r\n" % (head, len(arg), arg))
         else:
             self.sock.sendall(head + arg)
 
+    def close(self: Any) -> None:
+        if not getattr(self, "_ezat_ended", False):  # the chunked body's end went with its last bytes
+            original_close(self)
+
     response_class.write = write
+    response_class.close = close
     response_class._ezat_one_send = True
     return True

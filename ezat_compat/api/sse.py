@@ -15,6 +15,7 @@ from collections.abc import Generator, Iterator
 
 from flask import Response
 
+from ezat_compat.onesend import LastChunk
 from ezat_compat.session import StreamSession
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
@@ -43,11 +44,11 @@ def relay(session: StreamSession) -> Generator[bytes, None, None]:
                         parts.append(session.broke(exc))
             if session.cut_by is not None:  # the gateway is shutting down
                 parts.append(session.cut(session.cut_by))
-                yield b"".join(parts)
+                yield LastChunk(b"".join(parts))
                 return
             if not events and not parts:
                 if session.upstream_ended:
-                    yield session.ended()
+                    yield LastChunk(session.ended())
                 else:
                     yield session.ping
                     last_write = clock()
@@ -63,7 +64,7 @@ def relay(session: StreamSession) -> Generator[bytes, None, None]:
                 parts.append(session.relay(*event))
             out = b"".join(parts) if len(parts) > 1 else parts[0] if parts else b""
             if out:
-                yield out
+                yield LastChunk(out) if session.over else out  # the stream's ending: its last write
                 last_write = clock()
             elif clock() - last_write >= keepalive_s:
                 yield session.ping

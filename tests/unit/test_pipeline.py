@@ -390,7 +390,7 @@ def test_the_events_already_received_are_written_in_one_write_and_the_last_after
 
 
 def test_a_client_that_leaves_is_billed_an_estimate_and_the_upstream_closed() -> None:
-    _, ledger, stream = run_openai_stream([*events(START, *TEXT), GATE, *events(*END)], stop_after=2)
+    _, ledger, stream = run_openai_stream([*events(START, *TEXT), GATE, *events(*END)], stop_after=1)
     ((_, row),) = ledger.rows
     assert (row.status, row.estimated, row.usage.input_tokens) == (499, True, 7)
     assert row.usage.output_tokens == 5 and row.cost_micros > 0  # ceil(len("Hello there, friend") / 4)
@@ -566,9 +566,17 @@ def test_every_stream_ending_is_settled_once(
 
 
 @pytest.mark.parametrize("dialect", ["openai", "anthropic"])
-@pytest.mark.parametrize("pulled", [0, 1, 2], ids=["before-the-first-chunk", "after-the-head", "mid-stream"])
-def test_a_client_that_leaves_pays_for_what_was_produced(dialect: str, pulled: int) -> None:
-    gw, _, ledger = gateway({"a": [*events(START, *TEXT), GATE, *events(*END)], "b": [], "c": []})
+@pytest.mark.parametrize(
+    ("pulled", "script"),
+    [
+        (0, [*events(START, *TEXT), GATE, *events(*END)]),
+        (1, [*events(START), GATE, *events(*TEXT, *END)]),  # the first event came alone
+        (1, [*events(START, *TEXT), GATE, *events(*END)]),  # the first event came with text
+    ],
+    ids=["before-the-first-chunk", "after-the-head", "mid-stream"],
+)
+def test_a_client_that_leaves_pays_for_what_was_produced(dialect: str, pulled: int, script: list[Any]) -> None:
+    gw, _, ledger = gateway({"a": script, "b": [], "c": []})
     session = gw.handle(DIALECTS[dialect], request(dialect, stream=True))
     assert isinstance(session, StreamSession)
     body = StreamBody(session)

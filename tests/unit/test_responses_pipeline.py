@@ -85,10 +85,8 @@ def test_a_client_that_leaves_pays_an_estimate() -> None:
     session = gw.handle(DIALECT, request({"input": "hi", "stream": True}))
     assert isinstance(session, StreamSession)
     writer = relay(session)
-    for n, _chunk in enumerate(writer):
-        if n == 1:
-            writer.close()
-            break
+    next(writer)  # the first event and the text that came with it
+    writer.close()  # the client went away
     ((_, row),) = ledger.rows
     assert row.status == 499 and row.estimated and row.cost_micros > 0
 
