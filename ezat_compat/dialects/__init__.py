@@ -14,11 +14,11 @@ one module here plus one route.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
+from ezat_compat import jsonfast
 from ezat_compat.domain import Model, Usage
 from ezat_compat.errors import GatewayError, UpstreamError
 from ezat_compat.translate.request import ImageSlot
@@ -41,7 +41,7 @@ def event_data(data: str) -> Mapping[str, Any]:
     ``GatewayError`` when it isn't JSON. Anthropic Messages reference, "Streaming": every
     event's data is one JSON object."""
     try:
-        parsed = json.loads(data)
+        parsed = jsonfast.loads(data)
     except ValueError:
         raise GatewayError("The upstream sent an event that is not JSON.") from None
     return parsed if isinstance(parsed, dict) else {}

@@ -22,9 +22,10 @@ from ezat_compat.dialects import (
 from ezat_compat.domain import Model
 from ezat_compat.errors import GatewayError, InvalidRequestError, UpstreamError, render_openai
 from ezat_compat.failures import client_error
+from ezat_compat.jsonfast import sse_data as encode_chunk  # translate.stream's bytes, faster
 from ezat_compat.translate.request import Translation, openai_to_anthropic
 from ezat_compat.translate.response import anthropic_to_openai, usage_from_anthropic
-from ezat_compat.translate.stream import DONE, StreamTranslator, encode_chunk, encode_error
+from ezat_compat.translate.stream import DONE, StreamTranslator, encode_error
 from ezat_compat.translate.thinking import (
     ThinkingCollector,
     assistant_tool_ids,

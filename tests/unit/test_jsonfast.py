@@ -1,0 +1,81 @@
+"""``jsonfast`` gives the standard library's results exactly: the same values read, the same
+bytes written, the same errors, on generated values and on the inputs the two libraries treat
+differently (NaN, numbers past a double or past 64 bits, lone surrogates, duplicate keys)."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ezat_compat import jsonfast
+from ezat_compat.translate.stream import encode_chunk
+
+TEXT = st.text(alphabet=st.characters(codec=None, exclude_categories=()), max_size=40)  # surrogates included
+SCALARS = st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70) | TEXT
+FLOAT_FREE = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXT, inner, max_size=4))
+WITH_FLOATS = st.recursive(
+    SCALARS | st.floats(allow_nan=False, allow_infinity=False),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXT, inner, max_size=4),
+)
+
+
+def outcome(fn: Any, *args: Any) -> Any:
+    try:
+        return ("ok", fn(*args))
+    except Exception as exc:  # the same kind of error
+        return ("error", UnicodeEncodeError if isinstance(exc, UnicodeEncodeError) else ValueError)
+
+
+@settings(max_examples=400, deadline=None)
+@given(FLOAT_FREE)
+def test_float_free_values_are_written_as_json_writes_them(value: Any) -> None:
+    expected = outcome(lambda v: json.dumps(v, ensure_ascii=False, separators=(",", ":")).encode(), value)
+    assert outcome(jsonfast.dumps_compact, value) == expected
+
+
+@settings(max_examples=400, deadline=None)
+@given(WITH_FLOATS)
+def test_json_text_is_read_as_json_reads_it(value: Any) -> None:
+    text = json.dumps(value)  # \\ud800 escapes, big integers, floats of every size
+    assert repr(jsonfast.loads(text)) == repr(json.loads(text))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a":18446744073709551616}',  # past 64 bits: an int to json, a float to orjson
+        '{"n":-0}',
+        '{"x":1e400}',
+        '{"x":NaN}',
+        '{"x":-Infinity}',
+        '"\\ud800"',
+        '{"a":1,"a":2}',
+        '{"t":"\\u2028\\u0000"}',
+        " [1, 2.5e-7] ",
+        "{oops",
+        "",
+        '{"a":1} x',
+    ],
+)
+def test_inputs_the_libraries_read_differently(text: str) -> None:
+    expected = outcome(json.loads, text)
+    got = outcome(jsonfast.loads, text)
+    if (
+        expected[0] == "ok"
+        and isinstance(expected[1], dict)
+        and any(isinstance(v, float) and math.isnan(v) for v in expected[1].values())
+    ):
+        assert got[0] == "ok" and math.isnan(got[1]["x"])
+    else:
+        assert repr(got) == repr(expected)
+
+
+@settings(max_examples=300, deadline=None)
+@given(FLOAT_FREE)
+def test_a_chunk_line_is_the_pure_encoders(value: Any) -> None:
+    assert jsonfast.sse_data(value) == encode_chunk(value)
