@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ezat_compat import jsonfast
 from ezat_compat.domain import LoggingSettings, Usage
 
 if TYPE_CHECKING:  # the gunicorn master imports this module before prometheus_client may be
@@ -269,8 +270,11 @@ def _usd(micros: int | None) -> str | None:
 
 def access_line(fields: Mapping[str, Any], fmt: str = "json") -> str:
     """The request's one line: JSON, or ``key=value`` pairs for ``format = "text"``."""
-    if fmt == "json":
-        return json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
+    if fmt == "json":  # its floats are milliseconds to 3 decimals: written by orjson as by json
+        try:
+            return jsonfast.dumps_compact(fields).decode()
+        except UnicodeEncodeError:  # a lone surrogate in a field: json writes it as it is
+            return json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
     parts = [str(fields.get("time", ""))]
     for name, value in fields.items():
         if name in ("time", "level", "logger") or value is None:

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ezat_compat import jsonfast
+from ezat_compat.logs import access_line
 from ezat_compat.translate.stream import encode_chunk
 
 TEXT = st.text(alphabet=st.characters(codec=None, exclude_categories=()), max_size=40)  # surrogates included
@@ -79,3 +80,15 @@ def test_inputs_the_libraries_read_differently(text: str) -> None:
 @given(FLOAT_FREE)
 def test_a_chunk_line_is_the_pure_encoders(value: Any) -> None:
     assert jsonfast.sse_data(value) == encode_chunk(value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(
+        TEXT,
+        SCALARS | st.floats(min_value=0, max_value=1e9).map(lambda ms: round(ms, 3)),  # latency_ms, ttfb_ms
+        max_size=8,
+    )
+)
+def test_an_access_line_is_what_json_writes(fields: dict[str, Any]) -> None:
+    assert access_line(fields) == json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
