@@ -4,11 +4,17 @@
 
 A minimal Flask app at ``POST /openai/v1/chat/completions``, run by gunicorn with our gateway's
 gevent worker settings (``floor_gunicorn.py``). For each request it reads and parses the OpenAI
-body (to learn ``stream``), makes the upstream call our upstream client makes (a POST to
-``/v1/messages`` on the simulator, through one pooled ``urllib3.PoolManager`` per worker, the
-same pool and timeout settings, keep-alive) and returns the upstream's answer as it came: the
-JSON body whole, or the SSE bytes relayed chunk by chunk through a generator. No auth, no
-database, no rate limits, no validation, no translation, no metrics.
+body (to learn ``stream``), makes the upstream call (a POST to ``/v1/messages`` on the
+simulator, keep-alive, the gateway's timeouts) with the stack's HTTP client, one pooled
+``urllib3.PoolManager`` per worker, and returns the upstream's answer as it came: the JSON body
+whole, or the SSE bytes relayed chunk by chunk through a generator. No auth, no database, no
+rate limits, no validation, no translation, no metrics.
+
+The gateway itself no longer uses urllib3 on this path: its own transport
+(``ezat_compat/upstream/transport.py``) makes the same call with less CPU. The floor keeps
+urllib3, the bare relay one would build on this stack; ``FLOOR_CLIENT=ezat`` makes it call
+through the gateway's transport instead, to see how much of the gap that accounts for
+(bench/RESULTS.md gives both).
 
 Without translation the upstream body cannot be derived from the client's, so the benchmark
 hands the floor a table (``FLOOR_BODIES``, a JSON file of ``[openai body, anthropic body]``
@@ -16,7 +22,7 @@ pairs): each OpenAI body the load generator sends, byte for byte, and the equiva
 body (the one the direct target is sent). An unknown body answers 400.
 
 Environment: ``FLOOR_UPSTREAM`` (the simulator's base URL), ``FLOOR_BODIES`` (the table),
-``FLOOR_API_KEY`` (sent as ``x-api-key``).
+``FLOOR_API_KEY`` (sent as ``x-api-key``), ``FLOOR_CLIENT`` (``urllib3``, the default, or ``ezat``).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import urllib3
 from flask import Flask, Response, request
@@ -96,7 +103,62 @@ def relay(response: urllib3.BaseHTTPResponse) -> Iterator[bytes]:
             response.close()
 
 
-def create_app(upstream: Upstream, bodies: dict[bytes, bytes]) -> Flask:
+class EzatUpstream:
+    """``FLOOR_CLIENT=ezat``: the same call through the gateway's own HTTP/1.1 transport, with
+    the same headers and timeouts (its connections made after the fork)."""
+
+    def __init__(self, base_url: str, api_key: str) -> None:
+        self.base_url = base_url
+        self.api_key = api_key
+        self._origin: Any = None
+        self._pid = 0
+
+    def post(self, body: bytes, *, stream: bool) -> Any:
+        from ezat_compat.upstream.transport import Origin
+
+        if self._origin is None or self._pid != os.getpid():
+            self._origin, self._pid = Origin(self.base_url, max_idle=POOL_SIZE), os.getpid()
+        headers = {
+            "content-type": "application/json",
+            "accept": "text/event-stream" if stream else "application/json",
+            "user-agent": "ezat-bench-floor",
+            "anthropic-version": "2023-06-01",
+            "x-api-key": self.api_key,
+        }
+        read = STREAM_IDLE_TIMEOUT_S if stream else READ_TIMEOUT_S
+        return _EzatResponse(
+            self._origin.request(
+                "POST", "/v1/messages", headers, body, connect_timeout=CONNECT_TIMEOUT_S, read_timeout=read
+            )
+        )
+
+
+class _EzatResponse:
+    """The transport's response with the few urllib3 response methods the floor calls."""
+
+    chunked = False
+
+    def __init__(self, response: Any) -> None:
+        self._response = response
+        self.status = response.status
+        self.headers = response.headers
+
+    def read(self) -> bytes:
+        data: bytes = self._response.read_all()
+        return data
+
+    def read1(self, _size: int) -> bytes:
+        data: bytes = self._response.read()
+        return data
+
+    def release_conn(self) -> None:
+        self._response.release()
+
+    def close(self) -> None:
+        self._response.close()
+
+
+def create_app(upstream: Upstream | EzatUpstream, bodies: dict[bytes, bytes]) -> Flask:
     app = Flask("floor")
 
     @app.post("/openai/v1/chat/completions")
@@ -124,7 +186,8 @@ def create_app(upstream: Upstream, bodies: dict[bytes, bytes]) -> Flask:
 
 
 def _from_environment() -> Flask:
-    upstream = Upstream(os.environ.get("FLOOR_UPSTREAM", "http://127.0.0.1:1"), os.environ.get("FLOOR_API_KEY", ""))
+    client = EzatUpstream if os.environ.get("FLOOR_CLIENT") == "ezat" else Upstream
+    upstream = client(os.environ.get("FLOOR_UPSTREAM", "http://127.0.0.1:1"), os.environ.get("FLOOR_API_KEY", ""))
     table = os.environ.get("FLOOR_BODIES")
     return create_app(upstream, load_bodies(Path(table)) if table else {})
 

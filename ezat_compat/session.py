@@ -68,6 +68,8 @@ class StreamOwner(Protocol):
 
     def failure(self, exc: UpstreamError) -> GatewayError: ...
 
+    def connected(self) -> bool: ...  # is the client still there (a cheap peek, never blocks)?
+
 
 class StreamSession:
     """A started stream. ``head`` is the translation of the first event (already read)."""
@@ -136,10 +138,13 @@ class StreamSession:
 
     @staticmethod
     def bills(event: tuple[str, str]) -> bool:
-        """Whether feeding ``event`` ends the reply and bills it. The writer writes what it
-        holds before such an event, so that a client that left is seen by a failed write
-        before the bill, not after."""
+        """Whether feeding ``event`` ends the reply and bills it."""
         return event[0] == LAST_EVENT
+
+    def client_gone(self) -> bool:
+        """The client closed its side (a peek, no write): before billing an ending that comes
+        with bytes not yet written, so that a client that left is billed as having left."""
+        return not self._owner.connected()
 
     def ended(self) -> bytes:
         """The upstream ended the body before the reply was complete."""

@@ -4,8 +4,9 @@ The writer reads the upstream itself, each read waiting at most until the dialec
 is due (``keepalive_s`` after the last write): then it sends the keep-alive, while the
 upstream is silent or while the model thinks (events that produce no bytes), and notices a
 client that left (the ping is the disconnect probe). One timer: the time of the last write.
-The events of one upstream read are translated together and written in one write; ``finally``
-closes and bills. A cut asked from another greenlet (a shutdown) interrupts the upstream read.
+The events of one upstream read are translated together and written in one write (the reply's
+ending with them, unless a peek finds the client gone); ``finally`` closes and bills. A cut
+asked from another greenlet (a shutdown) interrupts the upstream read.
 """
 
 from __future__ import annotations
@@ -56,9 +57,10 @@ def relay(session: StreamSession) -> Generator[bytes, None, None]:
             for index, event in enumerate(events):
                 if session.over:
                     break
-                # The event that bills the reply waits for the next write: a client that left
-                # makes that write fail before it is billed as served.
-                if parts and session.bills(event) and any(parts):
+                # The event that bills the reply goes out with the bytes before it, unless the
+                # client has left: then those are written first, and their failed write bills
+                # it as having left, not as served.
+                if parts and session.bills(event) and any(parts) and session.client_gone():
                     held = events[index:]
                     break
                 parts.append(session.relay(*event))

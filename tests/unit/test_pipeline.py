@@ -376,17 +376,28 @@ def test_a_failure_after_the_start_ends_with_error_then_done_unbilled(tail: list
     assert row.cost_micros == 0 and row.status >= 500
 
 
-def test_the_events_already_received_are_written_in_one_write_and_the_last_after_them() -> None:
+def test_the_events_already_received_are_written_in_one_write_with_the_ending_billed_first() -> None:
     gw, _, ledger = gateway({"a": events(START, *TEXT, *END)})
     session = gw.handle(OPENAI, request("openai", stream=True))
     assert isinstance(session, StreamSession)
     writer = relay(session)
-    received = next(writer)  # the first event (read before the stream started) and every one up to the last
-    assert received.startswith(session.head) and received.count(b"\n\n") > 1
-    assert b"Hello there, friend" in received
-    assert ledger.rows == []  # billed only once that write went out: a client gone would have failed it
-    rest = list(writer)
-    assert len(rest) == 1 and rest[0].endswith(b"data: [DONE]\n\n") and len(ledger.rows) == 1
+    received = next(writer)  # the first event (read before the stream started) and every one after it
+    assert received.startswith(session.head) and b"Hello there, friend" in received
+    assert received.endswith(b"data: [DONE]\n\n") and len(ledger.rows) == 1  # billed before [DONE] went out
+    assert ledger.rows[0][1].status == 200 and list(writer) == []
+
+
+def test_a_client_gone_before_the_ending_is_written_is_billed_as_having_left() -> None:
+    gw, _, ledger = gateway({"a": events(START, *TEXT, *END)})
+    gone = dataclasses.replace(request("openai", stream=True), connected=lambda: False)
+    session = gw.handle(OPENAI, gone)
+    assert isinstance(session, StreamSession)
+    writer = relay(session)
+    received = next(writer)  # what came before the ending goes out first, unbilled
+    assert b"Hello there, friend" in received and b"[DONE]" not in received and ledger.rows == []
+    writer.close()  # that write failed: the client left
+    ((_, row),) = ledger.rows
+    assert (row.status, row.estimated) == (499, True)
 
 
 def test_a_client_that_leaves_is_billed_an_estimate_and_the_upstream_closed() -> None:
