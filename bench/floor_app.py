@@ -48,6 +48,16 @@ def load_bodies(path: Path) -> dict[bytes, bytes]:
     return {client.encode(): upstream.encode() for client, upstream in pairs}
 
 
+def upstream_headers(api_key: str, *, stream: bool) -> dict[str, str]:
+    return {
+        "content-type": "application/json",
+        "accept": "text/event-stream" if stream else "application/json",
+        "user-agent": "ezat-bench-floor",
+        "anthropic-version": "2023-06-01",
+        "x-api-key": api_key,
+    }
+
+
 class Upstream:
     """One pooled PoolManager per process (made after the fork), as our upstream client keeps."""
 
@@ -65,13 +75,7 @@ class Upstream:
         return self._pool
 
     def post(self, body: bytes, *, stream: bool) -> urllib3.BaseHTTPResponse:
-        headers = {
-            "content-type": "application/json",
-            "accept": "text/event-stream" if stream else "application/json",
-            "user-agent": "ezat-bench-floor",
-            "anthropic-version": "2023-06-01",
-            "x-api-key": self.api_key,
-        }
+        headers = upstream_headers(self.api_key, stream=stream)
         read = STREAM_IDLE_TIMEOUT_S if stream else READ_TIMEOUT_S
         return self.pool.urlopen(
             "POST",
@@ -118,13 +122,7 @@ class EzatUpstream:
 
         if self._origin is None or self._pid != os.getpid():
             self._origin, self._pid = Origin(self.base_url, max_idle=POOL_SIZE), os.getpid()
-        headers = {
-            "content-type": "application/json",
-            "accept": "text/event-stream" if stream else "application/json",
-            "user-agent": "ezat-bench-floor",
-            "anthropic-version": "2023-06-01",
-            "x-api-key": self.api_key,
-        }
+        headers = upstream_headers(self.api_key, stream=stream)
         read = STREAM_IDLE_TIMEOUT_S if stream else READ_TIMEOUT_S
         return _EzatResponse(
             self._origin.request(

@@ -376,24 +376,39 @@ def test_a_failure_after_the_start_ends_with_error_then_done_unbilled(tail: list
     assert row.cost_micros == 0 and row.status >= 500
 
 
-def test_the_events_already_received_are_written_in_one_write_with_the_ending_billed_first() -> None:
+def test_the_first_write_does_not_wait_for_the_bill() -> None:
     gw, _, ledger = gateway({"a": events(START, *TEXT, *END)})
     session = gw.handle(OPENAI, request("openai", stream=True))
     assert isinstance(session, StreamSession)
     writer = relay(session)
-    received = next(writer)  # the first event (read before the stream started) and every one after it
+    received = next(writer)  # the first event (read before the stream started) and the text after it
     assert received.startswith(session.head) and b"Hello there, friend" in received
-    assert received.endswith(b"data: [DONE]\n\n") and len(ledger.rows) == 1  # billed before [DONE] went out
+    assert b"[DONE]" not in received and ledger.rows == []  # the bill didn't delay the first byte
+    rest = list(writer)
+    assert len(rest) == 1 and rest[0].endswith(b"data: [DONE]\n\n") and ledger.rows[0][1].status == 200
+
+
+def test_a_later_write_takes_the_ending_billed_before_it() -> None:
+    gw, _, ledger = gateway({"a": [*events(START), GATE, *events(*TEXT, *END)]})
+    session = gw.handle(OPENAI, request("openai", stream=True))
+    assert isinstance(session, StreamSession)
+    writer = relay(session)
+    assert next(writer) == session.head  # the first event came alone
+    session._upstream.script.remove(GATE)  # type: ignore[attr-defined]  # the rest arrives in one read
+    received = next(writer)
+    assert b"Hello there, friend" in received and received.endswith(b"data: [DONE]\n\n")
     assert ledger.rows[0][1].status == 200 and list(writer) == []
 
 
 def test_a_client_gone_before_the_ending_is_written_is_billed_as_having_left() -> None:
-    gw, _, ledger = gateway({"a": events(START, *TEXT, *END)})
+    gw, _, ledger = gateway({"a": [*events(START), GATE, *events(*TEXT, *END)]})
     gone = dataclasses.replace(request("openai", stream=True), connected=lambda: False)
     session = gw.handle(OPENAI, gone)
     assert isinstance(session, StreamSession)
     writer = relay(session)
-    received = next(writer)  # what came before the ending goes out first, unbilled
+    assert next(writer) == session.head
+    session._upstream.script.remove(GATE)  # type: ignore[attr-defined]  # the rest arrives in one read
+    received = next(writer)  # a peek found the client gone: what came before the ending goes out first
     assert b"Hello there, friend" in received and b"[DONE]" not in received and ledger.rows == []
     writer.close()  # that write failed: the client left
     ((_, row),) = ledger.rows
