@@ -5,9 +5,10 @@ is due (``keepalive_s`` after the last write): then it sends the keep-alive, whi
 upstream is silent or while the model thinks (events that produce no bytes), and notices a
 client that left (the ping is the disconnect probe). One timer: the time of the last write.
 The events of one upstream read are translated together and written in one write (the reply's
-ending with them, unless they are the first bytes or a peek finds the client gone); ``finally``
-closes and bills. A cut
-asked from another greenlet (a shutdown) interrupts the upstream read.
+ending with them, billed first, unless a peek finds the client gone); ``finally`` closes and
+bills. A reply that arrives whole in the first read (a fast upstream) is one write: a model
+streaming for real ends its reply reads later, so the first bytes never wait for its bill. A
+cut asked from another greenlet (a shutdown) interrupts the upstream read.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ def relay(session: StreamSession) -> Generator[bytes, None, None]:
         last_write = clock()
         held: list[tuple[str, str]] = []  # events read, fed at the next turn
         while not session.over:
-            first_write = bool(head)
             parts = [head] if head else []
             head = b""
             if held:
@@ -60,10 +60,9 @@ def relay(session: StreamSession) -> Generator[bytes, None, None]:
                 if session.over:
                     break
                 # The event that bills the reply goes out with the bytes before it, unless the
-                # client has left (then those are written first, and their failed write bills
-                # it as having left, not as served) or they are the stream's first bytes (which
-                # don't wait for the bill: the time to first byte).
-                if parts and session.bills(event) and any(parts) and (first_write or session.client_gone()):
+                # client has left: then those are written first, and their failed write bills
+                # it as having left, not as served.
+                if parts and session.bills(event) and any(parts) and session.client_gone():
                     held = events[index:]
                     break
                 parts.append(session.relay(*event))

@@ -31,6 +31,7 @@ from ezat_compat.errors import (
 from ezat_compat.failures import client_error
 from ezat_compat.limits import TokenHold
 from ezat_compat.metrics import Metrics
+from ezat_compat.onesend import LastChunk
 from ezat_compat.pipeline import Call, ClientRequest, Gateway, Reply
 from ezat_compat.session import StreamSession
 from ezat_compat.store.accounts import AuthContext
@@ -376,16 +377,15 @@ def test_a_failure_after_the_start_ends_with_error_then_done_unbilled(tail: list
     assert row.cost_micros == 0 and row.status >= 500
 
 
-def test_the_first_write_does_not_wait_for_the_bill() -> None:
+def test_a_reply_read_whole_is_one_write_billed_before_it() -> None:
     gw, _, ledger = gateway({"a": events(START, *TEXT, *END)})
     session = gw.handle(OPENAI, request("openai", stream=True))
     assert isinstance(session, StreamSession)
     writer = relay(session)
-    received = next(writer)  # the first event (read before the stream started) and the text after it
+    received = next(writer)  # the first event (read before the stream started) and all after it
     assert received.startswith(session.head) and b"Hello there, friend" in received
-    assert b"[DONE]" not in received and ledger.rows == []  # the bill didn't delay the first byte
-    rest = list(writer)
-    assert len(rest) == 1 and rest[0].endswith(b"data: [DONE]\n\n") and ledger.rows[0][1].status == 200
+    assert received.endswith(b"data: [DONE]\n\n") and isinstance(received, LastChunk)
+    assert ledger.rows[0][1].status == 200 and list(writer) == []
 
 
 def test_a_later_write_takes_the_ending_billed_before_it() -> None:
