@@ -11,12 +11,18 @@ response that has no body, a ``Content-Length`` shorter than the write, ``close`
 stream's ending) go out with the end of the chunked body (``0\r\n\r\n``) in the same send,
 and ``close`` then has nothing left to send. The bytes on the wire are the same.
 
+Each of these sends is one ``send`` call (``sendall`` only for what a full socket buffer left
+over): gevent's ``sendall`` asks the kernel for the socket's buffer size and reads the clock
+before every send. The ``Date`` field, which has a resolution of one second, is formatted once
+a second instead of once a response.
+
 Applied in each worker (``gunicorn_conf.post_worker_init``), once, only to the gunicorn
 version whose ``Response`` has the attributes it relies on; otherwise gunicorn is left as is.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 # What the patched write uses: gunicorn 23 and later (``_omits_body`` came with 23.0).
@@ -30,8 +36,33 @@ class LastChunk(bytes):
     __slots__ = ()
 
 
+def send_all(sock: Any, data: bytes) -> None:
+    """``sock.sendall(data)``: one ``send``, then ``sendall`` for what it didn't take."""
+    sent = sock.send(data)
+    if sent < len(data):
+        sock.sendall(memoryview(data)[sent:])
+
+
+def once_a_second(http_date: Any) -> Any:
+    """gunicorn's ``util.http_date``, formatted once per second of the clock (its text has
+    whole seconds: the same text)."""
+    last: list[Any] = [None, ""]
+
+    def cached(timestamp: float | None = None) -> str:
+        if timestamp is not None:
+            return str(http_date(timestamp))
+        now = int(time.time())
+        if now != last[0]:
+            last[0], last[1] = now, str(http_date(now))
+        return str(last[1])
+
+    cached._ezat_cached = True  # type: ignore[attr-defined]
+    return cached
+
+
 def install() -> bool:
     """Patch gunicorn's ``Response.write`` (idempotent); whether it is patched."""
+    from gunicorn import util  # type: ignore[import-untyped]
     from gunicorn.http import wsgi  # type: ignore[import-untyped]
 
     response_class: Any = wsgi.Response
@@ -39,12 +70,18 @@ def install() -> bool:
         return True
     if not all(hasattr(response_class, name) for name in _NEEDED):
         return False
+    if not getattr(util.http_date, "_ezat_cached", False):
+        util.http_date = once_a_second(util.http_date)
     original_write = response_class.write
     original_close = response_class.close
 
     def write(self: Any, arg: Any) -> None:
         kind = type(arg)
         last = kind is LastChunk and self.chunked
+        if self.headers_sent and self.chunked and not last and kind is bytes and arg and not self._omits_body:
+            self.sent += len(arg)  # a chunk in the middle of a stream (chunked: no Content-Length)
+            send_all(self.sock, b"%X\r\n%s\r\n" % (len(arg), arg))
+            return
         if (
             (self.headers_sent and not last)
             or not (kind is bytes or kind is LastChunk)
@@ -63,11 +100,11 @@ def install() -> bool:
         self.sent += len(arg)
         if last:
             self._ezat_ended = True
-            self.sock.sendall(b"%s%X\r\n%s\r\n0\r\n\r\n" % (head, len(arg), arg))
+            send_all(self.sock, b"%s%X\r\n%s\r\n0\r\n\r\n" % (head, len(arg), arg))
         elif self.chunked:
-            self.sock.sendall(b"%s%X\r\n%s\r\n" % (head, len(arg), arg))
+            send_all(self.sock, b"%s%X\r\n%s\r\n" % (head, len(arg), arg))
         else:
-            self.sock.sendall(head + arg)
+            send_all(self.sock, head + arg)
 
     def close(self: Any) -> None:
         if not getattr(self, "_ezat_ended", False):  # the chunked body's end went with its last bytes

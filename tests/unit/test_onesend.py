@@ -14,8 +14,16 @@ from ezat_compat.onesend import LastChunk
 
 
 class Sock:
-    def __init__(self) -> None:
+    """Records each send; ``send`` takes at most ``room`` bytes (a full socket buffer)."""
+
+    def __init__(self, room: int | None = None) -> None:
         self.sends: list[bytes] = []
+        self.room = room
+
+    def send(self, data: bytes) -> int:
+        taken = bytes(data[: self.room] if self.room is not None else data)
+        self.sends.append(taken)
+        return len(taken)
 
     def sendall(self, data: bytes) -> None:
         self.sends.append(bytes(data))
@@ -48,8 +56,10 @@ CASES: list[tuple[str, str, str, list[tuple[str, str]], list[bytes], int]] = [
 ]
 
 
-def wire(method: str, status: str, headers: list[tuple[str, str]], writes: list[bytes]) -> list[bytes]:
-    sock = Sock()
+def wire(
+    method: str, status: str, headers: list[tuple[str, str]], writes: list[bytes], room: int | None = None
+) -> list[bytes]:
+    sock = Sock(room)
     version = (1, 0) if headers == [("Content-Type", "text/plain")] and writes == [b"abc"] else (1, 1)
     response = wsgi.Response(Req(method, version), sock, Config())
     response.start_response(status, list(headers))
@@ -80,6 +90,41 @@ def test_the_same_bytes_with_the_head_in_the_first_body_send(
     assert len(after) == len(before) - saved
     if saved:
         assert after[0].startswith(before[0]) and len(after[0]) > len(before[0])  # the head, then body bytes
+
+
+@pytest.mark.parametrize("room", [1, 5])
+def test_what_a_full_socket_buffer_leaves_goes_with_sendall(monkeypatch: pytest.MonkeyPatch, room: int) -> None:
+    monkeypatch.setattr(wsgi.util, "http_date", lambda *_: "Tue, 01 Dec 2026 00:00:00 GMT")
+    monkeypatch.setattr(wsgi.Response, "write", wsgi.Response.write)
+    monkeypatch.setattr(wsgi.Response, "close", wsgi.Response.close)
+    monkeypatch.setattr(wsgi.Response, "_ezat_one_send", False, raising=False)
+    writes = [b"data: 1\n\n", b"data: 2\n\n", LastChunk(b"data: [DONE]\n\n")]
+    headers = [("Content-Type", "text/event-stream")]
+    before = wire("POST", "200 OK", headers, writes)
+    assert onesend.install()
+    after = wire("POST", "200 OK", headers, writes, room=room)
+    assert b"".join(after) == b"".join(before)
+    assert len(after) == 2 * len(writes)  # each write: one send, then the rest with sendall
+
+
+def test_the_date_field_is_formatted_once_a_second(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gunicorn import util
+
+    calls: list[float] = []
+
+    def http_date(timestamp: float | None = None) -> str:
+        calls.append(timestamp if timestamp is not None else -1.0)
+        return str(util.http_date(timestamp))
+
+    cached = onesend.once_a_second(http_date)
+    now = [1_796_083_200.25]
+    monkeypatch.setattr(onesend.time, "time", lambda: now[0])
+    first = cached()
+    now[0] = 1_796_083_200.75
+    assert cached() == first == "Tue, 01 Dec 2026 00:00:00 GMT" and len(calls) == 1
+    now[0] = 1_796_083_201.0
+    assert cached() == "Tue, 01 Dec 2026 00:00:01 GMT" and len(calls) == 2
+    assert cached(0.0) == "Thu, 01 Jan 1970 00:00:00 GMT"  # an explicit time: formatted as asked
 
 
 def test_install_is_idempotent(monkeypatch: pytest.MonkeyPatch) -> None:
