@@ -13,6 +13,8 @@ from ezat_compat.translate.tables import finish_reason
 
 
 def _count(value: Any) -> int:
+    if type(value) is int:  # JSON's counts; then any other int but a bool
+        return value if value > 0 else 0
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 

@@ -40,7 +40,7 @@ _ASCII_ENCODER = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), chec
 
 def _obj(value: Any) -> Mapping[str, Any]:
     """``value`` if it is a JSON object, else an empty one (odd upstream data counts as empty)."""
-    return value if isinstance(value, Mapping) else _EMPTY
+    return value if type(value) is dict or isinstance(value, Mapping) else _EMPTY
 
 
 def _str(value: Any) -> str:
@@ -148,7 +148,7 @@ class StreamTranslator:
         """
         if self.done or self.error is not None:
             return []
-        if not isinstance(data, Mapping):
+        if type(data) is not dict and not isinstance(data, Mapping):
             data = _EMPTY
         if event == "content_block_delta":
             return self._block_delta(data)
@@ -186,7 +186,7 @@ class StreamTranslator:
 
     def _text(self, text: Any) -> list[dict[str, Any]]:
         """``delta.content`` chunks for a piece of text (none for empty text)."""
-        if not text or not isinstance(text, str):
+        if not text or type(text) is not str and not isinstance(text, str):
             return []
         self.produced_chars += len(text)
         chunks = self._opening()
