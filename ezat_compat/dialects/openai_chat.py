@@ -35,10 +35,9 @@ from ezat_compat.translate.thinking import (
 )
 from ezat_compat.translate.upstream_errors import rewrite_upstream_message
 from ezat_compat.wire.json import encode_json
-from ezat_compat.wire.openai import RequestValidationError, load_chat_request
+from ezat_compat.wire.openai import MODEL_NAME_MAX, RequestValidationError, load_chat_request
 
 NOT_JSON = "The upstream provider sent a reply that is not JSON."
-MODEL_NAME_MAX = 128
 
 
 @dataclass(frozen=True, slots=True)

@@ -186,7 +186,7 @@ class StreamTranslator:
 
     def _text(self, text: Any) -> list[dict[str, Any]]:
         """``delta.content`` chunks for a piece of text (none for empty text)."""
-        if not text or type(text) is not str and not isinstance(text, str):
+        if not text or (type(text) is not str and not isinstance(text, str)):
             return []
         self.produced_chars += len(text)
         chunks = self._opening()

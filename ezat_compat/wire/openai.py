@@ -48,6 +48,9 @@ AUDIO_PART_MESSAGE = "audio input is not supported"
 FILE_ID_MESSAGE = "send the PDF as file_data (a base64 data URL); file_id is not supported"
 FUNCTION_ROLE_MESSAGE = 'the legacy "function" role is not supported; use tools'
 NO_USER_MESSAGE = "must contain at least one user message"
+MODEL_NAME_MAX = 128  # characters of ``model``
+TEMPERATURE_MAX = 2
+TOP_P_MAX = 1
 
 
 class _Sparse(Schema):
@@ -345,14 +348,14 @@ def _at_least_one(value: list[Any]) -> None:
 
 
 class ChatCompletionRequestSchema(_Loose):
-    model = StrictStr(required=True, validate=validate.Length(min=1, max=128))
+    model = StrictStr(required=True, validate=validate.Length(min=1, max=MODEL_NAME_MAX))
     messages = List(MESSAGE, required=True, validate=_at_least_one)
     stream = _opt(StrictBool())
     stream_options = Nested(StreamOptionsSchema, allow_none=True)
     max_completion_tokens = _opt(StrictInt(validate=validate.Range(min=1)))
     max_tokens = _opt(StrictInt(validate=validate.Range(min=1)))
-    temperature = _opt(StrictNumber(validate=validate.Range(min=0, max=2)))
-    top_p = _opt(StrictNumber(validate=validate.Range(min=0, max=1)))
+    temperature = _opt(StrictNumber(validate=validate.Range(min=0, max=TEMPERATURE_MAX)))
+    top_p = _opt(StrictNumber(validate=validate.Range(min=0, max=TOP_P_MAX)))
     stop = _opt(StrOrList(StrictStr()))
     tools = _opt(List(Nested(ToolSchema)))
     tool_choice = Raw(allow_none=True)  # checked by the translator: ignored without tools
@@ -388,10 +391,82 @@ def load_chat_request(body: Any) -> dict[str, Any]:
     """Validate a parsed JSON body. Raises ``RequestValidationError`` with the first problem."""
     if not isinstance(body, dict):
         raise RequestValidationError("", "the request body must be a JSON object")
+    simple = load_simple_request(body)
+    if simple is not None:
+        return simple
     try:
         return CHAT_COMPLETION_REQUEST.load(body)
     except ValidationError as exc:
         raise RequestValidationError(*first_error(exc.messages)) from None
+
+
+# ---------------------------------------------------------------- the simple request, directly
+#
+# Most requests are a model, a few messages of text and a handful of scalar options. For those
+# the result of ``CHAT_COMPLETION_REQUEST.load`` is known without walking marshmallow's fields:
+# the same keys in the same order, fresh dicts and lists, the same values. Everything else — a
+# field of the schema not handled here, a value of another type, out of range or null where
+# the schema doesn't allow it, content parts, tool calls — returns None and goes through the
+# schema, which gives the result or the error. A property test holds the two equal.
+
+
+def _limit(low: float, high: float) -> Any:
+    def check(value: Any) -> bool:  # StrictNumber and Range(min=low, max=high); null allowed
+        return value is None or ((type(value) is int or type(value) is float) and low <= value <= high)
+
+    return check
+
+
+def _positive_int(value: Any) -> bool:  # StrictInt and Range(min=1); null allowed
+    return value is None or (type(value) is int and value >= 1)
+
+
+_SIMPLE_SCALARS: dict[str, Any] = {
+    "model": lambda value: type(value) is str and 1 <= len(value) <= MODEL_NAME_MAX,
+    "stream": lambda value: value is None or type(value) is bool,
+    "max_completion_tokens": _positive_int,
+    "max_tokens": _positive_int,
+    "temperature": _limit(0, TEMPERATURE_MAX),
+    "top_p": _limit(0, TOP_P_MAX),
+}
+# The schema's fields in declaration order: the order of the result's keys.
+_FIELD_ORDER = tuple(_data_key(name, f) for name, f in CHAT_COMPLETION_REQUEST.load_fields.items())
+_SIMPLE_ORDER = tuple(key for key in _FIELD_ORDER if key in _SIMPLE_SCALARS or key == "messages")
+_SCHEMA_KEYS = frozenset(_FIELD_ORDER)
+# Roles whose schema has only ``role`` and ``content`` (content: a string here); the
+# assistant's also has tool calls (and optional content), left to the schema.
+_TEXT_ROLES = frozenset({"system", "developer", "user"})
+
+
+def load_simple_request(body: dict[str, Any]) -> dict[str, Any] | None:
+    """``CHAT_COMPLETION_REQUEST.load(body)`` for a simple valid body; None for any other."""
+    for key in body:
+        check = _SIMPLE_SCALARS.get(key)
+        if check is not None:
+            if not check(body[key]):
+                return None
+        elif key != "messages" and key in _SCHEMA_KEYS:
+            return None  # a field the schema must see (unknown keys are left out, as it leaves them)
+    if "model" not in body:
+        return None
+    messages = body.get("messages")
+    if type(messages) is not list or not messages:
+        return None
+    loaded_messages = []
+    for message in messages:
+        if type(message) is not dict:
+            return None
+        role, content = message.get("role"), message.get("content")
+        if type(content) is not str or type(role) is not str:
+            return None
+        if role not in _TEXT_ROLES and (role != "assistant" or "tool_calls" in message or "function_call" in message):
+            return None
+        loaded_messages.append({"role": role, "content": content})
+    out: dict[str, Any] = {}
+    for key in _SIMPLE_ORDER:
+        if key in body:
+            out[key] = loaded_messages if key == "messages" else body[key]
+    return out
 
 
 class RequestValidationError(Exception):

@@ -1,13 +1,14 @@
-"""The fast Chat Completions load (sparse schema variants, direct fields) against plain
-marshmallow: for every body, valid or not, ``load_chat_request`` returns the same dict (keys,
-values, types, key order) or raises the same first ``(path, message)`` as loading through
-the same schemas with every short cut turned off."""
+"""The fast Chat Completions load (the simple request read directly, sparse schema variants,
+direct fields) against plain marshmallow: for every body, valid or not, ``load_chat_request``
+returns the same dict (keys, values, types, key order) or raises the same first
+``(path, message)`` as loading through the same schemas with every short cut turned off."""
 
 from __future__ import annotations
 
 import threading
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from marshmallow import Schema, ValidationError, fields
@@ -266,6 +267,141 @@ def test_same_outcome_as_plain_marshmallow(body: dict[str, Any]) -> None:
 @given(JSON)
 def test_same_outcome_for_any_json(body: Any) -> None:
     assert outcome(load_chat_request, body) == outcome(reference_load, body)
+
+
+# Bodies at the edges of the simple request (``load_simple_request``): only its keys, or one
+# more, with values on both sides of each rule (types, ranges, nulls, lengths), messages of
+# every role with string content or not, keys that send a message to its schema.
+
+EDGE = st.sampled_from(
+    [None, True, False, 0, 1, 2, 3, -1, 2**70, 0.0, 0.5, 1.0, 1.5, 2.0, 2.0000001, 64.0, float("nan"), float("inf")]
+) | st.sampled_from(["", "m", "m" * 128, "m" * 129, "hi", [], {}, ["hi"]])
+SIMPLE_MESSAGE = st.fixed_dictionaries(
+    {"role": st.sampled_from(["system", "developer", "user", "assistant"]), "content": WORDS},
+    optional={"name": WORDS},
+)
+SIMPLE_REQUEST = st.fixed_dictionaries(
+    {
+        "model": st.sampled_from(["claude-sonnet-5-5", "m", "m" * 128]),
+        "messages": st.lists(SIMPLE_MESSAGE, min_size=1, max_size=3),
+    },
+    optional={
+        "stream": NULLABLE_BOOL,
+        "max_completion_tokens": st.integers(min_value=1, max_value=2**70) | st.none(),
+        "max_tokens": st.integers(min_value=1, max_value=5000) | st.none(),
+        "temperature": st.sampled_from([0, 0.2, 1, 2, 2.0, None]),
+        "top_p": st.sampled_from([0, 0.9, 1, 1.0, None]),
+        "user": WORDS,  # not in the schema: left out
+        "metadata": JSON,  # not in the schema: left out
+    },
+)
+# One change that may take a body out of the simple request: a top-level key set to an edge
+# value (or added: ``n`` and ``stream_options`` are the schema's), or one message's key.
+TOP_KEYS = st.sampled_from(
+    [
+        "model",
+        "messages",
+        "stream",
+        "max_completion_tokens",
+        "max_tokens",
+        "temperature",
+        "top_p",
+        "n",
+        "stream_options",
+    ]
+)
+MESSAGE_KEYS = st.sampled_from(["role", "content", "name", "tool_calls", "function_call", "tool_call_id", "refusal"])
+MESSAGE_VALUES = EDGE | st.sampled_from(
+    ["tool", "function", "x", "user", "assistant", [{"type": "text", "text": "hi"}]]
+)
+CHANGE = (
+    st.none() | st.tuples(st.just("top"), TOP_KEYS, EDGE) | st.tuples(st.just("message"), MESSAGE_KEYS, MESSAGE_VALUES)
+)
+
+
+def changed(body: dict[str, Any], change: tuple[str, str, Any] | None) -> dict[str, Any]:
+    if change is None:
+        return body
+    where, key, value = change
+    target = body if where == "top" else body["messages"][-1]
+    target[key] = value
+    return body
+
+
+@SETTINGS
+@given(st.builds(changed, SIMPLE_REQUEST, CHANGE))
+def test_the_simple_request_gives_what_marshmallow_gives(body: dict[str, Any]) -> None:
+    simple = openai.load_simple_request(body)
+    reference = outcome(reference_load, body)
+    if simple is not None:
+        assert reference == ("ok", repr(simple))
+    assert outcome(load_chat_request, body) == reference
+
+
+EDGE_VALUES = [
+    *[None, True, False, 0, 1, 2, 3, -1, 2**70, 0.0, 0.5, 1.0, 1.5, 2.0, 2.0000001, 64.0, float("nan"), float("inf")],
+    *["", "m", "m" * 128, "m" * 129, "hi", "tool", "function", "assistant", [], {}, ["hi"]],
+    [{"type": "text", "text": "hi"}],
+]
+
+
+def test_every_edge_of_the_simple_request_gives_what_marshmallow_gives() -> None:
+    # Each top-level key and each message key (of a message of each role), set to each edge value.
+    taken = 0
+    for role in ("system", "developer", "user", "assistant"):
+        for where, keys in (
+            (
+                "top",
+                ["model", "messages", "stream", "max_completion_tokens", "max_tokens", "temperature", "top_p", "n"],
+            ),
+            ("message", ["role", "content", "name", "tool_calls", "function_call", "tool_call_id"]),
+        ):
+            for key in keys:
+                for value in EDGE_VALUES:
+                    body = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "a"}]}
+                    body["messages"].append({"role": role, "content": "b"})
+                    changed(body, (where, key, value))
+                    simple = openai.load_simple_request(body)
+                    reference = outcome(reference_load, body)
+                    if simple is not None:
+                        taken += 1
+                        assert reference == ("ok", repr(simple)), body
+                    assert outcome(load_chat_request, body) == reference, body
+    for key in ("model", "messages", "max_tokens"):  # and each key left out
+        body = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "a"}]}
+        del body[key]
+        simple = openai.load_simple_request(body)
+        assert outcome(load_chat_request, body) == outcome(reference_load, body)
+        assert simple is None or outcome(reference_load, body) == ("ok", repr(simple))
+    assert taken > 100  # the simple request is taken wherever the edge value is allowed
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+        {
+            "model": "claude-sonnet-5-5",
+            "max_tokens": 64,
+            "stream": True,
+            "temperature": 0.7,
+            "top_p": 1,
+            "user": "u-1",
+            "messages": [
+                {"role": "system", "content": "You are terse."},
+                {"role": "user", "content": "Say hello.", "name": "ann"},
+                {"role": "assistant", "content": "Hello."},
+                {"role": "developer", "content": "Be brief."},
+            ],
+        },
+        {"max_completion_tokens": 10, "stream": None, "messages": [{"role": "user", "content": ""}], "model": "m"},
+    ],
+    ids=["minimal", "common-options", "nulls-and-order"],
+)
+def test_common_bodies_take_the_simple_request(body: dict[str, Any]) -> None:
+    simple = openai.load_simple_request(body)
+    assert simple is not None and ("ok", repr(simple)) == outcome(reference_load, body)
+    assert simple["messages"] is not body["messages"] and simple["messages"][0] is not body["messages"][0]
 
 
 # ---------------------------------------------------------------- fixed bodies
