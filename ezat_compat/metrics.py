@@ -20,6 +20,7 @@ import os
 import platform
 import shutil
 from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -156,6 +157,17 @@ class Metrics:
         self.billing_errors = Counter("ezat_billing_errors", "Usage records that could not be written", registry=reg)
         self._cooling: Callable[[], list[str]] | None = None
         self._cooling_names: Mapping[str, tuple[str, str]] = {}
+        self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
+
+    def child(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(*labels)``, remembered: ``labels`` checks the values and takes the
+        metric's lock on every call. The label values are bounded (routes, configured models
+        and deployments, statuses), and the metric keeps every child it made anyway."""
+        key = (metric, labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found
 
     def watch_cooldowns(
         self, cooling: Callable[[], list[str]], names: Mapping[str, tuple[str, str]] | None = None
@@ -167,14 +179,14 @@ class Metrics:
 
     def answered(self, route: str, model: str, deployment: str, status: int, duration_s: float) -> None:
         """One answer, whatever its status (the request log calls this once per request)."""
-        self.requests.labels(route, model, deployment or "-", str(status)).inc()
-        self.duration.labels(route, status_class(status)).observe(duration_s)
+        self.child(self.requests, route, model, deployment or "-", str(status)).inc()
+        self.child(self.duration, route, status_class(status)).observe(duration_s)
 
     def streamed(self, route: str, status: int, first_byte_s: float, duration_s: float) -> None:
         """A started stream ended: completed (200), left by the client (499) or failed."""
         outcome = "completed" if status == 200 else "client_closed" if status == 499 else "failed"
-        self.stream_first_byte.labels(route).observe(first_byte_s)
-        self.stream_duration.labels(route, outcome).observe(duration_s)
+        self.child(self.stream_first_byte, route).observe(first_byte_s)
+        self.child(self.stream_duration, route, outcome).observe(duration_s)
 
     def render(self) -> tuple[bytes, str]:
         """The exposition text for ``GET /metrics``."""

@@ -317,7 +317,7 @@ class Gateway:
             return
         self.cooldowns.failure(health_key(call.model, deployment), self.clock(), exc.upstream_retry_after)
         reason = str(exc.status_code) if isinstance(exc, UpstreamStatusError) else type(exc).__name__
-        self.metrics.failovers.labels(call.model.id, deployment.name, reason).inc()
+        self.metrics.child(self.metrics.failovers, call.model.id, deployment.name, reason).inc()
         log.warning("deployment %s failed for request %s: %s", deployment.name, call.request_id, exc.message)
 
     def _exhausted(self, call: Call, last: UpstreamError | None) -> UpstreamError:
@@ -368,7 +368,7 @@ class Gateway:
                 last = exc
                 continue
             self.cooldowns.success(health_key(call.model, deployment))
-            self.metrics.upstream_latency.labels(call.model.id, deployment.name, "false").observe(
+            self.metrics.child(self.metrics.upstream_latency, call.model.id, deployment.name, "false").observe(
                 time.monotonic() - started
             )
             return data, response_headers
@@ -412,7 +412,7 @@ class Gateway:
                     raise
                 last = exc
                 continue
-            self.metrics.ttfb.labels(call.model.id, deployment.name).observe(time.monotonic() - started)
+            self.metrics.child(self.metrics.ttfb, call.model.id, deployment.name).observe(time.monotonic() - started)
             return stream, first
         raise self._exhausted(call, last)
 
@@ -511,7 +511,7 @@ class Run:
         self.keep(kept)
         if self.deployment is not None:
             gw.cooldowns.success(health_key(self.call.model, self.deployment))
-            gw.metrics.upstream_latency.labels(self.call.model.id, self.deployment.name, "true").observe(
+            gw.metrics.child(gw.metrics.upstream_latency, self.call.model.id, self.deployment.name, "true").observe(
                 time.monotonic() - self.started
             )
         self.settle(usage, STATUS_OK)

