@@ -22,6 +22,7 @@ linear in the bytes fed, however they are split, and memory is one event at most
 from __future__ import annotations
 
 import codecs
+import re
 from collections.abc import Iterable, Iterator
 
 from ezat_compat.errors import GatewayError
@@ -29,6 +30,13 @@ from ezat_compat.errors import GatewayError
 # An event (or a line) larger than this is refused rather than buffered without end. Anthropic's
 # largest events (server-tool results) are far smaller.
 MAX_EVENT_CHARS = 16 * 1024 * 1024
+
+# What a server such as Anthropic's sends: whole events of one ``event: <type>`` line and one
+# ``data: <value>`` line. A chunk of nothing but such events, read with no event half-done,
+# gives the same pairs as the line rules (the type and the value after one space; no comment,
+# ``id`` or ``retry`` line that could change state), in one regex pass.
+_PLAIN_EVENTS = re.compile(r"(?:event: [^\n]+\ndata: [^\n]*\n\n)+")
+_PLAIN_EVENT = re.compile(r"event: ([^\n]+)\ndata: ([^\n]*)\n\n")
 
 
 class SSEDecoder:
@@ -85,6 +93,14 @@ class SSEDecoder:
             # A CR ends a line at once; if it is the first half of a CRLF, the LF is dropped later.
             self._skip_lf = text[-1] == "\r"
             text = text.replace("\r\n", "\n").replace("\r", "\n")
+        elif (
+            not self._line
+            and not self._data
+            and not self._event
+            and len(text) <= self._max_chars
+            and _PLAIN_EVENTS.fullmatch(text)
+        ):
+            return _PLAIN_EVENT.findall(text)
         elif "\n" not in text:  # no line ended in this chunk
             self._line.append(text)
             self._line_chars += len(text)

@@ -9,8 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ezat_compat.errors import GatewayError
+from ezat_compat.upstream import sse
 from ezat_compat.upstream.sse import SSEDecoder, iter_sse
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "anthropic_stream_tools.sse"
@@ -287,3 +290,49 @@ def test_event_larger_than_the_cap_is_refused(body: bytes):
 def test_event_at_the_cap_passes():
     decoder = SSEDecoder(max_event_chars=100)
     assert decoder.feed(b"data: " + b"x" * 49 + b"\ndata: " + b"y" * 50 + b"\n\n") == [(M, "x" * 49 + "\n" + "y" * 50)]
+
+
+# ---------------------------------------------------------------- whole plain events, read at once
+
+LINE_TEXT = st.text(st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",)), max_size=12)
+PLAIN_LINES = st.sampled_from(["", " ", "  x", ":", "a: b", "é ü", "\u2028", "data: d"]) | LINE_TEXT
+EXTRA_LINES = st.sampled_from([": comment", "id: 7", "retry: 10", "data: more", "event:", "event", "data"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(PLAIN_LINES, PLAIN_LINES, st.none() | EXTRA_LINES), min_size=1, max_size=5),
+    st.sampled_from(["", "\n", "event: x", "\r\n"]),
+)
+def test_events_read_whole_decode_as_byte_by_byte(events: list[tuple[str, str, str | None]], tail: str) -> None:
+    """Events of one ``event:`` and one ``data:`` line read in one chunk (the decoder's short cut
+    for them) give what the line rules give, read a byte at a time; so do chunks the short cut
+    must leave to the rules (a comment, ``id``, ``retry``, a second data line, a field without
+    its space, a partial event, a CR)."""
+    text = "".join(
+        f"event: {name}\n" + (f"{extra}\n" if extra else "") + f"data: {data}\n\n" for name, data, extra in events
+    )
+    raw = (text + tail).encode()
+    whole, bytewise = SSEDecoder(), SSEDecoder()
+    got = whole.feed(raw)
+    expected = [pair for i in range(len(raw)) for pair in bytewise.feed(raw[i : i + 1])]
+    assert got == expected
+    assert (whole.last_event_id, whole.retry) == (bytewise.last_event_id, bytewise.retry)
+    assert whole.feed(b"data: next\n\n") == bytewise.feed(b"data: next\n\n")  # the state after: the same
+
+
+def test_plain_events_take_the_short_cut() -> None:
+    raw = b'event: ping\ndata: {"type":"ping"}\n\nevent: message_stop\ndata: \n\n'
+    assert SSEDecoder().feed(raw) == [("ping", '{"type":"ping"}'), ("message_stop", "")]
+    assert sse._PLAIN_EVENTS.fullmatch(raw.decode())
+
+
+@pytest.mark.parametrize(
+    "before", [b"event: x\n", b"data: half\n", b"data: {"], ids=["type", "data", "line"]
+)
+def test_a_half_read_event_keeps_the_line_rules(before: bytes) -> None:
+    plain = b'event: ping\ndata: {"type":"ping"}\n\n'
+    after = b"data: next\n\n"
+    split, whole = SSEDecoder(), SSEDecoder()
+    got = split.feed(before) + split.feed(plain) + split.feed(after)
+    assert got == whole.feed(before + plain + after)
