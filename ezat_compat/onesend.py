@@ -11,10 +11,8 @@ response that has no body, a ``Content-Length`` shorter than the write, ``close`
 stream's ending) go out with the end of the chunked body (``0\r\n\r\n``) in the same send,
 and ``close`` then has nothing left to send. The bytes on the wire are the same.
 
-Each of these sends is one ``send`` call (``sendall`` only for what a full socket buffer left
-over): gevent's ``sendall`` asks the kernel for the socket's buffer size and reads the clock
-before every send. The ``Date`` field, which has a resolution of one second, is formatted once
-a second instead of once a response.
+Each of these sends is one ``send`` call (``netio.send_all``). The ``Date`` field, which has a
+resolution of one second, is formatted once a second instead of once a response.
 
 Applied in each worker (``gunicorn_conf.post_worker_init``), once, only to the gunicorn
 version whose ``Response`` has the attributes it relies on; otherwise gunicorn is left as is.
@@ -25,6 +23,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ezat_compat.netio import send_all
+
 # What the patched write uses: gunicorn 23 and later (``_omits_body`` came with 23.0).
 _NEEDED = ("write", "send_headers", "default_headers", "_response_omits_body")
 
@@ -34,13 +34,6 @@ class LastChunk(bytes):
     treats it otherwise)."""
 
     __slots__ = ()
-
-
-def send_all(sock: Any, data: bytes) -> None:
-    """``sock.sendall(data)``: one ``send``, then ``sendall`` for what it didn't take."""
-    sent = sock.send(data)
-    if sent < len(data):
-        sock.sendall(memoryview(data)[sent:])
 
 
 def once_a_second(http_date: Any) -> Any:

@@ -16,6 +16,8 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
+from ezat_compat import procid
+
 _UNSAFE = re.compile(r"[^A-Za-z0-9.-]")
 TAG_MAX = 160
 
@@ -102,7 +104,7 @@ _current: tuple[int, str] = (-1, "")
 def worker_tag() -> str:
     """``str(current_tag())``, computed once per process."""
     global _current
-    pid = os.getpid()
+    pid = procid.pid()
     if _current[0] != pid:
         _current = (pid, str(current_tag()))
     return _current[1]

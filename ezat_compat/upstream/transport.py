@@ -33,6 +33,8 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from ezat_compat.netio import send_all
+
 MAX_HEAD = 64 * 1024  # bytes of status line and header fields
 MAX_CHUNK_LINE = 4096  # bytes of a chunk-size line (RFC 9112, 7.1: size and extensions)
 READ_SIZE = 64 * 1024
@@ -387,7 +389,7 @@ class Origin:
         conn, _reused = self.get(connect_timeout)
         try:
             conn.set_timeout(read_timeout)
-            conn.sock.sendall(head + body)
+            send_all(conn.sock, head + body)
             while True:
                 status, version, fields = self._read_head(conn)
                 if not 100 <= status < 200 or status == 101:

@@ -327,9 +327,7 @@ def test_plain_events_take_the_short_cut() -> None:
     assert sse._PLAIN_EVENTS.fullmatch(raw.decode())
 
 
-@pytest.mark.parametrize(
-    "before", [b"event: x\n", b"data: half\n", b"data: {"], ids=["type", "data", "line"]
-)
+@pytest.mark.parametrize("before", [b"event: x\n", b"data: half\n", b"data: {"], ids=["type", "data", "line"])
 def test_a_half_read_event_keeps_the_line_rules(before: bytes) -> None:
     plain = b'event: ping\ndata: {"type":"ping"}\n\n'
     after = b"data: next\n\n"

@@ -278,14 +278,21 @@ def test_a_request_head_and_body_go_out_in_one_write(
     server: ScriptedServer, client: UpstreamClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     writes: list[bytes] = []
-    real_sendall = socket.socket.sendall
+    real_sendall, real_send = socket.socket.sendall, socket.socket.send
 
     def recording_sendall(self: socket.socket, data: Any, *args: Any) -> None:
         if threading.current_thread() is threading.main_thread():  # the client's, not the server's
             writes.append(bytes(data))
         real_sendall(self, data, *args)
 
+    def recording_send(self: socket.socket, data: Any, *args: Any) -> int:
+        sent = real_send(self, data, *args)
+        if threading.current_thread() is threading.main_thread():
+            writes.append(bytes(data[:sent]))
+        return sent
+
     monkeypatch.setattr(socket.socket, "sendall", recording_sendall)
+    monkeypatch.setattr(socket.socket, "send", recording_send)
     server.scripts = [respond(200, b'{"ok":1}'), respond(200, b'{"ok":2}')]
     body = with_model(encode_body({"max_tokens": 5}), "claude-x", stream=False)
     for _ in range(2):  # a new connection, then the pooled one
