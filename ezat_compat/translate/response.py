@@ -42,20 +42,28 @@ def merge_usage(base: Usage, update: Mapping[str, Any] | None) -> Usage:
     """Apply a ``message_delta`` usage on top of ``message_start``'s: fields present win."""
     if not update:
         return base
-    new = usage_from_anthropic(update)
-    details = update.get("output_tokens_details")
-    return Usage(
-        input_tokens=new.input_tokens if update.get("input_tokens") is not None else base.input_tokens,
-        cache_write_tokens=(
-            new.cache_write_tokens if update.get("cache_creation_input_tokens") is not None else base.cache_write_tokens
-        ),
-        cache_read_tokens=(
-            new.cache_read_tokens if update.get("cache_read_input_tokens") is not None else base.cache_read_tokens
-        ),
-        output_tokens=new.output_tokens if update.get("output_tokens") is not None else base.output_tokens,
-        reasoning_tokens=new.reasoning_tokens if details else base.reasoning_tokens,
-        web_searches=new.web_searches if update.get("server_tool_use") else base.web_searches,
+    get = update.get
+    value = get("input_tokens")
+    input_tokens = base.input_tokens if value is None else _count(value)
+    value = get("cache_creation_input_tokens")
+    cache_write = base.cache_write_tokens if value is None else _count(value)
+    value = get("cache_read_input_tokens")
+    cache_read = base.cache_read_tokens if value is None else _count(value)
+    value = get("output_tokens")
+    output = base.output_tokens if value is None else _count(value)
+    details = get("output_tokens_details")
+    reasoning = (
+        _count(details.get("thinking_tokens") if isinstance(details, Mapping) else None)
+        if details
+        else base.reasoning_tokens
     )
+    server = get("server_tool_use")
+    searches = (
+        _count(server.get("web_search_requests") if isinstance(server, Mapping) else None)
+        if server
+        else base.web_searches
+    )
+    return Usage(input_tokens, cache_write, cache_read, output, reasoning, searches)
 
 
 def usage_to_openai(usage: Usage) -> dict[str, Any]:

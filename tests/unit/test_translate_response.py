@@ -6,8 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from openai.types.chat import ChatCompletion
 
+from ezat_compat.domain import Usage
 from ezat_compat.translate.ids import encode_tool_id
 from ezat_compat.translate.response import anthropic_to_openai, merge_usage, usage_from_anthropic, usage_to_openai
 from ezat_compat.translate.upstream_errors import rewrite_upstream_message
@@ -216,3 +219,47 @@ SOURCE_MAP = {
 )
 def test_upstream_400_paths_point_into_the_clients_request(upstream: str, expected: tuple[str, str | None]) -> None:
     assert rewrite_upstream_message(upstream, SOURCE_MAP) == expected
+
+
+# ---------------------------------------------------------------- merge_usage, field by field
+
+_COUNT_VALUES = st.sampled_from([None, 0, 1, 5, -3, True, 2.5, "7", [], {}, [1]])
+_DETAILS = st.sampled_from([None, 0, {}, {"thinking_tokens": 4}, {"thinking_tokens": "x"}, [], "x"])
+_SERVER = st.sampled_from([None, 0, {}, {"web_search_requests": 2}, {"web_search_requests": -1}, [], "x"])
+
+
+def _merged_by_the_rule(base: Usage, update: dict[str, Any]) -> Usage:
+    """Fields present (not null) win, each read as ``usage_from_anthropic`` reads it; the details
+    and the server tool use when they are truthy."""
+    new = usage_from_anthropic(update)
+    present = {key: update.get(key) is not None for key in update}
+    return Usage(
+        input_tokens=new.input_tokens if present.get("input_tokens") else base.input_tokens,
+        cache_write_tokens=new.cache_write_tokens
+        if present.get("cache_creation_input_tokens")
+        else base.cache_write_tokens,
+        cache_read_tokens=new.cache_read_tokens if present.get("cache_read_input_tokens") else base.cache_read_tokens,
+        output_tokens=new.output_tokens if present.get("output_tokens") else base.output_tokens,
+        reasoning_tokens=new.reasoning_tokens if update.get("output_tokens_details") else base.reasoning_tokens,
+        web_searches=new.web_searches if update.get("server_tool_use") else base.web_searches,
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "input_tokens": _COUNT_VALUES,
+            "cache_creation_input_tokens": _COUNT_VALUES,
+            "cache_read_input_tokens": _COUNT_VALUES,
+            "output_tokens": _COUNT_VALUES,
+            "output_tokens_details": _DETAILS,
+            "server_tool_use": _SERVER,
+        },
+    )
+)
+def test_merge_usage_takes_each_field_present(update: dict[str, Any]) -> None:
+    base = Usage(1, 2, 3, 4, 5, 6)
+    assert merge_usage(base, update) == _merged_by_the_rule(base, update)
+    assert merge_usage(base, None) is base
