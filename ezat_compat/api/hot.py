@@ -20,7 +20,6 @@ import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from werkzeug.datastructures import EnvironHeaders
 from werkzeug.utils import get_content_type
 from werkzeug.wsgi import get_content_length
 
@@ -87,6 +86,31 @@ class _Closing:
             self._after()
 
 
+_ENVIRON_NAMES: dict[str, str] = {}  # header field name -> its WSGI environ key, as looked up
+
+
+class WSGIHeaders:
+    """A request's header fields, read from the WSGI environ as werkzeug's ``EnvironHeaders``
+    reads them (any case; ``Content-Type`` and ``Content-Length`` without the ``HTTP_``
+    prefix), ``get`` only: what the pipeline and the dialects look up. The environ key of each
+    name is worked out once per process."""
+
+    __slots__ = ("environ",)
+
+    def __init__(self, environ: Mapping[str, Any]) -> None:
+        self.environ = environ
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        name = _ENVIRON_NAMES.get(key)
+        if name is None:
+            upper = key.upper().replace("-", "_")
+            name = upper if upper in ("CONTENT_TYPE", "CONTENT_LENGTH") else f"HTTP_{upper}"
+            if len(_ENVIRON_NAMES) < 1024:  # the gateway's own names; any others are not kept
+                _ENVIRON_NAMES[key] = name
+        value = self.environ.get(name)
+        return default if value is None else str(value)
+
+
 class HotRoutes:
     """WSGI middleware: the hot ``routes`` (path -> dialect and the app's view name) served
     here, everything else by ``app``. ``metrics_only(environ)``: the request came in on the
@@ -131,7 +155,7 @@ class HotRoutes:
         record: RequestRecord,
     ) -> Iterable[bytes]:
         gw = self.gateway
-        headers = EnvironHeaders(environ)
+        headers = WSGIHeaders(environ)
         sock = environ.get("gunicorn.socket")
         shut: Callable[[], None] | None = None
 

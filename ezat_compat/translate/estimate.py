@@ -18,12 +18,16 @@ IMAGE_TOKENS = 6_000
 REQUEST_OVERHEAD_TOKENS = 1_000  # tool-use system prompt and per-message framing
 
 
+def _str_bytes(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
 def _text_bytes(value: Any) -> tuple[int, int, int]:
     """(text bytes, images, documents) under ``value``."""
     if isinstance(value, str):
-        return (len(value) if value.isascii() else len(value.encode("utf-8", "surrogatepass"))), 0, 0
+        return _str_bytes(value), 0, 0
     total = images = documents = 0
-    if isinstance(value, Mapping):
+    if type(value) is dict or (type(value) is not list and isinstance(value, Mapping)):
         kind = value.get("type")
         if kind == "image":
             return 0, 1, 0
@@ -31,16 +35,17 @@ def _text_bytes(value: Any) -> tuple[int, int, int]:
             return 0, 0, 1
         items: Any = value.values()
         # Keys count too (tool schemas are mostly property names), with their quotes and colon.
-        total += sum(
-            (len(k) if k.isascii() else len(k.encode("utf-8", "surrogatepass"))) + 4
-            for k in value
-            if isinstance(k, str)
-        )
+        for key in value:
+            if isinstance(key, str):
+                total += (len(key) if key.isascii() else len(key.encode("utf-8", "surrogatepass"))) + 4
     elif isinstance(value, list | tuple):
         items = value
     else:
         return (len(str(value)) if value is not None else 0), 0, 0
     for item in items:
+        if type(item) is str:  # the common leaf, without a call of its own
+            total += len(item) if item.isascii() else len(item.encode("utf-8", "surrogatepass"))
+            continue
         t, i, d = _text_bytes(item)
         total += t
         images += i

@@ -6,6 +6,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ezat_compat.domain import Usage
 from ezat_compat.session import estimated_usage
@@ -118,3 +120,55 @@ def test_bound_web_searches(tools: Any, bound: int, sent: Any) -> None:
     body: dict[str, Any] = {"messages": []} if tools is None else {"messages": [], "tools": tools}
     assert bound_web_searches(body, 10) == bound
     assert body.get("tools") == sent  # what goes upstream: every web search bounded
+
+
+# ---------------------------------------------------------------- the walk, against its rule
+
+
+def _reference_bytes(value: Any) -> tuple[int, int, int]:
+    """The rule, written plainly: a string's UTF-8 bytes; an image or a document block counts
+    as one of them; an object's keys (with 4 bytes of quotes and colon each) and values; a
+    list's items; any other value its text (null nothing)."""
+    if isinstance(value, str):
+        return len(value.encode("utf-8", "surrogatepass")), 0, 0
+    if isinstance(value, dict):
+        if value.get("type") == "image":
+            return 0, 1, 0
+        if value.get("type") == "document":
+            return 0, 0, 1
+        keys = sum(len(k.encode("utf-8", "surrogatepass")) + 4 for k in value if isinstance(k, str))
+        parts = [_reference_bytes(v) for v in value.values()]
+        return keys + sum(p[0] for p in parts), sum(p[1] for p in parts), sum(p[2] for p in parts)
+    if isinstance(value, list | tuple):
+        parts = [_reference_bytes(v) for v in value]
+        return sum(p[0] for p in parts), sum(p[1] for p in parts), sum(p[2] for p in parts)
+    return (len(str(value)) if value is not None else 0), 0, 0
+
+
+_TEXT = st.text(max_size=8) | st.sampled_from(["image", "document", "text", "héllo", "\ud800", "𝄞"])
+_LEAF = st.none() | st.booleans() | st.integers(-(10**20), 10**20) | st.floats(allow_nan=True) | _TEXT
+_VALUE = st.recursive(
+    _LEAF,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.lists(inner, max_size=3).map(tuple)
+        | st.dictionaries(st.sampled_from(["type", "text", "content", "ключ", "k"]) | _TEXT, inner, max_size=4)
+        | st.dictionaries(st.integers(0, 3), inner, max_size=2)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_VALUE)
+def test_the_walk_counts_what_its_rule_counts(value: Any) -> None:
+    body = {"system": value, "messages": [value], "tools": value}
+    expected = REQUEST_OVERHEAD_TOKENS
+    documents = 0
+    for part in (body["system"], body["messages"], body["tools"]):
+        text, images, docs = _reference_bytes(part)
+        documents += docs
+        expected += text + images * IMAGE_TOKENS
+    if documents or expected >= 10**9:
+        return  # the context window instead: covered above
+    assert input_tokens_upper_bound(body, 10**9) == expected

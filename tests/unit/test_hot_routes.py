@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
+from werkzeug.datastructures import EnvironHeaders
 from werkzeug.test import Client
 
-from ezat_compat.api.hot import HotRoutes, status_line
+from ezat_compat.api.hot import HotRoutes, WSGIHeaders, status_line
 from ezat_compat.dialects.anthropic_messages import AnthropicMessages
 from ezat_compat.dialects.openai_chat import OpenAIChat
 from ezat_compat.errors import GatewayError, InvalidRequestError
@@ -199,3 +200,37 @@ def test_a_stream_whose_headers_cannot_be_sent_is_still_closed_so_it_settles() -
     with pytest.raises(OSError):
         hot(environ, start_response)
     assert session.closed == 1
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "authorization",
+        "Authorization",
+        "X-API-KEY",
+        "x-api-key",
+        "x-ezat-session",
+        "X_Ezat_Cache",
+        "content-type",
+        "Content-Length",
+        "anthropic-version",
+        "anthropic-beta",
+        "absent",
+        "accept",
+    ],
+)
+def test_wsgi_headers_read_what_werkzeug_reads(name: str) -> None:
+    environ = {
+        "HTTP_AUTHORIZATION": "Bearer k",
+        "HTTP_X_API_KEY": " key ",
+        "HTTP_X_EZAT_SESSION": "s-1",
+        "HTTP_X_EZAT_CACHE": "off",
+        "CONTENT_TYPE": "application/json",
+        "CONTENT_LENGTH": "12",
+        "HTTP_ANTHROPIC_VERSION": "2023-06-01",
+        "HTTP_CONTENT_TYPE": "not this one",
+        "REQUEST_METHOD": "POST",
+    }
+    for _ in range(2):  # the environ key worked out, then remembered
+        assert WSGIHeaders(environ).get(name) == EnvironHeaders(environ).get(name)
+        assert WSGIHeaders(environ).get(name, "d") == EnvironHeaders(environ).get(name, "d")
