@@ -48,6 +48,7 @@ from limits.strategies import FixedWindowRateLimiter
 
 from ezat_compat.datafiles import private_file
 from ezat_compat.errors import GatewayError, RateLimitError
+from ezat_compat.locks import thread_lock
 from ezat_compat.store.accounts import AuthContext
 from ezat_compat.store.db import enable_wal
 from ezat_compat.store.hotpath import Execute, GroupCommit
@@ -91,7 +92,7 @@ class SQLiteCounterStorage(Storage):
             raise ValueError(f"expected {prefix}/PATH/TO/FILE, got {uri!r}")
         self.path = uri[len(prefix) :]
         self._clock = clock
-        self._lock = threading.Lock()
+        self._lock = thread_lock()  # held around sqlite3 calls only: never across a switch
         self._conn: sqlite3.Connection | None = None
         self._inherited: list[sqlite3.Connection] = []  # never closed: a fork's child must not touch them
         self._group = GroupCommit(self._connection, lambda: self._lock)
@@ -107,7 +108,7 @@ class SQLiteCounterStorage(Storage):
         if self._conn is not None:
             self._inherited.append(self._conn)
         self._conn = None
-        self._lock = threading.Lock()
+        self._lock = thread_lock()
 
     def _connection(self) -> sqlite3.Connection:
         """This process's connection; call with ``self._lock`` held."""

@@ -35,6 +35,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ezat_compat import __version__, procid
+from ezat_compat.locks import thread_lock
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 STREAM_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 3600)
@@ -81,8 +82,15 @@ class _ScrapeCollector(Collector):
 def _multiprocess_value_class() -> type:
     """prometheus_client's multiprocess value, told this process's id by ``procid.pid`` (the
     same number as its default ``os.getpid``, without a system call for every sample it writes:
-    each checks the id to notice a fork). One class per process, so one set of open files."""
-    return values.MultiProcessValue(process_identifier=procid.pid)
+    each checks the id to notice a fork). One class per process, so one set of open files. Its
+    lock, held for an mmap write, is a plain thread lock (``locks.thread_lock``) in a gevent
+    worker too."""
+    patched = values.Lock
+    values.Lock = thread_lock  # type: ignore[assignment]  # read once, by the call below
+    try:
+        return values.MultiProcessValue(process_identifier=procid.pid)
+    finally:
+        values.Lock = patched
 
 
 class Metrics:

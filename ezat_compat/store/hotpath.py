@@ -37,6 +37,7 @@ from sqlalchemy.exc import OperationalError as SAOperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from ezat_compat.errors import OverloadedError
+from ezat_compat.locks import thread_lock
 from ezat_compat.procid import pid
 from ezat_compat.store.db import SQLITE_BUSY_TIMEOUT_S, write_engine
 
@@ -206,7 +207,7 @@ class GroupCommit:
         self._connection = connection
         self._lock = lock
         self._queue: list[_Queued] = []
-        self._queue_lock = threading.Lock()
+        self._queue_lock = thread_lock()  # held for a list operation: never across a switch
         self._leading = False
         self._pid = pid()
 
@@ -214,7 +215,7 @@ class GroupCommit:
         """``work(execute, params)`` in a write transaction (maybe shared); its result, or its
         exception (the database's own errors unchanged)."""
         if self._pid != pid():
-            self._queue, self._queue_lock, self._leading, self._pid = [], threading.Lock(), False, pid()
+            self._queue, self._queue_lock, self._leading, self._pid = [], thread_lock(), False, pid()
         item = _Queued(work, params)
         with self._queue_lock:
             lead = not self._leading
@@ -346,7 +347,7 @@ class SQLiteHotPath:
         self.path = path
         self._conn: sqlite3.Connection | None = None
         self._pid = 0
-        self._lock = threading.Lock()
+        self._lock = thread_lock()  # held around sqlite3 calls only: never across a switch
         self.group = GroupCommit(self._connection, lambda: self._lock)
 
     def _connection(self) -> sqlite3.Connection:
