@@ -29,18 +29,24 @@ SCENARIO_TITLES = {
     "stream_c1": "stream c=1",
     "stream_c32": "stream c=32",
     "long_stream": "long stream c=8",
+    "responses_c32": "responses c=32",
+    "responses_stream_c32": "responses stream",
 }
+SSE_SCENARIOS = ("stream_c1", "stream_c32", "responses_stream_c32")
+# Each Responses scenario and the chat completions scenario its CPU is held to.
+RESPONSES_VS_CHAT = (("responses_c32", "nonstream_c32"), ("responses_stream_c32", "stream_c32"))
 TARGET_NAMES = ("ours", "litellm", "floor", "direct")
 NO_RATIO = ("errors", "foreign_cpu_pct", "events_per_stream")
 RPS_VS_LITELLM = 6.0  # ours ≥ 6× LiteLLM's requests/s per worker (non-stream c=32)
 CPU_VS_FLOOR = 1.15  # ours ≤ 1.15× the stack floor's CPU per request
+RESPONSES_VS_CHAT_CPU = 1.15  # a Responses request ≤ 1.15× the CPU of the same chat completions request
 LONG_STREAM_VS_LITELLM = 15.0  # LiteLLM's CPU per long stream ≥ 15× ours
 
 
 def _metrics(scenario: str) -> tuple[tuple[str, str], ...]:
     if scenario == "long_stream":
         return LONG_METRICS
-    return SSE_METRICS if scenario.startswith("stream") else JSON_METRICS
+    return SSE_METRICS if scenario in SSE_SCENARIOS else JSON_METRICS
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -180,25 +186,27 @@ def _verdict(ok: bool | None) -> str:
 
 def constraints(results: dict[str, Any]) -> list[dict[str, Any]]:
     """The performance constraints every change must keep, each judged on this run's figures:
-    requests/s per worker ≥ 6× LiteLLM's (non-stream c=32); CPU per request ≤ 1.15× the stack
-    floor's (non-stream and stream, c=32); a long stream's CPU ≥ 15× less than LiteLLM's.
+    requests/s per worker ≥ 6× LiteLLM's (non-stream c=32, chat completions and Responses); CPU
+    per request ≤ 1.15× the stack floor's (non-stream and stream, c=32); a long stream's CPU ≥ 15×
+    less than LiteLLM's; a Responses request's CPU ≤ 1.15× the same chat completions request's.
     ``met`` is None when a figure was not measured (LiteLLM skipped)."""
     cmp = results["comparisons"]
     workers = results["meta"]["workers"]
     out = []
 
-    ratio = cmp["nonstream_c32"]["rps"].get("ours_over_litellm")
-    out.append(
-        _goal(
-            "rps_vs_litellm",
-            f"requests/s per worker vs LiteLLM (non-stream c=32, {workers} worker(s) each)",
-            f"≥ {RPS_VS_LITELLM:g}×",
-            ratio,
-            "×",
-            None if ratio is None else ratio >= RPS_VS_LITELLM,
-            "" if ratio is None else _by(ratio, RPS_VS_LITELLM, "×", higher_is_better=True),
+    for goal_id, scenario in (("rps_vs_litellm", "nonstream_c32"), ("rps_vs_litellm_responses", "responses_c32")):
+        ratio = cmp.get(scenario, {}).get("rps", {}).get("ours_over_litellm")
+        out.append(
+            _goal(
+                goal_id,
+                f"requests/s per worker vs LiteLLM ({SCENARIO_TITLES[scenario]}, {workers} worker(s) each)",
+                f"≥ {RPS_VS_LITELLM:g}×",
+                ratio,
+                "×",
+                None if ratio is None else ratio >= RPS_VS_LITELLM,
+                "" if ratio is None else _by(ratio, RPS_VS_LITELLM, "×", higher_is_better=True),
+            )
         )
-    )
     for scenario in ("nonstream_c32", "stream_c32"):
         row = cmp[scenario]["cpu_ms_per_request"]
         ratio = row.get("ours_over_floor")
@@ -228,6 +236,22 @@ def constraints(results: dict[str, Any]) -> list[dict[str, Any]]:
             "" if less is None else _by(less, LONG_STREAM_VS_LITELLM, "×", higher_is_better=True),
         )
     )
+    for scenario, chat in RESPONSES_VS_CHAT:
+        ours = cmp.get(scenario, {}).get("cpu_ms_per_request", {}).get("ours")
+        base = cmp[chat]["cpu_ms_per_request"].get("ours")
+        ratio = _ratio(ours, base)
+        out.append(
+            _goal(
+                f"cpu_{scenario}_vs_chat",
+                f"CPU per request, Responses vs chat completions ({SCENARIO_TITLES[scenario]}: "
+                f"{_fmt(ours)} ms, {SCENARIO_TITLES[chat]}: {_fmt(base)} ms)",
+                f"≤ {RESPONSES_VS_CHAT_CPU:g}×",
+                ratio,
+                "×",
+                None if ratio is None else ratio <= RESPONSES_VS_CHAT_CPU,
+                "" if ratio is None else _by(ratio, RESPONSES_VS_CHAT_CPU, "×"),
+            )
+        )
     return out
 
 
@@ -327,7 +351,7 @@ def table(results: dict[str, Any]) -> str:
             f"{_fmt(goal['measured'])}{'' if goal['unit'] in ('×',) else ' '}{goal['unit']}"
             f"{' — ' + goal['by'] if goal['by'] else ''}"
         )
-    lines += ["", "constraints (ours vs LiteLLM and the stack floor), judged on this run:"]
+    lines += ["", "constraints (ours vs LiteLLM, the stack floor and our chat endpoint), judged on this run:"]
     for goal in results.get("constraints", []):
         lines.append(
             f"  {_verdict(goal['met']):6}{goal['goal']}: target {goal['target']}, measured "

@@ -16,7 +16,9 @@ target with the same bodies:
 - long streams: the simulator streams ``LONG_DELTAS`` (400) text deltas per request, at
   concurrency ``LONG_CONCURRENCY``; CPU per stream;
 - 1,000 idle streams on one gateway worker (100 with ``--quick``): RSS per stream, ping cadence;
-- one request with 20 image URLs that take 1 s each.
+- one request with 20 image URLs that take 1 s each;
+- the Responses API (``/openai/v1/responses``; LiteLLM's ``/v1/responses``) with the same prompt,
+  JSON and streaming at concurrency 32.
 
 It prints one table (``report.py``) and writes the JSON (default ``bench/results/latest.json``).
 Every server is stopped at the end, also on errors and Ctrl-C.
@@ -55,6 +57,12 @@ SCENARIOS = (  # (name, load generator mode, concurrency, body)
     ("stream_c1", "sse", 1, "sse"),
     ("stream_c32", "sse", 32, "sse"),
     ("long_stream", "sse", LONG_CONCURRENCY, "long"),
+)
+# OpenAI's Responses API on the same gateway: ours at /openai/v1/responses, LiteLLM's proxy at
+# /v1/responses, with the same prompt (no floor or direct call: neither speaks it).
+RESPONSES_SCENARIOS = (  # (name, load generator mode, concurrency, body)
+    ("responses_c32", "json", 32, "json"),
+    ("responses_stream_c32", "sse", 32, "sse"),
 )
 SYSTEM = "You are a terse assistant."
 PROMPT = "Say hello in a dozen words."
@@ -130,6 +138,14 @@ def openai_body(text: str, *, stream: bool = False, content: Any = None, max_tok
             {"role": "user", "content": content if content is not None else text},
         ],
     }
+    if stream:
+        body["stream"] = True
+    return body
+
+
+def responses_body(text: str, *, stream: bool = False, max_tokens: int = 64) -> dict[str, Any]:
+    """The same request in the Responses API's terms (instructions, input, max_output_tokens)."""
+    body: dict[str, Any] = {"model": MODEL, "instructions": SYSTEM, "input": text, "max_output_tokens": max_tokens}
     if stream:
         body["stream"] = True
     return body
@@ -481,6 +497,21 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             [[c.read_text(), u.read_text()] for c, u in ((oa_json, an_json), (oa_sse, an_sse), (oa_long, an_long))],
         )
         floor, floor_url = fleet.start_floor(gw, sim_url, floor_table)
+        rs_json = write_json(wd / "responses.json", responses_body(text))
+        rs_sse = write_json(wd / "responses-stream.json", responses_body(text, stream=True))
+        responses_endpoints = [
+            Endpoint(
+                "ours",
+                gw.url + "/openai/v1/responses",
+                [f"authorization: Bearer {gw.key}"],
+                rs_json,
+                rs_sse,
+                rs_sse,
+                '"output"',
+                "response.completed",
+                gw.proc.pid,
+            )
+        ]
         endpoints = [
             Endpoint(
                 "ours",
@@ -534,6 +565,19 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                     lt.pid,
                 ),
             )
+            responses_endpoints.append(
+                Endpoint(
+                    "litellm",
+                    lt_url + "/v1/responses",
+                    [f"authorization: Bearer {litellm_env.MASTER_KEY}"],
+                    rs_json,
+                    rs_sse,
+                    rs_sse,
+                    '"output"',
+                    "response.completed",
+                    lt.pid,
+                )
+            )
             litellm_meta.update(
                 {
                     "config": litellm_env.config_yaml(MODEL, "<simulator URL>", ("<image server>",)),
@@ -549,6 +593,16 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         results["meta"]["long_stream"] = {"text_deltas": long_deltas, "concurrency": LONG_CONCURRENCY}
         for name, mode, concurrency, kind in SCENARIOS:
             for ep in endpoints:
+                print(f"bench: {name:14} {ep.name:8}", end=" ", file=sys.stderr, flush=True)
+                m = measure(ep, mode, concurrency, kind, plan, sim.pid)
+                results["targets"].setdefault(ep.name, {})[name] = m
+                print(
+                    f"{m['rps']:8.1f} req/s  p50 {m['p50_ms']:.2f} ms  errors {m['errors']}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        for name, mode, concurrency, kind in RESPONSES_SCENARIOS:
+            for ep in responses_endpoints:
                 print(f"bench: {name:14} {ep.name:8}", end=" ", file=sys.stderr, flush=True)
                 m = measure(ep, mode, concurrency, kind, plan, sim.pid)
                 results["targets"].setdefault(ep.name, {})[name] = m

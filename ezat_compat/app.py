@@ -270,6 +270,10 @@ def create_app(config: Config, *, gateway_core: Gateway | None = None) -> Flask:
         {
             "/openai/v1/chat/completions": (openai_api.CHAT, "openai.chat_completions"),
             "/v1/messages": (anthropic_api.MESSAGES, "anthropic.messages"),
+            "/openai/v1/responses": (
+                responses_api.LazyResponses(app),  # a Dialect by delegation
+                "openai_responses.create_response",
+            ),
         },
         metrics_listener(config.server.metrics_bind) if config.server.metrics_bind else None,
     )

@@ -1,5 +1,5 @@
-"""The two hot routes served without Flask's per-request machinery: ``POST
-/openai/v1/chat/completions`` and ``POST /v1/messages``.
+"""The hot routes served without Flask's per-request machinery: ``POST
+/openai/v1/chat/completions``, ``POST /v1/messages`` and ``POST /openai/v1/responses``.
 
 Why: under load, Flask's request context (URL adapter, routing, ``g``), its dispatch, its
 hooks and a werkzeug ``Response`` (and, for a stream, two wrappers per chunk) cost about

@@ -9,15 +9,16 @@ import threading
 import time
 from typing import Any
 
-from flask import Blueprint, Response, current_app, request
+from flask import Blueprint, Flask, Response, current_app, request
 
 from ezat_compat.api.common import api_key, client_request, gateway, json_response, respond
 from ezat_compat.dialects.openai_responses import OpenAIResponses, ResponsesServices, not_found
-from ezat_compat.errors import GatewayError, InvalidRequestError
+from ezat_compat.errors import GatewayError, InvalidRequestError, render_openai
 from ezat_compat.sealing import KEY_ENV, load_sealer
 from ezat_compat.store.db import make_engine
 from ezat_compat.store.responses import DAY_S, ResponseStore, StoredResponse
 from ezat_compat.translate.responses_response import client_view
+from ezat_compat.wire.json import encode_json
 
 bp = Blueprint("openai_responses", __name__, url_prefix="/openai/v1")
 _EXTENSION = "ezat_responses"
@@ -26,19 +27,26 @@ LIST_LIMIT_MAX = 100
 
 
 def dialect() -> OpenAIResponses:
-    """The app's Responses dialect, built on first use in each process (after gunicorn forks):
+    """The app's Responses dialect (``dialect_of`` the current app)."""
+    return dialect_of(current_app)
+
+
+def dialect_of(app: Flask) -> OpenAIResponses:
+    """``app``'s Responses dialect, built on first use in each process (after gunicorn forks):
     its store on the gateway's database and its sealer (key from the environment or the data
     folder, the configuration file's folder)."""
-    found: OpenAIResponses | None = current_app.extensions.get(_EXTENSION)
+    found: OpenAIResponses | None = app.extensions.get(_EXTENSION)
     if found is not None:
         return found
     with _LOCK:
-        found = current_app.extensions.get(_EXTENSION)
+        found = app.extensions.get(_EXTENSION)
         if found is None:
-            config = gateway().config
+            gw = app.extensions["ezat"]
+            config = gw.config
             settings = config.responses
+            hot = getattr(gw.ledger, "hot", None)  # puts share the ledger's connection and transactions
             store = (
-                ResponseStore(make_engine(config.gateway.database_url), settings.ttl_days * DAY_S)
+                ResponseStore(make_engine(config.gateway.database_url), settings.ttl_days * DAY_S, hot=hot)
                 if settings.store
                 else None
             )
@@ -50,8 +58,24 @@ def dialect() -> OpenAIResponses:
                     f"The gateway has no key to seal reasoning with ({exc}); set {KEY_ENV} or make {folder} writable."
                 ) from None
             found = OpenAIResponses(ResponsesServices(settings, store, sealer, time.time))
-            current_app.extensions[_EXTENSION] = found
+            app.extensions[_EXTENSION] = found
     return found
+
+
+class LazyResponses:
+    """``app``'s Responses dialect for the hot routes (``api/hot.py``), built on first use as
+    the view builds it; ``render_error`` needs none (OpenAI's envelope), so a dialect that can't
+    be built (no sealing key) is answered as the view's error handler answers it."""
+
+    def __init__(self, app: Flask) -> None:
+        self._app = app
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(dialect_of(self._app), name)
+
+    def render_error(self, err: GatewayError, request_id: str | None) -> tuple[int, bytes, dict[str, str]]:
+        status, body, headers = render_openai(err)
+        return status, encode_json(body), headers
 
 
 def _stored(response_id: str) -> StoredResponse:

@@ -194,6 +194,7 @@ class Ledger:
 
     def __init__(self, engine: Engine, hot_path: HotPath, *, journal: Journal | None = None) -> None:
         self._engine = engine
+        self.hot = hot_path  # shared with the other stores of the database (one connection a process)
         self._write = hot_path.write
         self.journal = journal or Journal(default_journal_dir(engine.url.render_as_string(hide_password=False)))
         self._next_maintain = 0.0

@@ -21,13 +21,24 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 
 from ezat_compat.store.db import write_engine
-from ezat_compat.store.hotpath import DatabaseUnavailableError, is_unavailable
-from ezat_compat.store.tables import responses
+from ezat_compat.store.hotpath import DatabaseUnavailableError, Execute, HotPath, is_unavailable
+from ezat_compat.store.tables import responses, to_epoch_micros
 
 log = logging.getLogger(__name__)
 
 DAY_S = 86400.0
 _COLUMNS = ("org_id", "response_id", "created_at", "expires_at", "context", "input_start", "response", "encrypted")
+# The same upsert as SQL text, for a hot path (SQLite's and PostgreSQL's ON CONFLICT alike; times
+# in epoch micros, as the table's UtcMicros columns store them).
+UPSERT_SQL = (
+    f"INSERT INTO responses ({', '.join(_COLUMNS)}) VALUES ({', '.join(':' + c for c in _COLUMNS)}) "
+    f"ON CONFLICT (org_id, response_id) DO UPDATE SET {', '.join(f'{c} = excluded.{c}' for c in _COLUMNS[2:])}"
+)
+
+
+def _put_tx(execute: Execute, row: dict[str, Any]) -> tuple[None, bool]:
+    execute(UPSERT_SQL, row)
+    return None, True
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +69,19 @@ def _dump(value: Any) -> str:
 class ResponseStore:
     """The ``responses`` table. One per process (after the fork, like the engine)."""
 
-    def __init__(self, engine: Engine, ttl_s: float, *, purge_every_s: float = 60.0, purge_batch: int = 500) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        ttl_s: float,
+        *,
+        hot: HotPath | None = None,
+        purge_every_s: float = 60.0,
+        purge_batch: int = 500,
+    ) -> None:
+        """``hot``: the gateway's hot path on the same database, for ``put`` (on SQLite its
+        writes share the ledger's group transactions); without one, ``put`` uses ``engine``."""
         self._engine = engine
+        self._hot = hot
         self._writer = write_engine(engine)
         self.ttl_s = ttl_s
         self._purge_every_s = purge_every_s
@@ -85,7 +107,7 @@ class ResponseStore:
         now: float,
     ) -> None:
         """Keep ``response`` (its ``id``) for the organisation until ``now + ttl_s``."""
-        row = {
+        row: dict[str, Any] = {
             "org_id": org_id,
             "response_id": response["id"],
             "created_at": datetime.fromtimestamp(now, UTC),
@@ -95,8 +117,15 @@ class ResponseStore:
             "response": _dump(response),
             "encrypted": encrypted,
         }
-        with self._writer.begin() as conn:
-            conn.execute(self._upsert, row)
+        if self._hot is not None:
+            row["created_at"], row["expires_at"] = (
+                to_epoch_micros(row["created_at"]),
+                to_epoch_micros(row["expires_at"]),
+            )
+            self._hot.write(_put_tx, row)
+        else:
+            with self._writer.begin() as conn:
+                conn.execute(self._upsert, row)
         if now >= self._next_purge:
             self._next_purge = now + self._purge_every_s
             self.purge(now)

@@ -24,7 +24,16 @@ SCENARIOS = ("nonstream_c1", "nonstream_c32", "stream_c1", "stream_c32", "long_s
 JSON_METRICS = ("rps", "p50_ms", "p99_ms", "cpu_ms_per_request")
 STREAM_METRICS = ("ttfb_p50_ms", "ttfb_p99_ms", "done_p50_ms", "done_p99_ms")
 GOALS = ("rps_vs_litellm", "added_p50", "added_ttfb", "cpu_per_request", "idle_streams", "images")
-CONSTRAINTS = ("rps_vs_litellm", "cpu_vs_floor_nonstream_c32", "cpu_vs_floor_stream_c32", "long_stream_vs_litellm")
+CONSTRAINTS = (
+    "rps_vs_litellm",
+    "rps_vs_litellm_responses",
+    "cpu_vs_floor_nonstream_c32",
+    "cpu_vs_floor_stream_c32",
+    "long_stream_vs_litellm",
+    "cpu_responses_c32_vs_chat",
+    "cpu_responses_stream_c32_vs_chat",
+)
+RESPONSES_SCENARIOS = ("responses_c32", "responses_stream_c32")
 LONG_DELTAS = 400
 
 
@@ -71,6 +80,18 @@ def test_every_scenario_has_its_metrics_and_no_errors(
         assert positive(m[metric]), (metric, m[metric])
     assert m["p99_ms"] >= m["p50_ms"]
     assert m["foreign_cpu_pct"] >= 0
+
+
+@pytest.mark.parametrize("scenario", RESPONSES_SCENARIOS)
+def test_the_responses_api_is_measured_on_the_gateway(quick: tuple[dict[str, Any], str], scenario: str) -> None:
+    results, stdout = quick
+    m = results["targets"]["ours"][scenario]
+    assert m["errors"] == 0 and m["warmup_errors"] == 0, m["raw"]["error_samples"]
+    assert m["requests"] == m["ok"] > 0 and m["raw"]["status_counts"] == {"200": m["requests"]}
+    for metric in JSON_METRICS + (STREAM_METRICS if "stream" in scenario else ()):
+        assert positive(m[metric]), (metric, m[metric])
+    assert scenario not in results["targets"]["floor"] and scenario not in results["targets"]["direct"]
+    assert "responses c=32" in stdout and "responses stream" in stdout
 
 
 def test_the_long_stream_carries_400_text_deltas(quick: tuple[dict[str, Any], str]) -> None:
@@ -165,11 +186,18 @@ def test_constraints_are_judged_on_this_run(quick: tuple[dict[str, Any], str]) -
     results, stdout = quick
     assert [c["id"] for c in results["constraints"]] == list(CONSTRAINTS)
     by_id = {c["id"]: c for c in results["constraints"]}
-    assert by_id["rps_vs_litellm"]["met"] is None and by_id["long_stream_vs_litellm"]["met"] is None  # no LiteLLM
+    for no_litellm in ("rps_vs_litellm", "rps_vs_litellm_responses", "long_stream_vs_litellm"):
+        assert by_id[no_litellm]["met"] is None, no_litellm
     for scenario in ("nonstream_c32", "stream_c32"):
         c = by_id[f"cpu_vs_floor_{scenario}"]
         ratio = results["comparisons"][scenario]["cpu_ms_per_request"]["ours_over_floor"]
         assert c["measured"] == ratio and c["met"] is (ratio <= 1.15)
         assert ("PASS" if c["met"] else "FAIL") + "  CPU per request vs the stack floor" in stdout
-    tail = stdout[stdout.index("constraints (ours vs LiteLLM and the stack floor)") :]
-    assert tail.count("n/a") >= 2 and "target ≤ 1.15×" in tail and "target ≥ 6×" in tail
+    for scenario, chat in (("responses_c32", "nonstream_c32"), ("responses_stream_c32", "stream_c32")):
+        c = by_id[f"cpu_{scenario}_vs_chat"]
+        ours = results["targets"]["ours"]
+        ratio = ours[scenario]["cpu_ms_per_request"] / ours[chat]["cpu_ms_per_request"]
+        assert c["measured"] == pytest.approx(ratio) and c["met"] is (ratio <= 1.15)
+    assert "CPU per request, Responses vs chat completions" in stdout
+    tail = stdout[stdout.index("constraints (ours vs LiteLLM, the stack floor and our chat endpoint)") :]
+    assert tail.count("n/a") >= 3 and "target ≤ 1.15×" in tail and "target ≥ 6×" in tail

@@ -9,6 +9,7 @@ import pytest
 from sqlalchemy import Engine, func, select
 
 from ezat_compat.store.db import make_engine, migrate
+from ezat_compat.store.hotpath import make_hot_path
 from ezat_compat.store.responses import ResponseStore
 from ezat_compat.store.tables import responses
 from tests.integration.test_store import db_url  # noqa: F401 - the SQLite / PostgreSQL fixture
@@ -27,9 +28,14 @@ def engine(db_url: str) -> Iterator[Engine]:  # noqa: F811
     eng.dispose()
 
 
-@pytest.fixture
-def store(engine: Engine) -> ResponseStore:
-    return ResponseStore(engine, TTL)
+@pytest.fixture(params=["engine", "hot path"])
+def store(engine: Engine, request: pytest.FixtureRequest) -> Iterator[ResponseStore]:
+    """Puts through the engine, or through the gateway's hot path (on SQLite, sqlite3 directly
+    in the ledger's group transactions): the same rows either way."""
+    hot = make_hot_path(engine) if request.param == "hot path" else None
+    yield ResponseStore(engine, TTL, hot=hot)
+    if hot is not None:
+        hot.close()
 
 
 def test_put_and_get_per_organisation(store: ResponseStore) -> None:

@@ -234,3 +234,15 @@ def test_wsgi_headers_read_what_werkzeug_reads(name: str) -> None:
     for _ in range(2):  # the environ key worked out, then remembered
         assert WSGIHeaders(environ).get(name) == EnvironHeaders(environ).get(name)
         assert WSGIHeaders(environ).get(name, "d") == EnvironHeaders(environ).get(name, "d")
+
+
+def test_the_lazy_responses_dialect_renders_errors_before_it_is_built() -> None:
+    from flask import Flask
+
+    from ezat_compat.api.responses import LazyResponses
+
+    lazy = LazyResponses(Flask("t"))  # no gateway in it: the dialect can't be built
+    err = InvalidRequestError("input: bad", param="input")
+    assert lazy.render_error(err, "r1") == OpenAIChat().render_error(err, "r1")
+    with pytest.raises(KeyError):
+        _ = lazy.endpoint  # everything else is the built dialect's
