@@ -591,26 +591,17 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             "simulator's answer (no auth, DB, validation or translation)"
         )
         results["meta"]["long_stream"] = {"text_deltas": long_deltas, "concurrency": LONG_CONCURRENCY}
-        for name, mode, concurrency, kind in SCENARIOS:
-            for ep in endpoints:
-                print(f"bench: {name:14} {ep.name:8}", end=" ", file=sys.stderr, flush=True)
-                m = measure(ep, mode, concurrency, kind, plan, sim.pid)
-                results["targets"].setdefault(ep.name, {})[name] = m
-                print(
-                    f"{m['rps']:8.1f} req/s  p50 {m['p50_ms']:.2f} ms  errors {m['errors']}",
-                    file=sys.stderr,
-                    flush=True,
-                )
-        for name, mode, concurrency, kind in RESPONSES_SCENARIOS:
-            for ep in responses_endpoints:
-                print(f"bench: {name:14} {ep.name:8}", end=" ", file=sys.stderr, flush=True)
-                m = measure(ep, mode, concurrency, kind, plan, sim.pid)
-                results["targets"].setdefault(ep.name, {})[name] = m
-                print(
-                    f"{m['rps']:8.1f} req/s  p50 {m['p50_ms']:.2f} ms  errors {m['errors']}",
-                    file=sys.stderr,
-                    flush=True,
-                )
+        for scenarios, targets in ((SCENARIOS, endpoints), (RESPONSES_SCENARIOS, responses_endpoints)):
+            for name, mode, concurrency, kind in scenarios:
+                for ep in targets:
+                    print(f"bench: {name:14} {ep.name:8}", end=" ", file=sys.stderr, flush=True)
+                    m = measure(ep, mode, concurrency, kind, plan, sim.pid)
+                    results["targets"].setdefault(ep.name, {})[name] = m
+                    print(
+                        f"{m['rps']:8.1f} req/s  p50 {m['p50_ms']:.2f} ms  errors {m['errors']}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
         if args.workers == 1:
             idle_gw = gw
         else:
