@@ -204,9 +204,14 @@ def test_sighup_refuses_a_bad_file_and_takes_a_fixed_one(tmp_path: Path, sim: Si
 
         config.write_text(good.replace('aliases = ["claude-sonnet-5-5"]', 'aliases = ["sonnet-renamed"]'))
         assert cli(config, "check-config").returncode == 0
+        old_workers = set(children(proc.pid))
         os.kill(proc.pid, signal.SIGHUP)
         wait_for(lambda: chat(url, key, "sonnet-renamed").status_code == 200, 30, "the new configuration")
+        # gunicorn's old worker accepts for up to a second more (its loop looks at its state once
+        # a second): once it is gone, only the new configuration answers
+        wait_for(lambda: not set(children(proc.pid)) & old_workers, 30, "the old worker to exit")
         assert chat(url, key, "claude-sonnet-5-5").status_code == 404
+        assert chat(url, key, "sonnet-renamed").status_code == 200
         assert "configuration reloaded from" in log.read_text()
         assert pidfile.read_text().strip() == str(proc.pid)
     assert proc.returncode == 0
