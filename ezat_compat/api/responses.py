@@ -12,13 +12,13 @@ from typing import Any
 from flask import Blueprint, Flask, Response, current_app, request
 
 from ezat_compat.api.common import api_key, client_request, gateway, json_response, respond
+from ezat_compat.dialects import openai_error_response
 from ezat_compat.dialects.openai_responses import OpenAIResponses, ResponsesServices, not_found
-from ezat_compat.errors import GatewayError, InvalidRequestError, render_openai
+from ezat_compat.errors import GatewayError, InvalidRequestError
 from ezat_compat.sealing import KEY_ENV, load_sealer
 from ezat_compat.store.db import make_engine
 from ezat_compat.store.responses import DAY_S, ResponseStore, StoredResponse
 from ezat_compat.translate.responses_response import client_view
-from ezat_compat.wire.json import encode_json
 
 bp = Blueprint("openai_responses", __name__, url_prefix="/openai/v1")
 _EXTENSION = "ezat_responses"
@@ -74,8 +74,7 @@ class LazyResponses:
         return getattr(dialect_of(self._app), name)
 
     def render_error(self, err: GatewayError, request_id: str | None) -> tuple[int, bytes, dict[str, str]]:
-        status, body, headers = render_openai(err)
-        return status, encode_json(body), headers
+        return openai_error_response(err)
 
 
 def _stored(response_id: str) -> StoredResponse:

@@ -20,9 +20,10 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from ezat_compat import jsonfast
 from ezat_compat.domain import Model, Usage
-from ezat_compat.errors import GatewayError, UpstreamError
+from ezat_compat.errors import GatewayError, UpstreamError, render_openai
 from ezat_compat.translate.request import ImageSlot
 from ezat_compat.translate.thinking import ThinkingCollector
+from ezat_compat.wire.json import encode_json
 
 MESSAGES_PATH = "/v1/messages"
 
@@ -34,6 +35,13 @@ class Headers(Protocol):
 
 
 Resolve = Callable[[Any], Model]  # the client's model name -> its model (404 / 403 raise)
+
+
+def openai_error_response(err: GatewayError) -> tuple[int, bytes, dict[str, str]]:
+    """``err`` in OpenAI's envelope, as the response's status, body and headers (both OpenAI
+    dialects' ``render_error``)."""
+    status, body, headers = render_openai(err)
+    return status, encode_json(body), headers
 
 
 def event_data(data: str) -> Mapping[str, Any]:

@@ -25,6 +25,7 @@ from ezat_compat.dialects import (
     ReplyIds,
     Resolve,
     TranslatingStream,
+    openai_error_response,
 )
 from ezat_compat.domain import Model, ResponsesSettings
 from ezat_compat.errors import GatewayError, InvalidRequestError, UpstreamError, render_openai
@@ -326,8 +327,7 @@ class OpenAIResponses:
         return err.status
 
     def render_error(self, err: GatewayError, request_id: str | None) -> tuple[int, bytes, dict[str, str]]:
-        status, body, headers = render_openai(err)
-        return status, encode_json(body), headers
+        return openai_error_response(err)
 
     def body_path(self, parts: Sequence[str | int]) -> str:
         out = ""

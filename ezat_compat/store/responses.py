@@ -107,22 +107,21 @@ class ResponseStore:
         now: float,
     ) -> None:
         """Keep ``response`` (its ``id``) for the organisation until ``now + ttl_s``."""
+        created, expires = datetime.fromtimestamp(now, UTC), datetime.fromtimestamp(now + self.ttl_s, UTC)
+        hot = self._hot
         row: dict[str, Any] = {
             "org_id": org_id,
             "response_id": response["id"],
-            "created_at": datetime.fromtimestamp(now, UTC),
-            "expires_at": datetime.fromtimestamp(now + self.ttl_s, UTC),
+            # the hot path's SQL takes the UtcMicros columns' stored form; the engine converts
+            "created_at": to_epoch_micros(created) if hot is not None else created,
+            "expires_at": to_epoch_micros(expires) if hot is not None else expires,
             "context": _dump(context),
             "input_start": input_start,
             "response": _dump(response),
             "encrypted": encrypted,
         }
-        if self._hot is not None:
-            row["created_at"], row["expires_at"] = (
-                to_epoch_micros(row["created_at"]),
-                to_epoch_micros(row["expires_at"]),
-            )
-            self._hot.write(_put_tx, row)
+        if hot is not None:
+            hot.write(_put_tx, row)
         else:
             with self._writer.begin() as conn:
                 conn.execute(self._upsert, row)
