@@ -35,6 +35,7 @@ keepalive_s = 15
 [server]
 bind = "{bind}"
 workers = 1
+drain_s = 0  # no load balancer in front of the demo: Ctrl-C stops it at once
 
 [[models]]
 id = "anthropic/claude-sonnet-5-5"
