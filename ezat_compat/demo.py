@@ -181,7 +181,8 @@ def run_demo(*, bind: str, directory: str, sim_bind: str = "127.0.0.1:0") -> int
     root = Path(directory).resolve()
     root.mkdir(parents=True, exist_ok=True)
 
-    previous = {sig: signal.signal(sig, _raise_stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    # SIGINT too: a demo started with SIGINT ignored (nohup, a background job) still stops on Ctrl-C
+    previous = {sig: signal.signal(sig, _raise_stop) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     sim: subprocess.Popen[str] | None = None
     gateway: subprocess.Popen[bytes] | None = None
     try:
