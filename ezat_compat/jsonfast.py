@@ -9,10 +9,12 @@ used only where it can't be told apart from ``json``:
   what isn't JSON. The one input both read but differently, an integer past 64 bits (a float
   to orjson), goes to ``json`` too: the text holds a run of 20 digits.
 - ``dumps_compact``: the bytes of ``json.dumps(value, ensure_ascii=False, separators=(",",
-  ":"))`` for values made of str, int, bool, None, lists and dicts with str keys. What orjson
-  refuses (a lone surrogate, an int past 64 bits, a key that isn't a str) raises as ``json``
-  would be asked to; callers pass no floats (orjson writes some of them differently, 0.00001
-  for 1e-05).
+  ":"))`` for values made of str, int, finite float, bool, None, lists and dicts with str keys.
+  What orjson refuses (a lone surrogate, an int past 64 bits, a key that isn't a str) goes to
+  ``json``, which raises as it would be asked to. The two write a finite float alike except
+  below 1e-4 in magnitude: orjson writes ``0.00001`` for ``1e-05`` and ``1e-9`` for ``1e-09``.
+  Those forms hold ``0.0000`` or ``e-`` and a digit, so orjson's output holding either (a rare
+  number, or a string such as "0.00001") is written again by ``json``.
 """
 
 from __future__ import annotations
@@ -29,7 +31,11 @@ except ImportError:  # pragma: no cover - a dependency; the standard library sti
 # A run of 20 ASCII digits (JSON numbers have no others); written so that the regex engine
 # scans for its first digit, twice as fast as ``\d{20}`` on a stream event.
 _LONG_NUMBER = re.compile(r"[0-9][0-9]{19}")
+# Where orjson's output could differ from json's: a number below 1e-4 in magnitude (the only
+# floats the two write differently; see ``dumps_compact``).
+_SMALL_FLOAT = re.compile(rb"0\.0000|e-[0-9]")
 _COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False)
+_ASCII = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), check_circular=False)
 
 
 def loads(text: str) -> Any:
@@ -43,7 +49,7 @@ def loads(text: str) -> Any:
 
 
 def sse_data(value: Any) -> bytes:
-    """``data: {json}\n\n`` for a float-free value: ``translate.stream.encode_chunk``'s bytes
+    """``data: {json}\n\n``: ``translate.stream.encode_chunk``'s bytes
     (a lone surrogate escaped as it escapes it), faster."""
     try:
         return b"data: " + dumps_compact(value) + b"\n\n"
@@ -54,11 +60,23 @@ def sse_data(value: Any) -> bytes:
 
 
 def dumps_compact(value: Any) -> bytes:
-    """``json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()`` for float-free
-    values, faster; ``UnicodeEncodeError`` for a lone surrogate, as that encode would raise."""
+    """``json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()`` (finite floats),
+    faster; ``UnicodeEncodeError`` for a lone surrogate, as that encode would raise."""
     if orjson is not None:
         try:
-            return orjson.dumps(value)
+            out: bytes = orjson.dumps(value)
         except TypeError:  # orjson.JSONEncodeError: a surrogate, an int past 64 bits, a key not a str
             pass
+        else:
+            if not _SMALL_FLOAT.search(out):
+                return out
     return _COMPACT.encode(value).encode()
+
+
+def encode_json(value: Any) -> bytes:
+    """A reply body or event's JSON: compact UTF-8, non-ASCII kept as is, a lone surrogate (from
+    upstream) escaped, as ``json.dumps(value, separators=(",", ":"))`` escapes it."""
+    try:
+        return dumps_compact(value)
+    except UnicodeEncodeError:
+        return _ASCII.encode(value).encode()

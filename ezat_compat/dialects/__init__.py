@@ -21,9 +21,9 @@ from typing import Any, Generic, Protocol, TypeVar
 from ezat_compat import jsonfast
 from ezat_compat.domain import Model, Usage
 from ezat_compat.errors import GatewayError, UpstreamError, render_openai
+from ezat_compat.jsonfast import encode_json
 from ezat_compat.translate.request import ImageSlot
 from ezat_compat.translate.thinking import ThinkingCollector
-from ezat_compat.wire.json import encode_json
 
 MESSAGES_PATH = "/v1/messages"
 

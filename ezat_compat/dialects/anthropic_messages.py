@@ -32,8 +32,8 @@ from ezat_compat.dialects import (
 from ezat_compat.domain import Usage
 from ezat_compat.errors import GatewayError, InvalidRequestError, UpstreamError, anthropic_status, render_anthropic
 from ezat_compat.failures import client_error
+from ezat_compat.jsonfast import encode_json
 from ezat_compat.translate.response import merge_usage, usage_from_anthropic
-from ezat_compat.wire.json import encode_json
 
 FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta")
 COUNT_TOKENS_PATH = "/v1/messages/count_tokens"

@@ -23,6 +23,7 @@ from ezat_compat.dialects import (
 from ezat_compat.domain import Model
 from ezat_compat.errors import GatewayError, InvalidRequestError, UpstreamError, render_openai
 from ezat_compat.failures import client_error
+from ezat_compat.jsonfast import encode_json
 from ezat_compat.jsonfast import sse_data as encode_chunk  # translate.stream's bytes, faster
 from ezat_compat.translate.request import Translation, openai_to_anthropic
 from ezat_compat.translate.response import anthropic_to_openai, usage_from_anthropic
@@ -35,7 +36,6 @@ from ezat_compat.translate.thinking import (
     without_thinking,
 )
 from ezat_compat.translate.upstream_errors import rewrite_upstream_message
-from ezat_compat.wire.json import encode_json
 from ezat_compat.wire.openai import MODEL_NAME_MAX, RequestValidationError, load_chat_request
 
 NOT_JSON = "The upstream provider sent a reply that is not JSON."

@@ -30,6 +30,7 @@ from ezat_compat.dialects import (
 from ezat_compat.domain import Model, ResponsesSettings
 from ezat_compat.errors import GatewayError, InvalidRequestError, UpstreamError, render_openai
 from ezat_compat.failures import client_error
+from ezat_compat.jsonfast import encode_json
 from ezat_compat.sealing import Sealer, SealError
 from ezat_compat.store.responses import ResponseStore
 from ezat_compat.translate.responses_request import (
@@ -54,7 +55,6 @@ from ezat_compat.translate.thinking import (
     without_thinking,
 )
 from ezat_compat.translate.upstream_errors import rewrite_upstream_message
-from ezat_compat.wire.json import encode_json
 
 log = logging.getLogger("ezat_compat")
 
@@ -66,9 +66,6 @@ SEALED_BAD = (
     "the encrypted reasoning can't be opened: it was changed, or comes from another gateway or organisation; "
     "send the reasoning item as this gateway returned it, or leave it out"
 )
-
-_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False)
-_ASCII_ENCODER = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), check_circular=False)
 
 
 class NotFoundError(InvalidRequestError):
@@ -83,13 +80,9 @@ def not_found(response_id: str, param: str | None = None) -> NotFoundError:
 
 
 def encode_event(event: Event) -> bytes:
-    """``event: <type>`` and ``data: {json}``, one SSE event."""
+    """``event: <type>`` and ``data: {json}``, one SSE event (a lone surrogate escaped)."""
     kind, payload = event
-    try:
-        data = _ENCODER.encode(payload)
-    except UnicodeEncodeError:
-        data = _ASCII_ENCODER.encode(payload)
-    return f"event: {kind}\ndata: {data}\n\n".encode()
+    return b"event: " + kind.encode() + b"\ndata: " + encode_json(payload) + b"\n\n"
 
 
 @dataclass(slots=True)
@@ -160,8 +153,9 @@ class ResponsesStream(TranslatingStream[ResponseEvents]):
 
     def end(self) -> bytes:
         """After the usage is recorded: the response is stored, then its final event."""
-        self.services.save(self.ctx, self.source.final_response())
-        return encode_event(self.source.final_event())
+        response = self.source.final_response()
+        self.services.save(self.ctx, response)
+        return encode_event(self.source.final_event(response))
 
     def fail(self, err: GatewayError) -> bytes:
         """``error`` then ``response.failed``; nothing is stored."""

@@ -95,10 +95,14 @@ def response_skeleton(
     }
 
 
-def client_view(response: Mapping[str, Any], include_encrypted: bool) -> dict[str, Any]:
-    """The response as the client gets it: ``encrypted_content`` only when it was asked for."""
+def client_view(response: Mapping[str, Any], include_encrypted: bool) -> Mapping[str, Any]:
+    """The response as the client gets it: ``encrypted_content`` only when it was asked for
+    (``response`` itself when it has none to strip; a copy otherwise)."""
+    output = response.get("output") or ()
+    if include_encrypted or not any("encrypted_content" in item for item in output):
+        return response
     out = dict(response)
-    out["output"] = [client_item(item, include_encrypted) for item in response.get("output") or ()]
+    out["output"] = [client_item(item, include_encrypted) for item in output]
     return out
 
 
@@ -325,7 +329,9 @@ class ResponseEvents:
         return kind, payload
 
     def _view(self, item: Mapping[str, Any]) -> dict[str, Any]:
-        return client_item(copy.deepcopy(dict(item)), self.include_encrypted)
+        """The item as an event shows it now: a copy of its top level, enough because an item
+        being streamed only ever changes by a key of its top level being set."""
+        return client_item(item, self.include_encrypted)
 
     def _start(self) -> list[Event]:
         if self.started:
@@ -619,14 +625,19 @@ class ResponseEvents:
     # -- the end -------------------------------------------------------------------------
 
     def final_response(self) -> dict[str, Any]:
-        """The whole response (encrypted content included when sealed: strip it for the client)."""
+        """The whole response (encrypted content included when sealed: strip it for the client).
+        Its items are copies of their top level: the items are done, none changes again."""
         status, incomplete = _status_of(self.stop_reason)
-        response = dict(self.skeleton, status=status, incomplete_details=incomplete, output=copy.deepcopy(self.output))
+        output = [dict(item) for item in self.output]
+        response = dict(self.skeleton, status=status, incomplete_details=incomplete, output=output)
         response["usage"] = usage_to_responses(self.usage)
         return response
 
-    def final_event(self) -> Event:
-        response = self.final_response()
+    def final_event(self, response: Mapping[str, Any] | None = None) -> Event:
+        """``response.completed`` or ``response.incomplete`` with ``response`` (by default
+        ``final_response()``) as the client sees it."""
+        if response is None:
+            response = self.final_response()
         kind = "response.completed" if response["status"] == "completed" else "response.incomplete"
         return self._event(kind, {"response": client_view(response, self.include_encrypted)})
 

@@ -32,8 +32,6 @@ from typing import Any
 MAX_DEPTH = 200  # nested arrays and objects; deeper than any real request, tool schemas included
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False)
-_ASCII_ENCODER = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), check_circular=False)
 
 TOO_DEEP = f"is nested more than {MAX_DEPTH} levels deep"
 NOT_FINITE = "NaN, Infinity and -Infinity are not valid JSON numbers"
@@ -137,11 +135,3 @@ def decode_json_text(text: str) -> Any:
     depth_possible = text.count("[") + text.count("{") > MAX_DEPTH
     surrogates = _SURROGATE_ESCAPE.search(text) is not None or _LONE_SURROGATE.search(text) is not None
     return _check(data, depth_possible, surrogates)
-
-
-def encode_json(value: Any) -> bytes:
-    """Compact UTF-8 JSON, non-ASCII kept as is (a lone surrogate from upstream is escaped)."""
-    try:
-        return _ENCODER.encode(value).encode()
-    except UnicodeEncodeError:
-        return _ASCII_ENCODER.encode(value).encode()

@@ -13,12 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ezat_compat import jsonfast
+from ezat_compat.jsonfast import encode_json
 from ezat_compat.logs import access_line
 from ezat_compat.translate.stream import encode_chunk
 
 TEXT = st.text(alphabet=st.characters(codec=None, exclude_categories=()), max_size=40)  # surrogates included
 SCALARS = st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70) | TEXT
-FLOAT_FREE = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXT, inner, max_size=4))
 WITH_FLOATS = st.recursive(
     SCALARS | st.floats(allow_nan=False, allow_infinity=False),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXT, inner, max_size=4),
@@ -32,11 +32,38 @@ def outcome(fn: Any, *args: Any) -> Any:
         return ("error", UnicodeEncodeError if isinstance(exc, UnicodeEncodeError) else ValueError)
 
 
-@settings(max_examples=400, deadline=None)
-@given(FLOAT_FREE)
-def test_float_free_values_are_written_as_json_writes_them(value: Any) -> None:
-    expected = outcome(lambda v: json.dumps(v, ensure_ascii=False, separators=(",", ":")).encode(), value)
-    assert outcome(jsonfast.dumps_compact, value) == expected
+def compact(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+@settings(max_examples=600, deadline=None)
+@given(WITH_FLOATS)
+def test_values_are_written_as_json_writes_them(value: Any) -> None:
+    assert outcome(jsonfast.dumps_compact, value) == outcome(compact, value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        1e-05,  # orjson: 0.00001
+        -1.234e-05,  # orjson: -0.00001234
+        1e-09,  # orjson: 1e-9
+        -2.0602789827992783e-06,  # orjson: -2.0602789827992783e-6
+        9.999999999999999e-05,
+        0.0001,
+        5e-324,
+        1e-10,
+        1e16,
+        1.2345678901234568e17,
+        1e22,
+        -0.0,
+        0.1,
+        [{"temperature": 1.0, "top_p": 0.9, "minimum": 1e-07}],
+        {"text": "0.00001 and e-5 in a string", "x": 1.5},
+    ],
+)
+def test_the_floats_the_libraries_write_differently(value: Any) -> None:
+    assert jsonfast.dumps_compact(value) == compact(value)
 
 
 @settings(max_examples=400, deadline=None)
@@ -77,7 +104,7 @@ def test_inputs_the_libraries_read_differently(text: str) -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(FLOAT_FREE)
+@given(WITH_FLOATS)
 def test_a_chunk_line_is_the_pure_encoders(value: Any) -> None:
     assert jsonfast.sse_data(value) == encode_chunk(value)
 
@@ -92,3 +119,13 @@ def test_a_chunk_line_is_the_pure_encoders(value: Any) -> None:
 )
 def test_an_access_line_is_what_json_writes(fields: dict[str, Any]) -> None:
     assert access_line(fields) == json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(WITH_FLOATS)
+def test_a_json_body_is_what_json_writes_a_lone_surrogate_escaped(value: Any) -> None:
+    try:
+        expected = compact(value)
+    except UnicodeEncodeError:  # a lone surrogate from upstream: escaped, never a failure
+        expected = json.dumps(value, ensure_ascii=True, separators=(",", ":")).encode()
+    assert encode_json(value) == expected

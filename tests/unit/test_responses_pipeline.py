@@ -61,6 +61,23 @@ def test_a_stream_is_billed_before_its_last_event() -> None:
     assert [p["sequence_number"] for p in payloads] == list(range(len(payloads)))
 
 
+def test_a_lone_surrogate_from_upstream_is_escaped_and_the_stream_completes() -> None:
+    odd = (
+        "content_block_delta",
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "a\ud800b"}},
+    )
+    gw, _, ledger = gateway({"a": events(START, TEXT[0], odd, *END)})
+    session = gw.handle(DIALECT, request({"input": "hi", "stream": True}))
+    assert isinstance(session, StreamSession)
+    text = b"".join(relay(session))
+    assert b'"delta":"a\\ud800b"' in text  # JSON's escape, as chat writes it
+    payloads = sse([text])
+    assert payloads[-1]["type"] == "response.completed"
+    assert payloads[-1]["response"]["output"][0]["content"][0]["text"] == "a\ud800b"
+    ((_, row),) = ledger.rows
+    assert row.status == 200
+
+
 @pytest.mark.parametrize(
     "tail",
     [
