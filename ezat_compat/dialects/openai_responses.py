@@ -80,9 +80,12 @@ def not_found(response_id: str, param: str | None = None) -> NotFoundError:
 
 
 def encode_event(event: Event) -> bytes:
-    """``event: <type>`` and ``data: {json}``, one SSE event (a lone surrogate escaped)."""
+    """``event: <type>`` and ``data: {json}``, one SSE event (a lone surrogate escaped). Only an
+    event carrying the response object can hold a float (the request's settings and tools it
+    echoes); the others are made of text and counts."""
     kind, payload = event
-    return b"event: " + kind.encode() + b"\ndata: " + encode_json(payload) + b"\n\n"
+    data = encode_json(payload, floats="response" in payload)
+    return b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n"
 
 
 @dataclass(slots=True)

@@ -9,7 +9,6 @@ simply not found. Expired rows are ignored on read and purged in bounded batches
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from sqlalchemy import Engine, bindparam, delete, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 
+from ezat_compat.jsonfast import encode_json, loads
 from ezat_compat.store.db import write_engine
 from ezat_compat.store.hotpath import DatabaseUnavailableError, Execute, HotPath, is_unavailable
 from ezat_compat.store.tables import responses, to_epoch_micros
@@ -63,7 +63,8 @@ def _reading(exc: Exception) -> Exception:
 
 
 def _dump(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=True, separators=(",", ":"))
+    """Compact JSON text (UTF-8 when stored; a lone surrogate escaped, so any text can be kept)."""
+    return encode_json(value).decode()
 
 
 class ResponseStore:
@@ -145,9 +146,7 @@ class ResponseStore:
             raise _reading(exc) from exc
         if row is None:
             return None
-        return StoredResponse(
-            json.loads(row.response), json.loads(row.context), int(row.input_start), bool(row.encrypted)
-        )
+        return StoredResponse(loads(row.response), loads(row.context), int(row.input_start), bool(row.encrypted))
 
     def delete(self, org_id: int, response_id: str, now: float) -> bool:
         """Remove it; False when there was none to remove (for this organisation)."""

@@ -39,7 +39,7 @@ _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
 def _obj(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else _EMPTY
+    return value if type(value) is dict or isinstance(value, Mapping) else _EMPTY  # dict: no ABC check
 
 
 def usage_to_responses(usage: Usage) -> dict[str, Any]:

@@ -74,10 +74,14 @@ def test_put_again_replaces(store: ResponseStore) -> None:
 
 
 def test_text_round_trips_exactly(store: ResponseStore) -> None:
-    odd = {**RESPONSE, "output": [{"type": "reasoning", "encrypted_content": "ezs1.Tōkyō\u2028\U0001f600"}]}
+    odd = {**RESPONSE, "output": [{"type": "reasoning", "encrypted_content": "ezs1.Tōkyō\u2028\U0001f600\u0000"}]}
     store.put(1, odd, CONTEXT, 0, True, NOW)
     found = store.get(1, "resp_1", NOW)
     assert found is not None and found.response == odd
+    lone = {**RESPONSE, "output": [{"type": "message", "content": [{"type": "output_text", "text": "a\ud800b"}]}]}
+    store.put(1, lone, CONTEXT, 0, False, NOW)  # a lone surrogate from upstream is kept, escaped
+    found = store.get(1, "resp_1", NOW)
+    assert found is not None and found.response == lone
 
 
 def test_a_database_that_cannot_answer_is_503(tmp_path) -> None:

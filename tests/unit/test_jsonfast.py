@@ -19,6 +19,7 @@ from ezat_compat.translate.stream import encode_chunk
 
 TEXT = st.text(alphabet=st.characters(codec=None, exclude_categories=()), max_size=40)  # surrogates included
 SCALARS = st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70) | TEXT
+FLOAT_FREE = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXT, inner, max_size=4))
 WITH_FLOATS = st.recursive(
     SCALARS | st.floats(allow_nan=False, allow_infinity=False),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXT, inner, max_size=4),
@@ -40,6 +41,12 @@ def compact(value: Any) -> bytes:
 @given(WITH_FLOATS)
 def test_values_are_written_as_json_writes_them(value: Any) -> None:
     assert outcome(jsonfast.dumps_compact, value) == outcome(compact, value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(FLOAT_FREE)
+def test_float_free_values_are_written_as_json_writes_them_unchecked(value: Any) -> None:
+    assert outcome(lambda v: jsonfast.dumps_compact(v, floats=False), value) == outcome(compact, value)
 
 
 @pytest.mark.parametrize(
@@ -104,7 +111,7 @@ def test_inputs_the_libraries_read_differently(text: str) -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(WITH_FLOATS)
+@given(FLOAT_FREE)
 def test_a_chunk_line_is_the_pure_encoders(value: Any) -> None:
     assert jsonfast.sse_data(value) == encode_chunk(value)
 
