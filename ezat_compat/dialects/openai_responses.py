@@ -79,13 +79,19 @@ def not_found(response_id: str, param: str | None = None) -> NotFoundError:
     return NotFoundError(f"Response with id '{response_id}' not found.", param=param)
 
 
+_HEADS: dict[str, bytes] = {}  # "event: <type>\ndata: " by event type (a few dozen types)
+
+
 def encode_event(event: Event) -> bytes:
     """``event: <type>`` and ``data: {json}``, one SSE event (a lone surrogate escaped). Only an
     event carrying the response object can hold a float (the request's settings and tools it
     echoes); the others are made of text and counts."""
     kind, payload = event
+    head = _HEADS.get(kind)
+    if head is None:
+        head = _HEADS.setdefault(kind, f"event: {kind}\ndata: ".encode()) if len(_HEADS) < 64 else None
     data = encode_json(payload, floats="response" in payload)
-    return b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n"
+    return (head or f"event: {kind}\ndata: ".encode()) + data + b"\n\n"
 
 
 @dataclass(slots=True)
@@ -147,9 +153,9 @@ class ResponsesStream(TranslatingStream[ResponseEvents]):
 
     def feed(self, event: str, data: str) -> bytes:
         produced = self.translate(event, data)
-        if not produced:
-            return b""
-        return b"".join(encode_event(e) for e in produced)
+        if len(produced) == 1:
+            return encode_event(produced[0])
+        return b"".join([encode_event(e) for e in produced])
 
     def produced_chars(self) -> int:
         return self.source.produced_chars
