@@ -13,8 +13,8 @@ used only where it can't be told apart from ``json``:
   What orjson refuses (a lone surrogate, an int past 64 bits, a key that isn't a str) goes to
   ``json``, which raises as it would be asked to. The two write a finite float alike except
   below 1e-4 in magnitude: orjson writes ``0.00001`` for ``1e-05`` and ``1e-9`` for ``1e-09``.
-  Those forms hold ``0.0000`` or ``e-`` and a digit, so orjson's output holding either (a rare
-  number, or a string such as "0.00001") is written again by ``json``.
+  Those forms hold ``0.0000``, or ``e-`` and one digit ending the number, so orjson's output
+  holding either (a rare number, or a string such as "0.00001") is written again by ``json``.
 """
 
 from __future__ import annotations
@@ -32,9 +32,11 @@ except ImportError:  # pragma: no cover - a dependency; the standard library sti
 # scans for its first digit, twice as fast as ``\d{20}`` on a stream event.
 _LONG_NUMBER = re.compile(r"[0-9][0-9]{19}")
 # Where orjson's output could differ from json's: a number below 1e-4 in magnitude (the only
-# floats the two write differently; see ``dumps_compact``). Looked for as a literal first (an
+# floats the two write differently; see ``dumps_compact``). Looked for as literals first (an
 # alternation would cost the regex engine a try at every byte: 1.2 us on a 200-byte event).
-_SMALL_EXPONENT = re.compile(rb"e-[0-9]")
+# orjson's one-digit negative exponent ends its number (a ``,``, ``}``, ``]`` or the end
+# follows), which the e-6 of an id such as resp_…5e-6c3f… never does.
+_SMALL_EXPONENT = re.compile(rb"e-[0-9](?:[,}\]]|\Z)")
 _COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False)
 _ASCII = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), check_circular=False)
 

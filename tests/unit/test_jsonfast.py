@@ -73,6 +73,25 @@ def test_the_floats_the_libraries_write_differently(value: Any) -> None:
     assert jsonfast.dumps_compact(value) == compact(value)
 
 
+class _Refuses:
+    def encode(self, value: Any) -> str:
+        raise AssertionError("written again by json")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"id": "resp_019ad5ee-6c3f-7abc-8de1-0123456789ab"},  # e-6 inside a request id
+        {"text": "re-7 of 12, one-1"},
+        {"n": 1e-10, "m": 2.5e-300},  # two-digit exponents: both write them alike
+        [0.0001, 12.5, 1e16],
+    ],
+)
+def test_values_written_alike_are_not_written_twice(value: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(jsonfast, "_COMPACT", _Refuses())
+    assert jsonfast.dumps_compact(value) == compact(value)
+
+
 @settings(max_examples=400, deadline=None)
 @given(WITH_FLOATS)
 def test_json_text_is_read_as_json_reads_it(value: Any) -> None:

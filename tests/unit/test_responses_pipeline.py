@@ -78,13 +78,13 @@ def test_a_lone_surrogate_from_upstream_is_escaped_and_the_stream_completes() ->
     assert row.status == 200
 
 
-
 def test_a_small_float_of_the_request_is_echoed_as_json_writes_it() -> None:
     gw, _, _ = gateway({"a": events(START, *TEXT, *END)})
     session = gw.handle(DIALECT, request({"input": "hi", "stream": True, "top_p": 1e-05, "metadata": {"t": "e-5"}}))
     assert isinstance(session, StreamSession)
     text = b"".join(relay(session))
     assert text.count(b'"top_p":1e-05,') == 3  # created, in_progress, completed (orjson would write 0.00001)
+
 
 @pytest.mark.parametrize(
     "tail",
