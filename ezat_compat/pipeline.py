@@ -45,6 +45,7 @@ from ezat_compat.pricing import cost_micros, worst_case_micros
 from ezat_compat.routing import plan
 from ezat_compat.session import StreamSession
 from ezat_compat.store.accounts import Accounts, AuthContext
+from ezat_compat.store.hotpath import Rider
 from ezat_compat.store.ledger import CLIENT_CLOSED, STALE_RESERVATION, Ledger, LedgerEntry
 from ezat_compat.store.thinking import ThinkingStash
 from ezat_compat.translate.estimate import bound_web_searches, input_tokens_upper_bound
@@ -259,8 +260,13 @@ class Gateway:
 
     # ------------------------------------------------------------ billing
 
-    def settle(self, call: Call, usage: Usage | None, status: int, *, estimated: bool = False) -> None:
-        """Write the ledger row and move the money, once. Failed requests cost nothing."""
+    def settle(
+        self, call: Call, usage: Usage | None, status: int, *, estimated: bool = False, rider: Rider | None = None
+    ) -> None:
+        """Write the ledger row and move the money, once. Failed requests cost nothing.
+        ``rider``: the dialect's record of the reply (a stored response), written with the row."""
+        if rider is not None and (call.settled or not call.billed):
+            self._write_alone(rider)  # no row to ride with
         if call.settled:
             return
         call.settled = True
@@ -285,7 +291,7 @@ class Gateway:
             estimated=estimated,
         )
         try:  # the database, or when it fails the fsynced journal (replayed later): before [DONE]
-            self.ledger.settle_durably(call.request_id, entry)
+            self.ledger.settle_durably(call.request_id, entry, rider)
         except Exception:
             self.metrics.billing_errors.inc()
             log.exception("could not record usage of request %s", call.request_id)
@@ -293,6 +299,12 @@ class Gateway:
             self.limits.settle_tokens(call.tokens, usage.prompt_tokens + usage.output_tokens if billed else 0)
         except Exception:
             log.exception("could not count tokens of request %s", call.request_id)
+
+    def _write_alone(self, rider: Rider) -> None:
+        try:
+            self.ledger.hot.write(rider.work, rider.params)
+        except Exception as exc:
+            rider.failed(exc)
 
     # ------------------------------------------------------------ routing and failover
 
@@ -489,11 +501,11 @@ class Run:
         self.keep(answer.kept)
         # A client that left while the upstream worked is recorded as having left (it pays for
         # what was produced, as a stream's does), not as a 200 nobody received.
-        self.settle(answer.usage, STATUS_OK if self.connected() else CLIENT_CLOSED)
+        self.settle(answer.usage, STATUS_OK if self.connected() else CLIENT_CLOSED, rider=answer.record)
         return Reply(answer.body)
 
-    def settle(self, usage: Usage | None, status: int, *, estimated: bool = False) -> None:
-        self.gw.settle(self.call, usage, status, estimated=estimated)
+    def settle(self, usage: Usage | None, status: int, *, estimated: bool = False, rider: Rider | None = None) -> None:
+        self.gw.settle(self.call, usage, status, estimated=estimated, rider=rider)
 
     def keep(self, kept: KeptThinking | None) -> None:
         """The reply's thinking, kept for the client's next round of the tool loop (the stash
@@ -506,7 +518,7 @@ class Run:
     def failure(self, exc: UpstreamError) -> GatewayError:
         return self.dialect.client_error(exc, self.parsed, timeout_s=self.gw.timeout_s, streaming=self.parsed.stream)
 
-    def succeeded(self, usage: Usage, kept: KeptThinking | None) -> None:
+    def succeeded(self, usage: Usage, kept: KeptThinking | None, rider: Rider | None = None) -> None:
         gw = self.gw
         self.keep(kept)
         if self.deployment is not None:
@@ -514,7 +526,7 @@ class Run:
             gw.metrics.child(gw.metrics.upstream_latency, self.call.model.id, self.deployment.name, "true").observe(
                 time.monotonic() - self.started
             )
-        self.settle(usage, STATUS_OK)
+        self.settle(usage, STATUS_OK, rider=rider)
 
     def failed(self, failure: GatewayError) -> None:
         """A stream broke after it started: the deployment failed, the request costs nothing."""

@@ -19,6 +19,7 @@ from ezat_compat.dialects import EventTranslator, KeptThinking
 from ezat_compat.domain import Usage
 from ezat_compat.errors import GatewayError, UpstreamError, UpstreamStatusError
 from ezat_compat.failures import STREAM_ENDED_EARLY
+from ezat_compat.store.hotpath import Rider
 
 log = logging.getLogger("ezat_compat")
 # Messages API, "Streaming": the last event of a reply (its bill is recorded when it is fed).
@@ -58,7 +59,7 @@ class Upstream(Protocol):
 class StreamOwner(Protocol):
     """What the pipeline does when a stream ends (each called at most once, then ``closed``)."""
 
-    def succeeded(self, usage: Usage, kept: KeptThinking | None) -> None: ...
+    def succeeded(self, usage: Usage, kept: KeptThinking | None, rider: Rider | None = None) -> None: ...
 
     def failed(self, failure: GatewayError) -> None: ...
 
@@ -171,8 +172,9 @@ class StreamSession:
     def _succeed(self) -> bytes:
         self.over = True
         self._upstream.close()
-        self._owner.succeeded(self._translator.usage, self._translator.kept())
-        return self._translator.end()
+        translator = self._translator
+        self._owner.succeeded(translator.usage, translator.kept(), translator.record())
+        return translator.end()
 
     def _fail(self, failure: GatewayError) -> bytes:
         self.over = True

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from ezat_compat import jsonfast
 from ezat_compat.domain import Model, Usage
@@ -24,6 +24,9 @@ from ezat_compat.errors import GatewayError, UpstreamError, render_openai
 from ezat_compat.jsonfast import encode_json
 from ezat_compat.translate.request import ImageSlot
 from ezat_compat.translate.thinking import ThinkingCollector
+
+if TYPE_CHECKING:
+    from ezat_compat.store.hotpath import Rider
 
 MESSAGES_PATH = "/v1/messages"
 
@@ -90,6 +93,7 @@ class Answer:
     body: bytes
     usage: Usage | None
     kept: KeptThinking | None = None
+    record: Rider | None = None  # written with the ledger row (a stored response)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +134,10 @@ class EventTranslator(StreamState, Protocol):
     def end(self) -> bytes: ...
 
     def kept(self) -> KeptThinking | None: ...
+
+    def record(self) -> Rider | None:
+        """The dialect's record of a finished reply, written with its ledger row (once the reply
+        ended, before ``end``): a stored response; None for most."""
 
     def fail(self, err: GatewayError) -> bytes: ...
 
@@ -178,6 +186,9 @@ class TranslatingStream(Generic[S]):
 
     def kept(self) -> KeptThinking | None:
         return self.thinking.result() if self.thinking is not None else None
+
+    def record(self) -> Rider | None:
+        return None
 
 
 class Dialect(Protocol):

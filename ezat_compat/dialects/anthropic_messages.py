@@ -33,6 +33,7 @@ from ezat_compat.domain import Usage
 from ezat_compat.errors import GatewayError, InvalidRequestError, UpstreamError, anthropic_status, render_anthropic
 from ezat_compat.failures import client_error
 from ezat_compat.jsonfast import encode_json
+from ezat_compat.store.hotpath import Rider
 from ezat_compat.translate.response import merge_usage, usage_from_anthropic
 
 FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta")
@@ -84,6 +85,9 @@ class EventMeter:
 
     def kept(self) -> KeptThinking | None:
         return None  # native clients carry their own thinking blocks
+
+    def record(self) -> Rider | None:
+        return None
 
     def fail(self, err: GatewayError) -> bytes:
         """An ``error`` event, unless the upstream's own was already passed on."""

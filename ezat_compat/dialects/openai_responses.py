@@ -32,6 +32,7 @@ from ezat_compat.errors import GatewayError, InvalidRequestError, UpstreamError,
 from ezat_compat.failures import client_error
 from ezat_compat.jsonfast import encode_json
 from ezat_compat.sealing import Sealer, SealError
+from ezat_compat.store.hotpath import Rider
 from ezat_compat.store.responses import ResponseStore
 from ezat_compat.translate.responses_request import (
     ResponsesTranslation,
@@ -120,29 +121,87 @@ class ResponsesServices:
         self.sealer = sealer
         self.clock = clock
 
-    def save(self, ctx: Context, response: dict[str, Any]) -> None:
-        """Keep a finished response (a failure is logged: the client already has its answer)."""
+    def record(self, ctx: Context, response: dict[str, Any], response_json: bytes | None = None) -> Rider | None:
+        """A finished response to keep, as a write riding with the request's ledger row (put
+        at once when the store has no hot path). A failure is logged: the client has its answer."""
         if self.store is None or not ctx.store:
-            return
+            return None
         translation = ctx.translation
+        encrypted = bool(translation and translation.encrypted)
+        failed = partial(_not_stored, response.get("id"))
         try:
-            self.store.put(
+            rider = self.store.rider(
                 ctx.org_id,
                 response,
                 ctx.context,
                 ctx.input_start,
-                bool(translation and translation.encrypted),
+                encrypted,
                 self.clock(),
+                failed=failed,
+                response_json=response_json,
             )
-        except Exception:
-            log.exception("could not store response %s", response.get("id"))
+            if rider is None:
+                self.store.put(
+                    ctx.org_id,
+                    response,
+                    ctx.context,
+                    ctx.input_start,
+                    encrypted,
+                    self.clock(),
+                    response_json=response_json,
+                )
+        except Exception as exc:
+            failed(exc)
+            return None
+        return rider
+
+
+def _not_stored(response_id: Any, exc: BaseException) -> None:
+    log.error("could not store response %s", response_id, exc_info=exc)
+
+
+class EventWriter:
+    """Encodes a stream's events. The response object, which three or four events carry whole
+    (``response.created`` and ``.in_progress`` one object, the last event and the stored
+    response another), is written once per object: an event of exactly ``type``, ``response``
+    and ``sequence_number`` (as ``ResponseEvents`` builds them, in that order) is put together
+    around the response's JSON, the bytes ``encode_json`` would give for the whole event."""
+
+    __slots__ = ("_json", "_of")
+
+    def __init__(self) -> None:
+        self._of: object = None
+        self._json = b""
+
+    def json_of(self, response: Mapping[str, Any]) -> bytes:
+        if response is not self._of:
+            self._of, self._json = response, encode_json(response)
+        return self._json
+
+    def encode(self, event: Event) -> bytes:
+        kind, payload = event
+        response = payload.get("response") if len(payload) == 3 else None
+        if response is None:
+            return encode_event(event)
+        head = _HEADS.get(kind) or f"event: {kind}\ndata: ".encode()
+        sequence = str(payload["sequence_number"]).encode()
+        return (
+            head
+            + b'{"type":'
+            + encode_json(kind, floats=False)
+            + b',"response":'
+            + self.json_of(response)
+            + b',"sequence_number":'
+            + sequence
+            + b"}\n\n"
+        )
 
 
 class ResponsesStream(TranslatingStream[ResponseEvents]):
     """Anthropic events -> Responses SSE events (``translate.responses_response`` translates;
     this encodes, seals, keeps the thinking and stores the finished response)."""
 
-    __slots__ = ("ctx", "services")
+    __slots__ = ("_final", "ctx", "services", "writer")
 
     def __init__(
         self, events: ResponseEvents, thinking: ThinkingCollector | None, services: ResponsesServices, ctx: Context
@@ -150,26 +209,39 @@ class ResponsesStream(TranslatingStream[ResponseEvents]):
         super().__init__(events, thinking)
         self.services = services
         self.ctx = ctx
+        self.writer = EventWriter()
+        self._final: dict[str, Any] | None = None
 
     def feed(self, event: str, data: str) -> bytes:
         produced = self.translate(event, data)
+        encode = self.writer.encode
         if len(produced) == 1:
-            return encode_event(produced[0])
-        return b"".join([encode_event(e) for e in produced])
+            return encode(produced[0])
+        return b"".join([encode(e) for e in produced])
 
     def produced_chars(self) -> int:
         return self.source.produced_chars
 
+    def _final_response(self) -> dict[str, Any]:
+        if self._final is None:
+            self._final = self.source.final_response()
+        return self._final
+
+    def record(self) -> Rider | None:
+        """The finished response, stored with the request's ledger row (before the last event)."""
+        response = self._final_response()
+        if self.services.store is None or not self.ctx.store:
+            return None
+        return self.services.record(self.ctx, response, self.writer.json_of(response))
+
     def end(self) -> bytes:
-        """After the usage is recorded: the response is stored, then its final event."""
-        response = self.source.final_response()
-        self.services.save(self.ctx, response)
-        return encode_event(self.source.final_event(response))
+        """After the usage (and the stored response) are recorded: the final event."""
+        return self.writer.encode(self.source.final_event(self._final_response()))
 
     def fail(self, err: GatewayError) -> bytes:
         """``error`` then ``response.failed``; nothing is stored."""
         error = render_openai(err)[1]["error"]
-        return b"".join(encode_event(e) for e in self.source.failed_events(error))
+        return b"".join(self.writer.encode(e) for e in self.source.failed_events(error))
 
 
 class OpenAIResponses:
@@ -293,8 +365,10 @@ class OpenAIResponses:
         )
         content = message.get("content")
         kept = thinking_of_reply(content) if translation.thinking and isinstance(content, list) else None
-        self.services.save(ctx, response)
-        return Answer(encode_json(client_view(response, translation.encrypted)), usage, kept)
+        view = client_view(response, translation.encrypted)
+        body = encode_json(view)
+        record = self.services.record(ctx, response, body if view is response else None)
+        return Answer(body, usage, kept, record)
 
     def translator(self, parsed: Parsed, ids: ReplyIds) -> EventTranslator:
         ctx: Context = parsed.context

@@ -159,6 +159,18 @@ Execute = Callable[[str, Mapping[str, Any] | Sequence[Any]], Cursor]
 Work = Callable[[Execute, P], tuple[T, bool]]
 
 
+@dataclass(frozen=True, slots=True)
+class Rider:
+    """A write that rides in another write's transaction, after it (``HotPath.write``): a
+    record kept with a ledger row (a stored response) costs one statement, not a transaction
+    of its own. Its failure is its own: ``failed`` is told of it and the other write is kept;
+    a database that fails fails both."""
+
+    work: Work[Any, Any]
+    params: Any
+    failed: Callable[[BaseException], None]
+
+
 class HotPath(Protocol):
     """Runs the statements above; the transactions below say what to run. Thread-safe. When
     the database can't be reached or used, both raise ``DatabaseUnavailableError``."""
@@ -166,9 +178,10 @@ class HotPath(Protocol):
     def read(self, sql: str, params: Mapping[str, Any]) -> Sequence[Any] | None:
         """The first row of a read-only statement, or None."""
 
-    def write(self, work: Work[P, T], params: P) -> T:
+    def write(self, work: Work[P, T], params: P, rider: Rider | None = None) -> T:
         """Run ``work(execute, params)`` in one write transaction; commit it if ``work`` says so,
-        roll it back otherwise or when it raises."""
+        roll it back otherwise or when it raises. A ``rider`` runs after it (its outcome goes
+        to ``rider.failed`` only), on SQLite in the same transaction."""
 
     def close(self) -> None:
         """Release what the hot path opened itself (never the engine: that is the caller's)."""
@@ -211,12 +224,14 @@ class GroupCommit:
         self._leading = False
         self._pid = pid()
 
-    def run(self, work: Work[P, T], params: P) -> T:
+    def run(self, work: Work[P, T], params: P, rider: Rider | None = None) -> T:
         """``work(execute, params)`` in a write transaction (maybe shared); its result, or its
-        exception (the database's own errors unchanged)."""
+        exception (the database's own errors unchanged). ``rider`` is queued with it, right
+        after it: the two are always in one group, so in one transaction."""
         if self._pid != pid():
             self._queue, self._queue_lock, self._leading, self._pid = [], thread_lock(), False, pid()
         item = _Queued(work, params)
+        ridden = _Queued(rider.work, rider.params) if rider is not None else None
         with self._queue_lock:
             lead = not self._leading
             if lead:
@@ -224,21 +239,27 @@ class GroupCommit:
             else:
                 item.done = threading.Event()
             self._queue.append(item)
-        if lead:
-            try:
-                time.sleep(0)  # the greenlets that are ready run now; those that write queue up
-            except BaseException:
-                self._withdraw(item)
+            if ridden is not None:
+                self._queue.append(ridden)  # done with ``item``: taken in the same batch
+        try:
+            if lead:
+                try:
+                    time.sleep(0)  # the greenlets that are ready run now; those that write queue up
+                except BaseException as exc:
+                    self._withdraw(item, ridden, cause=exc)
+                    self._lead()
+                    raise
                 self._lead()
-                raise
-            self._lead()
-        else:
-            assert item.done is not None
-            try:
-                item.done.wait()
-            except BaseException:
-                self._withdraw(item)
-                raise
+            else:
+                assert item.done is not None
+                try:
+                    item.done.wait()
+                except BaseException as exc:
+                    self._withdraw(item, ridden, cause=exc)
+                    raise
+        finally:
+            if rider is not None and ridden is not None and ridden.error is not None:
+                rider.failed(ridden.error)
         if item.error is not None:
             raise item.error
         result: T = item.result
@@ -249,10 +270,14 @@ class GroupCommit:
         """How many writes wait (tests)."""
         return len(self._queue)
 
-    def _withdraw(self, item: _Queued) -> None:
+    def _withdraw(self, item: _Queued, ridden: _Queued | None = None, *, cause: BaseException) -> None:
+        """Take back a write not run yet (and its rider: that one fails with ``cause``)."""
         with self._queue_lock:
             if item in self._queue:
                 self._queue.remove(item)
+            if ridden is not None and ridden in self._queue:
+                self._queue.remove(ridden)
+                ridden.error = cause
 
     def _lead(self) -> None:
         """Run the queued writes, group after group, until the queue is empty; then step down."""
@@ -363,8 +388,8 @@ class SQLiteHotPath:
     def read(self, sql: str, params: Mapping[str, Any]) -> Sequence[Any] | None:
         return _unavailable(lambda: self._read(sql, params))
 
-    def write(self, work: Work[P, T], params: P) -> T:
-        return _unavailable(lambda: self.group.run(work, params))
+    def write(self, work: Work[P, T], params: P, rider: Rider | None = None) -> T:
+        return _unavailable(lambda: self.group.run(work, params, rider))
 
     def _read(self, sql: str, params: Mapping[str, Any]) -> Sequence[Any] | None:
         with self._lock:
@@ -396,8 +421,24 @@ class EngineHotPath:
     def read(self, sql: str, params: Mapping[str, Any]) -> Sequence[Any] | None:
         return _unavailable(lambda: self._read(sql, params))
 
-    def write(self, work: Work[P, T], params: P) -> T:
-        return _unavailable(lambda: self._write(work, params))
+    def write(self, work: Work[P, T], params: P, rider: Rider | None = None) -> T:
+        """``work`` in its transaction; then ``rider`` in one of its own, whatever became of
+        ``work`` (a pool's connections are not shared: one transaction can't take both)."""
+        if rider is None:
+            return _unavailable(lambda: self._write(work, params))
+        try:
+            result = _unavailable(lambda: self._write(work, params))
+        except Exception:
+            self._ride(rider)
+            raise
+        self._ride(rider)
+        return result
+
+    def _ride(self, rider: Rider) -> None:
+        try:
+            _unavailable(lambda: self._write(rider.work, rider.params))
+        except Exception as exc:
+            rider.failed(exc)
 
     def _read(self, sql: str, params: Mapping[str, Any]) -> Sequence[Any] | None:
         with self._engine.connect() as conn:

@@ -50,6 +50,7 @@ from ezat_compat.store.hotpath import (
     DatabaseUnavailableError,
     Execute,
     HotPath,
+    Rider,
     release_if_held_tx,
     release_worker_tx,
     reserve_tx,
@@ -286,13 +287,14 @@ class Ledger:
         """
         return self._write(settle_tx, self._row(request_id, entry))
 
-    def settle_durably(self, request_id: str, entry: LedgerEntry) -> bool:
+    def settle_durably(self, request_id: str, entry: LedgerEntry, rider: Rider | None = None) -> bool:
         """``settle``, or when the database fails, the settlement appended (fsynced) to the usage
         journal for ``replay``: True when it is in the database, False when in the journal.
-        Raises only when the journal can't be written either (``OSError``)."""
+        Raises only when the journal can't be written either (``OSError``). ``rider``: a record
+        kept with the row, in its transaction (``HotPath.write``); it is never journaled."""
         row = self._row(request_id, entry)
         try:
-            self._write(settle_tx, row)
+            self._write(settle_tx, row, rider)
             return True
         except Exception as exc:
             self.journal.append(row)

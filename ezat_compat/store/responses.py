@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -21,7 +22,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from ezat_compat.jsonfast import encode_json, loads
 from ezat_compat.store.db import write_engine
-from ezat_compat.store.hotpath import DatabaseUnavailableError, Execute, HotPath, is_unavailable
+from ezat_compat.store.hotpath import DatabaseUnavailableError, Execute, HotPath, Rider, is_unavailable
 from ezat_compat.store.tables import responses, to_epoch_micros
 
 log = logging.getLogger(__name__)
@@ -106,26 +107,65 @@ class ResponseStore:
         input_start: int,
         encrypted: bool,
         now: float,
+        *,
+        response_json: bytes | None = None,
     ) -> None:
-        """Keep ``response`` (its ``id``) for the organisation until ``now + ttl_s``."""
-        created, expires = datetime.fromtimestamp(now, UTC), datetime.fromtimestamp(now + self.ttl_s, UTC)
+        """Keep ``response`` (its ``id``) for the organisation until ``now + ttl_s``.
+        ``response_json``: its JSON when the caller has already written it."""
         hot = self._hot
-        row: dict[str, Any] = {
-            "org_id": org_id,
-            "response_id": response["id"],
-            # the hot path's SQL takes the UtcMicros columns' stored form; the engine converts
-            "created_at": to_epoch_micros(created) if hot is not None else created,
-            "expires_at": to_epoch_micros(expires) if hot is not None else expires,
-            "context": _dump(context),
-            "input_start": input_start,
-            "response": _dump(response),
-            "encrypted": encrypted,
-        }
+        row = self._row(org_id, response, context, input_start, encrypted, now, response_json, hot is not None)
         if hot is not None:
             hot.write(_put_tx, row)
         else:
             with self._writer.begin() as conn:
                 conn.execute(self._upsert, row)
+        self._purge_when_due(now)
+
+    def rider(
+        self,
+        org_id: int,
+        response: dict[str, Any],
+        context: list[dict[str, Any]],
+        input_start: int,
+        encrypted: bool,
+        now: float,
+        *,
+        failed: Callable[[BaseException], None],
+        response_json: bytes | None = None,
+    ) -> Rider | None:
+        """``put`` as a write that rides in another one's transaction (``HotPath.write``: the
+        ledger row of the request); None without a hot path (then ``put`` it)."""
+        if self._hot is None:
+            return None
+        row = self._row(org_id, response, context, input_start, encrypted, now, response_json, True)
+        self._purge_when_due(now)
+        return Rider(_put_tx, row, failed)
+
+    def _row(
+        self,
+        org_id: int,
+        response: dict[str, Any],
+        context: list[dict[str, Any]],
+        input_start: int,
+        encrypted: bool,
+        now: float,
+        response_json: bytes | None,
+        hot: bool,
+    ) -> dict[str, Any]:
+        created, expires = datetime.fromtimestamp(now, UTC), datetime.fromtimestamp(now + self.ttl_s, UTC)
+        return {
+            "org_id": org_id,
+            "response_id": response["id"],
+            # the hot path's SQL takes the UtcMicros columns' stored form; the engine converts
+            "created_at": to_epoch_micros(created) if hot else created,
+            "expires_at": to_epoch_micros(expires) if hot else expires,
+            "context": _dump(context),
+            "input_start": input_start,
+            "response": response_json.decode() if response_json is not None else _dump(response),
+            "encrypted": encrypted,
+        }
+
+    def _purge_when_due(self, now: float) -> None:
         if now >= self._next_purge:
             self._next_purge = now + self._purge_every_s
             self.purge(now)

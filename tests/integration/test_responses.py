@@ -260,6 +260,25 @@ def test_another_organisations_response_is_not_found(gateway: Gateway, key: str)
     assert resp.status_code == 404 and resp.json()["error"]["param"] == "previous_response_id"
 
 
+def test_a_streamed_response_is_stored_before_its_last_event(gateway: Gateway) -> None:
+    """The stored copy is written with the ledger row, before ``response.completed`` is sent:
+    a client that reads that event can continue from it at once."""
+    key = gateway.new_key("resp-stream-store")
+    with requests.post(
+        gateway.url + "/openai/v1/responses",
+        json={"model": MODEL, "input": "Hello", "stream": True},
+        headers={"authorization": f"Bearer {key}"},
+        stream=True,
+        timeout=60,
+    ) as resp:
+        for line in resp.iter_lines(decode_unicode=True):
+            if line.startswith("data: ") and '"response.completed"' in line:
+                completed = json.loads(line[6:])["response"]
+                stored = get(gateway, key, f"/openai/v1/responses/{completed['id']}")
+                break
+    assert stored.status_code == 200 and stored.json() == completed
+
+
 def test_store_false_keeps_nothing(gateway: Gateway, key: str) -> None:
     created = create(gateway, key, input="Ephemeral", store=False)
     assert created["store"] is False

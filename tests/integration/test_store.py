@@ -28,10 +28,11 @@ from ezat_compat.domain import Usage
 from ezat_compat.errors import AuthenticationError, InsufficientQuotaError, PermissionDeniedError
 from ezat_compat.store.accounts import Accounts, AuthContext, StoreError, hash_key
 from ezat_compat.store.db import alembic_config, locked_connection, make_engine, migrate
-from ezat_compat.store.hotpath import DatabaseUnavailableError, HotPath, SQLiteHotPath, make_hot_path
+from ezat_compat.store.hotpath import DatabaseUnavailableError, HotPath, Rider, SQLiteHotPath, make_hot_path
 from ezat_compat.store.journal import Journal
 from ezat_compat.store.ledger import Ledger, LedgerEntry
-from ezat_compat.store.tables import api_keys, ledger, metadata, orgs, reservations
+from ezat_compat.store.responses import ResponseStore
+from ezat_compat.store.tables import api_keys, ledger, metadata, orgs, reservations, responses
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 SPAWN = multiprocessing.get_context("spawn")
@@ -1081,3 +1082,68 @@ def test_a_writer_interrupted_before_its_turn_writes_nothing(
     monkeypatch.undo()
     books.reserve(ctx, "after", 1_000)  # the queue is free again
     assert org_row(engine, "acme").reserved_micros == 3_000
+
+
+# ---------------------------------------------------------------- riders (a record kept with a ledger row)
+
+STORED = {"id": "resp_req_r", "object": "response", "output": []}
+
+
+def stored_rider(engine: Engine, hot: HotPath, failures: list[BaseException]) -> Rider:
+    rider = ResponseStore(engine, 3600.0, hot=hot).rider(
+        1, STORED, [{"role": "user", "content": "hi"}], 0, False, NOW.timestamp(), failed=failures.append
+    )
+    assert rider is not None
+    return rider
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # one transaction: the SQLite hot path's
+def test_a_rider_is_written_in_the_settlement_s_own_transaction(
+    accounts: Accounts, books: Ledger, engine: Engine, hot_path: HotPath
+) -> None:
+    ctx = setup_key(accounts)
+    books.reserve(ctx, "req_r", 1_000)
+    failures: list[BaseException] = []
+    rider = stored_rider(engine, hot_path, failures)
+    log = StatementLog(engine, hot_path)
+    assert books.settle_durably("req_r", entry(ctx, 400), rider) is True
+    statements = log.take()
+    assert statements.count("BEGIN IMMEDIATE") == 1 and statements.count("COMMIT") == 1
+    assert failures == [] and count(engine, ledger) == 1 and count(engine, responses) == 1
+
+
+def test_a_rider_that_fails_alone_leaves_the_row_and_says_so(
+    accounts: Accounts, books: Ledger, engine: Engine, hot_path: HotPath
+) -> None:
+    """Its own error undoes only itself (SQLite: the group runs again a savepoint each;
+    PostgreSQL: its own transaction) and goes to ``failed``; the row is in the database."""
+    ctx = setup_key(accounts)
+    books.reserve(ctx, "req_r", 1_000)
+    failures: list[BaseException] = []
+
+    rider = stored_rider(engine, hot_path, failures)
+
+    def broken(execute: Any, params: Any) -> tuple[None, bool]:
+        rider.work(execute, params)  # the response's row, then a bug
+        raise ValueError("a bug in the rider")
+
+    assert books.settle_durably("req_r", entry(ctx, 400), Rider(broken, rider.params, failures.append)) is True
+    assert [str(f) for f in failures] == ["a bug in the rider"]
+    assert count(engine, ledger) == 1 and count(engine, reservations) == 0 and count(engine, responses) == 0
+    assert org_row(engine, "acme").balance_micros == 1_000_000 - 400
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # group commit is the SQLite hot path's
+def test_a_rider_taken_back_with_its_write_fails_with_the_cause(
+    accounts: Accounts, books: Ledger, engine: Engine, hot_path: HotPath, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert isinstance(hot_path, SQLiteHotPath)
+    ctx = setup_key(accounts)
+    books.reserve(ctx, "req_r", 1_000)
+    failures: list[BaseException] = []
+    rider = stored_rider(engine, hot_path, failures)
+    while_the_leader_yields(monkeypatch, hot_path, [], then=TimeoutError("interrupted while yielding"))
+    with pytest.raises(TimeoutError):
+        hot_path.write(lambda execute, params: (None, True), None, rider)
+    assert [type(f) for f in failures] == [TimeoutError]
+    assert count(engine, responses) == 0 and hot_path.group.queued == 0

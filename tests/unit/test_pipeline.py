@@ -155,6 +155,7 @@ class FakeLedger:
         self.reserved: dict[str, int] = {}
         self.made: dict[str, int] = {}  # every reservation made, as made
         self.rows: list[tuple[str, Any]] = []
+        self.riders: list[Any] = []  # what rode with each settlement (None: nothing)
 
     def reserve(self, ctx: AuthContext, request_id: str, amount: int, **_request: str) -> None:
         self.reserved[request_id] = amount
@@ -163,7 +164,8 @@ class FakeLedger:
     def maintain(self) -> None:
         pass
 
-    def settle_durably(self, request_id: str, entry: Any) -> bool:
+    def settle_durably(self, request_id: str, entry: Any, rider: Any = None) -> bool:
+        self.riders.append(rider)
         return self.settle(request_id, entry)
 
     def settle(self, request_id: str, entry: Any) -> bool:
