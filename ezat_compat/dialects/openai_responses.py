@@ -4,8 +4,9 @@ chat completions. Translated by ``translate/responses_request.py`` and
 
 What needs the organisation runs in ``Parsed.prepare`` (after authentication): the stored
 conversation of ``previous_response_id`` is loaded, sealed reasoning is opened, then the
-request is translated. A response created with ``store`` is saved once it is complete (for a
-stream, after its usage is recorded and before its last event).
+request is translated. A response created with ``store`` is saved once it is complete, with
+its request's ledger row (``Answer.record``, ``ResponsesStream.record``: on SQLite in the row's
+transaction), so before a stream's last event.
 """
 
 from __future__ import annotations
@@ -129,27 +130,11 @@ class ResponsesServices:
         translation = ctx.translation
         encrypted = bool(translation and translation.encrypted)
         failed = partial(_not_stored, response.get("id"))
+        kept = (ctx.org_id, response, ctx.context, ctx.input_start, encrypted, self.clock())
         try:
-            rider = self.store.rider(
-                ctx.org_id,
-                response,
-                ctx.context,
-                ctx.input_start,
-                encrypted,
-                self.clock(),
-                failed=failed,
-                response_json=response_json,
-            )
+            rider = self.store.rider(*kept, failed=failed, response_json=response_json)
             if rider is None:
-                self.store.put(
-                    ctx.org_id,
-                    response,
-                    ctx.context,
-                    ctx.input_start,
-                    encrypted,
-                    self.clock(),
-                    response_json=response_json,
-                )
+                self.store.put(*kept, response_json=response_json)
         except Exception as exc:
             failed(exc)
             return None
