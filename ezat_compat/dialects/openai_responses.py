@@ -81,7 +81,14 @@ def not_found(response_id: str, param: str | None = None) -> NotFoundError:
     return NotFoundError(f"Response with id '{response_id}' not found.", param=param)
 
 
-_HEADS: dict[str, bytes] = {}  # "event: <type>\ndata: " by event type (a few dozen types)
+_HEADS: dict[str, bytes] = {}  # "event: <type>\ndata: " by event type (the few dozen this dialect sends)
+
+
+def _head(kind: str) -> bytes:
+    head = _HEADS.get(kind)
+    if head is None:
+        head = _HEADS[kind] = f"event: {kind}\ndata: ".encode()
+    return head
 
 
 def encode_event(event: Event) -> bytes:
@@ -89,11 +96,7 @@ def encode_event(event: Event) -> bytes:
     event carrying the response object can hold a float (the request's settings and tools it
     echoes); the others are made of text and counts."""
     kind, payload = event
-    head = _HEADS.get(kind)
-    if head is None:
-        head = _HEADS.setdefault(kind, f"event: {kind}\ndata: ".encode()) if len(_HEADS) < 64 else None
-    data = encode_json(payload, floats="response" in payload)
-    return (head or f"event: {kind}\ndata: ".encode()) + data + b"\n\n"
+    return _head(kind) + encode_json(payload, floats="response" in payload) + b"\n\n"
 
 
 @dataclass(slots=True)
@@ -125,20 +128,27 @@ class ResponsesServices:
     def record(self, ctx: Context, response: dict[str, Any], response_json: bytes | None = None) -> Rider | None:
         """A finished response to keep, as a write riding with the request's ledger row (put
         at once when the store has no hot path). A failure is logged: the client has its answer."""
-        if self.store is None or not ctx.store:
+        store = self.store
+        if store is None or not ctx.store:  # ctx.store: asked for, and the store is on
             return None
         translation = ctx.translation
         encrypted = bool(translation and translation.encrypted)
         failed = partial(_not_stored, response.get("id"))
-        kept = (ctx.org_id, response, ctx.context, ctx.input_start, encrypted, self.clock())
+        now = self.clock()
         try:
-            rider = self.store.rider(*kept, failed=failed, response_json=response_json)
-            if rider is None:
-                self.store.put(*kept, response_json=response_json)
+            return store.put(
+                ctx.org_id,
+                response,
+                ctx.context,
+                ctx.input_start,
+                encrypted,
+                now,
+                response_json=response_json,
+                failed=failed,
+            )
         except Exception as exc:
             failed(exc)
             return None
-        return rider
 
 
 def _not_stored(response_id: Any, exc: BaseException) -> None:
@@ -168,10 +178,9 @@ class EventWriter:
         response = payload.get("response") if len(payload) == 3 else None
         if response is None:
             return encode_event(event)
-        head = _HEADS.get(kind) or f"event: {kind}\ndata: ".encode()
         sequence = str(payload["sequence_number"]).encode()
         return (
-            head
+            _head(kind)
             + b'{"type":'
             + encode_json(kind, floats=False)
             + b',"response":'
@@ -215,8 +224,8 @@ class ResponsesStream(TranslatingStream[ResponseEvents]):
     def record(self) -> Rider | None:
         """The finished response, stored with the request's ledger row (before the last event)."""
         response = self._final_response()
-        if self.services.store is None or not self.ctx.store:
-            return None
+        if not self.ctx.store:
+            return None  # (nor its JSON written for nothing)
         return self.services.record(self.ctx, response, self.writer.json_of(response))
 
     def end(self) -> bytes:

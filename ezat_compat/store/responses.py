@@ -109,61 +109,34 @@ class ResponseStore:
         now: float,
         *,
         response_json: bytes | None = None,
-    ) -> None:
-        """Keep ``response`` (its ``id``) for the organisation until ``now + ttl_s``.
-        ``response_json``: its JSON when the caller has already written it."""
-        hot = self._hot
-        row = self._row(org_id, response, context, input_start, encrypted, now, response_json, hot is not None)
-        if hot is not None:
-            hot.write(_put_tx, row)
-        else:
-            with self._writer.begin() as conn:
-                conn.execute(self._upsert, row)
-        self._purge_when_due(now)
-
-    def rider(
-        self,
-        org_id: int,
-        response: dict[str, Any],
-        context: list[dict[str, Any]],
-        input_start: int,
-        encrypted: bool,
-        now: float,
-        *,
-        failed: Callable[[BaseException], None],
-        response_json: bytes | None = None,
+        failed: Callable[[BaseException], None] | None = None,
     ) -> Rider | None:
-        """``put`` as a write that rides in another one's transaction (``HotPath.write``: the
-        ledger row of the request); None without a hot path (then ``put`` it)."""
-        if self._hot is None:
-            return None
-        row = self._row(org_id, response, context, input_start, encrypted, now, response_json, True)
-        self._purge_when_due(now)
-        return Rider(_put_tx, row, failed)
-
-    def _row(
-        self,
-        org_id: int,
-        response: dict[str, Any],
-        context: list[dict[str, Any]],
-        input_start: int,
-        encrypted: bool,
-        now: float,
-        response_json: bytes | None,
-        hot: bool,
-    ) -> dict[str, Any]:
+        """Keep ``response`` (its ``id``) for the organisation until ``now + ttl_s``.
+        ``response_json``: its JSON when the caller has already written it. With ``failed`` and a
+        hot path, the write is not made here: it is returned, to ride in another write's
+        transaction (``HotPath.write``: the request's ledger row), ``failed`` told if it fails."""
+        hot = self._hot
         created, expires = datetime.fromtimestamp(now, UTC), datetime.fromtimestamp(now + self.ttl_s, UTC)
-        return {
+        row: dict[str, Any] = {
             "org_id": org_id,
             "response_id": response["id"],
             # the hot path's SQL takes the UtcMicros columns' stored form; the engine converts
-            "created_at": to_epoch_micros(created) if hot else created,
-            "expires_at": to_epoch_micros(expires) if hot else expires,
+            "created_at": to_epoch_micros(created) if hot is not None else created,
+            "expires_at": to_epoch_micros(expires) if hot is not None else expires,
             "context": _dump(context),
             "input_start": input_start,
             "response": response_json.decode() if response_json is not None else _dump(response),
             "encrypted": encrypted,
         }
+        self._purge_when_due(now)
+        if hot is None:
+            with self._writer.begin() as conn:
+                conn.execute(self._upsert, row)
+        elif failed is not None:
+            return Rider(_put_tx, row, failed)
+        else:
+            hot.write(_put_tx, row)
+        return None
 
     def _purge_when_due(self, now: float) -> None:
         if now >= self._next_purge:

@@ -490,18 +490,18 @@ class ResponseEvents:
             return []
         opened.parts.append(text)
         self.produced_chars += len(text)
-        sequence = self.sequence
-        self.sequence = sequence + 1
-        payload = {
-            "type": "response.output_text.delta",
-            "item_id": opened.item["id"],
-            "output_index": opened.output_index,
-            "content_index": 0,
-            "delta": text,
-            "logprobs": [],
-            "sequence_number": sequence,
-        }  # as _event builds it, in one dict: the event of every text delta
-        return [("response.output_text.delta", payload)]
+        return [
+            self._event(
+                "response.output_text.delta",
+                {
+                    "item_id": opened.item["id"],
+                    "output_index": opened.output_index,
+                    "content_index": 0,
+                    "delta": text,
+                    "logprobs": [],
+                },
+            )
+        ]
 
     def _delta(self, data: Mapping[str, Any]) -> list[Event]:
         delta = _obj(data.get("delta"))

@@ -1090,7 +1090,7 @@ STORED = {"id": "resp_req_r", "object": "response", "output": []}
 
 
 def stored_rider(engine: Engine, hot: HotPath, failures: list[BaseException]) -> Rider:
-    rider = ResponseStore(engine, 3600.0, hot=hot).rider(
+    rider = ResponseStore(engine, 3600.0, hot=hot).put(
         1, STORED, [{"role": "user", "content": "hi"}], 0, False, NOW.timestamp(), failed=failures.append
     )
     assert rider is not None
