@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, bindparam, delete, select
+from sqlalchemy import Engine, bindparam, delete, select, tuple_
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -177,15 +177,19 @@ class ResponseStore:
         return bool(gone.rowcount)
 
     def purge(self, now: float) -> int:
-        """Delete up to ``purge_batch`` expired rows; returns how many went (errors logged)."""
+        """Delete up to ``purge_batch`` expired rows; returns how many went (errors logged). The
+        rows go by their whole key, found through ``expires_at``'s index: a bounded batch of index
+        searches however large the table (by ``response_id`` alone, the key's second column, each
+        purge scanned the whole table, and took another organisation's live row of the same id)."""
+        key = tuple_(responses.c.org_id, responses.c.response_id)
         expired = (
-            select(responses.c.response_id)
+            select(responses.c.org_id, responses.c.response_id)
             .where(responses.c.expires_at <= datetime.fromtimestamp(now, UTC))
             .limit(self._purge_batch)
         )
         try:
             with self._writer.begin() as conn:
-                gone = conn.execute(delete(responses).where(responses.c.response_id.in_(expired.scalar_subquery())))
+                gone = conn.execute(delete(responses).where(key.in_(expired.scalar_subquery())))
         except SQLAlchemyError as exc:
             log.warning("response store: purge failed (%s)", exc)
             return 0

@@ -4,9 +4,10 @@ organisation until the time-to-live, deleted, purged; SQLite and PostgreSQL."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, event, func, select
 
 from ezat_compat.store.db import make_engine, migrate
 from ezat_compat.store.hotpath import make_hot_path
@@ -56,6 +57,43 @@ def test_expired_responses_are_not_found_and_purged(store: ResponseStore, engine
     assert store.purge(NOW + TTL) == 1
     with engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(responses)).scalar() == 0
+
+
+def test_a_purge_takes_only_expired_rows_by_their_whole_key(store: ResponseStore, engine: Engine) -> None:
+    """The same response id in two organisations: the expired one goes, the live one stays."""
+    store.put(1, RESPONSE, CONTEXT, 0, False, NOW)
+    store.put(2, RESPONSE, CONTEXT, 0, False, NOW - TTL)  # expires at NOW
+    assert store.purge(NOW) == 1
+    with engine.connect() as conn:
+        left = conn.execute(select(responses.c.org_id)).scalars().all()
+    assert left == [1]
+    assert store.get(1, "resp_1", NOW) is not None
+
+
+def test_a_purge_searches_the_expiry_index_not_the_table(engine: Engine) -> None:
+    """However large the table, a purge is a bounded batch of index searches: SQLite's plan for
+    the very statement the purge ran has no scan of the table."""
+    if engine.dialect.name != "sqlite":
+        pytest.skip("the query plan checked is SQLite's")
+    store = ResponseStore(engine, TTL, purge_batch=3)
+    for i in range(5):
+        store.put(1, {**RESPONSE, "id": f"resp_{i}"}, CONTEXT, 0, False, NOW - TTL)
+    ran: list[tuple[str, Any]] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, params: Any, context: Any, many: bool) -> None:
+        if statement.startswith("DELETE FROM responses"):
+            ran.append((statement, params))
+
+    event.listen(engine, "before_cursor_execute", seen)
+    try:
+        assert store.purge(NOW) == 3 and store.purge(NOW) == 2
+    finally:
+        event.remove(engine, "before_cursor_execute", seen)
+    statement, params = ran[0]
+    with engine.connect() as conn:
+        steps = [row[3] for row in conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, params)]
+    assert steps and not [s for s in steps if s.startswith("SCAN")], steps
+    assert any("ix_responses_expires_at" in s for s in steps), steps
 
 
 def test_delete_only_the_organisations_own(store: ResponseStore) -> None:
