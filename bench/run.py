@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -84,6 +85,8 @@ class Plan:
     litellm_images: bool
     attempts: int
     quiet_wait_s: float
+    paired_rounds: int  # rounds of each paired comparison (``paired``)
+    paired_s: float  # seconds of load per target and round
 
 
 FULL = Plan(
@@ -96,6 +99,8 @@ FULL = Plan(
     litellm_images=True,
     attempts=3,
     quiet_wait_s=15.0,
+    paired_rounds=6,
+    paired_s=4.0,
 )
 QUICK = Plan(
     "quick",
@@ -107,7 +112,18 @@ QUICK = Plan(
     litellm_images=False,
     attempts=1,
     quiet_wait_s=0.0,
+    paired_rounds=2,
+    paired_s=1.0,
 )
+# The CPU ratios the constraints judge (ours / the floor, Responses / chat completions), each
+# measured as a pair of targets in alternation (``paired``): (name, base, measured, mode, body).
+PAIRS = (
+    ("nonstream_c32_vs_floor", "floor", "ours", "json", "json"),
+    ("stream_c32_vs_floor", "floor", "ours", "sse", "sse"),
+    ("responses_c32_vs_chat", "ours", "ours_responses", "json", "json"),
+    ("responses_stream_c32_vs_chat", "ours", "ours_responses", "sse", "sse"),
+)
+PAIRED_CONCURRENCY = 32
 FOREIGN_LIMIT_PCT = 10.0  # other processes' share of the machine's CPU above which a measurement is redone
 
 
@@ -267,6 +283,47 @@ def _timed(ep: Endpoint, args: list[str], mode: str, plan: Plan, sim_pid: int) -
             }
         )
     return out
+
+
+def paired(base: Endpoint, other: Endpoint, mode: str, kind: str, plan: Plan, sim_pid: int) -> dict[str, Any]:
+    """The CPU per request of ``other`` over ``base``'s, the two measured in alternation:
+    ``plan.paired_rounds`` rounds of ``plan.paired_s`` seconds each, the order swapped every
+    round (base first, then other first), each round's ratio taken from two runs seconds apart;
+    the figure is the median of the rounds' ratios. On a shared machine the CPU a request costs
+    drifts by tens of percent over minutes (other tenants, frequency): two single runs minutes
+    apart compare the drift as much as the code; neighbouring runs see the same machine."""
+    args = {id(ep): _target_args(ep, mode, PAIRED_CONCURRENCY, kind) for ep in (base, other)}
+    timed = replace(plan, duration_s=plan.paired_s)
+    rounds = []
+    for i in range(plan.paired_rounds):
+        if plan.quiet_wait_s:
+            procstats.wait_quiet(FOREIGN_LIMIT_PCT, plan.quiet_wait_s)
+        got: dict[int, dict[str, Any]] = {}
+        for ep in (base, other) if i % 2 == 0 else (other, base):
+            got[id(ep)] = _timed(ep, args[id(ep)], mode, timed, sim_pid)
+        a, b = got[id(base)], got[id(other)]
+        rounds.append(
+            {
+                "first": "base" if i % 2 == 0 else "other",
+                "base_cpu_ms": a["cpu_ms_per_request"],
+                "cpu_ms": b["cpu_ms_per_request"],
+                "ratio": _safe_ratio(b["cpu_ms_per_request"], a["cpu_ms_per_request"]),
+                "errors": a["errors"] + b["errors"],
+                "foreign_cpu_pct": max(a["foreign_cpu_pct"], b["foreign_cpu_pct"]),
+            }
+        )
+    ratios = [r["ratio"] for r in rounds if r["ratio"] is not None]
+    return {
+        "rounds": rounds,
+        "ratio": statistics.median(ratios) if ratios else None,
+        "base_cpu_ms": statistics.median(r["base_cpu_ms"] for r in rounds),
+        "cpu_ms": statistics.median(r["cpu_ms"] for r in rounds),
+        "errors": sum(r["errors"] for r in rounds),
+    }
+
+
+def _safe_ratio(a: float, b: float) -> float | None:
+    return a / b if b else None
 
 
 # ---------------------------------------------------------------- 1,000 idle streams
@@ -470,6 +527,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             "load": "asyncio HTTP/1.1 keep-alive load generator in its own process, loopback only",
         },
         "targets": {},
+        "paired": {},
         "slow_streams": None,
         "images": {},
     }
@@ -602,6 +660,11 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                         file=sys.stderr,
                         flush=True,
                     )
+        by_name = {ep.name: ep for ep in endpoints} | {"ours_responses": responses_endpoints[0]}
+        for name, base, other, mode, kind in PAIRS:
+            print(f"bench: {name} (paired, {plan.paired_rounds} rounds)", end=" ", file=sys.stderr, flush=True)
+            pair = results["paired"][name] = paired(by_name[base], by_name[other], mode, kind, plan, sim.pid)
+            print(f"{pair['ratio']:.3f}×", file=sys.stderr, flush=True)
         if args.workers == 1:
             idle_gw = gw
         else:
