@@ -166,7 +166,7 @@ class Gateway:
             raise InvalidRequestError(f"{path}: {exc.message}" if path else exc.message, param=path) from None
         parsed = dialect.parse(body, request.headers, lambda name: self.resolve(auth, name, record))
         if parsed.prepare is not None:  # the organisation's own state (a stored conversation)
-            parsed.prepare(auth.org_id)
+            parsed.prepare(parsed, auth.org_id)
         if parsed.thinking_ids:  # thinking kept from earlier rounds of a tool loop
             dialect.restore_thinking(parsed, self.thinking.get(auth.org_id, parsed.thinking_ids, self.clock()))
         call = self.admit(request.request_id, dialect.endpoint, auth, parsed, status_of=dialect.status_of)
@@ -541,6 +541,7 @@ class Run:
 
     def closed(self) -> None:
         self.gw.metrics.streams_open.dec()
-        if self.session is not None:
-            self.gw.open_streams.discard(self.session)
+        session, self.session = self.session, None  # the session holds its owner: no cycle left behind
+        if session is not None:
+            self.gw.open_streams.discard(session)
         self.call.record.finish()  # the stream's request log line and request metrics

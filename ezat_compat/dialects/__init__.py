@@ -78,8 +78,10 @@ class Parsed:
     thinking_ids: list[str] = field(default_factory=list)  # tool calls whose kept thinking to look up
     context: Any = None
     # A step that needs the organisation (the Responses dialect loads a stored conversation and
-    # opens sealed reasoning): run with its id after parsing, before the kept thinking is looked up.
-    prepare: Callable[[int], None] | None = None
+    # opens sealed reasoning): run as ``prepare(parsed, org_id)`` after parsing, before the kept
+    # thinking is looked up. Given ``parsed`` rather than holding it: a step bound to it would make
+    # a reference cycle, and every object of the request would wait for the cyclic collector.
+    prepare: Callable[[Parsed, int], None] | None = None
 
 
 # (client tool call ids, the thinking blocks that preceded those calls, as received)

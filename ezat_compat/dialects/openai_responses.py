@@ -280,7 +280,7 @@ class OpenAIResponses:
             max_tokens=0,
             context=ctx,
         )
-        parsed.prepare = partial(self._prepare, parsed)
+        parsed.prepare = self._prepare
         return parsed
 
     def _prepare(self, parsed: Parsed, org_id: int) -> None:
