@@ -136,6 +136,7 @@ def post_worker_init(worker: Any) -> None:
     onesend.install()  # a response's head and its first body bytes in one send
     gateway = worker.wsgi.extensions["ezat"]
     on_worker_term(worker, lambda: gateway.cut_streams(shutting_down()), float(_config.server.graceful_timeout_s))
+    serving.tune_collector()  # last: the app and its hooks are what it sets aside
 
 
 def pre_request(worker: Any, req: Any) -> None:
