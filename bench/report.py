@@ -49,7 +49,8 @@ def _metrics(scenario: str) -> tuple[tuple[str, str], ...]:
     return SSE_METRICS if scenario in SSE_SCENARIOS else JSON_METRICS
 
 
-def _ratio(a: float | None, b: float | None) -> float | None:
+def ratio_of(a: float | None, b: float | None) -> float | None:
+    """``a / b``; None when either is missing or ``b`` is 0 (run.py's paired rounds use it too)."""
     if a is None or b is None or b == 0:
         return None
     return a / b
@@ -66,9 +67,9 @@ def comparisons(results: dict[str, Any]) -> dict[str, Any]:
             values = {t: targets.get(t, {}).get(scenario, {}).get(metric) for t in TARGET_NAMES}
             row: dict[str, Any] = dict(values)
             if metric not in NO_RATIO:
-                row["ours_over_litellm"] = _ratio(values["ours"], values["litellm"])
-                row["ours_over_floor"] = _ratio(values["ours"], values["floor"])
-                row["ours_over_direct"] = _ratio(values["ours"], values["direct"])
+                row["ours_over_litellm"] = ratio_of(values["ours"], values["litellm"])
+                row["ours_over_floor"] = ratio_of(values["ours"], values["floor"])
+                row["ours_over_direct"] = ratio_of(values["ours"], values["direct"])
             if metric.endswith("_ms") and values["ours"] is not None and values["direct"] is not None:
                 row["ours_minus_direct"] = values["ours"] - values["direct"]
             rows[metric] = row
@@ -226,7 +227,7 @@ def constraints(results: dict[str, Any]) -> list[dict[str, Any]]:
             )
         )
     row = cmp["long_stream"]["cpu_ms_per_request"]
-    less = _ratio(row.get("litellm"), row.get("ours"))
+    less = ratio_of(row.get("litellm"), row.get("ours"))
     out.append(
         _goal(
             "long_stream_vs_litellm",
@@ -242,7 +243,7 @@ def constraints(results: dict[str, Any]) -> list[dict[str, Any]]:
     for scenario, chat in RESPONSES_VS_CHAT:
         ours = cmp.get(scenario, {}).get("cpu_ms_per_request", {}).get("ours")
         base = cmp[chat]["cpu_ms_per_request"].get("ours")
-        ratio, how = _paired_or_single(paired.get(f"{scenario}_vs_chat"), _ratio(ours, base))
+        ratio, how = _paired_or_single(paired.get(f"{scenario}_vs_chat"), ratio_of(ours, base))
         out.append(
             _goal(
                 f"cpu_{scenario}_vs_chat",

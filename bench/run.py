@@ -307,7 +307,7 @@ def paired(base: Endpoint, other: Endpoint, mode: str, kind: str, plan: Plan, si
                 "first": "base" if i % 2 == 0 else "other",
                 "base_cpu_ms": a["cpu_ms_per_request"],
                 "cpu_ms": b["cpu_ms_per_request"],
-                "ratio": _safe_ratio(b["cpu_ms_per_request"], a["cpu_ms_per_request"]),
+                "ratio": report.ratio_of(b["cpu_ms_per_request"], a["cpu_ms_per_request"]),
                 "errors": a["errors"] + b["errors"],
                 "foreign_cpu_pct": max(a["foreign_cpu_pct"], b["foreign_cpu_pct"]),
             }
@@ -320,10 +320,6 @@ def paired(base: Endpoint, other: Endpoint, mode: str, kind: str, plan: Plan, si
         "cpu_ms": statistics.median(r["cpu_ms"] for r in rounds),
         "errors": sum(r["errors"] for r in rounds),
     }
-
-
-def _safe_ratio(a: float, b: float) -> float | None:
-    return a / b if b else None
 
 
 # ---------------------------------------------------------------- 1,000 idle streams
@@ -664,7 +660,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         for name, base, other, mode, kind in PAIRS:
             print(f"bench: {name} (paired, {plan.paired_rounds} rounds)", end=" ", file=sys.stderr, flush=True)
             pair = results["paired"][name] = paired(by_name[base], by_name[other], mode, kind, plan, sim.pid)
-            print(f"{pair['ratio']:.3f}×", file=sys.stderr, flush=True)
+            print("–" if pair["ratio"] is None else f"{pair['ratio']:.3f}×", file=sys.stderr, flush=True)
         if args.workers == 1:
             idle_gw = gw
         else:
