@@ -224,7 +224,7 @@ def tune_collector() -> None:
     ``YOUNG_GENERATION`` objects: no request leaves a reference cycle
     (tests/unit/test_no_cycles.py), so what a young collection finds is the objects of the
     requests in flight, which it can only move to an older generation: ~14 times fewer of them.
-    Measured in bench/RESULTS.md ("The cyclic collector")."""
+    Measured in bench/RESULTS.md ("The cyclic collector; …")."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(YOUNG_GENERATION, *gc.get_threshold()[1:])
