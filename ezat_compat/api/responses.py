@@ -65,13 +65,16 @@ def dialect_of(app: Flask) -> OpenAIResponses:
 class LazyResponses:
     """``app``'s Responses dialect for the hot routes (``api/hot.py``), built on first use as
     the view builds it; ``render_error`` needs none (OpenAI's envelope), so a dialect that can't
-    be built (no sealing key) is answered as the view's error handler answers it."""
+    be built (no sealing key) is answered as the view's error handler answers it. An attribute
+    found is kept on this object: the next lookups of it (several a request) don't come here."""
 
     def __init__(self, app: Flask) -> None:
         self._app = app
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(dialect_of(self._app), name)
+        value = getattr(dialect_of(self._app), name)
+        setattr(self, name, value)
+        return value
 
     def render_error(self, err: GatewayError, request_id: str | None) -> tuple[int, bytes, dict[str, str]]:
         return openai_error_response(err)

@@ -96,7 +96,17 @@ def encode_event(event: Event) -> bytes:
     event carrying the response object can hold a float (the request's settings and tools it
     echoes); the others are made of text and counts."""
     kind, payload = event
-    return _head(kind) + encode_json(payload, floats="response" in payload) + b"\n\n"
+    return (_HEADS.get(kind) or _head(kind)) + encode_json(payload, floats="response" in payload) + b"\n\n"
+
+
+_OPENINGS: dict[str, bytes] = {}  # the event's head and its data up to the response's JSON, by type
+
+
+def _opening(kind: str) -> bytes:
+    opening = _OPENINGS.get(kind)
+    if opening is None:
+        opening = _OPENINGS[kind] = _head(kind) + b'{"type":' + encode_json(kind, floats=False) + b',"response":'
+    return opening
 
 
 @dataclass(slots=True)
@@ -177,17 +187,15 @@ class EventWriter:
         kind, payload = event
         response = payload.get("response") if len(payload) == 3 else None
         if response is None:
-            return encode_event(event)
-        sequence = str(payload["sequence_number"]).encode()
-        return (
-            _head(kind)
-            + b'{"type":'
-            + encode_json(kind, floats=False)
-            + b',"response":'
-            + self.json_of(response)
-            + b',"sequence_number":'
-            + sequence
-            + b"}\n\n"
+            return (_HEADS.get(kind) or _head(kind)) + encode_json(payload, floats=False) + b"\n\n"
+        return b"".join(
+            (
+                _OPENINGS.get(kind) or _opening(kind),
+                self.json_of(response),
+                b',"sequence_number":',
+                str(payload["sequence_number"]).encode(),
+                b"}\n\n",
+            )
         )
 
 

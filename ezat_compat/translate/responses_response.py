@@ -304,7 +304,7 @@ class ResponseEvents:
         seal: Seal | None,
         include_encrypted: bool,
     ) -> None:
-        self.skeleton = dict(skeleton)
+        self.skeleton = skeleton  # never changed: each response object is a new dict made from it
         self.ids = ids
         self.tools = tools
         self.summary = summary
@@ -323,31 +323,36 @@ class ResponseEvents:
 
     # -- helpers -------------------------------------------------------------------------
 
-    def _event(self, kind: str, payload: dict[str, Any]) -> Event:
-        payload = {"type": kind, **payload, "sequence_number": self.sequence}
+    def _event(self, payload: dict[str, Any]) -> Event:
+        """``payload`` (a new dict, ``type`` its first key) as the next event: its
+        ``sequence_number`` is set, as its last key."""
+        payload["sequence_number"] = self.sequence
         self.sequence += 1
-        return kind, payload
+        return payload["type"], payload
 
     def _view(self, item: Mapping[str, Any]) -> dict[str, Any]:
         """The item as an event shows it now: a copy of its top level, enough because an item
-        being streamed only ever changes by a key of its top level being set."""
-        return client_item(item, self.include_encrypted)
+        being streamed only ever changes by a key of its top level being set (``client_item``)."""
+        out = dict(item)
+        if "encrypted_content" in out and not self.include_encrypted and out.get("type") == "reasoning":
+            del out["encrypted_content"]
+        return out
 
     def _start(self) -> list[Event]:
         if self.started:
             return []
         self.started = True
-        response = dict(self.skeleton)
+        response = self.skeleton  # the response as it starts: in progress, no output
         return [
-            self._event("response.created", {"response": response}),
-            self._event("response.in_progress", {"response": response}),
+            self._event({"type": "response.created", "response": response}),
+            self._event({"type": "response.in_progress", "response": response}),
         ]
 
     def _add(self, item: dict[str, Any], kind: str) -> tuple[_Open, Event]:
         opened = _Open(len(self.output), item, kind)
         self.output.append(item)
         return opened, self._event(
-            "response.output_item.added", {"output_index": opened.output_index, "item": self._view(item)}
+            {"type": "response.output_item.added", "output_index": opened.output_index, "item": self._view(item)}
         )
 
     def _done_item(self, opened: _Open) -> Event:
@@ -355,7 +360,7 @@ class ResponseEvents:
         if opened.kind == "reasoning":
             opened.item.pop("status", None)
         return self._event(
-            "response.output_item.done", {"output_index": opened.output_index, "item": self._view(opened.item)}
+            {"type": "response.output_item.done", "output_index": opened.output_index, "item": self._view(opened.item)}
         )
 
     # -- events --------------------------------------------------------------------------
@@ -363,7 +368,8 @@ class ResponseEvents:
     def feed(self, event: str, data: Mapping[str, Any]) -> list[Event]:
         if self.done or self.error is not None:
             return []
-        data = _obj(data)
+        if type(data) is not dict:
+            data = _obj(data)
         if event == "content_block_delta":
             return self._delta(data)
         if event == "content_block_start":
@@ -412,8 +418,13 @@ class ResponseEvents:
         return [
             added,
             self._event(
-                "response.content_part.added",
-                {"item_id": item["id"], "output_index": opened.output_index, "content_index": 0, "part": part},
+                {
+                    "type": "response.content_part.added",
+                    "item_id": item["id"],
+                    "output_index": opened.output_index,
+                    "content_index": 0,
+                    "part": part,
+                }
             ),
         ]
 
@@ -426,10 +437,27 @@ class ResponseEvents:
         annotations = opened.block["annotations"]
         part = {"type": "output_text", "text": text, "annotations": annotations, "logprobs": []}
         opened.item["content"] = [part]
-        where = {"item_id": opened.item["id"], "output_index": opened.output_index, "content_index": 0}
+        item_id, output_index = opened.item["id"], opened.output_index
         return [
-            self._event("response.output_text.done", {**where, "text": text, "logprobs": []}),
-            self._event("response.content_part.done", {**where, "part": part}),
+            self._event(
+                {
+                    "type": "response.output_text.done",
+                    "item_id": item_id,
+                    "output_index": output_index,
+                    "content_index": 0,
+                    "text": text,
+                    "logprobs": [],
+                }
+            ),
+            self._event(
+                {
+                    "type": "response.content_part.done",
+                    "item_id": item_id,
+                    "output_index": output_index,
+                    "content_index": 0,
+                    "part": part,
+                }
+            ),
             self._done_item(opened),
         ]
 
@@ -457,8 +485,13 @@ class ResponseEvents:
                 part = {"type": "summary_text", "text": ""}
                 events.append(
                     self._event(
-                        "response.reasoning_summary_part.added",
-                        {"item_id": item["id"], "output_index": opened.output_index, "summary_index": 0, "part": part},
+                        {
+                            "type": "response.reasoning_summary_part.added",
+                            "item_id": item["id"],
+                            "output_index": opened.output_index,
+                            "summary_index": 0,
+                            "part": part,
+                        }
                     )
                 )
         elif kind == "tool_use":
@@ -479,8 +512,8 @@ class ResponseEvents:
             where = {"item_id": item["id"], "output_index": opened.output_index}
             events += [
                 added,
-                self._event("response.web_search_call.in_progress", where),
-                self._event("response.web_search_call.searching", where),
+                self._event({"type": "response.web_search_call.in_progress", **where}),
+                self._event({"type": "response.web_search_call.searching", **where}),
             ]
         return events
 
@@ -490,21 +523,23 @@ class ResponseEvents:
             return []
         opened.parts.append(text)
         self.produced_chars += len(text)
-        return [
-            self._event(
-                "response.output_text.delta",
-                {
-                    "item_id": opened.item["id"],
-                    "output_index": opened.output_index,
-                    "content_index": 0,
-                    "delta": text,
-                    "logprobs": [],
-                },
-            )
-        ]
+        sequence = self.sequence  # ``_event``'s work, inline: the one event of every text delta
+        self.sequence = sequence + 1
+        payload = {
+            "type": "response.output_text.delta",
+            "item_id": opened.item["id"],
+            "output_index": opened.output_index,
+            "content_index": 0,
+            "delta": text,
+            "logprobs": [],
+            "sequence_number": sequence,
+        }
+        return [("response.output_text.delta", payload)]
 
     def _delta(self, data: Mapping[str, Any]) -> list[Event]:
-        delta = _obj(data.get("delta"))
+        delta = data.get("delta")
+        if type(delta) is not dict:
+            delta = _obj(delta)
         kind = delta.get("type")
         if kind == "text_delta":
             text = delta.get("text")
@@ -525,8 +560,12 @@ class ResponseEvents:
                 return []  # a custom tool's input is sent whole when its block ends (it arrives as JSON)
             return [
                 self._event(
-                    "response.function_call_arguments.delta",
-                    {"item_id": opened.item["id"], "output_index": opened.output_index, "delta": part},
+                    {
+                        "type": "response.function_call_arguments.delta",
+                        "item_id": opened.item["id"],
+                        "output_index": opened.output_index,
+                        "delta": part,
+                    }
                 )
             ]
         if kind in ("thinking_delta", "signature_delta") and opened.kind == "reasoning":
@@ -540,13 +579,13 @@ class ResponseEvents:
                 if self.summary:
                     return [
                         self._event(
-                            "response.reasoning_summary_text.delta",
                             {
+                                "type": "response.reasoning_summary_text.delta",
                                 "item_id": opened.item["id"],
                                 "output_index": opened.output_index,
                                 "summary_index": 0,
                                 "delta": piece,
-                            },
+                            }
                         )
                     ]
         return []
@@ -563,14 +602,14 @@ class ResponseEvents:
         annotations.append(annotation)
         return [
             self._event(
-                "response.output_text.annotation.added",
                 {
+                    "type": "response.output_text.annotation.added",
                     "item_id": opened.item["id"],
                     "output_index": opened.output_index,
                     "content_index": 0,
                     "annotation_index": len(annotations) - 1,
                     "annotation": annotation,
-                },
+                }
             )
         ]
 
@@ -586,9 +625,12 @@ class ResponseEvents:
             arguments = "".join(opened.parts) or "{}"
             item["arguments"] = arguments
             if not opened.parts:
-                events.append(self._event("response.function_call_arguments.delta", {**where, "delta": arguments}))
-            done = {**where, "name": item.get("name"), "arguments": arguments}  # as OpenAI's API sends it
-            events.append(self._event("response.function_call_arguments.done", done))
+                events.append(
+                    self._event({"type": "response.function_call_arguments.delta", **where, "delta": arguments})
+                )
+            done = {"type": "response.function_call_arguments.done", **where}
+            done["name"], done["arguments"] = item.get("name"), arguments  # as OpenAI's API sends it
+            events.append(self._event(done))
         elif opened.kind == "custom_tool_call":
             try:
                 parsed = json.loads("".join(opened.parts) or "{}")
@@ -596,8 +638,9 @@ class ResponseEvents:
                 parsed = {}
             text = parsed.get(CUSTOM_INPUT) if isinstance(parsed, dict) else None
             item["input"] = text if isinstance(text, str) else ""
-            events.append(self._event("response.custom_tool_call_input.delta", {**where, "delta": item["input"]}))
-            events.append(self._event("response.custom_tool_call_input.done", {**where, "input": item["input"]}))
+            text = item["input"]
+            events.append(self._event({"type": "response.custom_tool_call_input.delta", **where, "delta": text}))
+            events.append(self._event({"type": "response.custom_tool_call_input.done", **where, "input": text}))
         elif opened.kind == "reasoning":
             full = _reasoning_item(item["id"], opened.block, self.summary, self.seal)
             item.update(full)
@@ -605,10 +648,14 @@ class ResponseEvents:
                 text = str(opened.block.get("thinking") or "")
                 part = {"type": "summary_text", "text": text}
                 events.append(
-                    self._event("response.reasoning_summary_text.done", {**where, "summary_index": 0, "text": text})
+                    self._event(
+                        {"type": "response.reasoning_summary_text.done", **where, "summary_index": 0, "text": text}
+                    )
                 )
                 events.append(
-                    self._event("response.reasoning_summary_part.done", {**where, "summary_index": 0, "part": part})
+                    self._event(
+                        {"type": "response.reasoning_summary_part.done", **where, "summary_index": 0, "part": part}
+                    )
                 )
                 item["summary"] = [part] if text else []
         elif opened.kind == "web_search_call":
@@ -618,7 +665,7 @@ class ResponseEvents:
             except ValueError:
                 query = None
             item["action"] = {"type": "search", "query": query if isinstance(query, str) else ""}
-            events.append(self._event("response.web_search_call.completed", where))
+            events.append(self._event({"type": "response.web_search_call.completed", **where}))
         events.append(self._done_item(opened))
         return events
 
@@ -639,7 +686,7 @@ class ResponseEvents:
         if response is None:
             response = self.final_response()
         kind = "response.completed" if response["status"] == "completed" else "response.incomplete"
-        return self._event(kind, {"response": client_view(response, self.include_encrypted)})
+        return self._event({"type": kind, "response": client_view(response, self.include_encrypted)})
 
     def failed_events(self, error: Mapping[str, Any]) -> list[Event]:
         """``error`` then ``response.failed``: the stream failed after it started (not billed)."""
@@ -649,8 +696,12 @@ class ResponseEvents:
         response["error"] = {"code": error.get("code") or "server_error", "message": error.get("message", "")}
         return [
             self._event(
-                "error",
-                {"code": error.get("code"), "message": error.get("message", ""), "param": error.get("param")},
+                {
+                    "type": "error",
+                    "code": error.get("code"),
+                    "message": error.get("message", ""),
+                    "param": error.get("param"),
+                }
             ),
-            self._event("response.failed", {"response": response}),
+            self._event({"type": "response.failed", "response": response}),
         ]

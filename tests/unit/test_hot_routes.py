@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -246,3 +247,19 @@ def test_the_lazy_responses_dialect_renders_errors_before_it_is_built() -> None:
     assert lazy.render_error(err, "r1") == OpenAIChat().render_error(err, "r1")
     with pytest.raises(KeyError):
         _ = lazy.endpoint  # everything else is the built dialect's
+
+
+def test_the_lazy_responses_dialect_looks_each_attribute_up_once() -> None:
+    """An attribute found on the built dialect is kept: a request's later lookups (several a
+    request) don't build or find the dialect again."""
+    from flask import Flask
+
+    from ezat_compat.api import responses as responses_api
+
+    app = Flask("t")
+    first, second = SimpleNamespace(endpoint="responses"), SimpleNamespace(endpoint="other")
+    app.extensions[responses_api._EXTENSION] = first
+    lazy = responses_api.LazyResponses(app)
+    assert lazy.endpoint == "responses"
+    app.extensions[responses_api._EXTENSION] = second
+    assert lazy.endpoint == "responses" and "endpoint" in vars(lazy)
