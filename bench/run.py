@@ -86,7 +86,7 @@ class Plan:
     attempts: int
     quiet_wait_s: float
     paired_rounds: int  # rounds of each paired comparison (``paired``)
-    paired_s: float  # seconds of load per target and round
+    paired_s: float  # seconds of each of a round's four runs (two per target)
 
 
 FULL = Plan(
@@ -99,8 +99,8 @@ FULL = Plan(
     litellm_images=True,
     attempts=3,
     quiet_wait_s=15.0,
-    paired_rounds=6,
-    paired_s=4.0,
+    paired_rounds=8,
+    paired_s=2.0,
 )
 QUICK = Plan(
     "quick",
@@ -113,7 +113,7 @@ QUICK = Plan(
     attempts=1,
     quiet_wait_s=0.0,
     paired_rounds=2,
-    paired_s=1.0,
+    paired_s=0.5,
 )
 # The CPU ratios the constraints judge (ours / the floor, Responses / chat completions), each
 # measured as a pair of targets in alternation (``paired``): (name, base, measured, mode, body).
@@ -287,24 +287,29 @@ def _timed(ep: Endpoint, args: list[str], mode: str, plan: Plan, sim_pid: int) -
 
 def paired(base: Endpoint, other: Endpoint, mode: str, kind: str, plan: Plan, sim_pid: int) -> dict[str, Any]:
     """The CPU per request of ``other`` over ``base``'s, the two measured in alternation:
-    ``plan.paired_rounds`` rounds of ``plan.paired_s`` seconds each, the order swapped every
-    round (base first, then other first), each round's ratio taken from two runs seconds apart;
-    the figure is the median of the rounds' ratios. On a shared machine the CPU a request costs
-    drifts by tens of percent over minutes (other tenants, frequency): two single runs minutes
-    apart compare the drift as much as the code; neighbouring runs see the same machine."""
+    ``plan.paired_rounds`` rounds, each of four runs of ``plan.paired_s`` seconds in the order
+    base, other, other, base (every other round other, base, base, other); a round's ratio is
+    its two runs of ``other`` over its two of ``base`` (CPU over requests), and the figure is the
+    median of the rounds' ratios. On a shared machine the CPU a request costs drifts by tens of
+    percent over minutes (other tenants, frequency): two single runs minutes apart compare the
+    drift as much as the code. Runs seconds apart see the same machine, and the mirrored order
+    cancels a drift that is steady over the round's seconds: an A/A test (chat completions against
+    itself, streaming, c=32) gave rounds of sd 0.07 this way, against 0.15 for rounds of one run
+    per target in alternating order over the same time (bench/README.md)."""
     args = {id(ep): _target_args(ep, mode, PAIRED_CONCURRENCY, kind) for ep in (base, other)}
     timed = replace(plan, duration_s=plan.paired_s)
     rounds = []
     for i in range(plan.paired_rounds):
         if plan.quiet_wait_s:
             procstats.wait_quiet(FOREIGN_LIMIT_PCT, plan.quiet_wait_s)
-        got: dict[int, dict[str, Any]] = {}
-        for ep in (base, other) if i % 2 == 0 else (other, base):
-            got[id(ep)] = _timed(ep, args[id(ep)], mode, timed, sim_pid)
-        a, b = got[id(base)], got[id(other)]
+        order = (base, other, other, base) if i % 2 == 0 else (other, base, base, other)
+        runs: dict[int, list[dict[str, Any]]] = {id(base): [], id(other): []}
+        for ep in order:
+            runs[id(ep)].append(_timed(ep, args[id(ep)], mode, timed, sim_pid))
+        a, b = _combined(runs[id(base)]), _combined(runs[id(other)])
         rounds.append(
             {
-                "first": "base" if i % 2 == 0 else "other",
+                "order": "base other other base" if i % 2 == 0 else "other base base other",
                 "base_cpu_ms": a["cpu_ms_per_request"],
                 "cpu_ms": b["cpu_ms_per_request"],
                 "ratio": report.ratio_of(b["cpu_ms_per_request"], a["cpu_ms_per_request"]),
@@ -319,6 +324,18 @@ def paired(base: Endpoint, other: Endpoint, mode: str, kind: str, plan: Plan, si
         "base_cpu_ms": statistics.median(r["base_cpu_ms"] for r in rounds),
         "cpu_ms": statistics.median(r["cpu_ms"] for r in rounds),
         "errors": sum(r["errors"] for r in rounds),
+    }
+
+
+def _combined(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """A target's runs of one round as one: its CPU over its requests, errors summed, the most
+    disturbed run's foreign CPU."""
+    requests = sum(max(r["requests"], 1) for r in runs)
+    cpu_ms = sum(r["cpu_ms_per_request"] * max(r["requests"], 1) for r in runs)
+    return {
+        "cpu_ms_per_request": cpu_ms / requests,
+        "errors": sum(r["errors"] for r in runs),
+        "foreign_cpu_pct": max(r["foreign_cpu_pct"] for r in runs),
     }
 
 

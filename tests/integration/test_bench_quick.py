@@ -185,10 +185,10 @@ def test_goals_and_table(quick: tuple[dict[str, Any], str]) -> None:
 
 def paired_ratio(results: dict[str, Any], name: str) -> float:
     """A paired measurement's figure, checked against its rounds: the two targets measured in
-    alternation (the order swapped each round), the median of the rounds' CPU ratios."""
+    alternation (base, other, other, base, then mirrored), the median of the rounds' CPU ratios."""
     pair = results["paired"][name]
     rounds = pair["rounds"]
-    assert [r["first"] for r in rounds] == ["base", "other"]  # --quick: two rounds
+    assert [r["order"] for r in rounds] == ["base other other base", "other base base other"]  # --quick: two
     for r in rounds:
         assert positive(r["base_cpu_ms"]) and positive(r["cpu_ms"]) and r["errors"] == 0
         assert r["ratio"] == pytest.approx(r["cpu_ms"] / r["base_cpu_ms"])
