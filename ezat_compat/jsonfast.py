@@ -89,17 +89,8 @@ def _exact(out: bytes) -> bool:
 def encode_json(value: Any, *, floats: bool = True) -> bytes:
     """A reply body or event's JSON: compact UTF-8, non-ASCII kept as is, a lone surrogate (from
     upstream) escaped, as ``json.dumps(value, separators=(",", ":"))`` escapes it; ``floats``
-    as for ``dumps_compact``, whose work this does without a call of its own (a stream encodes
-    a dozen events a request)."""
-    if orjson is not None:
-        try:
-            out: bytes = orjson.dumps(value)
-        except TypeError:
-            pass
-        else:
-            if not floats or _exact(out):
-                return out
+    as for ``dumps_compact``."""
     try:
-        return _COMPACT.encode(value).encode()
+        return dumps_compact(value, floats=floats)
     except UnicodeEncodeError:
         return _ASCII.encode(value).encode()

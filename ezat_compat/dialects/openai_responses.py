@@ -96,7 +96,7 @@ def encode_event(event: Event) -> bytes:
     event carrying the response object can hold a float (the request's settings and tools it
     echoes); the others are made of text and counts."""
     kind, payload = event
-    return (_HEADS.get(kind) or _head(kind)) + encode_json(payload, floats="response" in payload) + b"\n\n"
+    return _head(kind) + encode_json(payload, floats="response" in payload) + b"\n\n"
 
 
 _OPENINGS: dict[str, bytes] = {}  # the event's head and its data up to the response's JSON, by type
@@ -187,10 +187,10 @@ class EventWriter:
         kind, payload = event
         response = payload.get("response") if len(payload) == 3 else None
         if response is None:
-            return (_HEADS.get(kind) or _head(kind)) + encode_json(payload, floats=False) + b"\n\n"
+            return encode_event(event)
         return b"".join(
             (
-                _OPENINGS.get(kind) or _opening(kind),
+                _opening(kind),
                 self.json_of(response),
                 b',"sequence_number":',
                 str(payload["sequence_number"]).encode(),

@@ -332,11 +332,8 @@ class ResponseEvents:
 
     def _view(self, item: Mapping[str, Any]) -> dict[str, Any]:
         """The item as an event shows it now: a copy of its top level, enough because an item
-        being streamed only ever changes by a key of its top level being set (``client_item``)."""
-        out = dict(item)
-        if "encrypted_content" in out and not self.include_encrypted and out.get("type") == "reasoning":
-            del out["encrypted_content"]
-        return out
+        being streamed only ever changes by a key of its top level being set."""
+        return client_item(item, self.include_encrypted)
 
     def _start(self) -> list[Event]:
         if self.started:
@@ -368,8 +365,7 @@ class ResponseEvents:
     def feed(self, event: str, data: Mapping[str, Any]) -> list[Event]:
         if self.done or self.error is not None:
             return []
-        if type(data) is not dict:
-            data = _obj(data)
+        data = _obj(data)
         if event == "content_block_delta":
             return self._delta(data)
         if event == "content_block_start":
@@ -523,23 +519,21 @@ class ResponseEvents:
             return []
         opened.parts.append(text)
         self.produced_chars += len(text)
-        sequence = self.sequence  # ``_event``'s work, inline: the one event of every text delta
-        self.sequence = sequence + 1
-        payload = {
-            "type": "response.output_text.delta",
-            "item_id": opened.item["id"],
-            "output_index": opened.output_index,
-            "content_index": 0,
-            "delta": text,
-            "logprobs": [],
-            "sequence_number": sequence,
-        }
-        return [("response.output_text.delta", payload)]
+        return [
+            self._event(
+                {
+                    "type": "response.output_text.delta",
+                    "item_id": opened.item["id"],
+                    "output_index": opened.output_index,
+                    "content_index": 0,
+                    "delta": text,
+                    "logprobs": [],
+                }
+            )
+        ]
 
     def _delta(self, data: Mapping[str, Any]) -> list[Event]:
-        delta = data.get("delta")
-        if type(delta) is not dict:
-            delta = _obj(delta)
+        delta = _obj(data.get("delta"))
         kind = delta.get("type")
         if kind == "text_delta":
             text = delta.get("text")
@@ -628,17 +622,20 @@ class ResponseEvents:
                 events.append(
                     self._event({"type": "response.function_call_arguments.delta", **where, "delta": arguments})
                 )
-            done = {"type": "response.function_call_arguments.done", **where}
-            done["name"], done["arguments"] = item.get("name"), arguments  # as OpenAI's API sends it
-            events.append(self._event(done))
+            done = {
+                "type": "response.function_call_arguments.done",
+                **where,
+                "name": item.get("name"),
+                "arguments": arguments,
+            }
+            events.append(self._event(done))  # with the name, as OpenAI's API sends it
         elif opened.kind == "custom_tool_call":
             try:
                 parsed = json.loads("".join(opened.parts) or "{}")
             except ValueError:
                 parsed = {}
-            text = parsed.get(CUSTOM_INPUT) if isinstance(parsed, dict) else None
-            item["input"] = text if isinstance(text, str) else ""
-            text = item["input"]
+            raw = parsed.get(CUSTOM_INPUT) if isinstance(parsed, dict) else None
+            text = item["input"] = raw if isinstance(raw, str) else ""
             events.append(self._event({"type": "response.custom_tool_call_input.delta", **where, "delta": text}))
             events.append(self._event({"type": "response.custom_tool_call_input.done", **where, "input": text}))
         elif opened.kind == "reasoning":
