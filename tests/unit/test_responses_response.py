@@ -120,6 +120,8 @@ def run_stream(
     for payload in out:
         EVENTS.validate_python(payload)
     assert [p["sequence_number"] for p in out] == list(range(len(out)))
+    # type first, sequence_number last: EventWriter splices a response event's bytes on that order
+    assert all(next(iter(p)) == "type" and list(p)[-1] == "sequence_number" for p in out)
     return translator, out
 
 
@@ -286,7 +288,7 @@ def test_function_call_arguments_stream_as_they_arrive() -> None:
     deltas = [p["delta"] for p in out if p["type"] == "response.function_call_arguments.delta"]
     assert len(deltas) > 1 and "".join(deltas) == '{"city":"Oslo"}'
     done = next(p for p in out if p["type"] == "response.function_call_arguments.done")
-    assert done["arguments"] == '{"city":"Oslo"}'
+    assert done["arguments"] == '{"city":"Oslo"}' and done["name"] == "get_weather"
 
 
 def test_a_call_without_arguments_streams_an_empty_object() -> None:
