@@ -106,7 +106,10 @@ def build_gateway(config: Config) -> Gateway:
         limits=RateLimits(redis_url, embedded_limits_path(gw_cfg.database_url, data_folder(config))),
         cooldowns=cooldowns,
         upstream=UpstreamClient(
-            connect_timeout_s=gw_cfg.connect_timeout_s, stream_idle_timeout_s=gw_cfg.stream_idle_timeout_s
+            connect_timeout_s=gw_cfg.connect_timeout_s,
+            stream_idle_timeout_s=gw_cfg.stream_idle_timeout_s,
+            pool_size=config.server.worker_connections,
+            ca_file=gw_cfg.ca_file,
         ),
         images=ImageFetcher(
             threads=gw_cfg.image_fetch_threads,

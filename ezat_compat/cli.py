@@ -227,6 +227,25 @@ def cmd_usage(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- check-config and db
 
 
+def _egress_lines(config: Config) -> list[str]:
+    """Each deployment's way out (proxy, password masked; CA bundle; client certificate);
+    ``CLIError`` naming the first file that is missing or unreadable."""
+    from ezat_compat.upstream.egress import check_files, describe, egress_of
+
+    lines = []
+    for model in config.models:
+        for deployment in model.deployments:
+            egress = egress_of(deployment, config.gateway.ca_file)
+            problem = check_files(egress)
+            if problem is not None:
+                raise CLIError(f"deployment {deployment.name}: {problem}")
+            lines.append(
+                f"deployment {deployment.name} ({deployment.base_url}): "
+                + "; ".join(describe(egress, deployment.base_url))
+            )
+    return lines
+
+
 def cmd_check_config(args: argparse.Namespace) -> int:
     """Validate the file and what it needs from the environment, as ``nginx -t`` does: no
     connection is made. Warnings (deployments without their key) go to stderr; exit 0."""
@@ -239,6 +258,8 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     open_engine(config.gateway.database_url).dispose()  # a supported URL whose driver is installed
     for line in deployment_warnings(config):
         print(f"ezat-compat: warning: {line}", file=sys.stderr)
+    for line in _egress_lines(config):
+        print(line)
     deployments = sum(len(m.deployments) for m in config.models)
     print(
         f"{path}: the configuration is valid ({len(config.models)} models, {deployments} deployments, "

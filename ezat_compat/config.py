@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from marshmallow import RAISE, Schema, ValidationError, fields, validate, validates_schema
 
@@ -61,6 +62,19 @@ class _PriceSchema(_Strict):
     web_search = fields.Decimal(load_default=Decimal(0), validate=validate.Range(min=0))  # USD per search
 
 
+def _proxy_url(value: str) -> None:
+    """``proxy``: "" (none) or an http(s) URL with a host, as requests takes it."""
+    if value == "":
+        return
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValidationError('Not a proxy URL: use "http://[user:password@]host:port" (or "" for none).')
+    try:
+        parts.port  # noqa: B018 - raises for a port that isn't a number
+    except ValueError:
+        raise ValidationError("Not a proxy URL: the port is not a number.") from None
+
+
 class _DeploymentSchema(_Strict):
     name = fields.Str(required=True, validate=validate.Length(min=1, max=128))
     base_url = fields.Url(required=True, require_tld=False, schemes={"http", "https"})
@@ -69,6 +83,15 @@ class _DeploymentSchema(_Strict):
     anthropic_version = fields.Str(load_default="2023-06-01")
     priority = fields.Int(load_default=0, strict=True)
     weight = fields.Float(load_default=1.0, validate=validate.Range(min=0, min_inclusive=False))
+    proxy = fields.Str(load_default=None, validate=_proxy_url)
+    ca_file = fields.Str(load_default="")
+    client_cert = fields.Str(load_default="")
+    client_key = fields.Str(load_default="")
+
+    @validates_schema
+    def _key_goes_with_a_cert(self, data: dict[str, Any], **_: Any) -> None:
+        if data.get("client_key") and not data.get("client_cert"):
+            raise ValidationError({"client_key": ["client_key needs client_cert."]})
 
 
 class _ModelSchema(_Strict):
@@ -128,6 +151,7 @@ class _GatewaySchema(_Strict):
     data_dir = fields.Str(load_default="")
     first_event_timeout_s = fields.Float(load_default=30.0, validate=validate.Range(min=0, min_inclusive=False))
     web_search_max_uses = fields.Int(load_default=10, strict=True, validate=validate.Range(min=1, max=1000))
+    ca_file = fields.Str(load_default="")
 
 
 def _allow_list(value: str) -> None:
@@ -189,6 +213,22 @@ class _ConfigSchema(_Strict):
                     raise ValidationError(f"models[{i}].{where}: {name!r} is already used by {seen[key]}.")
                 seen[key] = model["id"]
 
+    @validates_schema
+    def _one_tls_per_origin(self, data: dict[str, Any], **_: Any) -> None:
+        """Deployments on one origin share its connections, so they must name the same TLS files."""
+        seen: dict[str, tuple[str, tuple[str, ...]]] = {}
+        for i, model in enumerate(data.get("models", [])):
+            for j, deployment in enumerate(model.get("deployments", [])):
+                parts = urlsplit(deployment["base_url"])
+                origin = f"{parts.scheme.lower()}://{parts.netloc.lower()}"
+                files = tuple(deployment.get(k, "") for k in _PATH_KEYS)
+                first = seen.setdefault(origin, (deployment["name"], files))
+                if first[1] != files:
+                    raise ValidationError(
+                        f"models[{i}].deployments[{j}]: deployment {deployment['name']!r} shares {origin} with "
+                        f"{first[0]!r} but not its ca_file, client_cert and client_key; give both the same."
+                    )
+
 
 _SCHEMA = _ConfigSchema()
 
@@ -196,12 +236,22 @@ _SCHEMA = _ConfigSchema()
 # ---------------------------------------------------------------- loading
 
 
-def _build_model(raw: Mapping[str, Any], environ: Mapping[str, str]) -> Model:
+_PATH_KEYS = ("ca_file", "client_cert", "client_key")  # file paths: relative ones are beside the config file
+
+
+def _beside(folder: str, value: str) -> str:
+    return os.path.join(folder, value) if value and not os.path.isabs(value) else value
+
+
+def _build_model(raw: Mapping[str, Any], environ: Mapping[str, str], folder: str = "") -> Model:
     price = raw["price"]
     cache_write = price["cache_write"] if price["cache_write"] is not None else price["input"] * Decimal("1.25")
     cache_read = price["cache_read"] if price["cache_read"] is not None else price["input"] * Decimal("0.1")
     deployments = tuple(
-        Deployment(**{k: v for k, v in d.items()}, api_key=environ.get(d["api_key_env"], ""))
+        Deployment(
+            **{k: _beside(folder, v) if k in _PATH_KEYS else v for k, v in d.items()},  # type: ignore[arg-type]
+            api_key=environ.get(d["api_key_env"], ""),
+        )
         for d in raw["deployments"]
     )
     simple = {k: v for k, v in raw.items() if k not in {"price", "deployments", "aliases", "efforts"}}
@@ -232,6 +282,8 @@ def parse_config(
         problems = [format_error(p, m) for p, m in flatten_errors(exc.messages)]
         raise ConfigError("\n".join(f"{label}: {p}" for p in problems)) from None
     gateway = dict(loaded["gateway"])
+    folder = os.path.dirname(os.path.abspath(path))
+    gateway["ca_file"] = _beside(folder, gateway.get("ca_file", ""))
     if environ.get("EZAT_DATABASE_URL"):
         gateway["database_url"] = environ["EZAT_DATABASE_URL"]
     if "EZAT_REDIS_URL" in environ:
@@ -239,7 +291,7 @@ def parse_config(
     return Config(
         gateway=GatewaySettings(**gateway),
         server=ServerSettings(**loaded["server"]),
-        models=tuple(_build_model(m, environ) for m in loaded["models"]),
+        models=tuple(_build_model(m, environ, folder) for m in loaded["models"]),
         path=path,
         responses=ResponsesSettings(**loaded["responses"]),
         logging=LoggingSettings(**loaded["logging"]),

@@ -36,6 +36,10 @@ class Deployment:
     anthropic_version: str = "2023-06-01"
     priority: int = 0
     weight: float = 1.0
+    proxy: str | None = None  # None: the environment's (HTTPS_PROXY, NO_PROXY…); "": none
+    ca_file: str = ""  # trusted besides the default bundle (and [gateway] ca_file)
+    client_cert: str = ""  # PEM, for an upstream that asks for a client certificate (mTLS)
+    client_key: str = ""  # PEM; "" when client_cert holds the key too
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,7 @@ class GatewaySettings:
     data_dir: str = ""  # counters and journal; relative to the config file's folder ("" = that folder)
     first_event_timeout_s: float = 30.0  # a stream without headers and a first event by then fails over
     web_search_max_uses: int = 10  # a web search tool sent without max_uses gets this many (and it is reserved)
+    ca_file: str = ""  # a CA every deployment trusts besides the default bundle (a TLS-inspecting proxy's)
 
 
 @dataclass(frozen=True)

@@ -218,6 +218,16 @@ class UpstreamConnectError(UpstreamError):
     """The deployment could not be reached (refused, reset, DNS). Safe to fail over."""
 
 
+class UpstreamTLSError(UpstreamConnectError):
+    """The TLS connection to the deployment failed (``certificate``: its certificate could not
+    be verified). The gateway's configuration (``ca_file``, the client certificate) or the
+    upstream's; safe to fail over."""
+
+    def __init__(self, message: str, *, certificate: bool) -> None:
+        super().__init__(message)
+        self.certificate = certificate
+
+
 class UpstreamTimeoutError(UpstreamError):
     """No complete answer before the deadline. Fail over if nothing reached the client."""
 
@@ -244,7 +254,11 @@ class UpstreamStatusError(UpstreamError):
         self.error, message = _parse_error(body)
         self.error_type = self.error.get("type") if self.error is not None else None
         super().__init__(message or f"upstream answered HTTP {status}", retry_after=parse_retry_after(self.headers))
-        self.failover = status in FAILOVER_STATUSES or status in DEPLOYMENT_FAULT_STATUSES
+        # A 4xx that isn't Anthropic's envelope came from something in between (a proxy, a
+        # load balancer): the route's fault, never the client's, so another deployment may serve.
+        self.failover = (
+            status in FAILOVER_STATUSES or status in DEPLOYMENT_FAULT_STATUSES or (self.error is None and status < 500)
+        )
 
     @classmethod
     def from_event(cls, error: Mapping[str, Any]) -> UpstreamStatusError:

@@ -29,6 +29,7 @@ from ezat_compat.errors import (
     UpstreamStatusError,
     UpstreamStreamError,
     UpstreamTimeoutError,
+    UpstreamTLSError,
 )
 
 # The upstream's 400 text -> (message, param) in the client's terms (a dialect's rewrite).
@@ -54,6 +55,12 @@ def _by_status(exc: UpstreamStatusError, rewrite: Rewrite) -> GatewayError:
     if status in DEPLOYMENT_FAULT_STATUSES:
         return GatewayError(
             f"The upstream deployment refused the gateway's request (HTTP {status}); "
+            "this is a gateway configuration problem, not yours.",
+            retry_after=retry,
+        )
+    if exc.error is None and 400 <= status < 500:  # not the API's answer: a proxy or a balancer in between
+        return GatewayError(
+            f"Something between the gateway and the upstream provider refused the request (HTTP {status}); "
             "this is a gateway configuration problem, not yours.",
             retry_after=retry,
         )
@@ -95,6 +102,15 @@ def client_error(
             return GatewayTimeoutError("The upstream provider did not start the stream in time; retry shortly.")
         return GatewayTimeoutError(
             f'The request took longer than {timeout_s:g} seconds; stream it instead ("stream": true).'
+        )
+    if isinstance(exc, UpstreamTLSError):
+        if exc.certificate:
+            return GatewayError(
+                "The upstream provider's certificate could not be verified; "
+                "this is a gateway configuration problem (its trusted CAs), not yours."
+            )
+        return GatewayError(
+            "The TLS connection to the upstream provider failed; this is a gateway configuration problem, not yours."
         )
     if isinstance(exc, UpstreamConnectError):
         return GatewayError("The upstream provider could not be reached; try again shortly.", retry_after=retry)

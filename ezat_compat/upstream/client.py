@@ -1,26 +1,49 @@
-"""The upstream client: keep-alive connections per deployment origin, one exception map.
+"""The upstream client: ``requests``, one Session per worker process, one adapter per
+deployment origin and egress; one exception map.
+
+Gunicorn forks after import, so the Session is made lazily in each process (``_session``).
+Each deployment origin gets an ``HTTPAdapter`` of its own (keep-alive connections, at most
+``pool_size`` of them, ``pool_block``: a request waits for a connection rather than opening
+more) that holds the deployment's TLS context: the default CA bundle, the operator's extra CAs
+and client certificate (``egress.py``). Proxies are the deployment's, or the environment's as
+requests reads it; the environment is read once per deployment and process, not per request
+(``trust_env`` is off: every call names its own settings).
 
 Low-level failures become the ``UpstreamError`` subtree of ``errors.py`` here and nowhere
-else: refused or reset connections ``UpstreamConnectError``, no answer in time
-``UpstreamTimeoutError``, a non-2xx answer ``UpstreamStatusError``, a stream that broke after
-it started ``UpstreamStreamError``.
+else (Chat Completions reference, "Errors": failover on refused connections, timeouts,
+429/500/502/503/504/529; never on other 4xx):
 
-Gunicorn forks after import, so the connections are made lazily in each process.
-Chat Completions reference, "Errors" (failover on refused connections, timeouts,
-429/500/502/503/504/529; never on other 4xx).
+    requests.exceptions.SSLError        -> UpstreamTLSError       (certificate, handshake)
+    requests.exceptions.ProxyError      -> UpstreamConnectError   (the proxy refused or failed)
+    requests.exceptions.ConnectTimeout  -> UpstreamConnectError
+    requests.exceptions.ConnectionError -> UpstreamConnectError   (refused, reset, DNS)
+    requests.exceptions.Timeout         -> UpstreamTimeoutError   (no bytes within the read timeout)
+    a non-2xx answer                    -> UpstreamStatusError
+    a stream broken after it started    -> UpstreamStreamError
 
-The HTTP/1.1 transport is ``transport.py``: on this path urllib3's own layer cost five times
-the CPU of the whole call (bench/RESULTS.md), and ``requests``' more. The image downloader
-keeps ``requests``.
+A stream is read on its own greenlet (a thread outside gevent) into a queue (``UpstreamStream``),
+so the writer can wait for the next event with a bound of its own, send keep-alives while the
+upstream is silent, and give up at the first-event deadline by the wall clock — the response
+head included.
 """
 
 from __future__ import annotations
 
 import contextlib
+import http.cookiejar
 import json
+import logging
+import queue
+import socket
+import ssl
+import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
+
+import requests
+import urllib3
+from requests.adapters import HTTPAdapter
 
 from ezat_compat import __version__
 from ezat_compat.domain import Deployment
@@ -30,105 +53,286 @@ from ezat_compat.errors import (
     UpstreamStatusError,
     UpstreamStreamError,
     UpstreamTimeoutError,
+    UpstreamTLSError,
 )
 from ezat_compat.procid import pid
-from ezat_compat.upstream.sse import SSEDecoder
-from ezat_compat.upstream.transport import ConnectFailed, Origin, ProtocolError, Response
+from ezat_compat.upstream.egress import Egress, egress_of
+from ezat_compat.upstream.sse import iter_sse
 
+log = logging.getLogger("ezat_compat")
 USER_AGENT = f"ezat-compat/{__version__}"
 Event = tuple[str, str]
+READ_SIZE = 64 * 1024  # what one read of a body without chunks asks for
+_END = object()  # the reader's last word: the body ended
+_WAKE = object()  # ``interrupt``: wake the waiting writer
+
+
+class TLSAdapter(HTTPAdapter):
+    """An ``HTTPAdapter`` whose connections use one TLS context (the deployment's CAs and client
+    certificate), through requests' documented extension point for a custom ``SSLContext``
+    (``build_connection_pool_key_attributes``)."""
+
+    def __init__(self, context: ssl.SSLContext, *, pool_maxsize: int) -> None:
+        self._context = context
+        super().__init__(pool_connections=4, pool_maxsize=pool_maxsize, pool_block=True, max_retries=0)
+
+    def build_connection_pool_key_attributes(
+        self, request: requests.PreparedRequest, verify: bool | str, cert: Any = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        host_params, pool_kwargs = super().build_connection_pool_key_attributes(request, verify, cert)
+        if host_params.get("scheme") == "https":
+            for name in ("ca_certs", "ca_cert_dir", "cert_file", "key_file"):
+                pool_kwargs.pop(name, None)  # all in the context
+            pool_kwargs["ssl_context"] = self._context
+        return host_params, pool_kwargs
+
+
+class _Route:
+    """One deployment's way out in this process: its adapter, its proxies, its prepared request
+    template per path."""
+
+    __slots__ = ("adapter", "egress", "origin", "templates")
+
+    def __init__(self, origin: str, egress: Egress, adapter: TLSAdapter) -> None:
+        self.origin = origin
+        self.egress = egress
+        self.adapter = adapter
+        self.templates: dict[str, requests.PreparedRequest] = {}
+
+
+def _no_cookies() -> requests.cookies.RequestsCookieJar:
+    """A jar that keeps no cookie: an upstream's cookies must not ride along on another
+    organization's request."""
+    jar = requests.cookies.RequestsCookieJar()
+    jar.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
+    return jar
+
+
+def _spawner() -> Callable[[Callable[[], None]], Any]:
+    """Starts the reader: a greenlet under gevent's patched sockets, else a daemon thread."""
+    try:
+        from gevent import monkey, spawn
+
+        if monkey.is_module_patched("socket"):
+            return spawn
+    except ImportError:  # pragma: no cover - gevent is a dependency
+        pass
+
+    def start(target: Callable[[], None]) -> threading.Thread:
+        thread = threading.Thread(target=target, name="ezat-upstream-stream", daemon=True)
+        thread.start()
+        return thread
+
+    return start
+
+
+def _ssl_reason(exc: BaseException) -> str:
+    """The SSL library's reason inside a requests exception (``certificate verify failed:
+    unable to get local issuer certificate``), else the exception's own text."""
+    seen: set[int] = set()
+    stack: list[Any] = [exc]
+    while stack:
+        item = stack.pop()
+        if id(item) in seen or not isinstance(item, BaseException):
+            continue
+        seen.add(id(item))
+        if isinstance(item, ssl.SSLCertVerificationError):
+            return f"certificate verify failed: {getattr(item, 'verify_message', None) or item}"
+        if isinstance(item, ssl.SSLError) and item.reason:
+            return str(item.reason).replace("_", " ").lower()
+        stack.extend(a for a in item.args if isinstance(a, BaseException))
+        stack.extend(x for x in (getattr(item, "reason", None), item.__cause__, item.__context__) if x is not None)
+    return str(exc)
+
+
+def _verification_failed(exc: BaseException) -> bool:
+    return _ssl_reason(exc).startswith("certificate verify failed")
+
+
+def origin_of(url: str) -> str:
+    """``scheme://host:port/``: what an adapter is mounted on (deployments on one origin share
+    its connections, and so its TLS files: the config refuses two that differ)."""
+    parts = requests.utils.urlparse(url)
+    return f"{parts.scheme.lower()}://{parts.netloc.lower()}/"
+
+
+def _host_of(url: str) -> str:
+    return requests.utils.urlparse(url).netloc
+
+
+def mapped(exc: requests.RequestException, deployment: Deployment, url: str) -> UpstreamError:
+    """The one exception map of a call that got no answer (module docstring); a TLS or proxy
+    failure is logged here, naming the deployment, the host and the reason."""
+    name = deployment.name
+    if isinstance(exc, requests.exceptions.SSLError):
+        reason = _ssl_reason(exc)
+        log.error("deployment %s: TLS with %s failed: %s", name, _host_of(url), reason)
+        return UpstreamTLSError(f"the TLS connection to {name} failed: {reason}", certificate=_verification_failed(exc))
+    if isinstance(exc, requests.exceptions.ProxyError):
+        log.error("deployment %s: the proxy failed for %s: %s", name, _host_of(url), exc)
+        return UpstreamConnectError(f"the proxy failed for {name}")
+    if isinstance(exc, requests.exceptions.ConnectTimeout):
+        return UpstreamConnectError(f"timed out connecting to {name}")
+    if isinstance(exc, requests.exceptions.Timeout):
+        return UpstreamTimeoutError(f"{name} did not answer in time")
+    if isinstance(exc, requests.exceptions.ConnectionError):
+        if any(isinstance(e, ssl.SSLError) for e in _chain(exc)):
+            reason = _ssl_reason(exc)
+            log.error("deployment %s: TLS with %s failed: %s", name, _host_of(url), reason)
+            return UpstreamTLSError(f"the TLS connection to {name} failed: {reason}", certificate=False)
+        return UpstreamConnectError(f"could not reach {name}: {type(_root(exc)).__name__}")
+    return UpstreamConnectError(f"request to {name} failed: {type(exc).__name__}")
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    stack: list[Any] = [exc]
+    while stack:
+        item = stack.pop()
+        if not isinstance(item, BaseException) or id(item) in seen:
+            continue
+        seen.add(id(item))
+        yield item
+        stack.extend(item.args)
+        stack.extend((getattr(item, "reason", None), item.__cause__, item.__context__))
+
+
+def _root(exc: BaseException) -> BaseException:
+    last = exc
+    for item in _chain(exc):
+        last = item
+    return last
+
+
+def _chunks(response: requests.Response) -> Iterable[bytes]:
+    """A stream's body as it arrives: each HTTP chunk of a chunked body (``iter_content(None)``:
+    the default size would read 128 bytes at a time). A stream without chunks ends with its
+    connection: each socket read's bytes as they come (``read1``; ``iter_content`` would wait
+    for a whole buffer)."""
+    raw = response.raw
+    if getattr(raw, "chunked", False):
+        return response.iter_content(chunk_size=None)
+    return iter(lambda: raw.read1(READ_SIZE), b"")
 
 
 class UpstreamStream:
     """An open upstream SSE response: ``poll`` (or iterate ``events()``); always ``close()`` it.
 
-    ``idle_timeout_s``: a socket silent that long counts as broken once the first event has
-    come. ``first_deadline`` (``time.monotonic()``): when the first event must have come, bytes
-    or no bytes — an upstream that drips bytes without completing an event doesn't push it back
-    (each read waits at most the time left)."""
+    The reader (its own greenlet) sends the request, reads the body with sseclient-py and puts
+    each event on a queue; ``poll`` takes what is there. ``first_deadline``
+    (``time.monotonic()``): when the response head and the first event must have come, by the
+    wall clock. After it, a socket silent for ``idle_timeout_s`` breaks the stream (the
+    reader's read timeout)."""
 
     __slots__ = (
         "_closed",
-        "_decoder",
-        "_heard",
+        "_error",
         "_pending",
+        "_queue",
+        "_reader",
+        "_response",
         "_started",
         "deployment",
         "ended",
         "first_deadline",
-        "idle_timeout_s",
-        "response",
     )
 
-    def __init__(
-        self, response: Response, deployment: Deployment, idle_timeout_s: float, first_deadline: float
-    ) -> None:
-        self.response = response
+    def __init__(self, deployment: Deployment, first_deadline: float) -> None:
         self.deployment = deployment
-        self.idle_timeout_s = idle_timeout_s
         self.first_deadline = first_deadline
         self.ended = False  # the upstream ended the body (read to its end)
         self._closed = False
         self._started = False
-        self._heard = time.monotonic()  # when bytes last came
-        self._decoder = SSEDecoder()
         self._pending: list[Event] = []
+        self._error: UpstreamError | None = None
+        self._queue: Any = queue.SimpleQueue()
+        self._response: requests.Response | None = None
+        self._reader: Any = None
+
+    def start(self, open_response: Callable[[], requests.Response], spawn: Callable[[Callable[[], None]], Any]) -> None:
+        self._reader = spawn(lambda: self._read(open_response))
+
+    def _read(self, open_response: Callable[[], requests.Response]) -> None:
+        """The reader: the request, then every event of the body onto the queue, then ``_END``
+        (or the exception that stopped it)."""
+        put = self._queue.put
+        try:
+            self._response = response = open_response()
+            if self._closed:
+                response.close()
+                return
+            for event in iter_sse(_chunks(response)):
+                put(event)
+            put(_END)
+        except BaseException as exc:
+            put(exc)
+            if not isinstance(exc, Exception):
+                raise
 
     def poll(self, wait_s: float | None = None) -> list[Event]:
-        """The events that have arrived: those already read, else those of the next socket
-        reads, waiting at most ``wait_s`` (``None``: as long as the stream may be silent) for
-        one to complete. An empty list: none came in time, or the body ended (``ended``).
-        Raises ``UpstreamTimeoutError`` when no first event came by the first-event deadline,
-        ``UpstreamStreamError`` when the stream broke or was silent past the idle timeout."""
+        """The events that have arrived: those already read, else the next ones, waiting at
+        most ``wait_s`` (``None``: as long as the stream may be silent). An empty list: none
+        came in time, the body ended (``ended``), or the stream was interrupted. Raises
+        ``UpstreamTimeoutError`` when no first event came by the first-event deadline,
+        ``UpstreamStatusError`` for a non-2xx answer, ``UpstreamStreamError`` when the stream
+        broke."""
         if self._pending:
             out, self._pending = self._pending, []
             return out
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
         if self.ended or self._closed:
             return []
-        clock = time.monotonic
-        response = self.response
-        until = None if wait_s is None else clock() + wait_s
+        q = self._queue
+        timeout = wait_s
+        if not self._started:
+            left = self.first_deadline - time.monotonic()
+            if left <= 0:
+                raise UpstreamTimeoutError(f"{self.deployment.name} sent no event in time")
+            timeout = left if timeout is None else min(timeout, left)
         try:
-            while True:
-                now = clock()
-                limit = self._heard + self.idle_timeout_s if self._started else self.first_deadline
-                if limit <= now:
-                    raise TimeoutError("silent past the deadline")
-                waiting = until is not None and until < limit
-                timeout = (until if waiting else limit) - now  # type: ignore[operator]
-                if timeout <= 0:
-                    return []
-                response.set_timeout(timeout)
-                try:
-                    chunk = response.read()
-                except TimeoutError:
-                    if waiting:
-                        return []
-                    raise
-                self._heard = clock()
-                events = self._decoder.feed(chunk) if chunk else []
-                if response.done:
-                    self.ended = True
-                    self._decoder.flush()  # an unterminated event is discarded (WHATWG)
-                if events:
-                    self._started = True
-                    return events
-                if self.ended:
-                    return []
-        except Exception as exc:  # socket errors, a broken chunk, an event too large
-            if self._closed:  # closed (or interrupted) from elsewhere while waiting
-                self.ended = True
-                return []
-            if not self._started and isinstance(exc, TimeoutError):
+            item = q.get(timeout=timeout) if timeout is None or timeout > 0 else q.get_nowait()
+        except queue.Empty:
+            if not self._started and time.monotonic() >= self.first_deadline:
                 raise UpstreamTimeoutError(f"{self.deployment.name} sent no event in time") from None
-            raise UpstreamStreamError(f"the upstream stream broke: {type(exc).__name__}") from None
+            return []
+        items = [item]
+        while not q.empty():
+            items.append(q.get_nowait())
+        events: list[Event] = []
+        for item in items:
+            if type(item) is tuple:
+                events.append(item)
+            elif item is _END:
+                self.ended = True
+            elif item is not _WAKE:  # the exception that stopped the reader
+                if self._closed:  # closed from elsewhere while waiting: the end, not a failure
+                    self.ended = True
+                    break
+                failure = self._failure(item)
+                if not events:
+                    raise failure
+                self._error = failure  # raised at the next poll, after the events before it
+                break
+        if events:
+            self._started = True
+        return events
+
+    @staticmethod
+    def _failure(exc: BaseException) -> UpstreamError:
+        """What stopped the reader: the call's own failure (raised by ``_send``: refused, a
+        non-2xx answer…), else a body that broke off (a read failed, an event too large)."""
+        if isinstance(exc, UpstreamError):
+            return exc
+        return UpstreamStreamError(f"the upstream stream broke: {type(_root(exc)).__name__}")
 
     def first(self) -> Event | None:
         """The first event (the rest of its read stays pending); ``None`` if the body ended first."""
         while not self.ended:
             events = self.poll()
             if events:
-                self._pending = events[1:]
+                self._pending = events[1:] + self._pending
                 return events[0]
         return None
 
@@ -143,47 +347,114 @@ class UpstreamStream:
             yield from events
 
     def interrupt(self) -> None:
-        """Wake a reader waiting on the socket (from another greenlet or thread): its read
-        ends, and the connection is not reused."""
-        self.response.shutdown()
+        """Wake a writer waiting for the next event (from another greenlet or thread)."""
+        self._queue.put(_WAKE)
 
     def close(self) -> None:
-        """Give the connection back when the body was read to its end, else drop it."""
+        """Give the connection back when the body was read to its end, else drop it (and stop
+        the reader)."""
         if self._closed:
             return
         self._closed = True
         with contextlib.suppress(Exception):  # closing must never raise
-            if self.ended:
-                self.response.release()
-            else:
-                self.response.close()
+            response = self._response
+            if not self.ended:
+                kill = getattr(self._reader, "kill", None)
+                if kill is not None:  # a greenlet: stopped where it waits, its connection dropped
+                    kill(block=False)
+                elif response is not None:  # a thread: its socket shut, so its read returns
+                    _shut(response)
+            if response is not None:
+                response.close()
+
+
+def _shut(response: requests.Response) -> None:
+    connection = getattr(response.raw, "connection", None)
+    sock = getattr(connection, "sock", None)
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
 
 
 class UpstreamClient:
-    """Sends Anthropic requests to deployments over keep-alive connections."""
+    """Sends Anthropic requests to deployments through one ``requests.Session`` per process.
 
-    def __init__(self, *, connect_timeout_s: float, stream_idle_timeout_s: float, pool_size: int = 1000) -> None:
+    ``pool_size``: the connections kept per origin (the worker's concurrency); ``ca_file``:
+    ``[gateway] ca_file``, trusted for every deployment besides its own."""
+
+    def __init__(
+        self,
+        *,
+        connect_timeout_s: float,
+        stream_idle_timeout_s: float,
+        pool_size: int = 1000,
+        ca_file: str = "",
+    ) -> None:
         self.connect_timeout_s = connect_timeout_s
         self.stream_idle_timeout_s = stream_idle_timeout_s
         self.pool_size = pool_size
-        self._origins: dict[str, Origin] = {}
+        self.ca_file = ca_file
+        self._session: requests.Session | None = None
+        self._routes: dict[str, _Route] = {}
         self._pid = 0
+        self._lock = threading.Lock()
+        self._spawn: Callable[[Callable[[], None]], Any] | None = None
 
-    def _origin(self, base_url: str) -> Origin:
-        """The keep-alive connections of one deployment URL, made once per process (after the
-        fork) and kept for its life."""
-        if self._pid != pid():
-            self._origins, self._pid = {}, pid()
-        origin = self._origins.get(base_url)
-        if origin is None:
-            origin = self._origins[base_url] = Origin(base_url, max_idle=self.pool_size, ca_file=_ca_bundle())
-        return origin
+    @property
+    def session(self) -> requests.Session:
+        """This process's Session (made after the fork)."""
+        if self._pid != pid() or self._session is None:
+            with self._lock:
+                if self._pid != pid() or self._session is None:
+                    session = requests.Session()
+                    session.trust_env = False  # each call names its proxies and TLS (read once, in egress)
+                    session.cookies = _no_cookies()
+                    self._session, self._routes, self._pid = session, {}, pid()
+                    self._spawn = _spawner()
+        return self._session
+
+    def _route(self, deployment: Deployment) -> _Route:
+        """The deployment's adapter (one per origin, mounted on the Session) and egress, made
+        once per process."""
+        session = self.session
+        route = self._routes.get(deployment.name)
+        if route is None or route.origin != deployment.base_url:
+            egress = egress_of(deployment, self.ca_file)
+            origin = origin_of(deployment.base_url)
+            with self._lock:
+                adapter = session.adapters.get(origin)
+                if not isinstance(adapter, TLSAdapter):
+                    try:
+                        context = egress.ssl_context()
+                    except (OSError, ssl.SSLError) as exc:  # check-config names the file before a start
+                        log.error("deployment %s: its TLS files can't be used: %s", deployment.name, exc)
+                        raise UpstreamConnectError(f"the TLS files of {deployment.name} can't be used") from None
+                    adapter = TLSAdapter(context, pool_maxsize=self.pool_size)
+                    session.mount(origin, adapter)
+                route = _Route(deployment.base_url, egress, adapter)
+                self._routes[deployment.name] = route
+        return route
 
     def clear(self) -> None:
-        """Close every idle connection of this process (tests, shutdown)."""
-        origins, self._origins = self._origins, {}
-        for origin in origins.values():
-            origin.close()
+        """Close every connection of this process (tests, shutdown)."""
+        session, self._session, self._routes = self._session, None, {}
+        if session is not None:
+            session.close()
+
+    def _prepared(
+        self, route: _Route, deployment: Deployment, path: str, body: bytes, headers: dict[str, str]
+    ) -> requests.PreparedRequest:
+        """The request: a copy of the route's template for ``path`` (URL parsed once), with
+        this call's header fields and body."""
+        template = route.templates.get(path)
+        if template is None:
+            template = requests.PreparedRequest()
+            template.prepare(method="POST", url=deployment.base_url.rstrip("/") + path, headers={})
+            route.templates[path] = template
+        request = template.copy()
+        request.prepare_headers(headers)
+        request.prepare_body(body, None)
+        return request
 
     def _headers(self, deployment: Deployment, extra: Mapping[str, str] | None, accept: str) -> dict[str, str]:
         headers = {
@@ -198,50 +469,70 @@ class UpstreamClient:
             headers.update(extra)
         return headers
 
-    def _post(
+    def _send(
         self, deployment: Deployment, path: str, body: bytes, headers: dict[str, str], read_timeout: float
-    ) -> Response:
+    ) -> requests.Response:
+        """Send and read the head (``stream=True``: the body is read by the caller); a non-2xx
+        answer is read whole within ``read_timeout`` and raised as ``UpstreamStatusError``."""
+        route = self._route(deployment)
+        request = self._prepared(route, deployment, path, body, headers)
         try:
-            response = self._origin(deployment.base_url).request(
-                "POST", path, headers, body, connect_timeout=self.connect_timeout_s, read_timeout=read_timeout
+            response = self.session.send(
+                request,
+                stream=True,
+                timeout=(self.connect_timeout_s, read_timeout),
+                verify=True,
+                proxies=route.egress.proxies,
+                allow_redirects=False,
             )
-        except ConnectFailed as exc:  # refused, unreachable, the TLS handshake
-            if exc.timed_out:
-                raise UpstreamConnectError(f"timed out connecting to {deployment.name}") from None
-            raise UpstreamConnectError(f"could not reach {deployment.name}: {exc}") from None
-        except TimeoutError:
-            raise UpstreamTimeoutError(f"{deployment.name} did not answer in time") from None
-        except (ProtocolError, OSError) as exc:
+        except requests.RequestException as exc:
+            raise mapped(exc, deployment, request.url or "") from None
+        except (ValueError, OSError) as exc:  # a header value requests refuses, a broken socket
             raise UpstreamConnectError(f"request to {deployment.name} failed: {type(exc).__name__}") from None
-        if response.status >= 300:
+        if response.status_code >= 300:
             try:
-                body_bytes = self._read(response, time.monotonic() + read_timeout, deployment)
+                data = self._read(response, time.monotonic() + read_timeout, deployment)
             except UpstreamError:
-                body_bytes = b""
-            raise UpstreamStatusError(response.status, body_bytes, response.headers)
+                data = b""
+            error = UpstreamStatusError(response.status_code, data, response.headers)
+            if error.error is None:  # not Anthropic's envelope: a proxy's page, a gateway in between
+                log.warning(
+                    "deployment %s answered HTTP %d that is not the API's error: %r",
+                    deployment.name,
+                    response.status_code,
+                    data[:200],
+                )
+            raise error
         return response
 
-    def _read(self, response: Response, deadline: float, deployment: Deployment) -> bytes:
-        """The whole body within the wall-clock ``deadline``; the connection goes back to its
-        origin only when the body was read to its end."""
+    def _read(self, response: requests.Response, deadline: float, deployment: Deployment) -> bytes:
+        """The whole body within the wall-clock ``deadline``: each read waits at most the time
+        left, so bytes that trickle can't stretch it. The connection goes back to the pool only
+        when the body was read to its end."""
         chunks = []
-        try:  # each read brings what one socket read holds, so the deadline is checked as bytes trickle
-            while not response.done:
+        raw = response.raw
+        sock = getattr(getattr(raw, "connection", None), "sock", None)
+        reads = response.iter_content(chunk_size=None) if getattr(raw, "chunked", False) else None
+        try:
+            while True:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise TimeoutError("past the deadline")
-                response.set_timeout(left)
-                chunks.append(response.read())
-        except TimeoutError:
+                    raise UpstreamTimeoutError(f"{deployment.name} did not answer in time")
+                if sock is not None:
+                    sock.settimeout(left)
+                chunk = next(reads, b"") if reads is not None else raw.read1(READ_SIZE)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
             response.close()
-            raise UpstreamTimeoutError(f"{deployment.name} did not answer in time") from None
-        except (ProtocolError, OSError) as exc:
-            response.close()
-            raise UpstreamConnectError(f"{deployment.name} broke the connection: {type(exc).__name__}") from None
+            if isinstance(exc, requests.exceptions.Timeout | urllib3.exceptions.TimeoutError | TimeoutError):
+                raise UpstreamTimeoutError(f"{deployment.name} did not answer in time") from None
+            raise UpstreamConnectError(f"{deployment.name} broke the connection: {type(_root(exc)).__name__}") from None
         except BaseException:
             response.close()
             raise
-        response.release()
+        raw.release_conn()  # read to its end: the connection goes back to the pool
         return b"".join(chunks)
 
     def complete(
@@ -255,7 +546,7 @@ class UpstreamClient:
     ) -> tuple[bytes, Mapping[str, str]]:
         """A non-streaming call: the whole body within ``timeout_s`` (wall clock)."""
         deadline = time.monotonic() + timeout_s
-        response = self._post(deployment, path, body, self._headers(deployment, headers, "application/json"), timeout_s)
+        response = self._send(deployment, path, body, self._headers(deployment, headers, "application/json"), timeout_s)
         return self._read(response, deadline, deployment), response.headers
 
     def open_stream(
@@ -267,30 +558,21 @@ class UpstreamClient:
         headers: Mapping[str, str] | None = None,
         first_event_timeout_s: float | None = None,
     ) -> UpstreamStream:
-        """A streaming call: returns once the upstream answered 2xx; read ``poll`` or
-        ``events()``. Streams have no total limit; a socket silent for
-        ``stream_idle_timeout_s`` counts as broken (Anthropic pings every few seconds). With
-        ``first_event_timeout_s``, the response headers and then the first event must each
-        come within it, by the wall clock (Anthropic sends ``message_start`` at once when it
-        takes a stream): ``UpstreamTimeoutError`` otherwise, which the caller may fail over
+        """A streaming call, read on its own greenlet: ``poll``, ``first`` or ``events()`` give
+        its events and raise its failures (a non-2xx answer included). Streams have no total
+        limit; a socket silent for ``stream_idle_timeout_s`` breaks it (Anthropic pings every
+        few seconds). With ``first_event_timeout_s``, the response head and the first event
+        must come within it, by the wall clock (Anthropic sends ``message_start`` at once when
+        it takes a stream): ``UpstreamTimeoutError`` otherwise, which the caller may fail over
         since nothing reached the client."""
         all_headers = self._headers(deployment, headers, "text/event-stream")
         first = first_event_timeout_s if first_event_timeout_s is not None else self.stream_idle_timeout_s
         first = min(first, self.stream_idle_timeout_s)
-        try:
-            response = self._post(deployment, path, body, all_headers, first)
-        except UpstreamTimeoutError:
-            raise UpstreamTimeoutError(f"{deployment.name} did not start the stream within {first:g} s") from None
-        return UpstreamStream(response, deployment, self.stream_idle_timeout_s, time.monotonic() + first)
-
-
-def _ca_bundle() -> str | None:
-    """certifi's bundle when installed (as with requests), else the system's."""
-    try:
-        import certifi
-    except ImportError:  # pragma: no cover - certifi comes with requests
-        return None
-    return str(certifi.where())
+        self._route(deployment)  # made here, in the caller: a bad TLS file fails the call, not the reader
+        stream = UpstreamStream(deployment, time.monotonic() + first)
+        idle = self.stream_idle_timeout_s
+        stream.start(lambda: self._send(deployment, path, body, all_headers, idle), self._spawn or _spawner())
+        return stream
 
 
 def with_model(body_without_model: bytes, model: str, *, stream: bool | None = None) -> bytes:

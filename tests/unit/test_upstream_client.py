@@ -1,6 +1,6 @@
-"""The upstream client's one exception map and its connection handling, against a scripted
-HTTP server on loopback (real sockets for protocol edges: refused connections, timeouts, a
-stream cut mid-way, connection reuse)."""
+"""The upstream client's connection handling, against a scripted HTTP server on loopback (real
+sockets for protocol edges: refused connections, timeouts, a stream cut mid-way, connection
+reuse, TLS). The exception map and the egress settings in process: test_upstream_requests.py."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from cryptography import x509
@@ -22,6 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from ezat_compat.domain import Deployment
+from ezat_compat.errors import UpstreamTLSError
 from ezat_compat.upstream.client import (
     UpstreamClient,
     UpstreamConnectError,
@@ -31,7 +31,6 @@ from ezat_compat.upstream.client import (
     encode_body,
     with_model,
 )
-from ezat_compat.upstream.transport import ConnectFailed, Origin
 
 Script = Callable[[socket.socket, bytes], None]
 
@@ -274,34 +273,6 @@ def test_with_model_splices_without_reserialising(
     assert with_model(body, model, stream=stream) == expected
 
 
-def test_a_request_head_and_body_go_out_in_one_write(
-    server: ScriptedServer, client: UpstreamClient, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    writes: list[bytes] = []
-    real_sendall, real_send = socket.socket.sendall, socket.socket.send
-
-    def recording_sendall(self: socket.socket, data: Any, *args: Any) -> None:
-        if threading.current_thread() is threading.main_thread():  # the client's, not the server's
-            writes.append(bytes(data))
-        real_sendall(self, data, *args)
-
-    def recording_send(self: socket.socket, data: Any, *args: Any) -> int:
-        sent = real_send(self, data, *args)
-        if threading.current_thread() is threading.main_thread():
-            writes.append(bytes(data[:sent]))
-        return sent
-
-    monkeypatch.setattr(socket.socket, "sendall", recording_sendall)
-    monkeypatch.setattr(socket.socket, "send", recording_send)
-    server.scripts = [respond(200, b'{"ok":1}'), respond(200, b'{"ok":2}')]
-    body = with_model(encode_body({"max_tokens": 5}), "claude-x", stream=False)
-    for _ in range(2):  # a new connection, then the pooled one
-        assert client.complete(deployment(server.url), "/v1/messages", body, timeout_s=5)[0].startswith(b'{"ok"')
-    assert len(writes) == 2 and writes == server.requests
-    assert writes[0].startswith(b"POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1:")
-    assert writes[0].endswith(b"\r\n\r\n" + body)
-
-
 def test_the_path_of_the_deployment_url_prefixes_the_request(server: ScriptedServer, client: UpstreamClient) -> None:
     server.scripts = [respond(200, b"{}")]
     client.complete(deployment(server.url + "/anthropic/"), "/v1/messages", b"{}", timeout_s=5)
@@ -338,16 +309,20 @@ def test_the_tls_connection_is_verified_and_kept_alive(server: ScriptedServer, t
     server.socket = context.wrap_socket(server.socket, server_side=True)
     server.scripts = [respond(200, b'{"ok":1}'), respond(200, b'{"ok":2}')]
     url = f"https://127.0.0.1:{server.server_address[1]}"
-    origin = Origin(url, max_idle=1, ca_file=str(cert_file))
+    client = UpstreamClient(connect_timeout_s=5, stream_idle_timeout_s=5)
+    trusted = Deployment(name="tls", base_url=url, upstream_model="m", api_key="k", ca_file=str(cert_file))
     for n in (1, 2):
-        response = origin.request("POST", "/v1/messages", {}, b'{"max_tokens":5}', connect_timeout=5, read_timeout=5)
-        assert (response.status, response.read_all()) == (200, b'{"ok":%d}' % n)
-        response.release()
+        data, _ = client.complete(trusted, "/v1/messages", b'{"max_tokens":5}', timeout_s=5)
+        assert data == b'{"ok":%d}' % n
     assert server.connections == 1 and all(r.endswith(b'\r\n\r\n{"max_tokens":5}') for r in server.requests)
-    origin.close()
-    untrusted = Origin(url, max_idle=1)  # the system's roots don't know the self-signed certificate
-    with pytest.raises(ConnectFailed):
-        untrusted.request("POST", "/v1/messages", {}, b"{}", connect_timeout=5, read_timeout=5)
+    client.clear()
+    untrusted = Deployment(name="tls", base_url=url, upstream_model="m", api_key="k")  # certifi doesn't know it
+    with pytest.raises(UpstreamTLSError) as info:
+        UpstreamClient(connect_timeout_s=5, stream_idle_timeout_s=5).complete(
+            untrusted, "/v1/messages", b"{}", timeout_s=5
+        )
+    assert info.value.certificate and info.value.failover
+    assert "certificate verify failed" in info.value.message
 
 
 def test_a_stream_that_drips_bytes_but_no_event_times_out_by_the_wall_clock(

@@ -1,0 +1,150 @@
+"""How the gateway leaves the network: a deployment's proxy, the CAs it trusts and its client
+certificate, resolved once per process from the configuration and the environment.
+
+The environment is read as every ``requests`` program reads it (``requests.utils``):
+``HTTPS_PROXY``, ``HTTP_PROXY`` and ``NO_PROXY`` in either case, ``REQUESTS_CA_BUNDLE`` then
+``CURL_CA_BUNDLE`` for the CA bundle (certifi's otherwise). A deployment's settings come first:
+
+- ``proxy = "http://user:pass@host:3128"`` is used whatever the environment says; ``proxy = ""``
+  means no proxy at all; without the key, the environment decides (``NO_PROXY`` included);
+- ``ca_file`` (the deployment's, and ``[gateway] ca_file`` for every deployment) is trusted in
+  addition to the bundle, never instead of it;
+- ``client_cert`` and ``client_key`` (PEM files) are presented to an upstream that asks for a
+  client certificate (mTLS); a ``client_cert`` holding both needs no ``client_key``.
+
+``describe`` says what applies in words an operator reads (``check-config``), the proxy's
+password masked; ``check_files`` names the first file that is missing or unreadable.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
+
+from requests.utils import get_environ_proxies
+
+from ezat_compat.domain import Deployment
+
+CA_BUNDLE_VARIABLES = ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")  # requests' own order (sessions.py)
+
+
+@dataclass(frozen=True)
+class Egress:
+    """The egress of one deployment: ``proxies`` as requests takes them (scheme -> proxy URL;
+    empty: connect directly), the CA bundle and the extra CA files, the client certificate."""
+
+    proxies: Mapping[str, str]
+    ca_bundle: str
+    extra_ca_files: tuple[str, ...] = ()
+    client_cert: str = ""
+    client_key: str = ""
+
+    @property
+    def key(self) -> tuple[object, ...]:
+        """What tells two egresses apart (one TLS context and one adapter per distinct key)."""
+        return (
+            tuple(sorted(self.proxies.items())),
+            self.ca_bundle,
+            self.extra_ca_files,
+            self.client_cert,
+            self.client_key,
+        )
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """A verifying client context: the bundle, the extra CAs, the client certificate.
+        Raises ``OSError``/``ssl.SSLError`` for a file that can't be read or used."""
+        context = ssl.create_default_context(cafile=self.ca_bundle)
+        for path in self.extra_ca_files:
+            context.load_verify_locations(cafile=path)
+        if self.client_cert:
+            context.load_cert_chain(self.client_cert, self.client_key or None)
+        return context
+
+
+def default_ca_bundle(environ: Mapping[str, str] | None = None) -> str:
+    """``REQUESTS_CA_BUNDLE``, else ``CURL_CA_BUNDLE``, else certifi's bundle (what requests trusts)."""
+    env = os.environ if environ is None else environ
+    for name in CA_BUNDLE_VARIABLES:
+        if env.get(name):
+            return env[name]
+    import certifi
+
+    return str(certifi.where())
+
+
+def egress_of(deployment: Deployment, gateway_ca_file: str = "") -> Egress:
+    """The egress settings that apply to ``deployment`` (see the module docstring)."""
+    if deployment.proxy is None:
+        proxies = environment_proxies(deployment.base_url)
+    elif deployment.proxy == "":
+        proxies = {}
+    else:
+        proxies = {"http": deployment.proxy, "https": deployment.proxy}
+    extra = tuple(p for p in (gateway_ca_file, deployment.ca_file) if p)
+    return Egress(
+        proxies=proxies,
+        ca_bundle=default_ca_bundle(),
+        extra_ca_files=extra,
+        client_cert=deployment.client_cert,
+        client_key=deployment.client_key,
+    )
+
+
+def environment_proxies(url: str) -> dict[str, str]:
+    """The proxies the environment names for ``url`` ({} when ``NO_PROXY`` bypasses it), as
+    requests reads them (``os.environ``, either case)."""
+    return dict(get_environ_proxies(url))
+
+
+def proxy_for(egress: Egress, url: str) -> str:
+    """The proxy a request to ``url`` goes through ("" for none)."""
+    scheme = urlsplit(url).scheme.lower()
+    return egress.proxies.get(scheme) or egress.proxies.get("all") or ""
+
+
+def masked(proxy: str) -> str:
+    """A proxy URL with its password replaced by ``***``."""
+    parts = urlsplit(proxy)
+    if parts.password is None:
+        return proxy
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def describe(egress: Egress, url: str) -> list[str]:
+    """What applies to a call to ``url``, one ``name: value`` line each (no secret)."""
+    proxy = proxy_for(egress, url)
+    lines = [f"proxy: {masked(proxy) if proxy else 'none (direct)'}", f"CA bundle: {egress.ca_bundle}"]
+    if egress.extra_ca_files:
+        lines.append("also trusted: " + ", ".join(egress.extra_ca_files))
+    if egress.client_cert:
+        cert = egress.client_cert + (f" (key {egress.client_key})" if egress.client_key else "")
+        lines.append(f"client certificate: {cert}")
+    else:
+        lines.append("client certificate: none")
+    return lines
+
+
+def check_files(egress: Egress) -> str | None:
+    """The first problem with a file the egress names, in one line; None when all can be used."""
+    named = [("CA bundle", egress.ca_bundle)] + [("ca_file", p) for p in egress.extra_ca_files]
+    if egress.client_cert:
+        named.append(("client_cert", egress.client_cert))
+    if egress.client_key:
+        named.append(("client_key", egress.client_key))
+    for what, path in named:
+        if not os.path.isfile(path):
+            return f"{what} {path}: no such file"
+        if not os.access(path, os.R_OK):
+            return f"{what} {path}: not readable"
+    try:
+        egress.ssl_context()
+    except (OSError, ssl.SSLError) as exc:
+        return f"the TLS files can't be used: {exc}"
+    return None
