@@ -72,7 +72,16 @@ def iter_sse(chunks: Iterable[bytes], *, max_event_bytes: int = MAX_EVENT_BYTES)
     """(event type, data) of each complete event in the body's ``chunks`` (``message`` when an
     event names no type); an event the body's end cut off is not one."""
     source = _Chunks(chunks, max_event_bytes)
-    for event in SSEClient(source).events():
+    events = SSEClient(source).events()
+    while True:
+        try:
+            event = next(events)
+        except StopIteration:
+            return
+        except UnicodeDecodeError:
+            if source.ended:  # the unterminated piece, cut inside a character: discarded all the same
+                return
+            raise
         if source.ended:  # dispatched only because the body ended: unterminated (WHATWG: discarded)
             return
         yield event.event, event.data

@@ -1,5 +1,7 @@
-"""The upstream SSE decoder: a recorded Anthropic stream split every possible way, then the
-WHATWG event-stream rules one row each (as httpx tests its incremental decoders)."""
+"""The upstream SSE reader (sseclient-py with ``upstream/sse.py``'s one fix): a recorded Anthropic
+stream split every possible way, then the WHATWG event-stream rules one row each (as httpx tests
+its incremental decoders). The rows sseclient-py reads otherwise, none of which an upstream we
+call sends, are listed in ``SSECLIENT_DIFFERS`` with what it gives instead."""
 
 from __future__ import annotations
 
@@ -9,12 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from ezat_compat.errors import GatewayError
-from ezat_compat.upstream import sse
-from ezat_compat.upstream.sse import SSEDecoder, iter_sse
+from ezat_compat.errors import UpstreamStreamError
+from ezat_compat.upstream.sse import iter_sse
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "anthropic_stream_tools.sse"
 
@@ -100,12 +99,7 @@ EXPECTED = [(event, _compact(data)) for event, data in FIXTURE_EVENTS]
 
 
 def decode(chunks: list[bytes]) -> list[tuple[str, str]]:
-    decoder = SSEDecoder()
-    events: list[tuple[str, str]] = []
-    for chunk in chunks:
-        events.extend(decoder.feed(chunk))
-    events.extend(decoder.flush())
-    return events
+    return list(iter_sse(chunks))
 
 
 @pytest.fixture(scope="module")
@@ -153,14 +147,28 @@ def test_fixture_in_random_chunks(raw: bytes, seed: int):
 
 
 def test_events_come_out_as_soon_as_they_end(raw: bytes):
-    """Incremental: after each byte, exactly the events that the bytes so far complete are out."""
-    decoder = SSEDecoder()
-    seen: list[tuple[str, str]] = []
-    for i in range(len(raw)):
-        seen.extend(decoder.feed(raw[i : i + 1]))
-        assert seen == SSEDecoder().feed(raw[: i + 1]), f"after byte {i}"
-    assert decoder.flush() == []
-    assert seen == EXPECTED
+    """Incremental: each event is given as soon as the byte that ends it was read, not later
+    (a reader that waited for more would hold a token back from the client)."""
+    read = 0
+
+    def bytewise():
+        nonlocal read
+        for i in range(len(raw)):
+            read = i + 1
+            yield raw[i : i + 1]
+
+    ends = []
+    for _ in iter_sse(bytewise()):
+        ends.append(read)
+
+    def complete_by(k: int) -> int:  # the shortest prefix that holds event k whole
+        low, high = 1, len(raw)
+        while low < high:
+            mid = (low + high) // 2
+            low, high = (mid + 1, high) if len(decode([raw[:mid]])) <= k else (low, mid)
+        return low
+
+    assert ends == [complete_by(k) for k in range(len(EXPECTED))]
 
 
 def test_iter_sse(raw: bytes):
@@ -220,50 +228,41 @@ RULES: list[tuple[str, list[bytes], list[tuple[str, str]]]] = [
 ]
 
 
+# What sseclient-py reads otherwise (row id -> what it gives): not sent by Anthropic's API, whose
+# streams are UTF-8 with LF (or CRLF) line endings and no byte-order mark, so left as they are.
+SSECLIENT_DIFFERS: dict[str, str] = {
+    "mixed-line-endings": "an LF then a CRLF does not end the event (the events run together)",
+    "bom-at-start-dropped": "keeps the BOM in the first field name, so the field is unknown",
+    "bom-split-across-chunks": "keeps the BOM in the first field name, so the field is unknown",
+    "invalid-utf8-replaced": "raises UnicodeDecodeError (the stream breaks)",
+    "truncated-char-before-newline-replaced": "raises UnicodeDecodeError (the stream breaks)",
+}
+
+
+def _outcome(chunks: list[bytes]) -> list[tuple[str, str]] | str:
+    try:
+        return decode(chunks)
+    except UnicodeDecodeError:
+        return "UnicodeDecodeError"
+
+
 @pytest.mark.parametrize(("chunks", "expected"), [row[1:] for row in RULES], ids=[row[0] for row in RULES])
-def test_whatwg_rule(chunks: list[bytes], expected: list[tuple[str, str]]):
-    assert decode(chunks) == expected
+def test_whatwg_rule(request: pytest.FixtureRequest, chunks: list[bytes], expected: list[tuple[str, str]]):
+    row = request.node.callspec.id
     whole = b"".join(chunks)
-    assert decode([whole[i : i + 1] for i in range(len(whole))]) == expected, "byte by byte"
+    outcomes = [_outcome(chunks), _outcome([whole[i : i + 1] for i in range(len(whole))])]
+    if row in SSECLIENT_DIFFERS:  # documented, and checked to still differ: a fixed release shows here
+        assert expected not in outcomes, f"sseclient-py now reads {row} as WHATWG says: drop it from the list"
+        return
+    assert outcomes == [expected, expected]
 
 
-@pytest.mark.parametrize(
-    ("chunks", "last_event_id"),
-    [
-        pytest.param([b"id: 7\ndata: x\n\n"], "7", id="id-set"),
-        pytest.param([b"id: 7\ndata: x\n\ndata: y\n\n"], "7", id="id-kept-across-events"),
-        pytest.param([b"id: 7\n\nid\ndata: y\n\n"], "", id="id-without-value-clears"),
-        pytest.param([b"id: 7\n\nid: a\x00b\n\n"], "7", id="id-with-nul-ignored"),
-    ],
-)
-def test_id_field(chunks: list[bytes], last_event_id: str):
-    decoder = SSEDecoder()
-    for chunk in chunks:
-        decoder.feed(chunk)
-    assert decoder.last_event_id == last_event_id
-
-
-@pytest.mark.parametrize(
-    ("line", "retry"),
-    [
-        pytest.param(b"retry: 3000\n", 3000, id="digits"),
-        pytest.param(b"retry: 1.5\n", None, id="not-an-integer-ignored"),
-        pytest.param(b"retry: -1\n", None, id="sign-ignored"),
-        pytest.param("retry: \u0663\n".encode(), None, id="non-ascii-digit-ignored"),
-        pytest.param(b"retry:\n", None, id="empty-ignored"),
-    ],
-)
-def test_retry_field(line: bytes, retry: int | None):
-    decoder = SSEDecoder()
-    assert decoder.feed(line + b"data: x\n\n") == [(M, "x")]
-    assert decoder.retry == retry
-
-
-def test_flush_resets_for_a_new_stream():
-    decoder = SSEDecoder()
-    assert decoder.feed(b"event: a\ndata: half\n\xe6") == []
-    assert decoder.flush() == []
-    assert decoder.feed(b"\xef\xbb\xbfdata: new\n\n") == [(M, "new")]
+def test_an_event_larger_than_the_cap_breaks_the_stream():
+    body = b"data: " + b"x" * 200
+    with pytest.raises(UpstreamStreamError, match="larger than 100 bytes"):
+        list(iter_sse([body[i : i + 10] for i in range(0, len(body), 10)], max_event_bytes=100))
+    under = [b"data: " + b"x" * 40 + b"\n\n"] * 5  # 240 bytes in all, each event under the cap
+    assert list(iter_sse(under, max_event_bytes=100)) == [("message", "x" * 40)] * 5
 
 
 def test_long_line_in_many_chunks():
@@ -271,66 +270,3 @@ def test_long_line_in_many_chunks():
     body = b"event: big\ndata: " + payload + b"\n\n"
     chunks = [body[i : i + 1024] for i in range(0, len(body), 1024)]
     assert decode(chunks) == [("big", payload.decode())]
-
-
-@pytest.mark.parametrize(
-    "body",
-    [
-        pytest.param(b"data: " + b"x" * 200, id="unterminated-line"),
-        pytest.param(b"data: " + b"x" * 60 + b"\n" + (b"data: " + b"x" * 60 + b"\n") * 2, id="many-data-lines"),
-    ],
-)
-def test_event_larger_than_the_cap_is_refused(body: bytes):
-    decoder = SSEDecoder(max_event_chars=100)
-    with pytest.raises(GatewayError, match="larger than 100 characters"):
-        for i in range(0, len(body), 10):
-            decoder.feed(body[i : i + 10])
-
-
-def test_event_at_the_cap_passes():
-    decoder = SSEDecoder(max_event_chars=100)
-    assert decoder.feed(b"data: " + b"x" * 49 + b"\ndata: " + b"y" * 50 + b"\n\n") == [(M, "x" * 49 + "\n" + "y" * 50)]
-
-
-# ---------------------------------------------------------------- whole plain events, read at once
-
-LINE_TEXT = st.text(st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",)), max_size=12)
-PLAIN_LINES = st.sampled_from(["", " ", "  x", ":", "a: b", "é ü", "\u2028", "data: d"]) | LINE_TEXT
-EXTRA_LINES = st.sampled_from([": comment", "id: 7", "retry: 10", "data: more", "event:", "event", "data"])
-
-
-@settings(max_examples=300, deadline=None)
-@given(
-    st.lists(st.tuples(PLAIN_LINES, PLAIN_LINES, st.none() | EXTRA_LINES), min_size=1, max_size=5),
-    st.sampled_from(["", "\n", "event: x", "\r\n"]),
-)
-def test_events_read_whole_decode_as_byte_by_byte(events: list[tuple[str, str, str | None]], tail: str) -> None:
-    """Events of one ``event:`` and one ``data:`` line read in one chunk (the decoder's short cut
-    for them) give what the line rules give, read a byte at a time; so do chunks the short cut
-    must leave to the rules (a comment, ``id``, ``retry``, a second data line, a field without
-    its space, a partial event, a CR)."""
-    text = "".join(
-        f"event: {name}\n" + (f"{extra}\n" if extra else "") + f"data: {data}\n\n" for name, data, extra in events
-    )
-    raw = (text + tail).encode()
-    whole, bytewise = SSEDecoder(), SSEDecoder()
-    got = whole.feed(raw)
-    expected = [pair for i in range(len(raw)) for pair in bytewise.feed(raw[i : i + 1])]
-    assert got == expected
-    assert (whole.last_event_id, whole.retry) == (bytewise.last_event_id, bytewise.retry)
-    assert whole.feed(b"data: next\n\n") == bytewise.feed(b"data: next\n\n")  # the state after: the same
-
-
-def test_plain_events_take_the_short_cut() -> None:
-    raw = b'event: ping\ndata: {"type":"ping"}\n\nevent: message_stop\ndata: \n\n'
-    assert SSEDecoder().feed(raw) == [("ping", '{"type":"ping"}'), ("message_stop", "")]
-    assert sse._PLAIN_EVENTS.fullmatch(raw.decode())
-
-
-@pytest.mark.parametrize("before", [b"event: x\n", b"data: half\n", b"data: {"], ids=["type", "data", "line"])
-def test_a_half_read_event_keeps_the_line_rules(before: bytes) -> None:
-    plain = b'event: ping\ndata: {"type":"ping"}\n\n'
-    after = b"data: next\n\n"
-    split, whole = SSEDecoder(), SSEDecoder()
-    got = split.feed(before) + split.feed(plain) + split.feed(after)
-    assert got == whole.feed(before + plain + after)
