@@ -116,6 +116,7 @@ def build_gateway(config: Config) -> Gateway:
             allow_private=gw_cfg.allow_private_image_hosts,
             org_threads=gw_cfg.image_fetch_org_threads,
             request_threads=gw_cfg.image_fetch_request_threads,
+            extra_ca_files=(gw_cfg.ca_file,) if gw_cfg.ca_file else (),
         ),
         metrics=metrics,
         thinking=make_thinking_stash(engine, gw_cfg.redis_url, gw_cfg.thinking_ttl_s),

@@ -43,7 +43,6 @@ from typing import Any
 
 import requests
 import urllib3
-from requests.adapters import HTTPAdapter
 
 from ezat_compat import __version__
 from ezat_compat.domain import Deployment
@@ -56,7 +55,7 @@ from ezat_compat.errors import (
     UpstreamTLSError,
 )
 from ezat_compat.procid import pid
-from ezat_compat.upstream.egress import Egress, egress_of
+from ezat_compat.upstream.egress import Egress, TLSAdapter, egress_of
 from ezat_compat.upstream.sse import iter_sse
 
 log = logging.getLogger("ezat_compat")
@@ -65,26 +64,6 @@ Event = tuple[str, str]
 READ_SIZE = 64 * 1024  # what one read of a body without chunks asks for
 _END = object()  # the reader's last word: the body ended
 _WAKE = object()  # ``interrupt``: wake the waiting writer
-
-
-class TLSAdapter(HTTPAdapter):
-    """An ``HTTPAdapter`` whose connections use one TLS context (the deployment's CAs and client
-    certificate), through requests' documented extension point for a custom ``SSLContext``
-    (``build_connection_pool_key_attributes``)."""
-
-    def __init__(self, context: ssl.SSLContext, *, pool_maxsize: int) -> None:
-        self._context = context
-        super().__init__(pool_connections=4, pool_maxsize=pool_maxsize, pool_block=True, max_retries=0)
-
-    def build_connection_pool_key_attributes(
-        self, request: requests.PreparedRequest, verify: bool | str, cert: Any = None
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
-        host_params, pool_kwargs = super().build_connection_pool_key_attributes(request, verify, cert)
-        if host_params.get("scheme") == "https":
-            for name in ("ca_certs", "ca_cert_dir", "cert_file", "key_file"):
-                pool_kwargs.pop(name, None)  # all in the context
-            pool_kwargs["ssl_context"] = self._context
-        return host_params, pool_kwargs
 
 
 class _Route:

@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import os
 import ssl
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import requests
+from requests.adapters import HTTPAdapter
 from requests.utils import get_environ_proxies
 
 from ezat_compat.domain import Deployment
@@ -62,6 +65,43 @@ class Egress:
         if self.client_cert:
             context.load_cert_chain(self.client_cert, self.client_key or None)
         return context
+
+
+def verifying_context(extra_ca_files: Sequence[str] = (), *, ca_bundle: str | None = None) -> ssl.SSLContext:
+    """A verifying client context on ``ca_bundle`` (default: the environment's or certifi's)
+    plus ``extra_ca_files`` (the image downloads': ``[gateway] ca_file``)."""
+    bundle = ca_bundle or default_ca_bundle()
+    return Egress(proxies={}, ca_bundle=bundle, extra_ca_files=tuple(extra_ca_files)).ssl_context()
+
+
+class TLSAdapter(HTTPAdapter):
+    """An ``HTTPAdapter`` whose https connections use one TLS context (the egress's CAs and
+    client certificate), through requests' extension points for subclasses: a custom
+    ``SSLContext`` in the pool key (``build_connection_pool_key_attributes``), and
+    ``cert_verify`` leaving the CAs to that context (requests' own would load certifi's bundle
+    into it again at every new connection)."""
+
+    def __init__(self, context: ssl.SSLContext, *, pool_maxsize: int, pool_block: bool = True) -> None:
+        self._context = context
+        super().__init__(pool_connections=4, pool_maxsize=pool_maxsize, pool_block=pool_block, max_retries=0)
+
+    def cert_verify(self, conn: Any, url: str, verify: bool | str, cert: Any) -> None:
+        if not url.lower().startswith("https"):
+            super().cert_verify(conn, url, verify, cert)
+            return
+        conn.cert_reqs = "CERT_REQUIRED"  # always verified: the context holds the CAs and the client certificate
+        conn.ca_certs = None
+        conn.ca_cert_dir = None
+
+    def build_connection_pool_key_attributes(
+        self, request: requests.PreparedRequest, verify: bool | str, cert: Any = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        host_params, pool_kwargs = super().build_connection_pool_key_attributes(request, verify, cert)
+        if host_params.get("scheme") == "https":
+            for name in ("ca_certs", "ca_cert_dir", "cert_file", "key_file"):
+                pool_kwargs.pop(name, None)  # all in the context
+            pool_kwargs["ssl_context"] = self._context
+        return host_params, pool_kwargs
 
 
 def default_ca_bundle(environ: Mapping[str, str] | None = None) -> str:

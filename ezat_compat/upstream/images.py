@@ -44,6 +44,7 @@ import base64
 import http.client
 import logging
 import os
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -60,6 +61,7 @@ import urllib3.exceptions
 from ezat_compat.errors import InvalidRequestError
 from ezat_compat.translate.media import decode_base64, sniff_image_type
 from ezat_compat.translate.request import ImageSlot
+from ezat_compat.upstream.egress import TLSAdapter, environment_proxies, verifying_context
 from ezat_compat.upstream.imagefit import (
     DEFAULT_OTHER_BYTES,
     NO_ROOM,
@@ -72,7 +74,13 @@ from ezat_compat.upstream.imagefit import (
     plan,
     probe,
 )
-from ezat_compat.upstream.netguard import HostResolutionError, NonPublicAddressError, Resolver, resolve_public
+from ezat_compat.upstream.netguard import (
+    HostResolutionError,
+    NonPublicAddressError,
+    Resolver,
+    parse_ip_literal,
+    resolve_public,
+)
 from ezat_compat.upstream.pinning import PinnedAdapter, Target, Watch
 
 logger = logging.getLogger(__name__)
@@ -530,7 +538,17 @@ class ImageFetcher:
     same pool under the same shares. ``allow_private`` (config ``allow_private_image_hosts``,
     tests only) lets URLs reach loopback and private hosts, still pinned to the checked address.
     ``resolver`` replaces ``socket.getaddrinfo`` (tests); ``ca_certs`` names a CA bundle to
-    trust instead of certifi's (tests, or an on-prem CA); ``fit_timeout_s`` bounds the fitting
+    trust instead of the default one (``REQUESTS_CA_BUNDLE``, ``CURL_CA_BUNDLE`` or certifi's),
+    ``extra_ca_files`` CAs trusted besides it (``[gateway] ca_file``: a TLS-inspecting proxy's).
+
+    A download goes through the proxy the environment names for its URL (``HTTPS_PROXY``,
+    ``HTTP_PROXY``, ``NO_PROXY``, as requests reads them). The guard runs first all the same: a
+    host that resolves here must resolve to public addresses only, an address literal must be
+    public; a name that doesn't resolve here is left to the proxy, which resolves it (refuse
+    internal destinations at the proxy too). Through a proxy the exchange is bounded by the
+    deadline's timeouts and the reads' checks, not cut from the waiting thread.
+
+    ``fit_timeout_s`` bounds the fitting
     of a request's images (``prepare``), on the same pool. Call ``close()`` at shutdown.
     """
 
@@ -545,6 +563,7 @@ class ImageFetcher:
         resolver: Resolver | None = None,
         user_agent: str = "ezat-compat-image-fetcher",
         ca_certs: str | None = None,
+        extra_ca_files: Sequence[str] = (),
         fit_timeout_s: float = FIT_TIMEOUT_S,
     ) -> None:
         if min(threads, org_threads, request_threads) < 1:
@@ -556,7 +575,9 @@ class ImageFetcher:
         self._limits = limits
         self._resolver = resolver
         self._user_agent = user_agent
-        self._verify: bool | str = ca_certs or True
+        self._ca_certs = ca_certs
+        self._extra_ca_files = tuple(extra_ca_files)
+        self._tls: tuple[int, ssl.SSLContext, TLSAdapter] | None = None  # made once per process
         self._fit_timeout_s = fit_timeout_s
         self._lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
@@ -798,16 +819,33 @@ class ImageFetcher:
                 return self._read_body(batch, response)
         raise _Refused(_too_many_redirects(batch.limits))
 
+    def _tls_for_this_process(self) -> tuple[ssl.SSLContext, TLSAdapter]:
+        """The TLS context of downloads and the adapter of proxied ones, made once per process."""
+        tls = self._tls
+        if tls is None or tls[0] != os.getpid():
+            context = verifying_context(self._extra_ca_files, ca_bundle=self._ca_certs)
+            tls = self._tls = (os.getpid(), context, TLSAdapter(context, pool_maxsize=self._threads, pool_block=False))
+        return tls[1], tls[2]
+
     @contextmanager
     def _exchange(self, batch: _Batch, url: str) -> Iterator[requests.Response]:
-        """GET ``url`` on a connection to its checked address; yields the response (headers read)."""
-        target, request = self._prepare(url)
+        """GET ``url`` on a connection to its checked address, or through the proxy the
+        environment names for it; yields the response (headers read)."""
+        target, request, proxies = self._prepare(url)
         batch.check()
         remaining = batch.remaining()
-        with batch.watch() as watch:
-            adapter = PinnedAdapter(target, watch)
+        context, proxied = self._tls_for_this_process()
+        if proxies:
+            response = proxied.send(request, stream=True, timeout=(remaining, remaining), verify=True, proxies=proxies)
             try:
-                response = adapter.send(request, stream=True, timeout=(remaining, remaining), verify=self._verify)
+                yield response
+            finally:
+                response.close()
+            return
+        with batch.watch() as watch:
+            adapter = PinnedAdapter(target, watch, context)
+            try:
+                response = adapter.send(request, stream=True, timeout=(remaining, remaining), verify=True)
                 try:
                     yield response
                 finally:
@@ -815,8 +853,9 @@ class ImageFetcher:
             finally:
                 adapter.close()
 
-    def _prepare(self, url: str) -> tuple[Target, requests.PreparedRequest]:
-        """Check the URL, resolve and check its host, and build the GET for it."""
+    def _prepare(self, url: str) -> tuple[Target, requests.PreparedRequest, dict[str, str]]:
+        """Check the URL, resolve and check its host, and build the GET for it (and the
+        proxies it goes through: none, or the environment's)."""
         problem = _url_problem(url)  # redirect targets get the same checks as the client's URLs
         if problem is not None:
             raise _Refused(problem)
@@ -834,15 +873,19 @@ class ImageFetcher:
         parts = urlsplit(request.url or "")  # IDNA-encoded: what we resolve is what we name
         scheme, host = parts.scheme.lower(), parts.hostname or ""
         port = parts.port or _DEFAULT_PORTS[scheme]
+        proxies = {k: v for k, v in environment_proxies(request.url or "").items() if k in (scheme, "all")}
         try:
             ip = resolve_public(host, port, allow_private=self._allow_private, resolver=self._resolver)
         except HostResolutionError:
-            raise _Refused(NOT_RESOLVED) from None
+            if not proxies or parse_ip_literal(host) is not None:
+                raise _Refused(NOT_RESOLVED) from None
+            ip = ""  # the proxy resolves it
         except NonPublicAddressError:
             raise _Refused(NOT_PUBLIC) from None
         target = Target(scheme=scheme, host=host, port=port, explicit_port=parts.port is not None, ip=ip)
-        request.headers["Host"] = target.host_header
-        return target, request
+        if not proxies:
+            request.headers["Host"] = target.host_header
+        return target, request, proxies
 
     def _read_body(self, batch: _Batch, response: requests.Response) -> bytes:
         """Read the body in chunks, stopping as soon as a cap or the deadline is passed."""

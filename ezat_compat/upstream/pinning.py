@@ -15,6 +15,7 @@ Use one adapter and one watch per exchange; close the adapter, then ``release()`
 from __future__ import annotations
 
 import socket
+import ssl
 import threading
 from contextlib import suppress
 from dataclasses import dataclass
@@ -22,9 +23,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import requests
-from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+
+from ezat_compat.upstream.egress import TLSAdapter
 
 
 @dataclass(frozen=True)
@@ -116,20 +118,23 @@ class _PinnedHTTPSPool(HTTPSConnectionPool):
     ConnectionCls = _WatchedHTTPSConnection
 
 
-class PinnedAdapter(HTTPAdapter):
+class PinnedAdapter(TLSAdapter):
     """Sends one exchange to ``target.ip``, never to a new DNS answer for ``target.host``.
 
     The pool is keyed by the checked IP; ``server_hostname`` gives TLS its SNI and certificate
-    check for the name; the caller sets the ``Host`` header. One adapter per exchange: its
-    connection is closed with the response, so a connection never outlives its watch.
+    check for the name, against ``context``'s CAs; the caller sets the ``Host`` header. One
+    adapter per exchange: its connection is closed with the response, so a connection never
+    outlives its watch.
     """
 
-    def __init__(self, target: Target, watch: Watch) -> None:
-        super().__init__(max_retries=0)
+    def __init__(self, target: Target, watch: Watch, context: ssl.SSLContext) -> None:
+        super().__init__(context, pool_maxsize=1)
         self._target = target
         self._pinned: HTTPConnectionPool
         if target.scheme == "https":
-            self._pinned = _PinnedHTTPSPool(target.ip, target.port, maxsize=1, server_hostname=target.host, watch=watch)
+            self._pinned = _PinnedHTTPSPool(
+                target.ip, target.port, maxsize=1, server_hostname=target.host, ssl_context=context, watch=watch
+            )
         else:
             self._pinned = _PinnedHTTPPool(target.ip, target.port, maxsize=1, watch=watch)
 
