@@ -1,20 +1,15 @@
-"""The stack floor: the bare Flask + gevent + HTTP hop that every request of ours also pays.
+"""The stack floor: the bare Flask + gevent + requests hop that every request of ours also pays.
 
     gunicorn -c bench/floor_gunicorn.py --pythonpath bench floor_app:app
 
 A minimal Flask app at ``POST /openai/v1/chat/completions``, run by gunicorn with our gateway's
 gevent worker settings (``floor_gunicorn.py``). For each request it reads and parses the OpenAI
 body (to learn ``stream``), makes the upstream call (a POST to ``/v1/messages`` on the
-simulator, keep-alive, the gateway's timeouts) with the stack's HTTP client, one pooled
-``urllib3.PoolManager`` per worker, and returns the upstream's answer as it came: the JSON body
-whole, or the SSE bytes relayed chunk by chunk through a generator. No auth, no database, no
-rate limits, no validation, no translation, no metrics.
-
-The gateway itself no longer uses urllib3 on this path: its own transport
-(``ezat_compat/upstream/transport.py``) makes the same call with less CPU. The floor keeps
-urllib3, the bare relay one would build on this stack; ``FLOOR_CLIENT=ezat`` makes it call
-through the gateway's transport instead, to see how much of the gap that accounts for
-(bench/RESULTS.md gives both).
+simulator, keep-alive, the gateway's timeouts) with the stack's HTTP client, one
+``requests.Session`` per worker with a pooled ``HTTPAdapter`` (as our upstream client keeps), and
+returns the upstream's answer as it came: the JSON body whole, or the SSE bytes relayed chunk by
+chunk through a generator (``iter_content(chunk_size=None)``). No auth, no database, no rate
+limits, no validation, no translation, no SSE parsing, no metrics.
 
 Without translation the upstream body cannot be derived from the client's, so the benchmark
 hands the floor a table (``FLOOR_BODIES``, a JSON file of ``[openai body, anthropic body]``
@@ -22,7 +17,7 @@ pairs): each OpenAI body the load generator sends, byte for byte, and the equiva
 body (the one the direct target is sent). An unknown body answers 400.
 
 Environment: ``FLOOR_UPSTREAM`` (the simulator's base URL), ``FLOOR_BODIES`` (the table),
-``FLOOR_API_KEY`` (sent as ``x-api-key``), ``FLOOR_CLIENT`` (``urllib3``, the default, or ``ezat``).
+``FLOOR_API_KEY`` (sent as ``x-api-key``).
 """
 
 from __future__ import annotations
@@ -31,10 +26,10 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import urllib3
+import requests
 from flask import Flask, Response, request
+from requests.adapters import HTTPAdapter
 
 CONNECT_TIMEOUT_S = 10.0  # the gateway's defaults: connect_timeout_s, upstream_timeout_s, stream_idle_timeout_s
 READ_TIMEOUT_S = 590.0
@@ -59,104 +54,45 @@ def upstream_headers(api_key: str, *, stream: bool) -> dict[str, str]:
 
 
 class Upstream:
-    """One pooled PoolManager per process (made after the fork), as our upstream client keeps."""
+    """One Session per process (made after the fork), its adapter pooled as our upstream client's."""
 
     def __init__(self, base_url: str, api_key: str) -> None:
         self.url = base_url.rstrip("/") + "/v1/messages"
         self.api_key = api_key
-        self._pool: urllib3.PoolManager | None = None
+        self._session: requests.Session | None = None
         self._pid = 0
 
     @property
-    def pool(self) -> urllib3.PoolManager:
-        if self._pool is None or self._pid != os.getpid():
-            self._pool = urllib3.PoolManager(num_pools=64, maxsize=POOL_SIZE, block=False, retries=False)
-            self._pid = os.getpid()
-        return self._pool
+    def session(self) -> requests.Session:
+        if self._session is None or self._pid != os.getpid():
+            session = requests.Session()
+            session.trust_env = False
+            session.mount("http://", HTTPAdapter(pool_maxsize=POOL_SIZE, pool_block=True, max_retries=0))
+            self._session, self._pid = session, os.getpid()
+        return self._session
 
-    def post(self, body: bytes, *, stream: bool) -> urllib3.BaseHTTPResponse:
-        headers = upstream_headers(self.api_key, stream=stream)
+    def post(self, body: bytes, *, stream: bool) -> requests.Response:
         read = STREAM_IDLE_TIMEOUT_S if stream else READ_TIMEOUT_S
-        return self.pool.urlopen(
-            "POST",
+        return self.session.post(
             self.url,
-            body=body,
-            headers=headers,
-            preload_content=False,
-            retries=False,
-            redirect=False,
-            timeout=urllib3.Timeout(connect=CONNECT_TIMEOUT_S, read=read),
+            data=body,
+            headers=upstream_headers(self.api_key, stream=stream),
+            stream=stream,
+            timeout=(CONNECT_TIMEOUT_S, read),
+            allow_redirects=False,
         )
 
 
-def relay(response: urllib3.BaseHTTPResponse) -> Iterator[bytes]:
-    """The upstream's SSE bytes as they arrive; the connection goes back to the pool only when
-    the body was read to its end."""
-    complete = False
+def relay(response: requests.Response) -> Iterator[bytes]:
+    """The upstream's SSE bytes as they arrive; the connection goes back to the pool when the
+    body was read to its end (``close`` drops it otherwise)."""
     try:
-        if response.chunked:
-            yield from response.read_chunked(None, decode_content=True)  # type: ignore[attr-defined]
-        else:
-            while chunk := response.read1(65536):  # type: ignore[attr-defined]
-                yield chunk
-        complete = True
+        yield from response.iter_content(chunk_size=None)
     finally:
-        if complete:
-            response.release_conn()
-        else:
-            response.close()
+        response.close()
 
 
-class EzatUpstream:
-    """``FLOOR_CLIENT=ezat``: the same call through the gateway's own HTTP/1.1 transport, with
-    the same headers and timeouts (its connections made after the fork)."""
-
-    def __init__(self, base_url: str, api_key: str) -> None:
-        self.base_url = base_url
-        self.api_key = api_key
-        self._origin: Any = None
-        self._pid = 0
-
-    def post(self, body: bytes, *, stream: bool) -> Any:
-        from ezat_compat.upstream.transport import Origin
-
-        if self._origin is None or self._pid != os.getpid():
-            self._origin, self._pid = Origin(self.base_url, max_idle=POOL_SIZE), os.getpid()
-        headers = upstream_headers(self.api_key, stream=stream)
-        read = STREAM_IDLE_TIMEOUT_S if stream else READ_TIMEOUT_S
-        return _EzatResponse(
-            self._origin.request(
-                "POST", "/v1/messages", headers, body, connect_timeout=CONNECT_TIMEOUT_S, read_timeout=read
-            )
-        )
-
-
-class _EzatResponse:
-    """The transport's response with the few urllib3 response methods the floor calls."""
-
-    chunked = False
-
-    def __init__(self, response: Any) -> None:
-        self._response = response
-        self.status = response.status
-        self.headers = response.headers
-
-    def read(self) -> bytes:
-        data: bytes = self._response.read_all()
-        return data
-
-    def read1(self, _size: int) -> bytes:
-        data: bytes = self._response.read()
-        return data
-
-    def release_conn(self) -> None:
-        self._response.release()
-
-    def close(self) -> None:
-        self._response.close()
-
-
-def create_app(upstream: Upstream | EzatUpstream, bodies: dict[bytes, bytes]) -> Flask:
+def create_app(upstream: Upstream, bodies: dict[bytes, bytes]) -> Flask:
     app = Flask("floor")
 
     @app.post("/openai/v1/chat/completions")
@@ -168,13 +104,11 @@ def create_app(upstream: Upstream | EzatUpstream, bodies: dict[bytes, bytes]) ->
             return Response(b'{"error":"unknown body"}', status=400, content_type="application/json")
         response = upstream.post(body, stream=stream)
         content_type = response.headers.get("content-type", "application/json")
-        if stream and response.status == 200:
+        if stream and response.status_code == 200:
             return Response(
                 relay(response), status=200, content_type=content_type, headers={"cache-control": "no-cache"}
             )
-        data = response.read()
-        response.release_conn()
-        return Response(data, status=response.status, content_type=content_type)
+        return Response(response.content, status=response.status_code, content_type=content_type)
 
     @app.get("/healthz")
     def healthz() -> Response:
@@ -184,8 +118,7 @@ def create_app(upstream: Upstream | EzatUpstream, bodies: dict[bytes, bytes]) ->
 
 
 def _from_environment() -> Flask:
-    client = EzatUpstream if os.environ.get("FLOOR_CLIENT") == "ezat" else Upstream
-    upstream = client(os.environ.get("FLOOR_UPSTREAM", "http://127.0.0.1:1"), os.environ.get("FLOOR_API_KEY", ""))
+    upstream = Upstream(os.environ.get("FLOOR_UPSTREAM", "http://127.0.0.1:1"), os.environ.get("FLOOR_API_KEY", ""))
     table = os.environ.get("FLOOR_BODIES")
     return create_app(upstream, load_bodies(Path(table)) if table else {})
 
