@@ -1,7 +1,7 @@
 """Fair shares of the image download pool (Chat Completions reference, "Images and PDFs": EZAT
 downloads a request's http(s) image URLs itself, within the request's 15 seconds).
 
-``_Shares`` hands out the pool's places: at most ``per_org`` to one organization, the next free
+``Shares`` hands out the pool's places: at most ``per_org`` to one organization, the next free
 place to the waiter whose organization holds fewest (then whose request holds fewest, then the
 earliest), and a waiter over its organization's share holds up nobody. ``ImageFetcher._run``
 runs a request's jobs on at most ``request_threads`` of them. Real threads, no I/O.
@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 
 from ezat_compat.config import ConfigError, load_config
-from ezat_compat.upstream.images import GAVE_UP, GRANTED, ORG_BUSY, POOL_BUSY, ImageFetcher, _Shares
+from ezat_compat.upstream.image_limits import ORG_BUSY, POOL_BUSY
+from ezat_compat.upstream.image_shares import GAVE_UP, GRANTED, Shares
+from ezat_compat.upstream.images import ImageFetcher
 
 SOON = 0.05  # a deadline that passes at once
 
@@ -33,14 +35,14 @@ def never() -> bool:
 class Waiting:
     """``shares.acquire`` in a thread; ``outcome`` once it returns."""
 
-    def __init__(self, shares: _Shares, org: str, held: int = 0, timeout_s: float = 5) -> None:
+    def __init__(self, shares: Shares, org: str, held: int = 0, timeout_s: float = 5) -> None:
         self.outcome = ""
         self.done = threading.Event()
         self.flag = False
         self._thread = threading.Thread(target=self._run, args=(shares, org, held, timeout_s), daemon=True)
         self._thread.start()
 
-    def _run(self, shares: _Shares, org: str, held: int, timeout_s: float) -> None:
+    def _run(self, shares: Shares, org: str, held: int, timeout_s: float) -> None:
         self.outcome = shares.acquire(org, held, later(timeout_s), lambda: self.flag)
         self.done.set()
 
@@ -61,7 +63,7 @@ def settle() -> None:
     ],
 )
 def test_a_place_is_granted_within_the_pool_and_the_orgs_share(total, per_org, held, org, expected):
-    shares = _Shares(total, per_org)
+    shares = Shares(total, per_org)
     for holder, count in held.items():
         for _ in range(count):
             assert shares.acquire(holder, 0, later(), never) == GRANTED
@@ -71,7 +73,7 @@ def test_a_place_is_granted_within_the_pool_and_the_orgs_share(total, per_org, h
 
 
 def test_a_released_place_goes_to_the_waiting_org_that_holds_fewest_not_the_earliest():
-    shares = _Shares(2, 2)
+    shares = Shares(2, 2)
     for _ in range(2):
         assert shares.acquire("a", 0, later(), never) == GRANTED
     first = Waiting(shares, "a")
@@ -87,7 +89,7 @@ def test_a_released_place_goes_to_the_waiting_org_that_holds_fewest_not_the_earl
 
 
 def test_within_an_org_the_request_that_holds_fewest_goes_first():
-    shares = _Shares(2, 2)
+    shares = Shares(2, 2)
     for _ in range(2):
         assert shares.acquire("a", 0, later(), never) == GRANTED
     wide = Waiting(shares, "a", held=2)
@@ -102,7 +104,7 @@ def test_within_an_org_the_request_that_holds_fewest_goes_first():
 
 
 def test_a_waiter_over_its_orgs_share_does_not_hold_up_another_org():
-    shares = _Shares(4, 2)
+    shares = Shares(4, 2)
     for _ in range(2):
         assert shares.acquire("a", 0, later(), never) == GRANTED
     blocked = Waiting(shares, "a", timeout_s=0.5)
@@ -115,7 +117,7 @@ def test_a_waiter_over_its_orgs_share_does_not_hold_up_another_org():
 
 
 def test_a_waiter_gives_up_when_poked_and_its_reason_is_gone():
-    shares = _Shares(1, 1)
+    shares = Shares(1, 1)
     assert shares.acquire("a", 0, later(), never) == GRANTED
     waiting = Waiting(shares, "b")
     settle()
@@ -127,7 +129,7 @@ def test_a_waiter_gives_up_when_poked_and_its_reason_is_gone():
 
 def test_a_waiter_that_left_lets_the_next_in_line_through():
     """The first in line times out: the place it would have had goes to the next one."""
-    shares = _Shares(1, 1)
+    shares = Shares(1, 1)
     assert shares.acquire("a", 0, later(), never) == GRANTED
     short = Waiting(shares, "b", timeout_s=0.2)
     settle()
