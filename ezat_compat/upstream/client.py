@@ -117,8 +117,11 @@ def _ssl_reason(exc: BaseException) -> str:
         seen.add(id(item))
         if isinstance(item, ssl.SSLCertVerificationError):
             return f"certificate verify failed: {getattr(item, 'verify_message', None) or item}"
-        if isinstance(item, ssl.SSLError) and item.reason:
-            return str(item.reason).replace("_", " ").lower()
+        if isinstance(item, ssl.SSLError):
+            if item.reason:
+                return str(item.reason).replace("_", " ").lower()
+            if len(item.args) > 1 and isinstance(item.args[1], str):  # SSLEOFError: the peer hung up
+                return item.args[1]
         stack.extend(a for a in item.args if isinstance(a, BaseException))
         stack.extend(x for x in (getattr(item, "reason", None), item.__cause__, item.__context__) if x is not None)
     return str(exc)
