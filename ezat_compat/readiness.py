@@ -53,6 +53,18 @@ def outage_of(error: BaseException) -> str | None:
     return None
 
 
+def note_outage(readiness: Readiness, exc: BaseException) -> bool:
+    """An outage of the database or Redis is logged once per incident (``Outages``), not per
+    request; True when ``exc`` is one."""
+    what = outage_of(exc)
+    if what is None:
+        return False
+    if what == "redis" and not readiness.redis_url:
+        what = "rate-limit counters"
+    readiness.outages.failed(what, exc)
+    return True
+
+
 def _probe_url(database_url: str) -> str:
     """The database URL with bounded waits for the probe (PostgreSQL: connect and statement)."""
     url = make_url(database_url)

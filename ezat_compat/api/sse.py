@@ -99,4 +99,7 @@ class StreamBody:
 
 
 def stream_response(session: StreamSession) -> Response:
-    return Response(StreamBody(session), mimetype="text/event-stream", headers=SSE_HEADERS)
+    """The event-stream response. ``direct_passthrough``: the server iterates (and closes) the
+    ``StreamBody`` itself, so no chunk goes through werkzeug's encoding and closing wrappers (a
+    generator frame each); the body yields bytes only."""
+    return Response(StreamBody(session), mimetype="text/event-stream", headers=SSE_HEADERS, direct_passthrough=True)
