@@ -131,9 +131,6 @@ def on_reload(server: Any) -> None:
 
 
 def post_worker_init(worker: Any) -> None:
-    from ezat_compat import onesend
-
-    onesend.install()  # a response's head and its first body bytes in one send
     gateway = worker.wsgi.extensions["ezat"]
     on_worker_term(worker, lambda: gateway.cut_streams(shutting_down()), float(_config.server.graceful_timeout_s))
     serving.tune_collector()  # last: the app and its hooks are what it sets aside
