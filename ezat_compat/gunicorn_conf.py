@@ -123,7 +123,10 @@ def _guard_reload(server: Any) -> None:
 def on_starting(server: Any) -> None:
     _start_checks(server)
     _release_dead_worker(None)  # on start: the journal, then the holds of dead workers of dead masters
-    drain_then_stop(server, _config.server.drain_s)
+
+
+def when_ready(server: Any) -> None:
+    drain_then_stop(_config.server.drain_s)  # after gunicorn set its signal handlers
 
 
 def on_reload(server: Any) -> None:
