@@ -72,26 +72,28 @@ def sse_data(value: Any) -> bytes:
         return encode_chunk(value)
 
 
-def dumps_compact(value: Any, *, floats: bool = True) -> bytes:
+def dumps_compact(value: Any, *, floats: bool = True, finite: bool = False) -> bytes:
     """``json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()``, faster;
     ``UnicodeEncodeError`` for a lone surrogate, as that encode would raise.
     ``floats=False``: the caller vouches that ``value`` holds no float (an event it built of
-    text and counts), and the look for orjson's other notations (~1 us a kilobyte) is skipped."""
+    text and counts), and the look for orjson's other notations (~1 us a kilobyte) is skipped.
+    ``finite=True``: the caller vouches that its floats are finite (numbers it computed), so
+    a ``null`` can't stand for a NaN and isn't looked for."""
     if orjson is not None:
         try:
             out: bytes = orjson.dumps(value)
         except TypeError:  # orjson.JSONEncodeError: a surrogate, an int past 64 bits, a key not a str
             pass
         else:
-            if not floats or _exact(out):
+            if not floats or _exact(out, finite):
                 return out
     return _COMPACT.encode(value).encode()
 
 
-def _exact(out: bytes) -> bool:
+def _exact(out: bytes, finite: bool = False) -> bool:
     """orjson's ``out`` is ``json``'s too: it holds no number written in orjson's other notation,
     and no ``null`` that could stand for a NaN or an infinity."""
-    return not _FOUR_ZEROS.search(out) and not _SMALL_EXPONENT.search(out) and not _NULL.search(out)
+    return not _FOUR_ZEROS.search(out) and not _SMALL_EXPONENT.search(out) and (finite or not _NULL.search(out))
 
 
 def encode_json(value: Any, *, floats: bool = True) -> bytes:

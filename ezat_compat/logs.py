@@ -270,9 +270,9 @@ def _usd(micros: int | None) -> str | None:
 
 def access_line(fields: Mapping[str, Any], fmt: str = "json") -> str:
     """The request's one line: JSON, or ``key=value`` pairs for ``format = "text"``."""
-    if fmt == "json":  # its floats are milliseconds to 3 decimals: written by orjson as by json
+    if fmt == "json":  # its floats are finite milliseconds to 3 decimals: written by orjson as by json
         try:
-            return jsonfast.dumps_compact(fields).decode()
+            return jsonfast.dumps_compact(fields, finite=True).decode()
         except UnicodeEncodeError:  # a lone surrogate in a field: json writes it as it is
             return json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
     parts = [str(fields.get("time", ""))]

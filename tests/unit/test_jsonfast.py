@@ -229,3 +229,13 @@ def test_integers_near_the_boundaries_are_read_as_json_reads_them(n: int) -> Non
     text = f'{{"n":{n}}}'
     assert repr(jsonfast.loads(text)) == repr(json.loads(text))
     assert jsonfast.dumps_compact({"n": n}) == compact({"n": n})
+
+
+@pytest.mark.parametrize("value", [{"a": None, "b": 1.5}, [None, 0.001, 1e-05], {"n": None}])
+def test_finite_values_with_nulls_are_orjsons_bytes_when_the_caller_vouches(
+    value: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    expected = compact(value)
+    if b"e-" not in expected:  # (orjson's other notation is still looked for)
+        monkeypatch.setattr(jsonfast, "_COMPACT", _Refuses())
+    assert jsonfast.dumps_compact(value, finite=True) == expected
