@@ -34,14 +34,14 @@ from ezat_compat.cooldowns import make_cooldowns
 from ezat_compat.dialects.anthropic_messages import AnthropicMessages
 from ezat_compat.dialects.openai_chat import OpenAIChat
 from ezat_compat.domain import Config
-from ezat_compat.drain import start_draining, stop_draining
 from ezat_compat.errors import GatewayError, InvalidRequestError, MethodNotAllowedError, RouteNotFoundError
-from ezat_compat.forwarded import TrustedForwarded
 from ezat_compat.limits import RateLimits
-from ezat_compat.logs import Outages, RequestLog
-from ezat_compat.metrics import Metrics
 from ezat_compat.pipeline import Gateway, health_key
-from ezat_compat.readiness import Readiness, note_outage
+from ezat_compat.server.drain import start_draining, stop_draining
+from ezat_compat.server.forwarded import TrustedForwarded
+from ezat_compat.server.logs import Outages, RequestLog
+from ezat_compat.server.metrics import Metrics
+from ezat_compat.server.readiness import Readiness, note_outage
 from ezat_compat.store.accounts import Accounts
 from ezat_compat.store.db import make_engine
 from ezat_compat.store.ledger import Ledger

@@ -31,7 +31,7 @@ from ezat_compat.errors import (
     UpstreamStreamError,
     UpstreamTimeoutError,
 )
-from ezat_compat.procid import pid
+from ezat_compat.server.procid import pid
 from ezat_compat.upstream.sse import SSEDecoder
 from ezat_compat.upstream.transport import ConnectFailed, Origin, ProtocolError, Response
 

@@ -17,8 +17,8 @@ from werkzeug.test import Client, EnvironBuilder
 
 from ezat_compat.app import create_app
 from ezat_compat.errors import GatewayError, InvalidRequestError
-from ezat_compat.metrics import Metrics
 from ezat_compat.pipeline import ClientRequest, Reply
+from ezat_compat.server.metrics import Metrics
 from tests.unit.test_pipeline import CONFIG
 
 ROUTES = ["/openai/v1/chat/completions", "/v1/messages"]

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from ezat_compat import jsonfast
 from ezat_compat.jsonfast import encode_json
-from ezat_compat.logs import access_line
+from ezat_compat.server.logs import access_line
 from ezat_compat.translate.stream import encode_chunk
 
 TEXT = st.text(alphabet=st.characters(codec=None, exclude_categories=()), max_size=40)  # surrogates included

@@ -9,7 +9,7 @@ import textwrap
 
 from prometheus_client import CollectorRegistry
 
-from ezat_compat.metrics import Metrics
+from ezat_compat.server.metrics import Metrics
 
 
 def test_a_child_is_the_one_labels_gives_and_counts_there() -> None:
@@ -38,7 +38,7 @@ def test_multiprocess_mode_is_the_packages_own_and_sums_the_workers() -> None:
         import prometheus_client.values as values
         from prometheus_client import multiprocess
         before = (values.ValueClass, values.Lock)
-        from ezat_compat.metrics import Metrics
+        from ezat_compat.server.metrics import Metrics
         metrics = Metrics()
         assert metrics.multiprocess and (values.ValueClass, values.Lock) == before
         metrics.answered("chat.completions", "anthropic/m", "a", 200, 0.01)

@@ -30,8 +30,8 @@ from ezat_compat.errors import (
 )
 from ezat_compat.failures import client_error
 from ezat_compat.limits import TokenHold
-from ezat_compat.metrics import Metrics
 from ezat_compat.pipeline import Call, ClientRequest, Gateway, Reply
+from ezat_compat.server.metrics import Metrics
 from ezat_compat.session import StreamSession
 from ezat_compat.store.accounts import AuthContext
 

@@ -31,7 +31,7 @@ from ezat_compat.domain import LoggingSettings, Usage
 
 if TYPE_CHECKING:  # the gunicorn master imports this module before prometheus_client may be
     from ezat_compat.errors import GatewayError
-    from ezat_compat.metrics import Metrics
+    from ezat_compat.server.metrics import Metrics
 
 ACCESS_LOGGER = "ezat_compat.access"
 REDACTED = "…"

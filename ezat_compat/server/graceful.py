@@ -24,8 +24,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ezat_compat.drain import draining, start_draining
 from ezat_compat.errors import OverloadedError
+from ezat_compat.server.drain import draining, start_draining
 
 log = logging.getLogger("ezat_compat")
 CUT_MARGIN_S = 3.0  # streams are ended this long before the grace runs out
