@@ -1,5 +1,5 @@
 """``gunicorn -c gunicorn.conf.py wsgi:app`` from the repository root."""
 
-from ezat_compat.wsgi import app
+from ezat_compat.server.wsgi import app
 
 __all__ = ["app"]

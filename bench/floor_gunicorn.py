@@ -1,7 +1,7 @@
 """Gunicorn settings of the stack floor (``floor_app.py``): our gateway's worker settings.
 
 The values come from the same config file the benchmark's gateway runs with (``EZAT_CONFIG``),
-read the way ``ezat_compat/gunicorn_conf.py`` reads them: gevent workers, the same worker
+read the way ``ezat_compat/server/gunicorn_conf.py`` reads them: gevent workers, the same worker
 connections, timeouts, HTTP keep-alive, log level and request-line limit; bind and workers from
 ``FLOOR_BIND`` / ``FLOOR_WORKERS``. None of the gateway's hooks (migrations, metrics folder).
 """

@@ -8,9 +8,8 @@ line the pipeline writes when the stream ends; ``teardown_request`` finishes a r
 else did. ``/readyz`` answers from ``Readiness``; ``start_draining`` (re-exported from
 ``drain``) makes it answer 503 for the shutdown code.
 
-In front of the app's own WSGI callable, ``api/hot.HotRoutes`` answers ``POST
-/openai/v1/chat/completions`` and ``POST /v1/messages`` exactly as those views, hooks and error
-handlers do, without Flask's per-request machinery; ``TrustedForwarded`` is outermost.
+Flask's dispatch serves every route; the only WSGI layer in front of it is ``TrustedForwarded``
+(the client's address from a trusted proxy's ``X-Forwarded-For``).
 """
 
 from __future__ import annotations
@@ -30,20 +29,19 @@ from ezat_compat.api import anthropic as anthropic_api
 from ezat_compat.api import openai as openai_api
 from ezat_compat.api import responses as responses_api
 from ezat_compat.api.common import gateway, json_response, new_request_id, raw_json_response, too_large
-from ezat_compat.api.hot import HotRoutes, note_outage, unexpected_error
 from ezat_compat.catalog import Catalog
 from ezat_compat.cooldowns import make_cooldowns
 from ezat_compat.dialects.anthropic_messages import AnthropicMessages
 from ezat_compat.dialects.openai_chat import OpenAIChat
 from ezat_compat.domain import Config
-from ezat_compat.drain import start_draining, stop_draining
 from ezat_compat.errors import GatewayError, InvalidRequestError, MethodNotAllowedError, RouteNotFoundError
-from ezat_compat.forwarded import TrustedForwarded
 from ezat_compat.limits import RateLimits
-from ezat_compat.logs import Outages, RequestLog
-from ezat_compat.metrics import Metrics
 from ezat_compat.pipeline import Gateway, health_key
-from ezat_compat.readiness import Readiness
+from ezat_compat.server.drain import start_draining, stop_draining
+from ezat_compat.server.forwarded import TrustedForwarded
+from ezat_compat.server.logs import Outages, RequestLog
+from ezat_compat.server.metrics import Metrics
+from ezat_compat.server.readiness import Readiness, note_outage
 from ezat_compat.store.accounts import Accounts
 from ezat_compat.store.db import make_engine
 from ezat_compat.store.ledger import Ledger
@@ -146,6 +144,11 @@ def _http_error(exc: HTTPException) -> GatewayError:
     if exc.code and 400 <= exc.code < 500:
         return InvalidRequestError(exc.description or exc.name)
     return GatewayError(exc.description or "Internal error.")
+
+
+def unexpected_error(request_id: str | None) -> GatewayError:
+    """What the client gets for a bug: a 500 that quotes the request id, nothing internal."""
+    return GatewayError(f"The gateway failed to process the request; quote request id {request_id or '?'} to support.")
 
 
 def _noted_outage(exc: BaseException) -> bool:
@@ -260,28 +263,13 @@ def create_app(config: Config, *, gateway_core: Gateway | None = None) -> Flask:
     app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes
     app.extensions["ezat"] = gateway_core or build_gateway(config)
     with app.app_context():
-        request_log = _register_request_log(app, config)
+        _register_request_log(app, config)
     app.register_blueprint(openai_api.bp)
     app.register_blueprint(responses_api.bp)
     app.register_blueprint(anthropic_api.bp)
     _register_public(app, config)
     _register_errors(app)
-    hot = HotRoutes(  # the same answers as the views below give, without Flask's per-request work
-        app.wsgi_app,
-        app.extensions["ezat"],
-        request_log,
-        app.extensions["ezat_readiness"],
-        {
-            "/openai/v1/chat/completions": (openai_api.CHAT, "openai.chat_completions"),
-            "/v1/messages": (anthropic_api.MESSAGES, "anthropic.messages"),
-            "/openai/v1/responses": (
-                responses_api.LazyResponses(app),  # a Dialect by delegation
-                "openai_responses.create_response",
-            ),
-        },
-        metrics_listener(config.server.metrics_bind) if config.server.metrics_bind else None,
-    )
-    app.wsgi_app = TrustedForwarded(hot, config.server.forwarded_allow_ips)  # type: ignore[method-assign]
+    app.wsgi_app = TrustedForwarded(app.wsgi_app, config.server.forwarded_allow_ips)  # type: ignore[method-assign]
     return app
 
 

@@ -249,7 +249,7 @@ def _egress_lines(config: Config) -> list[str]:
 def cmd_check_config(args: argparse.Namespace) -> int:
     """Validate the file and what it needs from the environment, as ``nginx -t`` does: no
     connection is made. Warnings (deployments without their key) go to stderr; exit 0."""
-    from ezat_compat.serving import deployment_warnings, parse_bind
+    from ezat_compat.server.serving import deployment_warnings, parse_bind
     from ezat_compat.store.db import describe_url, open_engine
 
     path = resolve_config_path(args.config)
@@ -305,7 +305,7 @@ def cmd_db(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from ezat_compat.serving import serve
+    from ezat_compat.server.serving import serve
 
     config = _config(args)
     return serve(config, bind=args.bind, workers=args.workers)
@@ -413,7 +413,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "from_revision", None) and not args.sql:
         parser.error("db upgrade --from needs --sql")
     from ezat_compat.demo import DemoError
-    from ezat_compat.serving import StartupError, one_line
+    from ezat_compat.server.serving import StartupError, one_line
     from ezat_compat.store.accounts import StoreError
     from ezat_compat.store.db import DatabaseUnavailable, SchemaError
 

@@ -35,7 +35,7 @@ from ezat_compat.domain import (
     ResponsesSettings,
     ServerSettings,
 )
-from ezat_compat.forwarded import parse_allow_list
+from ezat_compat.server.forwarded import parse_allow_list
 from ezat_compat.wire.paths import flatten_errors, format_error
 
 DEFAULT_CONFIG_NAME = "ezat.toml"

@@ -19,7 +19,7 @@ import urllib.request
 from pathlib import Path
 
 from ezat_compat.config import load_config
-from ezat_compat.serving import gunicorn_argv, serving_environment
+from ezat_compat.server.serving import gunicorn_argv, serving_environment
 
 DEMO_MODEL = "anthropic/claude-sonnet-5-5"
 DEMO_ORG = "demo"

@@ -2,19 +2,24 @@
 
 On a stream's per-event path (each upstream event parsed, each chunk written) orjson, a
 compiled and well-kept JSON library, does the work several times faster than ``json``. It is
-used only where it can't be told apart from ``json``:
+used only where it can't be told apart from ``json`` (tests/unit/test_jsonfast.py holds every
+integer and float form ``json`` accepts, and the boundaries of orjson's integers):
 
 - ``loads``: orjson refuses what ``json`` reads its own way (NaN, Infinity, numbers past a
   double's range, lone surrogate escapes): ``json.loads`` reads those, and raises as before on
-  what isn't JSON. The one input both read but differently, an integer past 64 bits (a float
-  to orjson), goes to ``json`` too: the text holds a run of 20 digits.
+  what isn't JSON. The one input both read but differently is an integer outside orjson's
+  range, ``-2**63`` to ``2**64 - 1`` (a float to orjson): such an integer has at least 19
+  digits (``-9223372036854775809``), so text holding a run of 19 digits goes to ``json``.
 - ``dumps_compact``: the bytes of ``json.dumps(value, ensure_ascii=False, separators=(",",
-  ":"))`` for values made of str, int, finite float, bool, None, lists and dicts with str keys.
-  What orjson refuses (a lone surrogate, an int past 64 bits, a key that isn't a str) goes to
-  ``json``, which raises as it would be asked to. The two write a finite float alike except
+  ":"))`` for values made of str, int, float, bool, None, lists and dicts with str keys.
+  What orjson refuses (a lone surrogate, an int outside its range, a key that isn't a str) goes
+  to ``json``, which raises as it would be asked to. The two write a finite float alike except
   below 1e-4 in magnitude: orjson writes ``0.00001`` for ``1e-05`` and ``1e-9`` for ``1e-09``.
   Those forms hold ``0.0000``, or ``e-`` and one digit ending the number, so orjson's output
   holding either (a rare number, or a string such as "0.00001") is written again by ``json``.
+  orjson writes NaN and ±Infinity as ``null`` where ``json`` writes ``NaN``/``Infinity``: a
+  value that may hold floats (``floats=True``) whose output holds ``null`` is written by
+  ``json`` too.
 """
 
 from __future__ import annotations
@@ -28,9 +33,10 @@ try:
 except ImportError:  # pragma: no cover - a dependency; the standard library still gives the same results
     orjson = None  # type: ignore[assignment]
 
-# A run of 20 ASCII digits (JSON numbers have no others); written so that the regex engine
-# scans for its first digit, twice as fast as ``\d{20}`` on a stream event.
-_LONG_NUMBER = re.compile(r"[0-9][0-9]{19}")
+# A run of 19 ASCII digits (JSON numbers have no others): every integer outside orjson's range
+# has one. Written so that the regex engine scans for its first digit, twice as fast as
+# ``\d{19}`` on a stream event.
+_LONG_NUMBER = re.compile(r"[0-9][0-9]{18}")
 # Where orjson's output could differ from json's: a number below 1e-4 in magnitude (the only
 # floats the two write differently; see ``dumps_compact``). Two patterns, each starting with a
 # literal: the regex engine then searches for that literal, twice as fast as ``bytes.__contains__``
@@ -40,6 +46,7 @@ _LONG_NUMBER = re.compile(r"[0-9][0-9]{19}")
 # resp_…5e-6c3f… never does.
 _SMALL_EXPONENT = re.compile(rb"e-[0-9](?:[,}\]]|\Z)")
 _FOUR_ZEROS = re.compile(rb"0\.0000")
+_NULL = re.compile(rb"null")  # where orjson may have written a NaN or an infinity
 _COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False)
 _ASCII = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), check_circular=False)
 
@@ -65,25 +72,28 @@ def sse_data(value: Any) -> bytes:
         return encode_chunk(value)
 
 
-def dumps_compact(value: Any, *, floats: bool = True) -> bytes:
-    """``json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()`` (finite floats),
-    faster; ``UnicodeEncodeError`` for a lone surrogate, as that encode would raise.
+def dumps_compact(value: Any, *, floats: bool = True, finite: bool = False) -> bytes:
+    """``json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()``, faster;
+    ``UnicodeEncodeError`` for a lone surrogate, as that encode would raise.
     ``floats=False``: the caller vouches that ``value`` holds no float (an event it built of
-    text and counts), and the look for orjson's other notation (~1 us a kilobyte) is skipped."""
+    text and counts), and the look for orjson's other notations (~1 us a kilobyte) is skipped.
+    ``finite=True``: the caller vouches that its floats are finite (numbers it computed), so
+    a ``null`` can't stand for a NaN and isn't looked for."""
     if orjson is not None:
         try:
             out: bytes = orjson.dumps(value)
         except TypeError:  # orjson.JSONEncodeError: a surrogate, an int past 64 bits, a key not a str
             pass
         else:
-            if not floats or _exact(out):
+            if not floats or _exact(out, finite):
                 return out
     return _COMPACT.encode(value).encode()
 
 
-def _exact(out: bytes) -> bool:
-    """orjson's ``out`` is ``json``'s too: it holds no number written in orjson's other notation."""
-    return not _FOUR_ZEROS.search(out) and not _SMALL_EXPONENT.search(out)
+def _exact(out: bytes, finite: bool = False) -> bool:
+    """orjson's ``out`` is ``json``'s too: it holds no number written in orjson's other notation,
+    and no ``null`` that could stand for a NaN or an infinity."""
+    return not _FOUR_ZEROS.search(out) and not _SMALL_EXPONENT.search(out) and (finite or not _NULL.search(out))
 
 
 def encode_json(value: Any, *, floats: bool = True) -> bytes:

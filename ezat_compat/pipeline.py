@@ -39,10 +39,10 @@ from ezat_compat.errors import (
     UpstreamTimeoutError,
 )
 from ezat_compat.limits import RateLimits, TokenHold
-from ezat_compat.logs import RequestRecord
-from ezat_compat.metrics import Metrics
 from ezat_compat.pricing import cost_micros, worst_case_micros
 from ezat_compat.routing import plan
+from ezat_compat.server.logs import RequestRecord
+from ezat_compat.server.metrics import Metrics
 from ezat_compat.session import StreamSession
 from ezat_compat.store.accounts import Accounts, AuthContext
 from ezat_compat.store.hotpath import Rider

@@ -12,7 +12,6 @@ from typing import Any
 from flask import Blueprint, Flask, Response, current_app, request
 
 from ezat_compat.api.common import api_key, client_request, gateway, json_response, respond
-from ezat_compat.dialects import openai_error_response
 from ezat_compat.dialects.openai_responses import OpenAIResponses, ResponsesServices, not_found
 from ezat_compat.errors import GatewayError, InvalidRequestError
 from ezat_compat.sealing import KEY_ENV, load_sealer
@@ -60,24 +59,6 @@ def dialect_of(app: Flask) -> OpenAIResponses:
             found = OpenAIResponses(ResponsesServices(settings, store, sealer, time.time))
             app.extensions[_EXTENSION] = found
     return found
-
-
-class LazyResponses:
-    """``app``'s Responses dialect for the hot routes (``api/hot.py``), built on first use as
-    the view builds it; ``render_error`` needs none (OpenAI's envelope), so a dialect that can't
-    be built (no sealing key) is answered as the view's error handler answers it. An attribute
-    found is kept on this object: the next lookups of it (several a request) don't come here."""
-
-    def __init__(self, app: Flask) -> None:
-        self._app = app
-
-    def __getattr__(self, name: str) -> Any:
-        value = getattr(dialect_of(self._app), name)
-        setattr(self, name, value)
-        return value
-
-    def render_error(self, err: GatewayError, request_id: str | None) -> tuple[int, bytes, dict[str, str]]:
-        return openai_error_response(err)
 
 
 def _stored(response_id: str) -> StoredResponse:

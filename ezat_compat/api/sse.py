@@ -18,7 +18,6 @@ from collections.abc import Generator, Iterator
 
 from flask import Response
 
-from ezat_compat.onesend import LastChunk
 from ezat_compat.session import StreamSession
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
@@ -47,11 +46,11 @@ def relay(session: StreamSession) -> Generator[bytes, None, None]:
                         parts.append(session.broke(exc))
             if session.cut_by is not None:  # the gateway is shutting down
                 parts.append(session.cut(session.cut_by))
-                yield LastChunk(b"".join(parts))
+                yield b"".join(parts)
                 return
             if not events and not parts:
                 if session.upstream_ended:
-                    yield LastChunk(session.ended())
+                    yield session.ended()
                 else:
                     yield session.ping
                     last_write = clock()
@@ -68,7 +67,7 @@ def relay(session: StreamSession) -> Generator[bytes, None, None]:
                 parts.append(session.relay(*event))
             out = b"".join(parts) if len(parts) > 1 else parts[0] if parts else b""
             if out:
-                yield LastChunk(out) if session.over else out  # the stream's ending: its last write
+                yield out
                 last_write = clock()
             elif clock() - last_write >= keepalive_s:
                 yield session.ping
@@ -99,4 +98,7 @@ class StreamBody:
 
 
 def stream_response(session: StreamSession) -> Response:
-    return Response(StreamBody(session), mimetype="text/event-stream", headers=SSE_HEADERS)
+    """The event-stream response. ``direct_passthrough``: the server iterates (and closes) the
+    ``StreamBody`` itself, so no chunk goes through werkzeug's encoding and closing wrappers (a
+    generator frame each); the body yields bytes only."""
+    return Response(StreamBody(session), mimetype="text/event-stream", headers=SSE_HEADERS, direct_passthrough=True)

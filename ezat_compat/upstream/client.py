@@ -54,7 +54,7 @@ from ezat_compat.errors import (
     UpstreamTimeoutError,
     UpstreamTLSError,
 )
-from ezat_compat.procid import pid
+from ezat_compat.server.procid import pid
 from ezat_compat.upstream.egress import Egress, TLSAdapter, egress_of
 from ezat_compat.upstream.sse import iter_sse
 

@@ -353,7 +353,7 @@ def test_readyz_answers_503_while_draining_and_serves_on(obs: ObsGateway, key: s
     assert ready.status_code == 200
     assert ready.json() == {"status": "ready", "database": "ok", "redis": "not configured", "draining": False}
     marker = Path(obs.env["EZAT_DRAIN_FILE"])
-    marker.touch()  # what ezat_compat.drain.start_draining() does in the master
+    marker.touch()  # what ezat_compat.server.drain.start_draining() does in the master
     try:
         draining = requests.get(obs.url + "/readyz", timeout=10)
         assert draining.status_code == 503 and draining.json()["draining"] is True

@@ -237,7 +237,7 @@ def test_image_limit_errors_name_the_key(tmp_path: Path, line: str, message: str
 
 
 def test_server_pidfile_and_name(tmp_path: Path) -> None:
-    from ezat_compat.serving import process_title
+    from ezat_compat.server.serving import process_title
 
     default = load_config(write(tmp_path, MINIMAL))
     assert (default.server.pidfile, default.server.name) == ("", "")
@@ -269,7 +269,7 @@ def test_server_pidfile_and_name(tmp_path: Path) -> None:
     ids=["all-set", "one-unset", "none-set"],
 )
 def test_a_warning_per_deployment_without_its_key(tmp_path: Path, environ: dict[str, str], warnings: list[str]) -> None:
-    from ezat_compat.serving import deployment_warnings
+    from ezat_compat.server.serving import deployment_warnings
 
     text = MINIMAL + '\n[[models.deployments]]\nname = "backup"\nbase_url = "https://b.example"\n'
     text += 'upstream_model = "m"\napi_key_env = "BACKUP_KEY"\n'

@@ -7,7 +7,7 @@ import tomllib
 import pytest
 
 from ezat_compat.config import ConfigError, parse_config
-from ezat_compat.forwarded import TrustedForwarded, client_address, parse_allow_list
+from ezat_compat.server.forwarded import TrustedForwarded, client_address, parse_allow_list
 
 LOOPBACK = parse_allow_list("127.0.0.1")
 PROXIES = parse_allow_list("127.0.0.1, 10.0.0.0/8")

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from ezat_compat import jsonfast
 from ezat_compat.jsonfast import encode_json
-from ezat_compat.logs import access_line
+from ezat_compat.server.logs import access_line
 from ezat_compat.translate.stream import encode_chunk
 
 TEXT = st.text(alphabet=st.characters(codec=None, exclude_categories=()), max_size=40)  # surrogates included
@@ -155,3 +155,87 @@ def test_a_json_body_is_what_json_writes_a_lone_surrogate_escaped(value: Any) ->
     except UnicodeEncodeError:  # a lone surrogate from upstream: escaped, never a failure
         expected = json.dumps(value, ensure_ascii=True, separators=(",", ":")).encode()
     assert encode_json(value) == expected
+
+
+# Every form of number ``json`` reads (JSON's grammar plus Python's NaN and ±Infinity), around
+# the boundaries of orjson's integers (-2**63 to 2**64 - 1) and of a double.
+_EDGES = [0, 1, 10**18, 10**19, 10**20, 2**53, 2**63, 2**64, 2**70]
+INTEGER_TEXTS = sorted(
+    {
+        f"{sign}{edge + delta}"
+        for edge in _EDGES
+        for delta in (-2, -1, 0, 1, 2)
+        if edge + delta >= 0
+        for sign in ("", "-")
+    }
+)
+FLOAT_TEXTS = [
+    *(
+        f"{i}{tail}"
+        for i in ("0", "-0", "1", "-1", "9223372036854775809", "-9223372036854775809")
+        for tail in (
+            ".0",
+            ".5",
+            "e0",
+            "E0",
+            "e+1",
+            "E-1",
+            ".25e2",
+            "e400",
+            "e-400",
+        )
+    ),
+    "0.0",
+    "-0.0",
+    "0.1",
+    "1e-05",
+    "5e-324",
+    "2.4e-324",
+    "4.9e-325",
+    "1.7976931348623157e308",
+    "1.7976931348623158e308",  # rounds down to the largest double
+    "1.7976931348623159e308",  # past it: inf to json, refused by orjson
+    "-1.7976931348623159e308",
+    "1e400",
+    "-1e400",
+    "9007199254740993.0",
+    "123456789012345678901234567890.5",
+    "1.00000000000000011102230246251565404236316680908203125",
+    "NaN",
+    "Infinity",
+    "-Infinity",
+]
+NOT_JSON = ["-NaN", "+1", "01", "1.", ".5", "1e", "0x10", "- 1", "infinity", "nan", "1_000"]
+
+
+@pytest.mark.parametrize("number", INTEGER_TEXTS + FLOAT_TEXTS + NOT_JSON)
+def test_every_number_form_is_read_as_json_reads_it(number: str) -> None:
+    for text in (number, f"[{number}]", f'{{"n":{number}}}', f'{{"n":[1,{number},"x"]}}'):
+        expected, got = outcome(json.loads, text), outcome(jsonfast.loads, text)
+        assert repr(got) == repr(expected), text  # an int's repr isn't a float's; NaN's is the same
+
+
+@pytest.mark.parametrize("number", INTEGER_TEXTS + FLOAT_TEXTS)
+def test_every_number_is_written_as_json_writes_it(number: str) -> None:
+    value = json.loads(number)
+    for wrapped in (value, [value], {"n": value, "m": None}):
+        assert outcome(jsonfast.dumps_compact, wrapped) == outcome(compact, wrapped)
+        assert encode_json(wrapped) == json.dumps(wrapped, separators=(",", ":")).encode()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(_EDGES).flatmap(lambda e: st.integers(min_value=-e - 3, max_value=e + 3)))
+def test_integers_near_the_boundaries_are_read_as_json_reads_them(n: int) -> None:
+    text = f'{{"n":{n}}}'
+    assert repr(jsonfast.loads(text)) == repr(json.loads(text))
+    assert jsonfast.dumps_compact({"n": n}) == compact({"n": n})
+
+
+@pytest.mark.parametrize("value", [{"a": None, "b": 1.5}, [None, 0.001, 1e-05], {"n": None}])
+def test_finite_values_with_nulls_are_orjsons_bytes_when_the_caller_vouches(
+    value: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    expected = compact(value)
+    if b"e-" not in expected:  # (orjson's other notation is still looked for)
+        monkeypatch.setattr(jsonfast, "_COMPACT", _Refuses())
+    assert jsonfast.dumps_compact(value, finite=True) == expected

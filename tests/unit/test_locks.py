@@ -1,5 +1,5 @@
 """``locks.thread_lock``: an operating-system lock in a gevent-patched worker too, where the
-metrics' multiprocess values and the store's group commit take it."""
+store's group commit takes it."""
 
 from __future__ import annotations
 
@@ -13,19 +13,11 @@ def test_a_patched_process_gets_a_thread_lock_where_it_asked_for_one() -> None:
         """
         from gevent import monkey; monkey.patch_all()
         import os, tempfile, threading
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp()
         from ezat_compat.locks import thread_lock
-        from ezat_compat.metrics import Metrics
         from ezat_compat.store.hotpath import SQLiteHotPath
-        from prometheus_client import values
         os_lock = type(monkey.get_original("_thread", "allocate_lock")())
         assert type(threading.Lock()) is not os_lock  # gevent's
         assert type(thread_lock()) is os_lock
-        metrics = Metrics()
-        metrics.streams_open.inc()
-        assert values.Lock is not thread_lock  # the package's own again, for anything else
-        cells = [cell.cell_contents for cell in type(metrics.streams_open._value).inc.__closure__]
-        assert any(type(cell) is os_lock for cell in cells)  # the multiprocess values' lock
         hot = SQLiteHotPath(os.path.join(tempfile.mkdtemp(), "x.db"))
         assert type(hot._lock) is os_lock and type(hot.group._queue_lock) is os_lock
         print("ok")

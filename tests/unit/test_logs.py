@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 
 from ezat_compat.app import metrics_listener
 from ezat_compat.domain import LoggingSettings, Usage
-from ezat_compat.logs import (
+from ezat_compat.server.logs import (
     JsonFormatter,
     LineFormatter,
     Outages,
@@ -27,8 +27,8 @@ from ezat_compat.logs import (
     redact_query,
     rfc3339,
 )
-from ezat_compat.metrics import Metrics, status_class
-from ezat_compat.readiness import Readiness
+from ezat_compat.server.metrics import Metrics, status_class
+from ezat_compat.server.readiness import Readiness
 
 
 @pytest.mark.parametrize(
@@ -253,7 +253,7 @@ def test_gunicorn_access_line_only_with_an_access_log(accesslog: str | None, lin
 
     from gunicorn.config import Config
 
-    from ezat_compat.logs import gunicorn_logger_class
+    from ezat_compat.server.logs import gunicorn_logger_class
 
     cfg = Config()
     cfg.set("accesslog", accesslog)

@@ -70,7 +70,7 @@ def test_a_worker_sets_its_loaded_app_aside_from_the_collector() -> None:
     the first generation is ``YOUNG_GENERATION``; run in a process of its own."""
     script = (
         "import gc, json, flask, sqlalchemy\n"
-        "from ezat_compat import serving\n"
+        "from ezat_compat.server import serving\n"
         "before = gc.get_freeze_count()\n"
         "serving.tune_collector()\n"
         "print(json.dumps([before, gc.get_freeze_count(), list(gc.get_threshold()), serving.YOUNG_GENERATION]))\n"

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import textwrap
 
-from ezat_compat import procid
+from ezat_compat.server import procid
 
 
 def test_pid_is_this_process_id() -> None:
@@ -32,7 +32,7 @@ def test_multiprocess_metrics_write_the_files_of_the_process_that_counts(tmp_pat
     script = textwrap.dedent(
         """
         import os, sys
-        from ezat_compat.metrics import Metrics
+        from ezat_compat.server.metrics import Metrics
         metrics = Metrics()
         metrics.requests.labels("chat", "m", "d", "200").inc()
         child = os.fork()

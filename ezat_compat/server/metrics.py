@@ -1,8 +1,12 @@
 """Prometheus metrics, safe under gunicorn's several worker processes.
 
-Gunicorn's config sets ``PROMETHEUS_MULTIPROC_DIR`` before the workers import this module;
-then every worker writes its samples to shared files and ``/metrics`` aggregates them. Outside
-gunicorn (tests, the Flask dev server) the default in-process registry is used.
+prometheus_client's multiprocess mode, as its documentation describes it: gunicorn's config
+(``gunicorn_conf.py``) sets ``PROMETHEUS_MULTIPROC_DIR`` in the master before anything imports
+prometheus_client, so every forked worker's values are the package's multiprocess ones (chosen
+at its import) and write their samples to shared files; ``/metrics`` sums them with a
+``multiprocess.MultiProcessCollector``, and the master's ``child_exit`` hook calls
+``multiprocess.mark_process_dead`` for a worker that exits. Outside gunicorn (tests, the Flask
+dev server) the default in-process values and this process's registry are used.
 
 Every answer is counted, whatever its status (``answered``, called once per request by the
 app's request log). Label values are bounded: routes are the app's endpoint names, models are
@@ -15,7 +19,6 @@ only). The cooldown gauge and ``ezat_build_info`` are computed at scrape time.
 from __future__ import annotations
 
 import atexit
-import functools
 import os
 import platform
 import shutil
@@ -29,13 +32,11 @@ from prometheus_client import (
     Gauge,
     Histogram,
     generate_latest,
-    values,
 )
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from ezat_compat import __version__, procid
-from ezat_compat.locks import thread_lock
+from ezat_compat import __version__
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 STREAM_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 3600)
@@ -78,28 +79,11 @@ class _ScrapeCollector(Collector):
         yield family
 
 
-@functools.cache
-def _multiprocess_value_class() -> type:
-    """prometheus_client's multiprocess value, told this process's id by ``procid.pid`` (the
-    same number as its default ``os.getpid``, without a system call for every sample it writes:
-    each checks the id to notice a fork). One class per process, so one set of open files. Its
-    lock, held for an mmap write, is a plain thread lock (``locks.thread_lock``) in a gevent
-    worker too."""
-    patched = values.Lock
-    values.Lock = thread_lock  # type: ignore[assignment]  # read once, by the call below
-    try:
-        return values.MultiProcessValue(process_identifier=procid.pid)
-    finally:
-        values.Lock = patched
-
-
 class Metrics:
     """The gateway's metrics. One instance per process, created by the app factory."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
-        if self.multiprocess:
-            values.ValueClass = _multiprocess_value_class()
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         reg = self.registry
         self.requests = Counter(

@@ -31,7 +31,7 @@ from ezat_compat.domain import LoggingSettings, Usage
 
 if TYPE_CHECKING:  # the gunicorn master imports this module before prometheus_client may be
     from ezat_compat.errors import GatewayError
-    from ezat_compat.metrics import Metrics
+    from ezat_compat.server.metrics import Metrics
 
 ACCESS_LOGGER = "ezat_compat.access"
 REDACTED = "…"
@@ -270,9 +270,9 @@ def _usd(micros: int | None) -> str | None:
 
 def access_line(fields: Mapping[str, Any], fmt: str = "json") -> str:
     """The request's one line: JSON, or ``key=value`` pairs for ``format = "text"``."""
-    if fmt == "json":  # its floats are milliseconds to 3 decimals: written by orjson as by json
+    if fmt == "json":  # its floats are finite milliseconds to 3 decimals: written by orjson as by json
         try:
-            return jsonfast.dumps_compact(fields).decode()
+            return jsonfast.dumps_compact(fields, finite=True).decode()
         except UnicodeEncodeError:  # a lone surrogate in a field: json writes it as it is
             return json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
     parts = [str(fields.get("time", ""))]

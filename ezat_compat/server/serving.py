@@ -7,7 +7,7 @@ what the gunicorn master does for the operator (see ``gunicorn_conf.py``, which 
 - reload safety: the master holds the configuration its workers are built from
   (``served_config``); on SIGHUP ``reload_config`` validates the file first and, when it is bad,
   keeps the held one, so workers started by the reload serve the previous configuration and the
-  master never exits on a typo. ``worker_app`` (``ezat_compat.wsgi``) builds each worker's app
+  master never exits on a typo. ``worker_app`` (``ezat_compat.server.wsgi``) builds each worker's app
   from the held configuration;
 - ``process_title``: the name gunicorn shows in ``ps`` (``master [ezat-compat: …]``);
 - ``tune_collector``: the cyclic garbage collector of a worker that has loaded its app.
@@ -44,7 +44,7 @@ def one_line(message: str) -> str:
 
 def gunicorn_argv(config: Config) -> list[str]:
     conf = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gunicorn_conf.py")
-    return [sys.executable, "-m", "gunicorn", "-c", conf, "ezat_compat.wsgi:app"]
+    return [sys.executable, "-m", "gunicorn", "-c", conf, "ezat_compat.server.wsgi:app"]
 
 
 def serving_environment(config: Config, *, bind: str | None = None, workers: int | None = None) -> dict[str, str]:

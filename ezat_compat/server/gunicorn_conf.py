@@ -8,7 +8,7 @@ forking, and prepares the shared folder of the Prometheus multiprocess metrics.
 The master executes this file on start and again on every SIGHUP (before ``on_reload``). On
 start a bad configuration, bind address or database stops it with one line; on a reload a bad
 file is refused in one line and the workers keep serving the configuration the master holds
-(``ezat_compat.serving``). ``[server] pidfile`` and the process titles (``[server] name``)
+(``ezat_compat.server.serving``). ``[server] pidfile`` and the process titles (``[server] name``)
 are set here too.
 Logs: gunicorn's loggers and ours through one ``logconfig_dict`` (``[logging]``: JSON lines,
 RFC 3339 UTC times); gunicorn's access log (``EZAT_ACCESS_LOG``, off by default: the
@@ -25,13 +25,13 @@ import sys
 import tempfile
 from typing import Any
 
-from ezat_compat import serving
-from ezat_compat.graceful import drain_then_stop, on_worker_term, shutting_down
-from ezat_compat.logs import gunicorn_logger_class, logging_config
+from ezat_compat.server import serving
+from ezat_compat.server.graceful import drain_then_stop, on_worker_term, shutting_down
+from ezat_compat.server.logs import gunicorn_logger_class, logging_config
 
 _config = serving.master_config()
 
-wsgi_app = "ezat_compat.wsgi:app"
+wsgi_app = "ezat_compat.server.wsgi:app"
 bind = [os.environ.get("EZAT_BIND") or _config.server.bind]
 pidfile = _config.server.pidfile or None
 # Titles need the setproctitle package (a dependency): "master [ezat-compat: /etc/ezat/ezat.toml]".
@@ -74,8 +74,8 @@ def _observability_settings() -> None:
 
     # After PROMETHEUS_MULTIPROC_DIR is set (prometheus_client reads it at import), and light:
     # nothing here may import what the workers' gevent patching must come first for.
-    from ezat_compat.drain import DRAIN_FILE_ENV
-    from ezat_compat.metrics import remove_at_exit
+    from ezat_compat.server.drain import DRAIN_FILE_ENV
+    from ezat_compat.server.metrics import remove_at_exit
 
     global logconfig_dict, logger_class, bind
     logging.captureWarnings(True)  # warnings become records: one line each, like the rest
@@ -83,7 +83,7 @@ def _observability_settings() -> None:
     logger_class = gunicorn_logger_class()
     if _config.server.metrics_bind and _config.server.metrics_bind not in bind:
         bind = [*bind, _config.server.metrics_bind]
-    # ezat_compat.readiness.start_draining() in this master creates it; every worker sees it.
+    # ezat_compat.server.readiness.start_draining() in this master creates it; every worker sees it.
     os.environ.setdefault(
         DRAIN_FILE_ENV, os.path.join(os.environ["PROMETHEUS_MULTIPROC_DIR"], f"draining-{os.getpid()}")
     )
@@ -123,7 +123,10 @@ def _guard_reload(server: Any) -> None:
 def on_starting(server: Any) -> None:
     _start_checks(server)
     _release_dead_worker(None)  # on start: the journal, then the holds of dead workers of dead masters
-    drain_then_stop(server, _config.server.drain_s)
+
+
+def when_ready(server: Any) -> None:
+    drain_then_stop(_config.server.drain_s)  # after gunicorn set its signal handlers
 
 
 def on_reload(server: Any) -> None:
@@ -131,9 +134,6 @@ def on_reload(server: Any) -> None:
 
 
 def post_worker_init(worker: Any) -> None:
-    from ezat_compat import onesend
-
-    onesend.install()  # a response's head and its first body bytes in one send
     gateway = worker.wsgi.extensions["ezat"]
     on_worker_term(worker, lambda: gateway.cut_streams(shutting_down()), float(_config.server.graceful_timeout_s))
     serving.tune_collector()  # last: the app and its hooks are what it sets aside

@@ -17,32 +17,46 @@ The drain is the flag of ``drain.py``: set in the master, every worker's ``/read
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from ezat_compat.drain import draining, start_draining
 from ezat_compat.errors import OverloadedError
+from ezat_compat.server.drain import draining, start_draining
 
 log = logging.getLogger("ezat_compat")
 CUT_MARGIN_S = 3.0  # streams are ended this long before the grace runs out
 SHUTTING_DOWN = "The gateway is restarting and ended this stream before its reply was complete; retry the request."
 
 
-def drain_then_stop(arbiter: Any, drain_s: float, sleep: Callable[[float], None] = time.sleep) -> None:
-    """Wrap the master's SIGTERM handler: not-ready for ``drain_s`` while still serving, then
-    gunicorn's own graceful stop (listeners closed, workers told to finish)."""
-    stop = arbiter.handle_term
+def drain_then_stop(drain_s: float, sleep: Callable[[float], None] = time.sleep) -> None:
+    """For gunicorn's ``when_ready`` hook (gunicorn's own signal handlers are set by then): the
+    master's first SIGTERM makes the node not-ready for ``drain_s`` while it still serves, then
+    goes to gunicorn's own SIGTERM handler (its graceful stop: listeners closed, workers told
+    to finish). The master's loop runs on meanwhile (the drain waits on a thread of its own);
+    a SIGTERM during the drain, or once draining, stops at once."""
+    gunicorns = signal.getsignal(signal.SIGTERM)
+    if drain_s <= 0 or not callable(gunicorns):
+        return
+    started = threading.Event()
 
-    def handle_term() -> None:
-        if drain_s > 0 and not draining():
-            start_draining()
-            log.info("draining for %g s before stopping (readiness reports 503)", drain_s)
-            sleep(drain_s)
-        stop()
+    def after_drain() -> None:
+        log.info("draining for %g s before stopping (readiness reports 503)", drain_s)
+        sleep(drain_s)
+        os.kill(os.getpid(), signal.SIGTERM)  # on to gunicorn's handler (below)
 
-    arbiter.handle_term = handle_term
+    def on_term(sig: int, frame: Any) -> None:
+        if started.is_set() or draining():
+            gunicorns(sig, frame)
+            return
+        started.set()
+        start_draining()
+        threading.Thread(target=after_drain, name="ezat-drain", daemon=True).start()
+
+    signal.signal(signal.SIGTERM, on_term)
 
 
 def on_worker_term(worker: Any, cut: Callable[[], int], grace_s: float) -> None:

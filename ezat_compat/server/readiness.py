@@ -6,7 +6,7 @@ Redis ``PING`` with 1 s timeouts), run by one caller at a time and cached for ``
 a caller that finds a check running gets the previous result at once, so a probe never hangs
 behind a dead database. ``/healthz`` stays liveness (no database).
 
-Draining (``ezat_compat.drain.start_draining()``, for the shutdown code) makes it answer 503
+Draining (``ezat_compat.server.drain.start_draining()``, for the shutdown code) makes it answer 503
 from that moment on, while every other route keeps serving.
 
 A failing check also opens an outage in ``Outages`` (logged once, with its cause) and a
@@ -28,8 +28,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from sqlalchemy import Engine, exc, make_url, text
 
-from ezat_compat.drain import draining
-from ezat_compat.logs import Outages, describe
+from ezat_compat.server.drain import draining
+from ezat_compat.server.logs import Outages, describe
 from ezat_compat.store.db import make_engine
 
 DB_TIMEOUT_S = 2  # libpq's connect_timeout counts whole seconds, at least 2
@@ -51,6 +51,18 @@ def outage_of(error: BaseException) -> str | None:
             return "redis"
         seen = seen.__cause__ or seen.__context__
     return None
+
+
+def note_outage(readiness: Readiness, exc: BaseException) -> bool:
+    """An outage of the database or Redis is logged once per incident (``Outages``), not per
+    request; True when ``exc`` is one."""
+    what = outage_of(exc)
+    if what is None:
+        return False
+    if what == "redis" and not readiness.redis_url:
+        what = "rate-limit counters"
+    readiness.outages.failed(what, exc)
+    return True
 
 
 def _probe_url(database_url: str) -> str:
