@@ -1,6 +1,7 @@
 """OpenAI Responses (docs/responses.md): ``POST /openai/v1/responses`` on the same pipeline as
-chat completions. Translated by ``translate/responses_request.py`` and
-``translate/responses_response.py``; errors in OpenAI's envelope with the spec's status table.
+chat completions. Translated by
+``translate/responses_request.py``, ``translate/responses_response.py`` and
+``translate/responses_stream.py``; errors in OpenAI's envelope with the spec's status table.
 
 What needs the organisation runs in ``Parsed.prepare`` (after authentication): the stored
 conversation of ``previous_response_id`` is loaded, sealed reasoning is opened, then the
@@ -41,14 +42,8 @@ from ezat_compat.translate.responses_request import (
     input_items,
     responses_to_anthropic,
 )
-from ezat_compat.translate.responses_response import (
-    Event,
-    ItemIds,
-    ResponseEvents,
-    anthropic_to_response,
-    client_view,
-    response_skeleton,
-)
+from ezat_compat.translate.responses_response import ItemIds, anthropic_to_response, client_view, response_skeleton
+from ezat_compat.translate.responses_stream import Event, ResponseEvents
 from ezat_compat.translate.thinking import (
     ThinkingCollector,
     assistant_tool_ids,
@@ -200,7 +195,7 @@ class EventWriter:
 
 
 class ResponsesStream(TranslatingStream[ResponseEvents]):
-    """Anthropic events -> Responses SSE events (``translate.responses_response`` translates;
+    """Anthropic events -> Responses SSE events (``translate.responses_stream`` translates;
     this encodes, seals, keeps the thinking and stores the finished response)."""
 
     __slots__ = ("_final", "ctx", "services", "writer")
