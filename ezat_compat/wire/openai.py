@@ -3,26 +3,20 @@ API reference, "Request Body").
 
 Schemas validate and refuse; they don't translate. Fields the spec ignores are excluded
 (``unknown = EXCLUDE``) and so never reach the upstream. Refused fields carry the spec's
-exact messages; the flattener in ``wire.paths`` turns them into ``path: message``.
+exact messages; the flattener in ``wire.paths`` turns them into ``path: message``. A body is
+loaded through the schema restricted to the fields it holds (``wire.loading.ByKeys``).
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Mapping, Sequence
 from typing import Any
 
-from marshmallow import EXCLUDE, Schema, ValidationError, fields, types, validate, validates_schema
-from marshmallow.decorators import PRE_LOAD
-from marshmallow.utils import missing
+from marshmallow import EXCLUDE, Schema, ValidationError, fields, validate, validates_schema
+from marshmallow.fields import Dict, List, Nested, Raw
 
 from ezat_compat.translate.tables import REASONING_EFFORTS
 from ezat_compat.wire.fields import (
-    Dict,
     JSONObject,
-    List,
-    Nested,
-    Raw,
     StrictBool,
     StrictInt,
     StrictNumber,
@@ -30,7 +24,7 @@ from ezat_compat.wire.fields import (
     StrOrList,
     Tagged,
 )
-from ezat_compat.wire.paths import first_error
+from ezat_compat.wire.loading import ByKeys, load_request
 
 # The spec's refusal messages ("Ignored and refused fields"), one place.
 N_MESSAGE = "only 1 choice per request is supported"
@@ -53,93 +47,7 @@ TEMPERATURE_MAX = 2
 TOP_P_MAX = 1
 
 
-class _Sparse(Schema):
-    """A schema that visits only the fields a body can affect.
-
-    marshmallow walks every declared field on each load, and an absent optional field still
-    costs a closure and a ``Field.deserialize`` call to find out it has nothing to do: it
-    yields no value and no error.
-    ``load`` here hands the work to a *variant* of the schema whose ``load_fields`` keep just
-    the fields present in the body plus every required field and every field with a
-    ``load_default``, in declaration order. The variant shares this schema's bound fields
-    and hooks, so the result (keys, values, order) and the errors (same fields, same order,
-    schema validators skipped or run alike) are those of a full load.
-
-    Only schemas whose loads can't see the difference take the short cut: unknown keys
-    excluded, no ``pre_load`` hook (it could add keys), no ``many``/``partial``/``only``/
-    ``exclude``/``load_only``/``dump_only`` options, and a plain ``dict`` as input. Variants
-    are built once per (schema, set of present keys) and kept in a bounded LRU cache, so
-    bodies with arbitrary key sets cost one cheap copy each and can't grow memory. A
-    variant is never changed after it is built, so threads and greenlets may share it.
-    """
-
-    class Meta:
-        unknown = EXCLUDE
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._sparse_optional: frozenset[str] | None = None
-        eligible = (
-            self.unknown == EXCLUDE
-            and not self.many
-            and not self.partial
-            and self.only is None
-            and not self.exclude
-            and not self.load_only
-            and not self.dump_only
-            and not self._hooks[PRE_LOAD]
-        )
-        optional = frozenset(
-            _data_key(name, field)
-            for name, field in self.load_fields.items()
-            if not field.required and field.load_default is missing
-        )
-        if eligible and optional:
-            self._sparse_optional = optional
-
-    def load(
-        self,
-        data: Mapping[str, Any] | Sequence[Mapping[str, Any]],
-        *,
-        many: bool | None = None,
-        partial: bool | types.StrSequenceOrSet | None = None,
-        unknown: types.UnknownOption | None = None,
-    ) -> Any:
-        optional = self._sparse_optional
-        if (
-            optional is not None
-            and type(data) is dict
-            and many is None
-            and partial is None
-            and (unknown is None or unknown == EXCLUDE)
-        ):
-            present = optional.intersection(data)
-            if len(present) != len(optional):
-                return Schema.load(_variant(self, present), data)
-        return super().load(data, many=many, partial=partial, unknown=unknown)
-
-
-def _data_key(name: str, field: fields.Field) -> str:
-    return field.data_key if field.data_key is not None else name
-
-
-@functools.lru_cache(maxsize=512)
-def _variant(schema: _Sparse, present: frozenset[str]) -> Schema:
-    """``schema`` restricted to the fields ``present`` in a body, required fields and fields
-    with a ``load_default``: a shallow copy sharing its bound fields, loaded as a plain
-    ``Schema`` (no further short cut)."""
-    variant = object.__new__(type(schema))
-    variant.__dict__.update(schema.__dict__)
-    variant._sparse_optional = None
-    variant.load_fields = {
-        name: field
-        for name, field in schema.load_fields.items()
-        if field.required or field.load_default is not missing or _data_key(name, field) in present
-    }
-    return variant
-
-
-class _Loose(_Sparse):
+class _Loose(Schema):
     """Unknown keys are ignored, as OpenAI's API ignores them."""
 
     class Meta:
@@ -151,12 +59,9 @@ def _opt(field: fields.Field) -> fields.Field:
     return field
 
 
-class CacheControlSchema(_Sparse):
+class CacheControlSchema(_Loose):
     type = StrictStr(required=True, validate=validate.Equal("ephemeral", error='Must be "ephemeral".'))
     ttl = StrictStr(validate=validate.OneOf(["5m", "1h"]))
-
-    class Meta:
-        unknown = EXCLUDE
 
 
 def _cache_control() -> fields.Field:
@@ -384,95 +289,9 @@ class ChatCompletionRequestSchema(_Loose):
             raise ValidationError([FUNCTIONS_MESSAGE], field_name="functions")
 
 
-CHAT_COMPLETION_REQUEST = ChatCompletionRequestSchema()
+CHAT_COMPLETION_REQUEST = ByKeys(ChatCompletionRequestSchema)
 
 
 def load_chat_request(body: Any) -> dict[str, Any]:
     """Validate a parsed JSON body. Raises ``RequestValidationError`` with the first problem."""
-    if not isinstance(body, dict):
-        raise RequestValidationError("", "the request body must be a JSON object")
-    simple = load_simple_request(body)
-    if simple is not None:
-        return simple
-    try:
-        return CHAT_COMPLETION_REQUEST.load(body)
-    except ValidationError as exc:
-        raise RequestValidationError(*first_error(exc.messages)) from None
-
-
-# ---------------------------------------------------------------- the simple request, directly
-#
-# Most requests are a model, a few messages of text and a handful of scalar options. For those
-# the result of ``CHAT_COMPLETION_REQUEST.load`` is known without walking marshmallow's fields:
-# the same keys in the same order, fresh dicts and lists, the same values. Everything else — a
-# field of the schema not handled here, a value of another type, out of range or null where
-# the schema doesn't allow it, content parts, tool calls — returns None and goes through the
-# schema, which gives the result or the error. A property test holds the two equal.
-
-
-def _limit(low: float, high: float) -> Any:
-    def check(value: Any) -> bool:  # StrictNumber and Range(min=low, max=high); null allowed
-        return value is None or ((type(value) is int or type(value) is float) and low <= value <= high)
-
-    return check
-
-
-def _positive_int(value: Any) -> bool:  # StrictInt and Range(min=1); null allowed
-    return value is None or (type(value) is int and value >= 1)
-
-
-_SIMPLE_SCALARS: dict[str, Any] = {
-    "model": lambda value: type(value) is str and 1 <= len(value) <= MODEL_NAME_MAX,
-    "stream": lambda value: value is None or type(value) is bool,
-    "max_completion_tokens": _positive_int,
-    "max_tokens": _positive_int,
-    "temperature": _limit(0, TEMPERATURE_MAX),
-    "top_p": _limit(0, TOP_P_MAX),
-}
-# The schema's fields in declaration order: the order of the result's keys.
-_FIELD_ORDER = tuple(_data_key(name, f) for name, f in CHAT_COMPLETION_REQUEST.load_fields.items())
-_SIMPLE_ORDER = tuple(key for key in _FIELD_ORDER if key in _SIMPLE_SCALARS or key == "messages")
-_SCHEMA_KEYS = frozenset(_FIELD_ORDER)
-# Roles whose schema has only ``role`` and ``content`` (content: a string here); the
-# assistant's also has tool calls (and optional content), left to the schema.
-_TEXT_ROLES = frozenset({"system", "developer", "user"})
-
-
-def load_simple_request(body: dict[str, Any]) -> dict[str, Any] | None:
-    """``CHAT_COMPLETION_REQUEST.load(body)`` for a simple valid body; None for any other."""
-    for key in body:
-        check = _SIMPLE_SCALARS.get(key)
-        if check is not None:
-            if not check(body[key]):
-                return None
-        elif key != "messages" and key in _SCHEMA_KEYS:
-            return None  # a field the schema must see (unknown keys are left out, as it leaves them)
-    if "model" not in body:
-        return None
-    messages = body.get("messages")
-    if type(messages) is not list or not messages:
-        return None
-    loaded_messages = []
-    for message in messages:
-        if type(message) is not dict:
-            return None
-        role, content = message.get("role"), message.get("content")
-        if type(content) is not str or type(role) is not str:
-            return None
-        if role not in _TEXT_ROLES and (role != "assistant" or "tool_calls" in message or "function_call" in message):
-            return None
-        loaded_messages.append({"role": role, "content": content})
-    out: dict[str, Any] = {}
-    for key in _SIMPLE_ORDER:
-        if key in body:
-            out[key] = loaded_messages if key == "messages" else body[key]
-    return out
-
-
-class RequestValidationError(Exception):
-    """A request that fails the schema: ``path`` names the field, ``message`` says why."""
-
-    def __init__(self, path: str, message: str) -> None:
-        super().__init__(f"{path}: {message}" if path else message)
-        self.path = path
-        self.message = message
+    return load_request(CHAT_COMPLETION_REQUEST, body)

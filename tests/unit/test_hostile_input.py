@@ -93,7 +93,7 @@ REFUSED = [
     ("message-null", "openai", body(OPENAI_OK, messages=[None]), "messages[0]", ""),
     ("tools-an-object", "openai", body(OPENAI_OK, tools={}), "tools", "tools: Not a valid list."),
     ("stream-a-string", "openai", body(OPENAI_OK, stream="yes"), "stream", "stream: Not a valid boolean."),
-    ("body-a-list", "openai", b"[]", "", "the request body must be a JSON object"),
+    ("body-a-list", "openai", b"[]", "", "The request body must be a JSON object."),
     ("body-null", "anthropic", b"null", "", "The request body must be a JSON object."),
     ("model-a-number", "anthropic", body(NATIVE_OK, model=5), "model", "model: Field required"),
     ("model-null", "anthropic", body(NATIVE_OK, model=None), "model", "model: Field required"),
