@@ -39,6 +39,7 @@ from ezat_compat.translate.thinking import (
 from ezat_compat.translate.upstream_errors import rewrite_upstream_message
 from ezat_compat.wire.loading import RequestValidationError
 from ezat_compat.wire.openai import MODEL_NAME_MAX, load_chat_request
+from ezat_compat.wire.paths import format_path
 
 NOT_JSON = "The upstream provider sent a reply that is not JSON."
 
@@ -175,7 +176,4 @@ class OpenAIChat:
 
     def body_path(self, parts: Sequence[str | int]) -> str:
         """``messages[0].content[2].text``, the spec's form."""
-        out = ""
-        for part in parts:
-            out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-        return out
+        return format_path(parts)

@@ -49,6 +49,7 @@ from ezat_compat.translate.thinking import (
 )
 from ezat_compat.translate.upstream_errors import rewrite_upstream_message
 from ezat_compat.wire.loading import RequestValidationError
+from ezat_compat.wire.paths import format_path
 from ezat_compat.wire.responses import MODEL_NAME_MAX, load_responses_request
 
 log = logging.getLogger("ezat_compat")
@@ -401,7 +402,5 @@ class OpenAIResponses:
         return openai_error_response(err)
 
     def body_path(self, parts: Sequence[str | int]) -> str:
-        out = ""
-        for part in parts:
-            out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-        return out
+        """``messages[0].content[2].text``, the spec's form."""
+        return format_path(parts)
