@@ -23,7 +23,7 @@ from typing import Any
 from ezat_compat.domain import Usage
 from ezat_compat.translate.ids import decode_tool_id
 from ezat_compat.translate.response import tool_arguments, usage_from_anthropic
-from ezat_compat.translate.responses_request import CUSTOM_INPUT, ClientTool
+from ezat_compat.translate.responses_tools import CUSTOM_INPUT, ClientTool
 
 Seal = Callable[[list[dict[str, Any]]], str]
 THINKING_TYPES = frozenset({"thinking", "redacted_thinking"})

@@ -16,7 +16,6 @@ from typing import Any
 
 from ezat_compat.domain import Usage
 from ezat_compat.translate.response import merge_usage
-from ezat_compat.translate.responses_request import CUSTOM_INPUT, ClientTool
 from ezat_compat.translate.responses_response import (
     THINKING_TYPES,
     ItemIds,
@@ -32,6 +31,7 @@ from ezat_compat.translate.responses_response import (
     url_annotation,
     usage_to_responses,
 )
+from ezat_compat.translate.responses_tools import CUSTOM_INPUT, ClientTool
 
 
 @dataclass(slots=True)

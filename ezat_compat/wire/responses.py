@@ -21,7 +21,8 @@ from typing import Any
 from marshmallow import EXCLUDE, Schema, ValidationError, fields, validate, validates_schema
 from marshmallow.fields import List, Nested, Raw
 
-from ezat_compat.translate.responses_request import TEXT_PARTS, WEB_SEARCH_TYPES
+from ezat_compat.translate.responses_request import TEXT_PARTS
+from ezat_compat.translate.responses_tools import WEB_SEARCH_TYPES
 from ezat_compat.translate.tables import REASONING_EFFORTS
 from ezat_compat.wire.fields import JSONObject, StrictBool, StrictInt, StrictNumber, StrictStr, StrOrList, Tagged
 from ezat_compat.wire.loading import ByKeys, load_request

@@ -13,13 +13,8 @@ import pytest
 
 from ezat_compat.dialects import invalid_request
 from ezat_compat.errors import InvalidRequestError
-from ezat_compat.translate.responses_request import (
-    ClientTool,
-    ResponsesTranslation,
-    flat_name,
-    input_items,
-    responses_to_anthropic,
-)
+from ezat_compat.translate.responses_request import ResponsesTranslation, input_items, responses_to_anthropic
+from ezat_compat.translate.responses_tools import ClientTool, flat_name
 from ezat_compat.wire.loading import RequestValidationError
 from ezat_compat.wire.responses import load_responses_request
 from tests.support.anthropic_types import validate_anthropic_request
