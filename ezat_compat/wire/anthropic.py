@@ -13,19 +13,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from marshmallow import EXCLUDE, Schema, validate
+from marshmallow import validate
 
-from ezat_compat.wire.fields import StrictStr
+from ezat_compat.wire.fields import Loose, StrictStr
 from ezat_compat.wire.loading import ByKeys, load_request
 
 BLANK_MESSAGE = "Must not be blank."
 
 
-class MessagesRequestSchema(Schema):
-    """What the gateway itself reads of a Messages body and can't do without."""
-
-    class Meta:
-        unknown = EXCLUDE  # the rest passes through to the upstream, unchanged
+class MessagesRequestSchema(Loose):
+    """What the gateway itself reads of a Messages body and can't do without (the rest passes
+    through to the upstream, unchanged)."""
 
     model = StrictStr(required=True, validate=validate.Regexp(r"\s*\S", error=BLANK_MESSAGE))
 

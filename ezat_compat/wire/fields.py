@@ -10,10 +10,35 @@ from __future__ import annotations
 
 import json
 import numbers
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from marshmallow import Schema, ValidationError, fields
+from marshmallow import EXCLUDE, Schema, ValidationError, fields
+
+
+class Loose(Schema):
+    """Unknown keys are left out of the result: OpenAI's APIs ignore them; a native Messages
+    body goes upstream as sent, whatever its schema loads."""
+
+    class Meta:
+        unknown = EXCLUDE
+
+
+def opt(field: fields.Field) -> fields.Field:
+    """``field``, taking null for "not sent"."""
+    field.allow_none = True
+    return field
+
+
+def refuse(message: str, allowed: Callable[[Any], bool] = lambda value: False) -> Callable[[Any], None]:
+    """A validator refusing with ``message`` every value ``allowed`` doesn't take (validators
+    never see null: a field that allows it takes it for "not sent")."""
+
+    def check(value: Any) -> None:
+        if not allowed(value):
+            raise ValidationError(message)
+
+    return check
 
 
 class StrictBool(fields.Field):

@@ -11,18 +11,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from marshmallow import EXCLUDE, Schema, ValidationError, fields, validate, validates_schema
+from marshmallow import ValidationError, fields, validate, validates_schema
 from marshmallow.fields import Dict, List, Nested, Raw
 
 from ezat_compat.translate.tables import REASONING_EFFORTS
 from ezat_compat.wire.fields import (
     JSONObject,
+    Loose,
     StrictBool,
     StrictInt,
     StrictNumber,
     StrictStr,
     StrOrList,
     Tagged,
+    opt,
+    refuse,
 )
 from ezat_compat.wire.loading import ByKeys, load_request
 
@@ -47,19 +50,7 @@ TEMPERATURE_MAX = 2
 TOP_P_MAX = 1
 
 
-class _Loose(Schema):
-    """Unknown keys are ignored, as OpenAI's API ignores them."""
-
-    class Meta:
-        unknown = EXCLUDE
-
-
-def _opt(field: fields.Field) -> fields.Field:
-    field.allow_none = True
-    return field
-
-
-class CacheControlSchema(_Loose):
+class CacheControlSchema(Loose):
     type = StrictStr(required=True, validate=validate.Equal("ephemeral", error='Must be "ephemeral".'))
     ttl = StrictStr(validate=validate.OneOf(["5m", "1h"]))
 
@@ -71,32 +62,32 @@ def _cache_control() -> fields.Field:
 # ---------------------------------------------------------------- content parts
 
 
-class TextPartSchema(_Loose):
+class TextPartSchema(Loose):
     type = StrictStr(required=True)
     text = StrictStr(required=True)
     cache_control = _cache_control()
 
 
-class RefusalPartSchema(_Loose):
+class RefusalPartSchema(Loose):
     type = StrictStr(required=True)
-    refusal = _opt(StrictStr())
+    refusal = opt(StrictStr())
 
 
-class ImageURLSchema(_Loose):
+class ImageURLSchema(Loose):
     url = StrictStr(required=True, validate=validate.Length(min=1))
     detail = Raw(allow_none=True)  # ignored, per the spec
 
 
-class ImagePartSchema(_Loose):
+class ImagePartSchema(Loose):
     type = StrictStr(required=True)
     image_url = Nested(ImageURLSchema, required=True)
     cache_control = _cache_control()
 
 
-class FileSchema(_Loose):
-    file_data = _opt(StrictStr())
-    file_id = _opt(StrictStr())
-    filename = _opt(StrictStr())
+class FileSchema(Loose):
+    file_data = opt(StrictStr())
+    file_id = opt(StrictStr())
+    filename = opt(StrictStr())
 
     @validates_schema
     def _pdf_data(self, data: dict[str, Any], **_: Any) -> None:
@@ -106,7 +97,7 @@ class FileSchema(_Loose):
             raise ValidationError(["Missing data for required field."], field_name="file_data")
 
 
-class FilePartSchema(_Loose):
+class FilePartSchema(Loose):
     type = StrictStr(required=True)
     file = Nested(FileSchema, required=True)
     cache_control = _cache_control()
@@ -124,31 +115,31 @@ TEXT_ONLY_PART = Tagged("type", {"text": TEXT_PART}, refused=_AUDIO_REFUSED)
 # ---------------------------------------------------------------- messages
 
 
-class FunctionCallSchema(_Loose):
+class FunctionCallSchema(Loose):
     name = StrictStr(required=True)
-    arguments = _opt(StrictStr())
+    arguments = opt(StrictStr())
 
 
-class ToolCallSchema(_Loose):
+class ToolCallSchema(Loose):
     id = StrictStr(required=True, validate=validate.Length(min=1))
-    type = _opt(StrictStr(validate=validate.Equal("function", error="only function tool calls are supported")))
+    type = opt(StrictStr(validate=validate.Equal("function", error="only function tool calls are supported")))
     function = Nested(FunctionCallSchema, required=True)
 
 
-class SystemMessageSchema(_Loose):
+class SystemMessageSchema(Loose):
     role = StrictStr(required=True)
     content = StrOrList(TEXT_ONLY_PART, required=True)
 
 
-class UserMessageSchema(_Loose):
+class UserMessageSchema(Loose):
     role = StrictStr(required=True)
     content = StrOrList(USER_PART, required=True)
 
 
-class AssistantMessageSchema(_Loose):
+class AssistantMessageSchema(Loose):
     role = StrictStr(required=True)
-    content = _opt(StrOrList(ASSISTANT_PART))
-    tool_calls = _opt(List(Nested(ToolCallSchema)))
+    content = opt(StrOrList(ASSISTANT_PART))
+    tool_calls = opt(List(Nested(ToolCallSchema)))
     function_call = Raw(allow_none=True)
 
     @validates_schema
@@ -157,7 +148,7 @@ class AssistantMessageSchema(_Loose):
             raise ValidationError([FUNCTIONS_MESSAGE], field_name="function_call")
 
 
-class ToolMessageSchema(_Loose):
+class ToolMessageSchema(Loose):
     role = StrictStr(required=True)
     tool_call_id = StrictStr(required=True)
     content = StrOrList(TEXT_ONLY_PART, required=True)
@@ -179,31 +170,31 @@ MESSAGE = Tagged(
 # ---------------------------------------------------------------- tools and formats
 
 
-class FunctionSchema(_Loose):
+class FunctionSchema(Loose):
     name = StrictStr(required=True)
-    description = _opt(StrictStr())
-    parameters = _opt(JSONObject())
-    strict = _opt(StrictBool())
+    description = opt(StrictStr())
+    parameters = opt(JSONObject())
+    strict = opt(StrictBool())
 
 
-class ToolSchema(_Loose):
+class ToolSchema(Loose):
     type = StrictStr(required=True, validate=validate.Equal("function", error=TOOL_TYPE_MESSAGE))
     function = Nested(FunctionSchema, required=True)
     cache_control = _cache_control()
 
 
-class JSONSchemaFormatSchema(_Loose):
-    name = _opt(StrictStr())
-    description = _opt(StrictStr())
+class JSONSchemaFormatSchema(Loose):
+    name = opt(StrictStr())
+    description = opt(StrictStr())
     schema = JSONObject(required=True)
-    strict = _opt(StrictBool())
+    strict = opt(StrictBool())
 
 
-class TextFormatSchema(_Loose):
+class TextFormatSchema(Loose):
     type = StrictStr(required=True)
 
 
-class JSONSchemaResponseFormatSchema(_Loose):
+class JSONSchemaResponseFormatSchema(Loose):
     type = StrictStr(required=True)
     json_schema = Nested(JSONSchemaFormatSchema, required=True)
 
@@ -215,64 +206,34 @@ RESPONSE_FORMAT = Tagged(
 )
 
 
-class StreamOptionsSchema(_Loose):
-    include_usage = _opt(StrictBool())
+class StreamOptionsSchema(Loose):
+    include_usage = opt(StrictBool())
 
 
 # ---------------------------------------------------------------- the request
 
 
-def _refuse_above_one(value: int) -> None:
-    if value > 1:
-        raise ValidationError(N_MESSAGE)
-
-
-def _refuse_true(value: bool) -> None:
-    if value:
-        raise ValidationError(LOGPROBS_MESSAGE)
-
-
-def _refuse_nonzero(value: int) -> None:
-    if value != 0:
-        raise ValidationError(LOGPROBS_MESSAGE)
-
-
-def _refuse_nonempty(value: dict[str, Any]) -> None:
-    if value:
-        raise ValidationError(LOGIT_BIAS_MESSAGE)
-
-
-def _text_only(value: list[str]) -> None:
-    if any(m != "text" for m in value):
-        raise ValidationError(MODALITIES_MESSAGE)
-
-
-def _at_least_one(value: list[Any]) -> None:
-    if not value:
-        raise ValidationError(NO_USER_MESSAGE)
-
-
-class ChatCompletionRequestSchema(_Loose):
+class ChatCompletionRequestSchema(Loose):
     model = StrictStr(required=True, validate=validate.Length(min=1, max=MODEL_NAME_MAX))
-    messages = List(MESSAGE, required=True, validate=_at_least_one)
-    stream = _opt(StrictBool())
+    messages = List(MESSAGE, required=True, validate=refuse(NO_USER_MESSAGE, bool))
+    stream = opt(StrictBool())
     stream_options = Nested(StreamOptionsSchema, allow_none=True)
-    max_completion_tokens = _opt(StrictInt(validate=validate.Range(min=1)))
-    max_tokens = _opt(StrictInt(validate=validate.Range(min=1)))
-    temperature = _opt(StrictNumber(validate=validate.Range(min=0, max=TEMPERATURE_MAX)))
-    top_p = _opt(StrictNumber(validate=validate.Range(min=0, max=TOP_P_MAX)))
-    stop = _opt(StrOrList(StrictStr()))
-    tools = _opt(List(Nested(ToolSchema)))
+    max_completion_tokens = opt(StrictInt(validate=validate.Range(min=1)))
+    max_tokens = opt(StrictInt(validate=validate.Range(min=1)))
+    temperature = opt(StrictNumber(validate=validate.Range(min=0, max=TEMPERATURE_MAX)))
+    top_p = opt(StrictNumber(validate=validate.Range(min=0, max=TOP_P_MAX)))
+    stop = opt(StrOrList(StrictStr()))
+    tools = opt(List(Nested(ToolSchema)))
     tool_choice = Raw(allow_none=True)  # checked by the translator: ignored without tools
-    parallel_tool_calls = _opt(StrictBool())
-    response_format = _opt(RESPONSE_FORMAT)
-    reasoning_effort = _opt(StrictStr(validate=validate.OneOf(REASONING_EFFORTS, error=REASONING_MESSAGE)))
-    prompt_cache_key = _opt(StrictStr(validate=validate.Length(max=256)))
-    n = _opt(StrictInt(validate=[validate.Range(min=1), _refuse_above_one]))
-    logprobs = _opt(StrictBool(validate=_refuse_true))
-    top_logprobs = _opt(StrictInt(validate=_refuse_nonzero))
-    logit_bias = _opt(Dict(validate=_refuse_nonempty))
-    modalities = _opt(List(StrictStr(), validate=_text_only))
+    parallel_tool_calls = opt(StrictBool())
+    response_format = opt(RESPONSE_FORMAT)
+    reasoning_effort = opt(StrictStr(validate=validate.OneOf(REASONING_EFFORTS, error=REASONING_MESSAGE)))
+    prompt_cache_key = opt(StrictStr(validate=validate.Length(max=256)))
+    n = opt(StrictInt(validate=[validate.Range(min=1), refuse(N_MESSAGE, lambda value: value <= 1)]))
+    logprobs = opt(StrictBool(validate=refuse(LOGPROBS_MESSAGE, lambda value: not value)))
+    top_logprobs = opt(StrictInt(validate=refuse(LOGPROBS_MESSAGE, lambda value: value == 0)))
+    logit_bias = opt(Dict(validate=refuse(LOGIT_BIAS_MESSAGE, lambda value: not value)))
+    modalities = opt(List(StrictStr(), validate=refuse(MODALITIES_MESSAGE, lambda value: set(value) <= {"text"})))
     audio = Raw(allow_none=True)
     web_search_options = Raw(allow_none=True)
     functions = Raw(allow_none=True)

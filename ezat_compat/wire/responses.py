@@ -15,16 +15,26 @@ user message) is judged by the translator.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any
 
-from marshmallow import EXCLUDE, Schema, ValidationError, fields, validate, validates_schema
+from marshmallow import ValidationError, validate, validates_schema
 from marshmallow.fields import List, Nested, Raw
 
 from ezat_compat.translate.responses_request import TEXT_PARTS
 from ezat_compat.translate.responses_tools import WEB_SEARCH_TYPES
 from ezat_compat.translate.tables import REASONING_EFFORTS
-from ezat_compat.wire.fields import JSONObject, StrictBool, StrictInt, StrictNumber, StrictStr, StrOrList, Tagged
+from ezat_compat.wire.fields import (
+    JSONObject,
+    Loose,
+    StrictBool,
+    StrictInt,
+    StrictNumber,
+    StrictStr,
+    StrOrList,
+    Tagged,
+    opt,
+    refuse,
+)
 from ezat_compat.wire.loading import ByKeys, load_request
 from ezat_compat.wire.openai import (
     AUDIO_PART_MESSAGE,
@@ -71,43 +81,21 @@ REFUSED_TOOL_TYPES = (
 SUMMARIES = ("auto", "concise", "detailed")
 
 
-class _Loose(Schema):
-    """Keys the translator doesn't read are left out of the result."""
-
-    class Meta:
-        unknown = EXCLUDE
-
-
-def _opt(field: fields.Field) -> fields.Field:
-    field.allow_none = True
-    return field
-
-
-def _refuse(message: str, allowed: Callable[[Any], bool] = lambda value: False) -> Callable[[Any], None]:
-    """A validator refusing every value ``allowed`` doesn't take (null means "not sent")."""
-
-    def check(value: Any) -> None:
-        if not allowed(value):
-            raise ValidationError(message)
-
-    return check
-
-
 # ---------------------------------------------------------------- content parts
 
 
-class TextPartSchema(_Loose):
+class TextPartSchema(Loose):
     type = StrictStr(required=True)
     text = StrictStr(required=True)
 
 
-class RefusalPartSchema(_Loose):
+class RefusalPartSchema(Loose):
     type = StrictStr(required=True)
 
 
-class ImagePartSchema(_Loose):
+class ImagePartSchema(Loose):
     type = StrictStr(required=True)
-    image_url = _opt(StrictStr())
+    image_url = opt(StrictStr())
     file_id = Raw(allow_none=True)
 
     @validates_schema
@@ -118,12 +106,12 @@ class ImagePartSchema(_Loose):
             raise ValidationError([MISSING], field_name="image_url")
 
 
-class FilePartSchema(_Loose):
+class FilePartSchema(Loose):
     type = StrictStr(required=True)
-    file_data = _opt(StrictStr())
+    file_data = opt(StrictStr())
     file_id = Raw(allow_none=True)
-    file_url = _opt(StrictStr())
-    filename = _opt(StrictStr())
+    file_url = opt(StrictStr())
+    filename = opt(StrictStr())
 
     @validates_schema
     def _pdf_data(self, data: dict[str, Any], **_: Any) -> None:
@@ -149,40 +137,40 @@ PART = Tagged(
 # ---------------------------------------------------------------- input items
 
 
-class MessageItemSchema(_Loose):
+class MessageItemSchema(Loose):
     type = StrictStr()
     role = StrictStr(required=True, validate=validate.OneOf(ROLES))
     content = StrOrList(PART, required=True)
 
 
-class FunctionCallItemSchema(_Loose):
+class FunctionCallItemSchema(Loose):
     type = StrictStr(required=True)
     call_id = StrictStr(required=True, validate=validate.Length(min=1))
     name = StrictStr(required=True)
-    arguments = _opt(StrictStr())
-    namespace = _opt(StrictStr())
+    arguments = opt(StrictStr())
+    namespace = opt(StrictStr())
 
 
-class CustomToolCallItemSchema(_Loose):
+class CustomToolCallItemSchema(Loose):
     type = StrictStr(required=True)
     call_id = StrictStr(required=True, validate=validate.Length(min=1))
     name = StrictStr(required=True)
     input = StrictStr(required=True)
-    namespace = _opt(StrictStr())
+    namespace = opt(StrictStr())
 
 
-class CallOutputItemSchema(_Loose):
+class CallOutputItemSchema(Loose):
     type = StrictStr(required=True)
     call_id = StrictStr(required=True)
     output = StrOrList(PART, required=True)
 
 
-class ReasoningItemSchema(_Loose):
+class ReasoningItemSchema(Loose):
     type = StrictStr(required=True)
     encrypted_content = Raw(allow_none=True)  # opened by the gateway's sealer, which judges it
 
 
-class WebSearchCallItemSchema(_Loose):
+class WebSearchCallItemSchema(Loose):
     type = StrictStr(required=True)
 
 
@@ -207,18 +195,18 @@ ITEM = Tagged(
 # ---------------------------------------------------------------- tools
 
 
-class FunctionToolSchema(_Loose):
+class FunctionToolSchema(Loose):
     type = StrictStr(required=True)
     name = StrictStr(required=True)
-    description = _opt(StrictStr())
-    parameters = _opt(JSONObject())
+    description = opt(StrictStr())
+    parameters = opt(JSONObject())
     strict = Raw(allow_none=True)  # only ``true`` asks for a strict schema
 
 
-class CustomToolSchema(_Loose):
+class CustomToolSchema(Loose):
     type = StrictStr(required=True)
     name = StrictStr(required=True)
-    description = _opt(StrictStr())
+    description = opt(StrictStr())
     format = Raw(allow_none=True)  # a grammar is given to the model in the description
 
 
@@ -227,13 +215,13 @@ CUSTOM_TOOL = CustomToolSchema()
 NAMESPACE_MEMBER = Tagged("type", {"function": FUNCTION_TOOL, "custom": CUSTOM_TOOL}, unknown=NAMESPACE_MEMBER_MESSAGE)
 
 
-class NamespaceToolSchema(_Loose):
+class NamespaceToolSchema(Loose):
     type = StrictStr(required=True)
     name = StrictStr(required=True)
     tools = List(NAMESPACE_MEMBER, required=True)
 
 
-class WebSearchToolSchema(_Loose):
+class WebSearchToolSchema(Loose):
     type = StrictStr(required=True)
     filters = Raw(allow_none=True)  # allowed_domains kept when it is a list of strings
     user_location = Raw(allow_none=True)  # its string fields kept
@@ -255,17 +243,17 @@ TOOL = Tagged(
 # ---------------------------------------------------------------- reasoning and output format
 
 
-class ReasoningSchema(_Loose):
-    effort = _opt(StrictStr(validate=validate.OneOf(REASONING_EFFORTS, error=REASONING_MESSAGE)))
-    summary = _opt(StrictStr(validate=validate.OneOf(SUMMARIES, error=SUMMARY_MESSAGE)))
-    generate_summary = _opt(StrictStr(validate=validate.OneOf(SUMMARIES, error=SUMMARY_MESSAGE)))
+class ReasoningSchema(Loose):
+    effort = opt(StrictStr(validate=validate.OneOf(REASONING_EFFORTS, error=REASONING_MESSAGE)))
+    summary = opt(StrictStr(validate=validate.OneOf(SUMMARIES, error=SUMMARY_MESSAGE)))
+    generate_summary = opt(StrictStr(validate=validate.OneOf(SUMMARIES, error=SUMMARY_MESSAGE)))
 
 
-class TextFormatSchema(_Loose):
+class TextFormatSchema(Loose):
     type = StrictStr(required=True)
 
 
-class JSONSchemaFormatSchema(_Loose):
+class JSONSchemaFormatSchema(Loose):
     type = StrictStr(required=True)
     schema = JSONObject(required=True)
 
@@ -277,8 +265,8 @@ FORMAT = Tagged(
 )
 
 
-class TextSchema(_Loose):
-    format = _opt(FORMAT)
+class TextSchema(Loose):
+    format = opt(FORMAT)
 
 
 # ---------------------------------------------------------------- the request
@@ -289,27 +277,27 @@ def _include_value(value: Any) -> None:
         raise ValidationError(INCLUDE_MESSAGE.format(value=json.dumps(value)))
 
 
-class ResponsesRequestSchema(_Loose):
+class ResponsesRequestSchema(Loose):
     model = StrictStr(required=True, validate=validate.Length(min=1, max=MODEL_NAME_MAX))
-    input = _opt(StrOrList(ITEM))
-    instructions = _opt(StrictStr())
-    tools = _opt(List(TOOL))
+    input = opt(StrOrList(ITEM))
+    instructions = opt(StrictStr())
+    tools = opt(List(TOOL))
     tool_choice = Raw(allow_none=True)  # checked against the tools by the translator
-    parallel_tool_calls = _opt(StrictBool())
+    parallel_tool_calls = opt(StrictBool())
     reasoning = Nested(ReasoningSchema, allow_none=True)
     text = Nested(TextSchema, allow_none=True)
-    max_output_tokens = _opt(StrictInt(validate=validate.Range(min=1)))
-    temperature = _opt(StrictNumber(validate=validate.Range(min=0, max=TEMPERATURE_MAX)))
-    top_p = _opt(StrictNumber(validate=validate.Range(min=0, max=TOP_P_MAX)))
-    stream = _opt(StrictBool())
-    store = _opt(StrictBool())
-    previous_response_id = _opt(StrictStr(validate=validate.Length(min=1)))
-    include = _opt(List(Raw(validate=_include_value)))
+    max_output_tokens = opt(StrictInt(validate=validate.Range(min=1)))
+    temperature = opt(StrictNumber(validate=validate.Range(min=0, max=TEMPERATURE_MAX)))
+    top_p = opt(StrictNumber(validate=validate.Range(min=0, max=TOP_P_MAX)))
+    stream = opt(StrictBool())
+    store = opt(StrictBool())
+    previous_response_id = opt(StrictStr(validate=validate.Length(min=1)))
+    include = opt(List(Raw(validate=_include_value)))
     prompt_cache_key = Raw(allow_none=True)  # routing affinity when a non-empty string
-    background = Raw(allow_none=True, validate=_refuse(BACKGROUND_MESSAGE, lambda value: value in (False,)))
-    conversation = Raw(allow_none=True, validate=_refuse(CONVERSATION_MESSAGE))
-    prompt = Raw(allow_none=True, validate=_refuse(PROMPT_MESSAGE))
-    top_logprobs = _opt(StrictInt(validate=_refuse(LOGPROBS_MESSAGE, lambda value: value == 0)))
+    background = Raw(allow_none=True, validate=refuse(BACKGROUND_MESSAGE, lambda value: value in (False,)))
+    conversation = Raw(allow_none=True, validate=refuse(CONVERSATION_MESSAGE))
+    prompt = Raw(allow_none=True, validate=refuse(PROMPT_MESSAGE))
+    top_logprobs = opt(StrictInt(validate=refuse(LOGPROBS_MESSAGE, lambda value: value == 0)))
 
 
 RESPONSES_REQUEST = ByKeys(ResponsesRequestSchema)
