@@ -15,6 +15,8 @@ from typing import Any
 
 from marshmallow import EXCLUDE, Schema, ValidationError, fields
 
+NULL = "Field may not be null."
+
 
 class Loose(Schema):
     """Unknown keys are left out of the result: OpenAI's APIs ignore them; a native Messages
@@ -22,6 +24,8 @@ class Loose(Schema):
 
     class Meta:
         unknown = EXCLUDE
+
+    error_messages = {"type": "Not a valid object."}  # the wording of every other field that wants one
 
 
 def opt(field: fields.Field) -> fields.Field:
@@ -135,7 +139,8 @@ class Tagged(fields.Field):
             if refusal is not None:
                 raise ValidationError(refusal)
             if tag is None:
-                raise ValidationError({self.tag: ["Missing data for required field."]})
+                missing = self.tag not in value
+                raise ValidationError({self.tag: ["Missing data for required field." if missing else NULL]})
             if self.unknown is not None:
                 raise ValidationError({self.tag: [self.unknown.format(tag=json.dumps(tag))]})
             raise ValidationError({self.tag: [f"Must be one of: {self.choices}."]})

@@ -246,7 +246,12 @@ TOOL = Tagged(
 class ReasoningSchema(Loose):
     effort = opt(StrictStr(validate=validate.OneOf(REASONING_EFFORTS, error=REASONING_MESSAGE)))
     summary = opt(StrictStr(validate=validate.OneOf(SUMMARIES, error=SUMMARY_MESSAGE)))
-    generate_summary = opt(StrictStr(validate=validate.OneOf(SUMMARIES, error=SUMMARY_MESSAGE)))
+    generate_summary = Raw(allow_none=True)  # the older name: judged only without ``summary``
+
+    @validates_schema
+    def _generate_summary(self, data: dict[str, Any], **_: Any) -> None:
+        if "summary" not in data and data.get("generate_summary") not in (None, *SUMMARIES):
+            raise ValidationError([SUMMARY_MESSAGE], field_name="generate_summary")
 
 
 class TextFormatSchema(Loose):
@@ -297,7 +302,7 @@ class ResponsesRequestSchema(Loose):
     background = Raw(allow_none=True, validate=refuse(BACKGROUND_MESSAGE, lambda value: value in (False,)))
     conversation = Raw(allow_none=True, validate=refuse(CONVERSATION_MESSAGE))
     prompt = Raw(allow_none=True, validate=refuse(PROMPT_MESSAGE))
-    top_logprobs = opt(StrictInt(validate=refuse(LOGPROBS_MESSAGE, lambda value: value == 0)))
+    top_logprobs = Raw(allow_none=True, validate=refuse(LOGPROBS_MESSAGE, lambda value: value == 0))
 
 
 RESPONSES_REQUEST = ByKeys(ResponsesRequestSchema)

@@ -131,6 +131,14 @@ SAME_FAULT = [
     ("json-object-format", "responses", {**RESPONSES, "text": {"format": {"type": "json_object"}}},
      'text.format.type: type "json_object" is not supported; use "json_schema" with a schema (objects need '
      '"additionalProperties": false)'),
+    ("object-wanted", "chat", {**CHAT, "stream_options": 5}, "stream_options: Not a valid object."),
+    ("object-wanted", "responses", {**RESPONSES, "reasoning": "high"}, "reasoning: Not a valid object."),
+    ("tag-null", "chat", chat_part({"type": None}), "messages[0].content[0].type: Field may not be null."),
+    ("tag-null", "responses", {**RESPONSES, "input": [{"type": None}]}, "input[0].type: Field may not be null."),
+    ("tag-missing", "chat", {**CHAT, "messages": [{"content": "x"}]},
+     "messages[0].role: Missing data for required field."),
+    ("tag-missing", "responses", {**RESPONSES, "tools": [{"name": "f"}]},
+     "tools[0].type: Missing data for required field."),
     ("tools-not-a-list", "chat", {**CHAT, "tools": {}}, "tools: Not a valid list."),
     ("tools-not-a-list", "responses", {**RESPONSES, "tools": "x"}, "tools: Not a valid list."),
     ("parameters-not-an-object", "chat",
@@ -176,6 +184,8 @@ RESPONSES_REFUSED = [
     ("pdf-file-id", {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "file_1"}]}]},
      "input[0].content[0].file_id: file ids are not supported; send the file's data (file_data: "
      "data:application/pdf;base64,…)"),
+    ("generate-summary-unknown", {"reasoning": {"generate_summary": "long"}},
+     "reasoning.generate_summary: use one of auto, concise, detailed"),
     ("previous-response-id-empty", {"previous_response_id": ""},
      "previous_response_id: Shorter than minimum length 1."),
 ]  # fmt: skip
@@ -194,6 +204,8 @@ def test_responses_refusals_are_worded_as_the_reference_words_them(extra: dict[s
         pytest.param({"background": False, "top_logprobs": 0}, id="refused-fields-off"),
         pytest.param({"input": [{"role": "user", "content": "typeless"}]}, id="typeless-item-is-a-message"),
         pytest.param({"max_output_tokens": 64.0}, id="whole-float-limit"),
+        pytest.param({"top_logprobs": False, "background": 0}, id="falsy-refused-fields"),
+        pytest.param({"reasoning": {"summary": "auto", "generate_summary": "x"}}, id="generate-summary-unread"),
         pytest.param({"tools": [{"type": "web_search_preview", "search_context_size": "low"}]}, id="web-search-tool"),
         pytest.param({"prompt_cache_key": 5, "metadata": {"a": "b"}, "user": 1}, id="ignored-fields"),
         pytest.param({"tools": [{"type": "function", "name": "f", "strict": "yes"}]}, id="strict-not-a-boolean"),
