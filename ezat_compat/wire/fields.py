@@ -15,6 +15,7 @@ from typing import Any
 
 from marshmallow import EXCLUDE, Schema, ValidationError, fields
 
+MISSING = "Missing data for required field."  # marshmallow's own wordings, for the checks it can't make
 NULL = "Field may not be null."
 
 
@@ -140,7 +141,7 @@ class Tagged(fields.Field):
                 raise ValidationError(refusal)
             if tag is None:
                 missing = self.tag not in value
-                raise ValidationError({self.tag: ["Missing data for required field." if missing else NULL]})
+                raise ValidationError({self.tag: [MISSING if missing else NULL]})
             if self.unknown is not None:
                 raise ValidationError({self.tag: [self.unknown.format(tag=json.dumps(tag))]})
             raise ValidationError({self.tag: [f"Must be one of: {self.choices}."]})

@@ -16,6 +16,7 @@ from marshmallow.fields import Dict, List, Nested, Raw
 
 from ezat_compat.translate.tables import REASONING_EFFORTS
 from ezat_compat.wire.fields import (
+    MISSING,
     JSONObject,
     Loose,
     StrictBool,
@@ -94,7 +95,7 @@ class FileSchema(Loose):
         if data.get("file_id") is not None:
             raise ValidationError(FILE_ID_MESSAGE)
         if not data.get("file_data"):
-            raise ValidationError(["Missing data for required field."], field_name="file_data")
+            raise ValidationError([MISSING], field_name="file_data")
 
 
 class FilePartSchema(Loose):

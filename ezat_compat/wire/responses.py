@@ -24,6 +24,7 @@ from ezat_compat.translate.responses_request import TEXT_PARTS
 from ezat_compat.translate.responses_tools import WEB_SEARCH_TYPES
 from ezat_compat.translate.tables import REASONING_EFFORTS
 from ezat_compat.wire.fields import (
+    MISSING,
     JSONObject,
     Loose,
     StrictBool,
@@ -61,7 +62,6 @@ SUMMARY_MESSAGE = "use one of auto, concise, detailed"
 FILE_ID_MESSAGE = "file ids are not supported; send the file's data"
 IMAGE_FILE_ID_MESSAGE = FILE_ID_MESSAGE + " (image_url: a data URL or an http(s) URL)"
 PDF_FILE_ID_MESSAGE = FILE_ID_MESSAGE + " (file_data: data:application/pdf;base64,…)"
-MISSING = "Missing data for required field."
 
 ROLES = ("user", "assistant", "system", "developer")
 # Built-in tools with no Anthropic equivalent: refused naming tools[N].type.
