@@ -104,7 +104,8 @@ class Tagged(fields.Field):
     reported on the object itself (``messages[0].content[0]: audio input is not supported``)
     or, when the message is a ``(key, text)`` pair, on that key. Any other tag is refused on
     the tag's key: "Must be one of: …." or, where the reference words it, ``unknown`` with
-    ``{tag}`` standing for the tag as JSON (``unsupported tool type "laser"; …``)."""
+    ``{tag}`` standing for the tag as JSON (``unsupported tool type "laser"; …``). The result is
+    the tag, then what its schema loads."""
 
     default_error_messages = {"invalid": "Not a valid object."}
 
@@ -145,7 +146,8 @@ class Tagged(fields.Field):
             if self.unknown is not None:
                 raise ValidationError({self.tag: [self.unknown.format(tag=json.dumps(tag))]})
             raise ValidationError({self.tag: [f"Must be one of: {self.choices}."]})
-        return schema.load(value)
+        # The tag picked the schema, which loads the rest (it declares no field for the tag).
+        return {self.tag: tag, **schema.load(value)}
 
 
 class StrOrList(fields.Field):

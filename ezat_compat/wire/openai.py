@@ -64,13 +64,11 @@ def _cache_control() -> fields.Field:
 
 
 class TextPartSchema(Loose):
-    type = StrictStr(required=True)
     text = StrictStr(required=True)
     cache_control = _cache_control()
 
 
 class RefusalPartSchema(Loose):
-    type = StrictStr(required=True)
     refusal = opt(StrictStr())
 
 
@@ -80,7 +78,6 @@ class ImageURLSchema(Loose):
 
 
 class ImagePartSchema(Loose):
-    type = StrictStr(required=True)
     image_url = Nested(ImageURLSchema, required=True)
     cache_control = _cache_control()
 
@@ -99,7 +96,6 @@ class FileSchema(Loose):
 
 
 class FilePartSchema(Loose):
-    type = StrictStr(required=True)
     file = Nested(FileSchema, required=True)
     cache_control = _cache_control()
 
@@ -128,17 +124,14 @@ class ToolCallSchema(Loose):
 
 
 class SystemMessageSchema(Loose):
-    role = StrictStr(required=True)
     content = StrOrList(TEXT_ONLY_PART, required=True)
 
 
 class UserMessageSchema(Loose):
-    role = StrictStr(required=True)
     content = StrOrList(USER_PART, required=True)
 
 
 class AssistantMessageSchema(Loose):
-    role = StrictStr(required=True)
     content = opt(StrOrList(ASSISTANT_PART))
     tool_calls = opt(List(Nested(ToolCallSchema)))
     function_call = Raw(allow_none=True)
@@ -150,7 +143,6 @@ class AssistantMessageSchema(Loose):
 
 
 class ToolMessageSchema(Loose):
-    role = StrictStr(required=True)
     tool_call_id = StrictStr(required=True)
     content = StrOrList(TEXT_ONLY_PART, required=True)
 
@@ -192,11 +184,10 @@ class JSONSchemaFormatSchema(Loose):
 
 
 class TextFormatSchema(Loose):
-    type = StrictStr(required=True)
+    """``{"type": "text"}``: nothing more to load."""
 
 
 class JSONSchemaResponseFormatSchema(Loose):
-    type = StrictStr(required=True)
     json_schema = Nested(JSONSchemaFormatSchema, required=True)
 
 

@@ -85,16 +85,14 @@ SUMMARIES = ("auto", "concise", "detailed")
 
 
 class TextPartSchema(Loose):
-    type = StrictStr(required=True)
     text = StrictStr(required=True)
 
 
 class RefusalPartSchema(Loose):
-    type = StrictStr(required=True)
+    """An earlier refusal: left out of the request."""
 
 
 class ImagePartSchema(Loose):
-    type = StrictStr(required=True)
     image_url = opt(StrictStr())
     file_id = Raw(allow_none=True)
 
@@ -107,7 +105,6 @@ class ImagePartSchema(Loose):
 
 
 class FilePartSchema(Loose):
-    type = StrictStr(required=True)
     file_data = opt(StrictStr())
     file_id = Raw(allow_none=True)
     file_url = opt(StrictStr())
@@ -138,13 +135,11 @@ PART = Tagged(
 
 
 class MessageItemSchema(Loose):
-    type = StrictStr()
     role = StrictStr(required=True, validate=validate.OneOf(ROLES))
     content = StrOrList(PART, required=True)
 
 
 class FunctionCallItemSchema(Loose):
-    type = StrictStr(required=True)
     call_id = StrictStr(required=True, validate=validate.Length(min=1))
     name = StrictStr(required=True)
     arguments = opt(StrictStr())
@@ -152,7 +147,6 @@ class FunctionCallItemSchema(Loose):
 
 
 class CustomToolCallItemSchema(Loose):
-    type = StrictStr(required=True)
     call_id = StrictStr(required=True, validate=validate.Length(min=1))
     name = StrictStr(required=True)
     input = StrictStr(required=True)
@@ -160,18 +154,16 @@ class CustomToolCallItemSchema(Loose):
 
 
 class CallOutputItemSchema(Loose):
-    type = StrictStr(required=True)
     call_id = StrictStr(required=True)
     output = StrOrList(PART, required=True)
 
 
 class ReasoningItemSchema(Loose):
-    type = StrictStr(required=True)
     encrypted_content = Raw(allow_none=True)  # opened by the gateway's sealer, which judges it
 
 
 class WebSearchCallItemSchema(Loose):
-    type = StrictStr(required=True)
+    """A finished server-side search: left out of the request."""
 
 
 CALL_OUTPUT_ITEM = CallOutputItemSchema()
@@ -196,7 +188,6 @@ ITEM = Tagged(
 
 
 class FunctionToolSchema(Loose):
-    type = StrictStr(required=True)
     name = StrictStr(required=True)
     description = opt(StrictStr())
     parameters = opt(JSONObject())
@@ -204,7 +195,6 @@ class FunctionToolSchema(Loose):
 
 
 class CustomToolSchema(Loose):
-    type = StrictStr(required=True)
     name = StrictStr(required=True)
     description = opt(StrictStr())
     format = Raw(allow_none=True)  # a grammar is given to the model in the description
@@ -216,13 +206,11 @@ NAMESPACE_MEMBER = Tagged("type", {"function": FUNCTION_TOOL, "custom": CUSTOM_T
 
 
 class NamespaceToolSchema(Loose):
-    type = StrictStr(required=True)
     name = StrictStr(required=True)
     tools = List(NAMESPACE_MEMBER, required=True)
 
 
 class WebSearchToolSchema(Loose):
-    type = StrictStr(required=True)
     filters = Raw(allow_none=True)  # allowed_domains kept when it is a list of strings
     user_location = Raw(allow_none=True)  # its string fields kept
 
@@ -255,11 +243,10 @@ class ReasoningSchema(Loose):
 
 
 class TextFormatSchema(Loose):
-    type = StrictStr(required=True)
+    """``{"type": "text"}``: nothing more to load."""
 
 
 class JSONSchemaFormatSchema(Loose):
-    type = StrictStr(required=True)
     schema = JSONObject(required=True)
 
 
