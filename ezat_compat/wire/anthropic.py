@@ -13,10 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from marshmallow import validate
-
-from ezat_compat.wire.fields import Loose, StrictStr
-from ezat_compat.wire.loading import ByKeys, load_request
+from ezat_compat.wire.fields import Loose, StrictStr, refuse
+from ezat_compat.wire.loading import load_request
 
 BLANK_MESSAGE = "Must not be blank."
 
@@ -25,10 +23,10 @@ class MessagesRequestSchema(Loose):
     """What the gateway itself reads of a Messages body and can't do without (the rest passes
     through to the upstream, unchanged)."""
 
-    model = StrictStr(required=True, validate=validate.Regexp(r"\s*\S", error=BLANK_MESSAGE))
+    model = StrictStr(required=True, validate=refuse(BLANK_MESSAGE, lambda name: bool(name.strip())))
 
 
-MESSAGES_REQUEST = ByKeys(MessagesRequestSchema)
+MESSAGES_REQUEST = MessagesRequestSchema()  # one field: nothing for ByKeys to leave out
 
 
 def load_messages_request(body: Any) -> dict[str, Any]:

@@ -71,7 +71,7 @@ class RequestValidationError(Exception):
         self.message = message
 
 
-def load_request(schema: ByKeys, body: Any) -> dict[str, Any]:
+def load_request(schema: ByKeys | Schema, body: Any) -> dict[str, Any]:
     """``body`` loaded by ``schema``; ``RequestValidationError`` with the first problem."""
     if not isinstance(body, dict):
         raise RequestValidationError("", NOT_AN_OBJECT)
