@@ -20,10 +20,12 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from ezat_compat import jsonfast
 from ezat_compat.domain import Model, Usage
-from ezat_compat.errors import GatewayError, UpstreamError, render_openai
+from ezat_compat.errors import GatewayError, InvalidRequestError, UpstreamError, render_openai
 from ezat_compat.jsonfast import encode_json
 from ezat_compat.translate.request import ImageSlot
 from ezat_compat.translate.thinking import ThinkingCollector
+from ezat_compat.wire.loading import RequestValidationError
+from ezat_compat.wire.paths import format_error
 
 if TYPE_CHECKING:
     from ezat_compat.store.hotpath import Rider
@@ -38,6 +40,12 @@ class Headers(Protocol):
 
 
 Resolve = Callable[[Any], Model]  # the client's model name -> its model (404 / 403 raise)
+
+
+def invalid_request(exc: RequestValidationError) -> InvalidRequestError:
+    """A body its schema refused, as the 400 every dialect answers: ``path: message``, the
+    path as ``param``."""
+    return InvalidRequestError(format_error(exc.path, exc.message), param=exc.path or None)
 
 
 def openai_error_response(err: GatewayError) -> tuple[int, bytes, dict[str, str]]:

@@ -28,13 +28,16 @@ from ezat_compat.dialects import (
     ReplyIds,
     Resolve,
     event_data,
+    invalid_request,
 )
 from ezat_compat.domain import Usage
-from ezat_compat.errors import GatewayError, InvalidRequestError, UpstreamError, anthropic_status, render_anthropic
+from ezat_compat.errors import GatewayError, UpstreamError, anthropic_status, render_anthropic
 from ezat_compat.failures import client_error
 from ezat_compat.jsonfast import encode_json
 from ezat_compat.store.hotpath import Rider
 from ezat_compat.translate.response import merge_usage, usage_from_anthropic
+from ezat_compat.wire.anthropic import load_messages_request
+from ezat_compat.wire.loading import RequestValidationError
 
 FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta")
 COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
@@ -104,16 +107,14 @@ class AnthropicMessages:
     path = MESSAGES_PATH
     billed = True
 
-    def _model(self, body: Any, resolve: Resolve) -> tuple[Any, str]:
-        if not isinstance(body, dict):
-            raise InvalidRequestError("The request body must be a JSON object.")
-        name = body.get("model")
-        if not isinstance(name, str) or not name.strip():
-            raise InvalidRequestError("model: Field required", param="model")
-        return resolve(name), name
-
     def parse(self, body: Any, headers: Headers, resolve: Resolve) -> Parsed:
-        model, name = self._model(body, resolve)
+        """The schema (``wire/anthropic.py``) refuses what the gateway can't do without; the
+        body itself goes upstream."""
+        try:
+            name = load_messages_request(body)["model"]
+        except RequestValidationError as exc:
+            raise invalid_request(exc) from None
+        model = resolve(name)
         stream = self.billed and body.get("stream") is True
         max_tokens = body.get("max_tokens")
         if (

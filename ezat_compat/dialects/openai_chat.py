@@ -18,10 +18,11 @@ from ezat_compat.dialects import (
     ReplyIds,
     Resolve,
     TranslatingStream,
+    invalid_request,
     openai_error_response,
 )
 from ezat_compat.domain import Model
-from ezat_compat.errors import GatewayError, InvalidRequestError, UpstreamError, render_openai
+from ezat_compat.errors import GatewayError, UpstreamError, render_openai
 from ezat_compat.failures import client_error
 from ezat_compat.jsonfast import encode_json
 from ezat_compat.jsonfast import sse_data as encode_chunk  # translate.stream's bytes, faster
@@ -36,7 +37,9 @@ from ezat_compat.translate.thinking import (
     without_thinking,
 )
 from ezat_compat.translate.upstream_errors import rewrite_upstream_message
-from ezat_compat.wire.openai import MODEL_NAME_MAX, RequestValidationError, load_chat_request
+from ezat_compat.wire.loading import RequestValidationError
+from ezat_compat.wire.openai import MODEL_NAME_MAX, load_chat_request
+from ezat_compat.wire.paths import format_path
 
 NOT_JSON = "The upstream provider sent a reply that is not JSON."
 
@@ -98,8 +101,7 @@ class OpenAIChat:
         try:
             req = load_chat_request(body)
         except RequestValidationError as exc:
-            message = f"{exc.path}: {exc.message}" if exc.path else exc.message
-            raise InvalidRequestError(message, param=exc.path or None) from None
+            raise invalid_request(exc) from None
         if model is None:
             model = resolve(req["model"])
         auto_cache = (headers.get("x-ezat-cache") or "").strip().lower() != "off"
@@ -174,7 +176,4 @@ class OpenAIChat:
 
     def body_path(self, parts: Sequence[str | int]) -> str:
         """``messages[0].content[2].text``, the spec's form."""
-        out = ""
-        for part in parts:
-            out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-        return out
+        return format_path(parts)

@@ -1,6 +1,7 @@
 """OpenAI Responses (docs/responses.md): ``POST /openai/v1/responses`` on the same pipeline as
-chat completions. Translated by ``translate/responses_request.py`` and
-``translate/responses_response.py``; errors in OpenAI's envelope with the spec's status table.
+chat completions. Validated by ``wire/responses.py``; translated by
+``translate/responses_request.py``, ``translate/responses_response.py`` and
+``translate/responses_stream.py``; errors in OpenAI's envelope with the spec's status table.
 
 What needs the organisation runs in ``Parsed.prepare`` (after authentication): the stored
 conversation of ``previous_response_id`` is loaded, sealed reasoning is opened, then the
@@ -26,6 +27,7 @@ from ezat_compat.dialects import (
     ReplyIds,
     Resolve,
     TranslatingStream,
+    invalid_request,
     openai_error_response,
 )
 from ezat_compat.domain import Model, ResponsesSettings
@@ -35,20 +37,9 @@ from ezat_compat.jsonfast import encode_json
 from ezat_compat.sealing import Sealer, SealError
 from ezat_compat.store.hotpath import Rider
 from ezat_compat.store.responses import ResponseStore
-from ezat_compat.translate.responses_request import (
-    ResponsesTranslation,
-    check_refused,
-    input_items,
-    responses_to_anthropic,
-)
-from ezat_compat.translate.responses_response import (
-    Event,
-    ItemIds,
-    ResponseEvents,
-    anthropic_to_response,
-    client_view,
-    response_skeleton,
-)
+from ezat_compat.translate.responses_request import ResponsesTranslation, input_items, responses_to_anthropic
+from ezat_compat.translate.responses_response import ItemIds, anthropic_to_response, client_view, response_skeleton
+from ezat_compat.translate.responses_stream import Event, ResponseEvents
 from ezat_compat.translate.thinking import (
     ThinkingCollector,
     assistant_tool_ids,
@@ -57,11 +48,13 @@ from ezat_compat.translate.thinking import (
     without_thinking,
 )
 from ezat_compat.translate.upstream_errors import rewrite_upstream_message
+from ezat_compat.wire.loading import RequestValidationError
+from ezat_compat.wire.paths import format_path
+from ezat_compat.wire.responses import MODEL_NAME_MAX, load_responses_request
 
 log = logging.getLogger("ezat_compat")
 
 NOT_JSON = "The upstream provider sent a reply that is not JSON."
-MODEL_NAME_MAX = 128
 RESPONSE_PREFIX = "resp_"
 STORE_OFF = "stored responses are switched off on this gateway; send the whole conversation in input"
 SEALED_BAD = (
@@ -113,11 +106,12 @@ def _opening(kind: str) -> bytes:
 class Context:
     """The Responses dialect's part of a parsed request."""
 
-    req: dict[str, Any]
+    req: dict[str, Any]  # the body as the client sent it: the response echoes it
+    loaded: dict[str, Any]  # what the schema loaded: what is translated
     model: Model
     headers: Headers
     store: bool  # this response is saved
-    items: list[tuple[dict[str, Any], str]]  # this request's input
+    items: list[tuple[dict[str, Any], str]]  # this request's input, as sent (stored so)
     org_id: int = 0
     context: list[dict[str, Any]] = field(default_factory=list)  # everything sent: earlier items, then input
     input_start: int = 0
@@ -200,7 +194,7 @@ class EventWriter:
 
 
 class ResponsesStream(TranslatingStream[ResponseEvents]):
-    """Anthropic events -> Responses SSE events (``translate.responses_response`` translates;
+    """Anthropic events -> Responses SSE events (``translate.responses_stream`` translates;
     this encodes, seals, keeps the thinking and stores the finished response)."""
 
     __slots__ = ("_final", "ctx", "services", "writer")
@@ -258,33 +252,28 @@ class OpenAIResponses:
     # ------------------------------------------------------------ parse
 
     def parse(self, body: Any, headers: Headers, resolve: Resolve) -> Parsed:
-        """The model first (404 / 403), then the refused fields, then (in ``prepare``, with the
-        organisation known) the conversation and the translation."""
-        if not isinstance(body, dict):
-            raise InvalidRequestError("The request body must be a JSON object.")
-        name = body.get("model")
-        if not isinstance(name, str) or not name:
-            raise InvalidRequestError("model: is required", param="model")
-        if len(name) > MODEL_NAME_MAX:
-            raise InvalidRequestError(f"model: must be at most {MODEL_NAME_MAX} characters", param="model")
-        model = resolve(name)
-        check_refused(body)
-        for key in ("stream", "store"):
-            if body.get(key) is not None and not isinstance(body.get(key), bool):
-                raise InvalidRequestError(f"{key}: must be a boolean", param=key)
-        previous = body.get("previous_response_id")
-        if previous is not None:
-            if not isinstance(previous, str) or not previous:
-                raise InvalidRequestError("previous_response_id: must be a response id", param="previous_response_id")
-            if self.services.store is None:
-                raise InvalidRequestError(f"previous_response_id: {STORE_OFF}", param="previous_response_id")
-        store = body.get("store") is not False and self.services.store is not None
-        ctx = Context(req=body, model=model, headers=headers, store=store, items=input_items(body))
+        """The model first (404 / 403), then the schema (``wire/responses.py``), then (in
+        ``prepare``, with the organisation known) the conversation and the translation."""
+        name = body.get("model") if isinstance(body, dict) else None
+        model: Model | None = None
+        if isinstance(name, str) and 0 < len(name) <= MODEL_NAME_MAX:
+            model = resolve(name)
+        try:
+            loaded = load_responses_request(body)
+        except RequestValidationError as exc:
+            raise invalid_request(exc) from None
+        name = loaded["model"]
+        if model is None:
+            model = resolve(name)
+        if loaded.get("previous_response_id") is not None and self.services.store is None:
+            raise InvalidRequestError(f"previous_response_id: {STORE_OFF}", param="previous_response_id")
+        store = loaded.get("store") is not False and self.services.store is not None
+        ctx = Context(req=body, loaded=loaded, model=model, headers=headers, store=store, items=input_items(body))
         parsed = Parsed(
             model=model,
             model_name=name,
             body={},
-            stream=body.get("stream") is True,
+            stream=loaded.get("stream") is True,
             max_tokens=0,
             context=ctx,
         )
@@ -295,7 +284,7 @@ class OpenAIResponses:
         ctx: Context = parsed.context
         ctx.org_id = org_id
         earlier: list[tuple[dict[str, Any], str]] = []
-        previous = ctx.req.get("previous_response_id")
+        previous = ctx.loaded.get("previous_response_id")
         if isinstance(previous, str) and self.services.store is not None:
             stored = self.services.store.get(org_id, previous, self.services.clock())
             if stored is None:
@@ -305,7 +294,11 @@ class OpenAIResponses:
         ctx.input_start = len(earlier)
         auto_cache = (ctx.headers.get("x-ezat-cache") or "").strip().lower() != "off"
         translation = responses_to_anthropic(
-            ctx.req, earlier + ctx.items, ctx.model, unseal=partial(self._unseal, org_id), auto_cache=auto_cache
+            ctx.loaded,
+            earlier + input_items(ctx.loaded),
+            ctx.model,
+            unseal=partial(self._unseal, org_id),
+            auto_cache=auto_cache,
         )
         ctx.translation = translation
         parsed.body = translation.body
@@ -409,7 +402,5 @@ class OpenAIResponses:
         return openai_error_response(err)
 
     def body_path(self, parts: Sequence[str | int]) -> str:
-        out = ""
-        for part in parts:
-            out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-        return out
+        """``messages[0].content[2].text``, the spec's form."""
+        return format_path(parts)

@@ -6,7 +6,10 @@ request's ``input``, each with its client path) and the model, and returns the A
 and what the dialect needs around it. Where a field has a Chat Completions equivalent it follows
 the chat rules, with the chat translator's own pieces (images, PDFs, reasoning, sampling, cache
 breakpoints: ``translate/request.py``). Semantic problems raise ``InvalidRequestError`` naming
-the client's path (``input[2].content[0].image_url``, ``tools[3].type``).
+the client's path (``input[2].content[0].image_url``, ``tools[3].name``). The request is one
+``wire/responses.py`` loaded (types, shapes and the refused fields checked there); the stored
+items of ``previous_response_id`` passed the same schema when they were sent, or are the
+gateway's own output.
 
 Pure: the reasoning items' ``encrypted_content`` is opened by the ``unseal`` callback the caller
 passes (it needs the gateway's secret).
@@ -21,12 +24,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ezat_compat.domain import Model
-from ezat_compat.errors import InvalidRequestError
 from ezat_compat.translate.ids import encode_tool_id
 from ezat_compat.translate.request import (
-    TOOL_NAME,
     ImageSlot,
     _auto_breakpoints,
+    _bad,
     _blank,
     _reasoning,
     _sampling,
@@ -36,55 +38,21 @@ from ezat_compat.translate.request import (
     image_url_block,
     pdf_block,
 )
+from ezat_compat.translate.responses_tools import (
+    CUSTOM_INPUT,
+    ClientTool,
+    flat_name,
+    tool_choice_to_anthropic,
+    tools_to_anthropic,
+)
 from ezat_compat.translate.schema import fit_schema
 from ezat_compat.translate.tables import (
     DEFAULT_MAX_TOKENS,
-    REASONING_EFFORTS,
-    TOOL_CHOICE_TO_ANTHROPIC,
 )
 
-# Fields with no equivalent: refused naming the field (docs/responses.md, "Refused fields").
-INCLUDE_ALLOWED = frozenset({"reasoning.encrypted_content"})
-ROLES = frozenset({"user", "assistant", "system", "developer"})
-TEXT_PARTS = frozenset({"input_text", "output_text", "text", "summary_text"})
-# Built-in tools that have no Anthropic equivalent: refused naming tools[N].type.
-REFUSED_TOOL_TYPES = frozenset(
-    {
-        "file_search",
-        "code_interpreter",
-        "computer_use_preview",
-        "computer_use",
-        "computer",
-        "image_generation",
-        "mcp",
-        "local_shell",
-        "shell",
-        "apply_patch",
-        "tool_search",
-    }
-)
-WEB_SEARCH_TYPES = frozenset(
-    {"web_search", "web_search_preview", "web_search_2025_08_26", "web_search_preview_2025_03_11"}
-)
-ANTHROPIC_WEB_SEARCH = {"type": "web_search_20250305", "name": "web_search"}
-NAMESPACE_SEPARATOR = "__"
-CUSTOM_INPUT = "input"  # the one string property of the Anthropic tool standing for a custom tool
-JSON_OBJECT_MESSAGE = (
-    'type "json_object" is not supported; use "json_schema" with a schema (objects need "additionalProperties": false)'
-)
-FILE_ID_MESSAGE = "file ids are not supported; send the file's data"
+TEXT_PARTS = ("input_text", "output_text", "text", "summary_text")
 
 Unseal = Callable[[Any, str], list[dict[str, Any]]]  # (encrypted_content, its path) -> blocks; 400 raises
-
-
-@dataclass(frozen=True, slots=True)
-class ClientTool:
-    """What the client calls an Anthropic tool: ``kind`` "function" or "custom", the
-    namespace it was declared in (None at the top level) and its own name."""
-
-    kind: str
-    name: str
-    namespace: str | None = None
 
 
 @dataclass(slots=True)
@@ -101,90 +69,6 @@ class ResponsesTranslation:
     sampling: dict[str, Any] = field(default_factory=dict)  # temperature / top_p as sent
 
 
-def _bad(path: str, message: str) -> InvalidRequestError:
-    return InvalidRequestError(f"{path}: {message}" if path else message, param=path or None)
-
-
-def _type_name(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    return "an object"
-
-
-def _tag(value: Any) -> str | None:
-    """A ``type`` or ``role`` as a string (anything else counts as unknown, never as a key)."""
-    return value if isinstance(value, str) else None
-
-
-def _str(obj: Mapping[str, Any], key: str, path: str, *, required: bool = True) -> str | None:
-    value = obj.get(key)
-    if value is None:
-        if required:
-            raise _bad(f"{path}.{key}" if path else key, "is required")
-        return None
-    if not isinstance(value, str):
-        raise _bad(f"{path}.{key}" if path else key, f"must be a string, not {_type_name(value)}")
-    return value
-
-
-def _object(value: Any, path: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise _bad(path, f"must be an object, not {_type_name(value)}")
-    return value
-
-
-def _bool(req: Mapping[str, Any], key: str) -> bool | None:
-    value = req.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, bool):
-        raise _bad(key, f"must be a boolean, not {_type_name(value)}")
-    return value
-
-
-def _number(req: Mapping[str, Any], key: str, low: float, high: float) -> float | None:
-    value = req.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _bad(key, f"must be a number, not {_type_name(value)}")
-    if not low <= value <= high:
-        raise _bad(key, f"must be between {low:g} and {high:g}")
-    return value
-
-
-# ---------------------------------------------------------------- refused and checked fields
-
-
-def check_refused(req: Mapping[str, Any]) -> None:
-    """The fields with no equivalent, each refused naming the field (docs/responses.md)."""
-    if req.get("background") not in (None, False):
-        raise _bad("background", "background responses are not supported; send the request and wait for it")
-    if req.get("conversation") is not None:
-        raise _bad("conversation", "conversations are not supported; use previous_response_id")
-    if req.get("prompt") is not None:
-        raise _bad("prompt", "prompt templates are not supported; send instructions and input")
-    if req.get("top_logprobs") not in (None, 0):
-        raise _bad("top_logprobs", "log probabilities are not available")
-    include = req.get("include")
-    if include is not None:
-        if not isinstance(include, list):
-            raise _bad("include", f"must be an array, not {_type_name(include)}")
-        for i, value in enumerate(include):
-            if _tag(value) not in INCLUDE_ALLOWED:
-                raise _bad(
-                    f"include[{i}]", f"{json.dumps(value)} is not supported; only reasoning.encrypted_content is"
-                )
-
-
 def input_items(req: Mapping[str, Any]) -> list[tuple[dict[str, Any], str]]:
     """This request's ``input`` as (item, path) pairs: a string is one user message."""
     value = req.get("input")
@@ -192,9 +76,7 @@ def input_items(req: Mapping[str, Any]) -> list[tuple[dict[str, Any], str]]:
         return []
     if isinstance(value, str):
         return [({"type": "message", "role": "user", "content": value}, "input")]
-    if not isinstance(value, list):
-        raise _bad("input", f"must be a string or an array of items, not {_type_name(value)}")
-    return [(_object(item, f"input[{i}]"), f"input[{i}]") for i, item in enumerate(value)]
+    return [(item, f"input[{i}]") for i, item in enumerate(value)]
 
 
 # ---------------------------------------------------------------- content parts
@@ -203,48 +85,34 @@ def input_items(req: Mapping[str, Any]) -> list[tuple[dict[str, Any], str]]:
 def _part_block(
     part: dict[str, Any], path: str, model: Model, model_name: str, slots: list[ImageSlot]
 ) -> dict[str, Any] | None:
-    """One content part -> an Anthropic block (None: nothing to send)."""
-    kind = _tag(part.get("type"))
+    """One content part -> an Anthropic block (None: nothing to send: a refusal, blank text)."""
+    kind = part.get("type")
     if kind in TEXT_PARTS:
-        text = _str(part, "text", path)
-        assert text is not None
+        text = str(part.get("text", ""))
         return None if _blank(text) else _text_block(text)
-    if kind == "refusal":
-        return None  # an earlier refusal: dropped, as chat drops refusal parts
     if kind == "input_image":
         if not model.vision:
             raise _bad(path, f"model {model_name} does not accept images")
-        if part.get("image_url") is None and part.get("file_id") is not None:
-            raise _bad(f"{path}.file_id", FILE_ID_MESSAGE + " (image_url: a data URL or an http(s) URL)")
-        url = _str(part, "image_url", path)
-        assert url is not None
-        return image_url_block(url, f"{path}.image_url", slots)
+        return image_url_block(str(part.get("image_url")), f"{path}.image_url", slots)
     if kind == "input_file":
         if not model.pdf:
             raise _bad(path, f"model {model_name} does not accept PDF files")
-        if part.get("file_data") is None:
-            if part.get("file_id") is not None:
-                raise _bad(f"{path}.file_id", FILE_ID_MESSAGE + " (file_data: data:application/pdf;base64,…)")
-            if part.get("file_url") is not None:
-                return _pdf_url_block(part, path)
-        data = _str(part, "file_data", path)
-        assert data is not None
-        return pdf_block(data, f"{path}.file_data", _str(part, "filename", path, required=False))
-    if kind == "input_audio":
-        raise _bad(f"{path}.type", "audio input is not supported")
-    raise _bad(f"{path}.type", f"unsupported content part type {json.dumps(kind)}")
+        data = part.get("file_data")
+        if data is None:
+            return _pdf_url_block(part, path)
+        return pdf_block(str(data), f"{path}.file_data", part.get("filename"))
+    return None  # an earlier refusal: dropped, as chat drops refusal parts
 
 
 def _pdf_url_block(part: Mapping[str, Any], path: str) -> dict[str, Any]:
     """``input_file`` with ``file_url`` -> a document whose PDF the upstream fetches itself
     (Messages API, PDF support: a ``url`` document source); ``filename`` becomes its title."""
-    url = _str(part, "file_url", path)
-    assert url is not None
+    url = str(part.get("file_url"))
     parts = urllib.parse.urlsplit(url)
     if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
         raise _bad(f"{path}.file_url", "must be an http(s) URL of a PDF file")
     block: dict[str, Any] = {"type": "document", "source": {"type": "url", "url": url}}
-    filename = _str(part, "filename", path, required=False)
+    filename = part.get("filename")
     if filename:
         block["title"] = filename
     return block
@@ -255,26 +123,16 @@ def _content_pairs(
 ) -> list[tuple[dict[str, Any], str]]:
     if isinstance(content, str):
         return [] if _blank(content) else [(_text_block(content), path)]
-    if not isinstance(content, list):
-        raise _bad(path, f"must be a string or an array of content parts, not {_type_name(content)}")
     out = []
-    for j, part in enumerate(content):
+    for j, part in enumerate(content or ()):
         part_path = f"{path}[{j}]"
-        block = _part_block(_object(part, part_path), part_path, model, model_name, slots)
+        block = _part_block(part, part_path, model, model_name, slots)
         if block is not None:
             out.append((block, part_path))
     return out
 
 
 # ---------------------------------------------------------------- the conversation
-
-
-def flat_name(namespace: str | None, name: str) -> str:
-    """The Anthropic name of a tool declared in a namespace: ``<namespace>__<name>``, stray
-    underscores around the separator trimmed (as the Codex CLI flattens names)."""
-    if namespace is None:
-        return name
-    return namespace.rstrip("_") + NAMESPACE_SEPARATOR + name.lstrip("_")
 
 
 @dataclass(slots=True)
@@ -308,17 +166,12 @@ def _turn(conv: _Conversation, role: str, index: int) -> _Turn:
 
 def _call_block(item: dict[str, Any], path: str, custom: bool) -> tuple[str, dict[str, Any]]:
     """A ``function_call`` / ``custom_tool_call`` item -> (call id, ``tool_use`` block)."""
-    call_id = _str(item, "call_id", path)
-    name = _str(item, "name", path)
-    assert call_id is not None and name is not None
-    if not call_id:
-        raise _bad(f"{path}.call_id", "must not be empty")
+    call_id, name = str(item.get("call_id")), str(item.get("name"))
     if custom:
-        text = _str(item, "input", path)
-        tool_input: Any = {CUSTOM_INPUT: text}
+        tool_input: Any = {CUSTOM_INPUT: item.get("input")}
     else:
-        arguments = _str(item, "arguments", path, required=False)
-        if arguments is None or not arguments.strip():
+        arguments = item.get("arguments")
+        if not isinstance(arguments, str) or not arguments.strip():
             tool_input = {}
         else:
             try:
@@ -327,7 +180,7 @@ def _call_block(item: dict[str, Any], path: str, custom: bool) -> tuple[str, dic
                 raise _bad(f"{path}.arguments", "is not valid JSON") from None
             if not isinstance(tool_input, dict):
                 raise _bad(f"{path}.arguments", "must be a JSON object")
-    namespace = _str(item, "namespace", path, required=False)
+    namespace = item.get("namespace")
     block = {"type": "tool_use", "id": encode_tool_id(call_id), "name": flat_name(namespace, name), "input": tool_input}
     return call_id, block
 
@@ -336,16 +189,13 @@ def _output_block(
     item: dict[str, Any], path: str, model: Model, model_name: str, slots: list[ImageSlot]
 ) -> tuple[str, dict[str, Any]]:
     """A ``function_call_output`` / ``custom_tool_call_output`` item -> (call id, ``tool_result``)."""
-    call_id = _str(item, "call_id", path)
-    assert call_id is not None
+    call_id = str(item.get("call_id"))
     block: dict[str, Any] = {"type": "tool_result", "tool_use_id": encode_tool_id(call_id)}
     output = item.get("output")
     if isinstance(output, str):
         if output:
             block["content"] = output
         return call_id, block
-    if output is None:
-        raise _bad(f"{path}.output", "is required")
     pairs = _content_pairs(output, f"{path}.output", model, model_name, slots)
     if pairs:
         block["content"] = [b for b, _ in pairs]
@@ -357,11 +207,9 @@ def _conversation(
 ) -> _Conversation:
     conv = _Conversation()
     for i, (item, path) in enumerate(items):
-        kind = _tag(item.get("type", "message"))
+        kind = item.get("type", "message")
         if kind == "message":
-            role = _tag(item.get("role"))
-            if role not in ROLES:
-                raise _bad(f"{path}.role", "must be one of user, assistant, system, developer")
+            role = str(item.get("role"))
             content_path = f"{path}.content"
             pairs = _content_pairs(item.get("content"), content_path, model, model_name, slots)
             if role in ("system", "developer"):
@@ -389,12 +237,7 @@ def _conversation(
                 blocks = unseal(sealed, f"{path}.encrypted_content")
                 _turn(conv, "assistant", i).blocks.extend((b, path) for b in blocks)
             # without encrypted_content: the kept thinking is looked up by its tool calls' ids
-        elif kind == "web_search_call":
-            continue  # a finished server-side search: its results were already part of the answer
-        elif kind == "item_reference":
-            raise _bad(f"{path}.type", "item references are not supported; send the items (or previous_response_id)")
-        else:
-            raise _bad(f"{path}.type", f"unsupported input item type {json.dumps(kind)}")
+        # web_search_call: a finished server-side search, its results already part of the answer
     return conv
 
 
@@ -415,163 +258,6 @@ def _finish(conv: _Conversation, model: Model, model_name: str) -> None:
             block["text"] = block["text"].rstrip()
 
 
-# ---------------------------------------------------------------- tools
-
-
-def _schema(params: Any, strict: bool, path: str) -> dict[str, Any]:
-    """A function tool's parameters -> ``input_schema`` (the chat rules: an object schema; a
-    ``strict`` one fitted to structured outputs)."""
-    if params is None:
-        return {"type": "object", "properties": {}}
-    schema = _object(params, f"{path}.parameters")
-    if "type" not in schema:
-        schema = {"type": "object", **schema}
-    elif schema["type"] != "object":
-        raise _bad(f"{path}.parameters.type", 'must be "object"')
-    return fit_schema(schema, f"{path}.parameters") if strict else schema
-
-
-def _custom_tool(tool: dict[str, Any], path: str) -> dict[str, Any]:
-    """A custom (freeform) tool -> an Anthropic tool taking one string, ``input``; a grammar
-    format is given to the model in the description."""
-    description = _str(tool, "description", path, required=False) or ""
-    fmt = tool.get("format")
-    if isinstance(fmt, dict) and fmt.get("type") == "grammar":
-        syntax = fmt.get("syntax") or "lark"
-        definition = fmt.get("definition") or ""
-        description += f"\n\nThe input must follow this {syntax} grammar:\n{definition}"
-    schema = {
-        "type": "object",
-        "properties": {CUSTOM_INPUT: {"type": "string", "description": "The tool's input, as free text."}},
-        "required": [CUSTOM_INPUT],
-        "additionalProperties": False,
-    }
-    block: dict[str, Any] = {"input_schema": schema}
-    if description.strip():
-        block["description"] = description.strip()
-    return block
-
-
-def _one_tool(tool: dict[str, Any], path: str, namespace: str | None) -> tuple[dict[str, Any], ClientTool]:
-    kind = tool.get("type")
-    name = _str(tool, "name", path)
-    assert name is not None
-    if kind == "function":
-        strict = tool.get("strict") is True
-        block: dict[str, Any] = {}
-        description = _str(tool, "description", path, required=False)
-        if description:
-            block["description"] = description
-        block["input_schema"] = _schema(tool.get("parameters"), strict, path)
-        if tool.get("strict") is not None:
-            block["strict"] = strict
-    else:
-        block = _custom_tool(tool, path)
-    anthropic_name = flat_name(namespace, name)
-    if not TOOL_NAME.fullmatch(anthropic_name):
-        raise _bad(
-            f"{path}.name",
-            "must be 1 to 128 characters from a-z, A-Z, 0-9, _ and - (^[a-zA-Z0-9_-]{1,128}$)"
-            + (f' once joined to its namespace as "{anthropic_name}"' if namespace else ""),
-        )
-    return {"name": anthropic_name, **block}, ClientTool(str(kind), name, namespace)
-
-
-def _tools(
-    tools: Any, model: Model, model_name: str
-) -> tuple[list[tuple[dict[str, Any], str]], dict[str, ClientTool], bool]:
-    """Tools -> (Anthropic tools with their paths, Anthropic name -> client tool, web search
-    translated). Namespaces are flattened; web_search only for models with it; other built-ins
-    refused naming ``tools[N].type``."""
-    if not isinstance(tools, list):
-        raise _bad("tools", f"must be an array, not {_type_name(tools)}")
-    out: list[tuple[dict[str, Any], str]] = []
-    names: dict[str, ClientTool] = {}
-    web_search = False
-
-    def add(block: dict[str, Any], client: ClientTool, path: str) -> None:
-        if block["name"] in names:
-            raise _bad(f"{path}.name", f'duplicate tool name "{block["name"]}"')
-        names[block["name"]] = client
-        out.append((block, path))
-
-    for t, raw in enumerate(tools):
-        path = f"tools[{t}]"
-        tool = _object(raw, path)
-        kind = _tag(tool.get("type"))
-        if kind in ("function", "custom"):
-            add(*_one_tool(tool, path, None), path)
-        elif kind == "namespace":
-            namespace = _str(tool, "name", path)
-            inner = tool.get("tools")
-            if not isinstance(inner, list):
-                raise _bad(f"{path}.tools", "must be an array of function or custom tools")
-            for k, member in enumerate(inner):
-                member_path = f"{path}.tools[{k}]"
-                member = _object(member, member_path)
-                if _tag(member.get("type")) not in ("function", "custom"):
-                    raise _bad(f"{member_path}.type", "must be function or custom")
-                add(*_one_tool(member, member_path, namespace), member_path)
-        elif kind in WEB_SEARCH_TYPES:
-            if model.web_search and not web_search:
-                block: dict[str, Any] = dict(ANTHROPIC_WEB_SEARCH)
-                filters = tool.get("filters")
-                if isinstance(filters, dict) and isinstance(filters.get("allowed_domains"), list):
-                    block["allowed_domains"] = [d for d in filters["allowed_domains"] if isinstance(d, str)]
-                location = tool.get("user_location")
-                if isinstance(location, dict):
-                    keys = ("city", "region", "country", "timezone")
-                    fields = {k: location[k] for k in keys if isinstance(location.get(k), str) and location[k]}
-                    if fields:
-                        block["user_location"] = {"type": "approximate", **fields}
-                web_search = True
-                names["web_search"] = ClientTool("web_search", "web_search")
-                out.append((block, path))
-            # a model without web search: the tool is left out, never forwarded
-        elif kind in REFUSED_TOOL_TYPES:
-            raise _bad(f"{path}.type", f"the built-in tool {json.dumps(kind)} is not supported")
-        else:
-            raise _bad(f"{path}.type", f"unsupported tool type {json.dumps(kind)}; use function or custom tools")
-    if out and not model.tools:
-        raise _bad("tools", f"model {model_name} does not support tools")
-    return out, names, web_search
-
-
-def _tool_choice(
-    value: Any, names: Mapping[str, ClientTool], parallel: bool | None, model: Model, model_name: str
-) -> dict[str, Any] | None:
-    """auto/none/required, a named function or custom tool, or the web search tool ->
-    Anthropic's auto/none/any/tool; ``parallel_tool_calls: false`` -> ``disable_parallel_tool_use``."""
-    choice: dict[str, Any] | None
-    if value is None:
-        choice = None
-    elif isinstance(value, str) and value in TOOL_CHOICE_TO_ANTHROPIC:
-        choice = {"type": TOOL_CHOICE_TO_ANTHROPIC[value]}
-    elif isinstance(value, dict) and value.get("type") in ("function", "custom") and isinstance(value.get("name"), str):
-        wanted = flat_name(value.get("namespace") if isinstance(value.get("namespace"), str) else None, value["name"])
-        client = names.get(wanted)
-        if client is None or client.kind != value["type"]:
-            raise _bad("tool_choice.name", f'no {value["type"]} tool named "{value["name"]}" in tools')
-        choice = {"type": "tool", "name": wanted}
-    elif isinstance(value, dict) and _tag(value.get("type")) in WEB_SEARCH_TYPES:
-        if "web_search" not in names:
-            raise _bad("tool_choice.type", f"model {model_name} has no web search tool")
-        choice = {"type": "tool", "name": "web_search"}
-    else:
-        raise _bad(
-            "tool_choice",
-            'must be "auto", "none", "required", {"type": "function", "name": …} or {"type": "custom", "name": …}',
-        )
-    if choice is not None and choice["type"] in ("any", "tool") and not model.forced_tool_choice:
-        raise _bad(
-            "tool_choice",
-            f'model {model_name} does not support a forced tool choice ("required" or a named tool); use "auto"',
-        )
-    if parallel is False and (choice is None or choice["type"] != "none"):
-        choice = dict(choice or {"type": "auto"}, disable_parallel_tool_use=True)
-    return choice
-
-
 # ---------------------------------------------------------------- output, reasoning, sampling
 
 
@@ -579,13 +265,9 @@ def _max_tokens(req: Mapping[str, Any], model: Model, model_name: str) -> int:
     value = req.get("max_output_tokens")
     if value is None:
         return min(DEFAULT_MAX_TOKENS, model.max_output_tokens)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _bad("max_output_tokens", f"must be an integer, not {_type_name(value)}")
-    if value < 1:
-        raise _bad("max_output_tokens", "must be at least 1")
     if value > model.max_output_tokens:
         raise _bad("max_output_tokens", f"must be at most {model.max_output_tokens} for model {model_name}")
-    return value
+    return int(value)
 
 
 def _reasoning_options(req: Mapping[str, Any]) -> tuple[str | None, bool]:
@@ -593,37 +275,19 @@ def _reasoning_options(req: Mapping[str, Any]) -> tuple[str | None, bool]:
     reasoning = req.get("reasoning")
     if reasoning is None:
         return None, False
-    reasoning = _object(reasoning, "reasoning")
-    effort = reasoning.get("effort")
-    if effort is not None and effort not in REASONING_EFFORTS:
-        raise _bad("reasoning.effort", "use one of " + ", ".join(REASONING_EFFORTS))
     summary = reasoning.get("summary", reasoning.get("generate_summary"))
-    if summary is not None and summary not in ("auto", "concise", "detailed"):
-        raise _bad("reasoning.summary", "use one of auto, concise, detailed")
-    return effort, summary is not None
+    return reasoning.get("effort"), summary is not None
 
 
 def _output_format(req: Mapping[str, Any], model: Model, model_name: str) -> dict[str, Any] | None:
     """``text.format``: json_schema -> structured output (the schema fitted as chat's
-    ``response_format``), text -> nothing, json_object refused as chat refuses it."""
-    text = req.get("text")
-    if text is None:
+    ``response_format``), text -> nothing."""
+    fmt = (req.get("text") or {}).get("format")
+    if fmt is None or fmt.get("type") != "json_schema":
         return None
-    fmt = _object(text, "text").get("format")
-    if fmt is None:
-        return None
-    fmt = _object(fmt, "text.format")
-    kind = fmt.get("type")
-    if kind == "text":
-        return None
-    if kind == "json_object":
-        raise _bad("text.format.type", JSON_OBJECT_MESSAGE)
-    if kind != "json_schema":
-        raise _bad("text.format.type", 'must be "text" or "json_schema"')
     if not model.structured_output:
         raise _bad("text.format", f"model {model_name} does not support structured output (json_schema)")
-    schema = _object(fmt.get("schema"), "text.format.schema")
-    return {"type": "json_schema", "schema": fit_schema(schema, "text.format.schema")}
+    return {"type": "json_schema", "schema": fit_schema(fmt["schema"], "text.format.schema")}
 
 
 # ---------------------------------------------------------------- the request
@@ -641,25 +305,21 @@ def responses_to_anthropic(
     (item, client path) pairs; ``auto_cache`` is False with ``x-ezat-cache: off``."""
     name = str(req["model"])
     slots: list[ImageSlot] = []
-    instructions = _str(req, "instructions", "", required=False)
+    instructions = req.get("instructions")
     conv = _conversation(items, model, name, slots, unseal)
     if instructions and not _blank(instructions):
         conv.system.insert(0, (_text_block(instructions), "instructions"))
     _finish(conv, model, name)
 
-    tool_pairs, tool_names, _ = _tools(req["tools"], model, name) if req.get("tools") else ([], {}, False)
-    parallel = _bool(req, "parallel_tool_calls")
-    choice = _tool_choice(req.get("tool_choice"), tool_names, parallel, model, name) if tool_pairs else None
+    tool_pairs, tool_names, _ = tools_to_anthropic(req["tools"], model, name) if req.get("tools") else ([], {}, False)
+    parallel = req.get("parallel_tool_calls")
+    choice = tool_choice_to_anthropic(req.get("tool_choice"), tool_names, parallel, model, name) if tool_pairs else None
     forced = choice is not None and choice["type"] in ("any", "tool")
     max_tokens = _max_tokens(req, model, name)
     effort_name, summary = _reasoning_options(req)
     effort, thinking = _reasoning(effort_name, forced, max_tokens, model, name, "reasoning.effort")
     output_format = _output_format(req, model, name)
-    sampling = {
-        key: value
-        for key in ("temperature", "top_p")
-        if (value := _number(req, key, 0, 2 if key == "temperature" else 1)) is not None
-    }
+    sampling = {key: req[key] for key in ("temperature", "top_p") if req.get(key) is not None}
 
     source_map: dict[tuple[Any, ...], str] = {}
     system = []

@@ -1,62 +1,52 @@
-"""Strict marshmallow fields shared by the wire schemas.
+"""Strict marshmallow fields shared by the wire schemas of every dialect.
 
-JSON has exact types; OpenAI's API refuses ``"max_tokens": "64"`` and ``"stream": "yes"``, so
-these fields don't coerce: a bool is a bool, a number is a number (and never a bool).
+JSON has exact types; OpenAI's and Anthropic's APIs refuse ``"max_tokens": "64"`` and
+``"stream": "yes"``, so these fields don't coerce: a bool is a bool, a number is a number (and
+never a bool). Each is a custom field as marshmallow documents them (``_deserialize`` and
+``default_error_messages``), so a wrong type has one wording everywhere ("Not a valid boolean.").
 """
 
 from __future__ import annotations
 
+import json
 import numbers
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from marshmallow import Schema, ValidationError, fields
-from marshmallow.utils import missing
+from marshmallow import EXCLUDE, Schema, ValidationError, fields
+
+MISSING = "Missing data for required field."  # marshmallow's own wordings, for the checks it can't make
+NULL = "Field may not be null."
 
 
-class Direct(fields.Field):
-    """A field whose common case skips marshmallow's generic bookkeeping.
+class Loose(Schema):
+    """Unknown keys are left out of the result: OpenAI's APIs ignore them; a native Messages
+    body goes upstream as sent, whatever its schema loads."""
 
-    ``Field.deserialize`` checks for a missing or null value, runs field-level ``pre_load``
-    and ``post_load`` processors and composes the validators into a fresh ``validate.And``
-    on every call. A present, non-null value on a field without processors needs only
-    ``_deserialize`` and, when there are validators, the same ``_validate``; everything else
-    still goes through ``Field.deserialize``, so values and errors are unchanged.
-    """
+    class Meta:
+        unknown = EXCLUDE
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        # Field-level processors arrived in marshmallow 4; with any, take the generic path.
-        self._direct = not getattr(self, "pre_load", None) and not getattr(self, "post_load", None)
-
-    def deserialize(
-        self, value: Any, attr: str | None = None, data: Mapping[str, Any] | None = None, **kwargs: Any
-    ) -> Any:
-        if value is missing or value is None or not self._direct:
-            return super().deserialize(value, attr, data, **kwargs)
-        output = self._deserialize(value, attr, data, **kwargs)
-        if self.validators:
-            self._validate(output)
-        return output
+    error_messages = {"type": "Not a valid object."}  # the wording of every other field that wants one
 
 
-class Raw(Direct, fields.Raw):
-    """``fields.Raw`` with the direct common case."""
+def opt(field: fields.Field) -> fields.Field:
+    """``field``, taking null for "not sent"."""
+    field.allow_none = True
+    return field
 
 
-class Dict(Direct, fields.Dict):
-    """``fields.Dict`` with the direct common case."""
+def refuse(message: str, allowed: Callable[[Any], bool] = lambda value: False) -> Callable[[Any], None]:
+    """A validator refusing with ``message`` every value ``allowed`` doesn't take (validators
+    never see null: a field that allows it takes it for "not sent")."""
+
+    def check(value: Any) -> None:
+        if not allowed(value):
+            raise ValidationError(message)
+
+    return check
 
 
-class List(Direct, fields.List):
-    """``fields.List`` with the direct common case."""
-
-
-class Nested(Direct, fields.Nested):
-    """``fields.Nested`` with the direct common case."""
-
-
-class StrictBool(Direct):
+class StrictBool(fields.Field):
     default_error_messages = {"invalid": "Not a valid boolean."}
 
     def _deserialize(self, value: Any, attr: str | None, data: Mapping[str, Any] | None, **kwargs: Any) -> bool:
@@ -65,7 +55,7 @@ class StrictBool(Direct):
         return value
 
 
-class StrictInt(Direct):
+class StrictInt(fields.Field):
     default_error_messages = {"invalid": "Not a valid integer."}
 
     def _deserialize(self, value: Any, attr: str | None, data: Mapping[str, Any] | None, **kwargs: Any) -> int:
@@ -76,7 +66,7 @@ class StrictInt(Direct):
         return int(value)
 
 
-class StrictNumber(Direct):
+class StrictNumber(fields.Field):
     default_error_messages = {"invalid": "Not a valid number."}
 
     def _deserialize(self, value: Any, attr: str | None, data: Mapping[str, Any] | None, **kwargs: Any) -> int | float:
@@ -85,7 +75,7 @@ class StrictNumber(Direct):
         return value
 
 
-class StrictStr(Direct):
+class StrictStr(fields.Field):
     default_error_messages = {"invalid": "Not a valid string."}
 
     def _deserialize(self, value: Any, attr: str | None, data: Mapping[str, Any] | None, **kwargs: Any) -> str:
@@ -94,7 +84,7 @@ class StrictStr(Direct):
         return value
 
 
-class JSONObject(Direct):
+class JSONObject(fields.Field):
     """Any JSON object, passed through unchanged (JSON schemas, cache_control payloads)."""
 
     default_error_messages = {"invalid": "Not a valid object."}
@@ -107,11 +97,15 @@ class JSONObject(Direct):
         return value
 
 
-class Tagged(Direct):
+class Tagged(fields.Field):
     """A tagged union: the object's ``tag`` key picks the schema (messages by ``role``,
-    parts by ``type``). ``refused`` maps a tag to the spec's refusal message, reported on the
-    object itself (``messages[0].content[0]: audio input is not supported``) or, when the
-    message is a ``(key, text)`` pair, on that key."""
+    parts by ``type``); ``default`` is the tag of an object without the key (a Responses input
+    item without ``type`` is a message). ``refused`` maps a tag to the spec's refusal message,
+    reported on the object itself (``messages[0].content[0]: audio input is not supported``)
+    or, when the message is a ``(key, text)`` pair, on that key. Any other tag is refused on
+    the tag's key: "Must be one of: …." or, where the reference words it, ``unknown`` with
+    ``{tag}`` standing for the tag as JSON (``unsupported tool type "laser"; …``). The result is
+    the tag, then what its schema loads."""
 
     default_error_messages = {"invalid": "Not a valid object."}
 
@@ -121,12 +115,16 @@ class Tagged(Direct):
         schemas: Mapping[str, Schema],
         *,
         refused: Mapping[str, str | tuple[str, str]] | None = None,
+        default: str | None = None,
+        unknown: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.tag = tag
         self.schemas = dict(schemas)
         self.refused = dict(refused or {})
+        self.default = default
+        self.unknown = unknown
         self.choices = ", ".join(self.schemas)
 
     def _deserialize(
@@ -134,7 +132,7 @@ class Tagged(Direct):
     ) -> dict[str, Any]:
         if not isinstance(value, dict):
             raise self.make_error("invalid")
-        tag = value.get(self.tag)
+        tag = value.get(self.tag, self.default)
         schema = self.schemas.get(tag) if isinstance(tag, str) else None
         if schema is None:
             refusal = self.refused.get(tag) if isinstance(tag, str) else None
@@ -143,19 +141,23 @@ class Tagged(Direct):
             if refusal is not None:
                 raise ValidationError(refusal)
             if tag is None:
-                raise ValidationError({self.tag: ["Missing data for required field."]})
+                missing = self.tag not in value
+                raise ValidationError({self.tag: [MISSING if missing else NULL]})
+            if self.unknown is not None:
+                raise ValidationError({self.tag: [self.unknown.format(tag=json.dumps(tag))]})
             raise ValidationError({self.tag: [f"Must be one of: {self.choices}."]})
-        return schema.load(value)
+        # The tag picked the schema, which loads the rest (it declares no field for the tag).
+        return {self.tag: tag, **schema.load(value)}
 
 
-class StrOrList(Direct):
+class StrOrList(fields.Field):
     """A string, or a list validated by ``inner`` (message content, ``stop``)."""
 
     default_error_messages = {"invalid": "Must be a string or a list."}
 
     def __init__(self, inner: fields.Field, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.inner = List(inner)
+        self.inner = fields.List(inner)
 
     def _deserialize(
         self, value: Any, attr: str | None, data: Mapping[str, Any] | None, **kwargs: Any

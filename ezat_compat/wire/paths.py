@@ -7,7 +7,7 @@ serves request validation and config-file errors alike.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 SCHEMA_KEY = "_schema"
@@ -20,6 +20,15 @@ def join_path(prefix: str, key: object) -> str:
     if key == SCHEMA_KEY:
         return prefix
     return f"{prefix}.{key}" if prefix else str(key)
+
+
+def format_path(parts: Iterable[str | int]) -> str:
+    """Keys and indexes in the spec's form: ``("messages", 0, "content")`` -> ``messages[0].content``
+    (the OpenAI dialects' paths of a body's parts, ``wire.json``'s included)."""
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
 
 
 def flatten_errors(errors: Any, prefix: str = "") -> Iterator[tuple[str, str]]:

@@ -47,7 +47,8 @@ FORBIDDEN = (
 
 PROBE = """
 import importlib, json, sys
-forbidden = set(sys.argv[2:])
+sys.path.insert(0, sys.argv[2])  # this checkout's package, not an installed copy (-I ignores the cwd)
+forbidden = set(sys.argv[3:])
 for name in list(sys.modules):
     if name.split(".")[0] in forbidden:
         del sys.modules[name]
@@ -58,7 +59,7 @@ print(json.dumps(sorted({n.split(".")[0] for n in sys.modules} & forbidden)))
 
 def imported_forbidden(module: str) -> list[str]:
     done = subprocess.run(
-        [sys.executable, "-I", "-c", PROBE, module, *FORBIDDEN],
+        [sys.executable, "-I", "-c", PROBE, module, str(PACKAGE.parent), *FORBIDDEN],
         capture_output=True,
         text=True,
         timeout=60,

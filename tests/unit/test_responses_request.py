@@ -11,15 +11,12 @@ from typing import Any
 
 import pytest
 
+from ezat_compat.dialects import invalid_request
 from ezat_compat.errors import InvalidRequestError
-from ezat_compat.translate.responses_request import (
-    ClientTool,
-    ResponsesTranslation,
-    check_refused,
-    flat_name,
-    input_items,
-    responses_to_anthropic,
-)
+from ezat_compat.translate.responses_request import ResponsesTranslation, input_items, responses_to_anthropic
+from ezat_compat.translate.responses_tools import ClientTool, flat_name
+from ezat_compat.wire.loading import RequestValidationError
+from ezat_compat.wire.responses import load_responses_request
 from tests.support.anthropic_types import validate_anthropic_request
 from tests.unit.test_translate_request import BASE_MODEL, PDF_URL, PNG_URL
 
@@ -57,8 +54,11 @@ def unseal(sealed: Any, path: str) -> list[dict[str, Any]]:
 def translate(
     extra: dict[str, Any] | None = None, *, auto_cache: bool = False, check: bool = True, **model_changes: Any
 ) -> ResponsesTranslation:
-    req: dict[str, Any] = {"model": "test", "input": [USER], **(extra or {})}
-    check_refused(req)
+    body: dict[str, Any] = {"model": "test", "input": [USER], **(extra or {})}
+    try:  # the schema first, as the dialect loads the body
+        req = load_responses_request(body)
+    except RequestValidationError as exc:
+        raise invalid_request(exc) from None
     result = responses_to_anthropic(req, input_items(req), model(**model_changes), unseal=unseal, auto_cache=auto_cache)
     for slot in result.image_slots:
         slot.block["source"] = {"type": "base64", "media_type": "image/png", "data": PNG_URL.split(",", 1)[1]}
@@ -160,7 +160,13 @@ def test_text_format_text_is_nothing() -> None:
         ),
         pytest.param({"max_output_tokens": 64001}, {}, "max_output_tokens", "at most 64000", id="max-output-tokens"),
         pytest.param({"max_output_tokens": "9"}, {}, "max_output_tokens", "integer", id="max-output-tokens-type"),
-        pytest.param({"temperature": 3}, {}, "temperature", "between 0 and 2", id="temperature-range"),
+        pytest.param(
+            {"temperature": 3},
+            {},
+            "temperature",
+            "Must be greater than or equal to 0 and less than or equal to 2.",
+            id="temperature-range",
+        ),
         pytest.param({"reasoning": {"effort": "huge"}}, {}, "reasoning.effort", "use one of", id="effort-unknown"),
         pytest.param(
             {"reasoning": {"summary": "long"}}, {}, "reasoning.summary", "auto, concise", id="summary-unknown"
@@ -339,8 +345,12 @@ def test_image_url_to_download_is_a_slot_named_by_its_path() -> None:
         pytest.param(
             {"type": "input_file", "file_data": PDF_URL}, {"pdf": False}, "input[0].content[0]", "PDF", id="no-pdf"
         ),
-        pytest.param({"type": "input_audio", "input_audio": {}}, {}, "input[0].content[0].type", "audio", id="audio"),
-        pytest.param({"type": "hologram"}, {}, "input[0].content[0].type", "unsupported", id="unknown-part"),
+        pytest.param(  # as chat's: on the part itself
+            {"type": "input_audio", "input_audio": {}}, {}, "input[0].content[0]", "audio input is not", id="audio"
+        ),
+        pytest.param(
+            {"type": "hologram"}, {}, "input[0].content[0].type", "Must be one of: input_text", id="unknown-part"
+        ),
     ],
 )
 def test_refused_parts(part: dict[str, Any], changes: dict[str, Any], param: str, fragment: str) -> None:
@@ -468,7 +478,9 @@ def test_tampered_encrypted_content_is_refused_naming_it() -> None:
         ),
         pytest.param([USER, {"type": "computer_call"}], "input[1].type", "unsupported input item", id="unknown-item"),
         pytest.param([USER, {"role": "assistant", "content": "Pre"}], "input[1].content", "prefill", id="no-prefill"),
-        pytest.param([{"role": "user", "content": 5}], "input[0].content", "string or an array", id="content-type"),
+        pytest.param(
+            [{"role": "user", "content": 5}], "input[0].content", "Must be a string or a list.", id="content-type"
+        ),
     ],
 )
 def test_refused_conversations(items: list[dict[str, Any]], param: str, fragment: str) -> None:
@@ -478,7 +490,7 @@ def test_refused_conversations(items: list[dict[str, Any]], param: str, fragment
 
 def test_input_of_the_wrong_type() -> None:
     message, param = refused({"input": 5})
-    assert param == "input" and "string or an array" in message
+    assert (param, message) == ("input", "input: Must be a string or a list.")
 
 
 def test_prefill_for_models_with_it_strips_trailing_whitespace() -> None:

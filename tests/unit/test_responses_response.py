@@ -19,15 +19,15 @@ from pydantic import TypeAdapter
 
 from ezat_compat.domain import Usage
 from ezat_compat.translate.ids import encode_tool_id
-from ezat_compat.translate.responses_request import ClientTool
 from ezat_compat.translate.responses_response import (
     ItemIds,
-    ResponseEvents,
     anthropic_to_response,
     client_view,
     response_skeleton,
     usage_to_responses,
 )
+from ezat_compat.translate.responses_stream import ResponseEvents
+from ezat_compat.translate.responses_tools import ClientTool
 from ezat_compat.upstream.sse import iter_sse
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"

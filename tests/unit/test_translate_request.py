@@ -16,7 +16,8 @@ from ezat_compat.config import parse_config
 from ezat_compat.errors import InvalidRequestError
 from ezat_compat.translate.ids import decode_tool_id, encode_tool_id
 from ezat_compat.translate.request import Translation, openai_to_anthropic
-from ezat_compat.wire.openai import RequestValidationError, load_chat_request
+from ezat_compat.wire.loading import RequestValidationError
+from ezat_compat.wire.openai import load_chat_request
 from tests.support.anthropic_types import validate_anthropic_request
 
 PNG_URL = (

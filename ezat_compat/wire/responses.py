@@ -1,0 +1,301 @@
+"""The OpenAI Responses request, as marshmallow schemas (docs/responses.md, "Request fields",
+"Input items", "Tools").
+
+Schemas validate and refuse; they don't translate (``translate/responses_request.py`` does,
+from what these load). The same fault is worded as on Chat Completions ("Not a valid
+boolean.", ``input[0].content[0]: audio input is not supported``); the refusals the reference
+words (background, conversation, prompt, include, item references, unknown item and tool
+types, built-in tools) carry its exact messages. Fields the translator doesn't read are
+excluded from the result (``unknown = EXCLUDE``); what the response echoes and what is stored
+come from the body as the client sent it. What depends on the model (images, PDFs, tools,
+efforts, the output limit) or on the whole conversation (tool calls and their outputs, the
+user message) is judged by the translator.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from marshmallow import ValidationError, validate, validates_schema
+from marshmallow.fields import List, Nested, Raw
+
+from ezat_compat.translate.responses_request import TEXT_PARTS
+from ezat_compat.translate.responses_tools import WEB_SEARCH_TYPES
+from ezat_compat.translate.tables import REASONING_EFFORTS
+from ezat_compat.wire.fields import (
+    MISSING,
+    JSONObject,
+    Loose,
+    StrictBool,
+    StrictInt,
+    StrictNumber,
+    StrictStr,
+    StrOrList,
+    Tagged,
+    opt,
+    refuse,
+)
+from ezat_compat.wire.loading import ByKeys, load_request
+from ezat_compat.wire.openai import (
+    AUDIO_PART_MESSAGE,
+    JSON_OBJECT_MESSAGE,
+    LOGPROBS_MESSAGE,
+    MODEL_NAME_MAX,
+    REASONING_MESSAGE,
+    TEMPERATURE_MAX,
+    TOP_P_MAX,
+)
+
+# The reference's refusal messages (docs/responses.md), one place.
+BACKGROUND_MESSAGE = "background responses are not supported; send the request and wait for it"
+CONVERSATION_MESSAGE = "conversations are not supported; use previous_response_id"
+PROMPT_MESSAGE = "prompt templates are not supported; send instructions and input"
+INCLUDE_ALLOWED = ("reasoning.encrypted_content",)
+INCLUDE_MESSAGE = "{value} is not supported; only reasoning.encrypted_content is"
+ITEM_REFERENCE_MESSAGE = "item references are not supported; send the items (or previous_response_id)"
+UNKNOWN_ITEM_MESSAGE = "unsupported input item type {tag}"
+UNKNOWN_TOOL_MESSAGE = "unsupported tool type {tag}; use function or custom tools"
+BUILT_IN_TOOL_MESSAGE = 'the built-in tool "{tag}" is not supported'
+NAMESPACE_MEMBER_MESSAGE = "must be function or custom"
+SUMMARY_MESSAGE = "use one of auto, concise, detailed"
+FILE_ID_MESSAGE = "file ids are not supported; send the file's data"
+IMAGE_FILE_ID_MESSAGE = FILE_ID_MESSAGE + " (image_url: a data URL or an http(s) URL)"
+PDF_FILE_ID_MESSAGE = FILE_ID_MESSAGE + " (file_data: data:application/pdf;base64,…)"
+
+ROLES = ("user", "assistant", "system", "developer")
+# Built-in tools with no Anthropic equivalent: refused naming tools[N].type.
+REFUSED_TOOL_TYPES = (
+    "file_search",
+    "code_interpreter",
+    "computer_use_preview",
+    "computer_use",
+    "computer",
+    "image_generation",
+    "mcp",
+    "local_shell",
+    "shell",
+    "apply_patch",
+    "tool_search",
+)
+SUMMARIES = ("auto", "concise", "detailed")
+
+
+# ---------------------------------------------------------------- content parts
+
+
+class TextPartSchema(Loose):
+    text = StrictStr(required=True)
+
+
+class RefusalPartSchema(Loose):
+    """An earlier refusal: left out of the request."""
+
+
+class ImagePartSchema(Loose):
+    image_url = opt(StrictStr())
+    file_id = Raw(allow_none=True)
+
+    @validates_schema
+    def _image_data(self, data: dict[str, Any], **_: Any) -> None:
+        if data.get("image_url") is None:
+            if data.get("file_id") is not None:
+                raise ValidationError([IMAGE_FILE_ID_MESSAGE], field_name="file_id")
+            raise ValidationError([MISSING], field_name="image_url")
+
+
+class FilePartSchema(Loose):
+    file_data = opt(StrictStr())
+    file_id = Raw(allow_none=True)
+    file_url = opt(StrictStr())
+    filename = opt(StrictStr())
+
+    @validates_schema
+    def _pdf_data(self, data: dict[str, Any], **_: Any) -> None:
+        if data.get("file_data") is None and data.get("file_url") is None:
+            if data.get("file_id") is not None:
+                raise ValidationError([PDF_FILE_ID_MESSAGE], field_name="file_id")
+            raise ValidationError([MISSING], field_name="file_data")
+
+
+TEXT_PART = TextPartSchema()
+PART = Tagged(
+    "type",
+    {
+        **dict.fromkeys(TEXT_PARTS, TEXT_PART),
+        "refusal": RefusalPartSchema(),
+        "input_image": ImagePartSchema(),
+        "input_file": FilePartSchema(),
+    },
+    refused={"input_audio": AUDIO_PART_MESSAGE},
+)
+
+
+# ---------------------------------------------------------------- input items
+
+
+class MessageItemSchema(Loose):
+    role = StrictStr(required=True, validate=validate.OneOf(ROLES))
+    content = StrOrList(PART, required=True)
+
+
+class FunctionCallItemSchema(Loose):
+    call_id = StrictStr(required=True, validate=validate.Length(min=1))
+    name = StrictStr(required=True)
+    arguments = opt(StrictStr())
+    namespace = opt(StrictStr())
+
+
+class CustomToolCallItemSchema(Loose):
+    call_id = StrictStr(required=True, validate=validate.Length(min=1))
+    name = StrictStr(required=True)
+    input = StrictStr(required=True)
+    namespace = opt(StrictStr())
+
+
+class CallOutputItemSchema(Loose):
+    call_id = StrictStr(required=True)
+    output = StrOrList(PART, required=True)
+
+
+class ReasoningItemSchema(Loose):
+    encrypted_content = Raw(allow_none=True)  # opened by the gateway's sealer, which judges it
+
+
+class WebSearchCallItemSchema(Loose):
+    """A finished server-side search: left out of the request."""
+
+
+CALL_OUTPUT_ITEM = CallOutputItemSchema()
+ITEM = Tagged(
+    "type",
+    {
+        "message": MessageItemSchema(),
+        "function_call": FunctionCallItemSchema(),
+        "custom_tool_call": CustomToolCallItemSchema(),
+        "function_call_output": CALL_OUTPUT_ITEM,
+        "custom_tool_call_output": CALL_OUTPUT_ITEM,
+        "reasoning": ReasoningItemSchema(),
+        "web_search_call": WebSearchCallItemSchema(),
+    },
+    refused={"item_reference": ("type", ITEM_REFERENCE_MESSAGE)},
+    default="message",
+    unknown=UNKNOWN_ITEM_MESSAGE,
+)
+
+
+# ---------------------------------------------------------------- tools
+
+
+class FunctionToolSchema(Loose):
+    name = StrictStr(required=True)
+    description = opt(StrictStr())
+    parameters = opt(JSONObject())
+    strict = Raw(allow_none=True)  # only ``true`` asks for a strict schema
+
+
+class CustomToolSchema(Loose):
+    name = StrictStr(required=True)
+    description = opt(StrictStr())
+    format = Raw(allow_none=True)  # a grammar is given to the model in the description
+
+
+FUNCTION_TOOL = FunctionToolSchema()
+CUSTOM_TOOL = CustomToolSchema()
+NAMESPACE_MEMBER = Tagged("type", {"function": FUNCTION_TOOL, "custom": CUSTOM_TOOL}, unknown=NAMESPACE_MEMBER_MESSAGE)
+
+
+class NamespaceToolSchema(Loose):
+    name = StrictStr(required=True)
+    tools = List(NAMESPACE_MEMBER, required=True)
+
+
+class WebSearchToolSchema(Loose):
+    filters = Raw(allow_none=True)  # allowed_domains kept when it is a list of strings
+    user_location = Raw(allow_none=True)  # its string fields kept
+
+
+TOOL = Tagged(
+    "type",
+    {
+        "function": FUNCTION_TOOL,
+        "custom": CUSTOM_TOOL,
+        "namespace": NamespaceToolSchema(),
+        **dict.fromkeys(WEB_SEARCH_TYPES, WebSearchToolSchema()),
+    },
+    refused={kind: ("type", BUILT_IN_TOOL_MESSAGE.format(tag=kind)) for kind in REFUSED_TOOL_TYPES},
+    unknown=UNKNOWN_TOOL_MESSAGE,
+)
+
+
+# ---------------------------------------------------------------- reasoning and output format
+
+
+class ReasoningSchema(Loose):
+    effort = opt(StrictStr(validate=validate.OneOf(REASONING_EFFORTS, error=REASONING_MESSAGE)))
+    summary = opt(StrictStr(validate=validate.OneOf(SUMMARIES, error=SUMMARY_MESSAGE)))
+    generate_summary = Raw(allow_none=True)  # the older name: judged only without ``summary``
+
+    @validates_schema
+    def _generate_summary(self, data: dict[str, Any], **_: Any) -> None:
+        if "summary" not in data and data.get("generate_summary") not in (None, *SUMMARIES):
+            raise ValidationError([SUMMARY_MESSAGE], field_name="generate_summary")
+
+
+class TextFormatSchema(Loose):
+    """``{"type": "text"}``: nothing more to load."""
+
+
+class JSONSchemaFormatSchema(Loose):
+    schema = JSONObject(required=True)
+
+
+FORMAT = Tagged(
+    "type",
+    {"text": TextFormatSchema(), "json_schema": JSONSchemaFormatSchema()},
+    refused={"json_object": ("type", JSON_OBJECT_MESSAGE)},
+)
+
+
+class TextSchema(Loose):
+    format = opt(FORMAT)
+
+
+# ---------------------------------------------------------------- the request
+
+
+def _include_value(value: Any) -> None:
+    if value not in INCLUDE_ALLOWED:
+        raise ValidationError(INCLUDE_MESSAGE.format(value=json.dumps(value)))
+
+
+class ResponsesRequestSchema(Loose):
+    model = StrictStr(required=True, validate=validate.Length(min=1, max=MODEL_NAME_MAX))
+    input = opt(StrOrList(ITEM))
+    instructions = opt(StrictStr())
+    tools = opt(List(TOOL))
+    tool_choice = Raw(allow_none=True)  # checked against the tools by the translator
+    parallel_tool_calls = opt(StrictBool())
+    reasoning = Nested(ReasoningSchema, allow_none=True)
+    text = Nested(TextSchema, allow_none=True)
+    max_output_tokens = opt(StrictInt(validate=validate.Range(min=1)))
+    temperature = opt(StrictNumber(validate=validate.Range(min=0, max=TEMPERATURE_MAX)))
+    top_p = opt(StrictNumber(validate=validate.Range(min=0, max=TOP_P_MAX)))
+    stream = opt(StrictBool())
+    store = opt(StrictBool())
+    previous_response_id = opt(StrictStr(validate=validate.Length(min=1)))
+    include = opt(List(Raw(validate=_include_value)))
+    prompt_cache_key = Raw(allow_none=True)  # routing affinity when a non-empty string
+    background = Raw(allow_none=True, validate=refuse(BACKGROUND_MESSAGE, lambda value: value in (False,)))
+    conversation = Raw(allow_none=True, validate=refuse(CONVERSATION_MESSAGE))
+    prompt = Raw(allow_none=True, validate=refuse(PROMPT_MESSAGE))
+    top_logprobs = Raw(allow_none=True, validate=refuse(LOGPROBS_MESSAGE, lambda value: value == 0))
+
+
+RESPONSES_REQUEST = ByKeys(ResponsesRequestSchema)
+
+
+def load_responses_request(body: Any) -> dict[str, Any]:
+    """Validate a parsed JSON body: the fields the translator reads, checked. Raises
+    ``RequestValidationError`` with the first problem."""
+    return load_request(RESPONSES_REQUEST, body)
