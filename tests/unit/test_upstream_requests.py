@@ -34,8 +34,8 @@ from ezat_compat.errors import (
     UpstreamTLSError,
 )
 from ezat_compat.failures import client_error
-from ezat_compat.server.metrics import Metrics
 from ezat_compat.pipeline import Call, Gateway
+from ezat_compat.server.metrics import Metrics
 from ezat_compat.store.accounts import AuthContext
 from ezat_compat.upstream.client import UpstreamClient
 from ezat_compat.upstream.egress import check_files, describe, egress_of, masked
