@@ -28,7 +28,6 @@ from ezat_compat.errors import UpstreamStreamError
 
 MAX_EVENT_BYTES = 16 * 1024 * 1024
 Event = tuple[str, str]  # (event type, data)
-_ENDS = (b"\n\n", b"\r\r", b"\n\r\n")  # where an event ends, as far as one chunk shows
 
 
 class EventTooLargeError(UpstreamStreamError):
@@ -56,7 +55,7 @@ class _Chunks:
         except StopIteration:
             self.ended = True
             raise
-        end = max(chunk.rfind(mark) for mark in _ENDS)
+        end = max(chunk.rfind(b"\n\n"), chunk.rfind(b"\r\r"), chunk.rfind(b"\n\r\n"))  # where an event last ended
         self._open_bytes = len(chunk) - end if end >= 0 else self._open_bytes + len(chunk)
         if self._open_bytes > self._max_bytes:
             raise EventTooLargeError(f"the upstream sent an event larger than {self._max_bytes} bytes")

@@ -62,6 +62,10 @@ def _finite_float(text: str) -> float:
     return value
 
 
+# Made once: json.loads with hooks builds a decoder per call.
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite_float)
+
+
 def _key(key: str) -> str:
     """A key as a path part, printable even when it holds a surrogate."""
     return key.encode("utf-8", "backslashreplace").decode("ascii") if _LONE_SURROGATE.search(key) else key
@@ -101,7 +105,7 @@ def _walk(data: Any, surrogates: bool) -> None:
 def _loads(text: str, subject: str) -> Any:
     """``subject`` starts the messages ("The request body "; "" when a path will)."""
     try:
-        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+        return _DECODER.decode(text)
     except RecursionError:
         raise BodyError(f"{subject}{TOO_DEEP}.") from None
     except ValueError as exc:  # JSONDecodeError, NaN, ints of over 4,300 digits
