@@ -385,3 +385,17 @@ def test_deployments_on_one_origin_must_share_their_tls_files() -> None:
     parse_config({"models": [model("m1", "/ca.pem"), model("m2", "/ca.pem")]}, environ={})
     with pytest.raises(ConfigError, match=r"shares https://api\.test with 'm1'"):
         parse_config({"models": [model("m1", "/ca.pem"), model("m2", "/other.pem")]}, environ={})
+
+
+def test_the_ca_setting_reaches_the_sessions_adapter(tmp_path: Path) -> None:
+    mine = _ca(tmp_path, "deployment-ca")
+    upstream = client()
+    tls = Deployment(name="t", base_url="https://t.test:8443", upstream_model="m", api_key="k", ca_file=str(mine))
+    route = upstream._route(tls)
+    adapter = upstream.session.get_adapter("https://t.test:8443/v1/messages")
+    assert adapter is route.adapter  # mounted on the worker's one Session for the origin
+    context = adapter.build_connection_pool_key_attributes(
+        requests.Request("POST", "https://t.test:8443/v1/messages").prepare(), True
+    )[1]["ssl_context"]
+    assert "deployment-ca" in _subjects(context)
+    upstream.clear()
