@@ -11,9 +11,10 @@ connections per worker and stops accepting when they are all taken, so slow bodi
 fill them. At most ``BODY_READERS_SHARE`` of them may be reading a body at once; a new reader
 past that evicts the oldest one (answered 408 at once). A fresh request — whose body is usually
 already in the socket's buffer — always gets a connection and its body read, while the oldest
-slow bodies make room. Under gunicorn, a 408 also marks gunicorn's request ``must_close`` (the
-``pre_request`` hook remembers it), so the response says ``Connection: close`` and the worker
-closes the socket instead of reading the rest of the body; elsewhere the socket is shut down.
+slow bodies make room. After a 408 the socket (the WSGI environ's ``gunicorn.socket``) is shut
+down once the answer is written, so the worker ends the connection instead of reading the rest
+of the body. gunicorn offers no setting for a ``Connection: close`` of the app's (it drops the
+header), and its request object is not ours to change: the close is the socket's.
 
 This module and ``api/sse.py`` are the only gevent-aware code.
 """
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import socket
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
@@ -36,7 +36,6 @@ from ezat_compat.errors import RequestTimeoutError
 READ_CHUNK = 64 * 1024
 BODY_READERS_SHARE = 0.75  # of worker_connections
 _KIB = 1024
-_local = threading.local()  # greenlet-local under gevent's monkey patching
 
 
 class _Late(Exception):
@@ -47,20 +46,9 @@ class _Evicted(Exception):
     """The reader was evicted to make room for a newer one (internal)."""
 
 
-def remember_server_request(req: Any) -> None:
-    """gunicorn's ``pre_request`` hook: keep this greenlet's gunicorn request, so a 408 can
-    mark it ``must_close``."""
-    _local.request = req
-
-
 def close_connection(environ: dict[str, Any]) -> Callable[[], None] | None:
-    """Make the server close this connection after the response: gunicorn's request is marked
-    ``must_close`` (the response then says ``Connection: close``); otherwise returns a callback
-    to run once the response is sent, which shuts the socket down."""
-    req = getattr(_local, "request", None)
-    if req is not None and hasattr(req, "must_close"):
-        req.must_close = True
-        return None
+    """A callback to run once the response is sent, which shuts the connection's socket down
+    (None when the server gives the app no socket)."""
     sock = environ.get("gunicorn.socket")
     if not isinstance(sock, socket.socket):
         return None

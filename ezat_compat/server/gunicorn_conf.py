@@ -139,12 +139,6 @@ def post_worker_init(worker: Any) -> None:
     serving.tune_collector()  # last: the app and its hooks are what it sets aside
 
 
-def pre_request(worker: Any, req: Any) -> None:
-    from ezat_compat.api.bodies import remember_server_request
-
-    remember_server_request(req)  # a body that doesn't arrive in time closes its connection
-
-
 def child_exit(server: Any, worker: Any) -> None:
     from prometheus_client import multiprocess
 

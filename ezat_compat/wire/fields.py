@@ -29,12 +29,6 @@ class Loose(Schema):
     error_messages = {"type": "Not a valid object."}  # the wording of every other field that wants one
 
 
-def opt(field: fields.Field) -> fields.Field:
-    """``field``, taking null for "not sent"."""
-    field.allow_none = True
-    return field
-
-
 def refuse(message: str, allowed: Callable[[Any], bool] = lambda value: False) -> Callable[[Any], None]:
     """A validator refusing with ``message`` every value ``allowed`` doesn't take (validators
     never see null: a field that allows it takes it for "not sent")."""

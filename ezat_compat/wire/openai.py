@@ -25,7 +25,6 @@ from ezat_compat.wire.fields import (
     StrictStr,
     StrOrList,
     Tagged,
-    opt,
     refuse,
 )
 from ezat_compat.wire.loading import ByKeys, load_request
@@ -69,7 +68,7 @@ class TextPartSchema(Loose):
 
 
 class RefusalPartSchema(Loose):
-    refusal = opt(StrictStr())
+    refusal = StrictStr(allow_none=True)
 
 
 class ImageURLSchema(Loose):
@@ -83,9 +82,9 @@ class ImagePartSchema(Loose):
 
 
 class FileSchema(Loose):
-    file_data = opt(StrictStr())
-    file_id = opt(StrictStr())
-    filename = opt(StrictStr())
+    file_data = StrictStr(allow_none=True)
+    file_id = StrictStr(allow_none=True)
+    filename = StrictStr(allow_none=True)
 
     @validates_schema
     def _pdf_data(self, data: dict[str, Any], **_: Any) -> None:
@@ -114,12 +113,14 @@ TEXT_ONLY_PART = Tagged("type", {"text": TEXT_PART}, refused=_AUDIO_REFUSED)
 
 class FunctionCallSchema(Loose):
     name = StrictStr(required=True)
-    arguments = opt(StrictStr())
+    arguments = StrictStr(allow_none=True)
 
 
 class ToolCallSchema(Loose):
     id = StrictStr(required=True, validate=validate.Length(min=1))
-    type = opt(StrictStr(validate=validate.Equal("function", error="only function tool calls are supported")))
+    type = StrictStr(
+        validate=validate.Equal("function", error="only function tool calls are supported"), allow_none=True
+    )
     function = Nested(FunctionCallSchema, required=True)
 
 
@@ -132,8 +133,8 @@ class UserMessageSchema(Loose):
 
 
 class AssistantMessageSchema(Loose):
-    content = opt(StrOrList(ASSISTANT_PART))
-    tool_calls = opt(List(Nested(ToolCallSchema)))
+    content = StrOrList(ASSISTANT_PART, allow_none=True)
+    tool_calls = List(Nested(ToolCallSchema), allow_none=True)
     function_call = Raw(allow_none=True)
 
     @validates_schema
@@ -165,9 +166,9 @@ MESSAGE = Tagged(
 
 class FunctionSchema(Loose):
     name = StrictStr(required=True)
-    description = opt(StrictStr())
-    parameters = opt(JSONObject())
-    strict = opt(StrictBool())
+    description = StrictStr(allow_none=True)
+    parameters = JSONObject(allow_none=True)
+    strict = StrictBool(allow_none=True)
 
 
 class ToolSchema(Loose):
@@ -177,10 +178,10 @@ class ToolSchema(Loose):
 
 
 class JSONSchemaFormatSchema(Loose):
-    name = opt(StrictStr())
-    description = opt(StrictStr())
+    name = StrictStr(allow_none=True)
+    description = StrictStr(allow_none=True)
     schema = JSONObject(required=True)
-    strict = opt(StrictBool())
+    strict = StrictBool(allow_none=True)
 
 
 class TextFormatSchema(Loose):
@@ -195,11 +196,12 @@ RESPONSE_FORMAT = Tagged(
     "type",
     {"text": TextFormatSchema(), "json_schema": JSONSchemaResponseFormatSchema()},
     refused={"json_object": JSON_OBJECT_MESSAGE},
+    allow_none=True,
 )
 
 
 class StreamOptionsSchema(Loose):
-    include_usage = opt(StrictBool())
+    include_usage = StrictBool(allow_none=True)
 
 
 # ---------------------------------------------------------------- the request
@@ -208,24 +210,26 @@ class StreamOptionsSchema(Loose):
 class ChatCompletionRequestSchema(Loose):
     model = StrictStr(required=True, validate=validate.Length(min=1, max=MODEL_NAME_MAX))
     messages = List(MESSAGE, required=True, validate=refuse(NO_USER_MESSAGE, bool))
-    stream = opt(StrictBool())
+    stream = StrictBool(allow_none=True)
     stream_options = Nested(StreamOptionsSchema, allow_none=True)
-    max_completion_tokens = opt(StrictInt(validate=validate.Range(min=1)))
-    max_tokens = opt(StrictInt(validate=validate.Range(min=1)))
-    temperature = opt(StrictNumber(validate=validate.Range(min=0, max=TEMPERATURE_MAX)))
-    top_p = opt(StrictNumber(validate=validate.Range(min=0, max=TOP_P_MAX)))
-    stop = opt(StrOrList(StrictStr()))
-    tools = opt(List(Nested(ToolSchema)))
+    max_completion_tokens = StrictInt(validate=validate.Range(min=1), allow_none=True)
+    max_tokens = StrictInt(validate=validate.Range(min=1), allow_none=True)
+    temperature = StrictNumber(validate=validate.Range(min=0, max=TEMPERATURE_MAX), allow_none=True)
+    top_p = StrictNumber(validate=validate.Range(min=0, max=TOP_P_MAX), allow_none=True)
+    stop = StrOrList(StrictStr(), allow_none=True)
+    tools = List(Nested(ToolSchema), allow_none=True)
     tool_choice = Raw(allow_none=True)  # checked by the translator: ignored without tools
-    parallel_tool_calls = opt(StrictBool())
-    response_format = opt(RESPONSE_FORMAT)
-    reasoning_effort = opt(StrictStr(validate=validate.OneOf(REASONING_EFFORTS, error=REASONING_MESSAGE)))
-    prompt_cache_key = opt(StrictStr(validate=validate.Length(max=256)))
-    n = opt(StrictInt(validate=[validate.Range(min=1), refuse(N_MESSAGE, lambda value: value <= 1)]))
-    logprobs = opt(StrictBool(validate=refuse(LOGPROBS_MESSAGE, lambda value: not value)))
-    top_logprobs = opt(StrictInt(validate=refuse(LOGPROBS_MESSAGE, lambda value: value == 0)))
-    logit_bias = opt(Dict(validate=refuse(LOGIT_BIAS_MESSAGE, lambda value: not value)))
-    modalities = opt(List(StrictStr(), validate=refuse(MODALITIES_MESSAGE, lambda value: set(value) <= {"text"})))
+    parallel_tool_calls = StrictBool(allow_none=True)
+    response_format = RESPONSE_FORMAT
+    reasoning_effort = StrictStr(validate=validate.OneOf(REASONING_EFFORTS, error=REASONING_MESSAGE), allow_none=True)
+    prompt_cache_key = StrictStr(validate=validate.Length(max=256), allow_none=True)
+    n = StrictInt(validate=[validate.Range(min=1), refuse(N_MESSAGE, lambda value: value <= 1)], allow_none=True)
+    logprobs = StrictBool(validate=refuse(LOGPROBS_MESSAGE, lambda value: not value), allow_none=True)
+    top_logprobs = StrictInt(validate=refuse(LOGPROBS_MESSAGE, lambda value: value == 0), allow_none=True)
+    logit_bias = Dict(validate=refuse(LOGIT_BIAS_MESSAGE, lambda value: not value), allow_none=True)
+    modalities = List(
+        StrictStr(), validate=refuse(MODALITIES_MESSAGE, lambda value: set(value) <= {"text"}), allow_none=True
+    )
     audio = Raw(allow_none=True)
     web_search_options = Raw(allow_none=True)
     functions = Raw(allow_none=True)

@@ -33,7 +33,6 @@ from ezat_compat.wire.fields import (
     StrictStr,
     StrOrList,
     Tagged,
-    opt,
     refuse,
 )
 from ezat_compat.wire.loading import ByKeys, load_request
@@ -93,7 +92,7 @@ class RefusalPartSchema(Loose):
 
 
 class ImagePartSchema(Loose):
-    image_url = opt(StrictStr())
+    image_url = StrictStr(allow_none=True)
     file_id = Raw(allow_none=True)
 
     @validates_schema
@@ -105,10 +104,10 @@ class ImagePartSchema(Loose):
 
 
 class FilePartSchema(Loose):
-    file_data = opt(StrictStr())
+    file_data = StrictStr(allow_none=True)
     file_id = Raw(allow_none=True)
-    file_url = opt(StrictStr())
-    filename = opt(StrictStr())
+    file_url = StrictStr(allow_none=True)
+    filename = StrictStr(allow_none=True)
 
     @validates_schema
     def _pdf_data(self, data: dict[str, Any], **_: Any) -> None:
@@ -142,15 +141,15 @@ class MessageItemSchema(Loose):
 class FunctionCallItemSchema(Loose):
     call_id = StrictStr(required=True, validate=validate.Length(min=1))
     name = StrictStr(required=True)
-    arguments = opt(StrictStr())
-    namespace = opt(StrictStr())
+    arguments = StrictStr(allow_none=True)
+    namespace = StrictStr(allow_none=True)
 
 
 class CustomToolCallItemSchema(Loose):
     call_id = StrictStr(required=True, validate=validate.Length(min=1))
     name = StrictStr(required=True)
     input = StrictStr(required=True)
-    namespace = opt(StrictStr())
+    namespace = StrictStr(allow_none=True)
 
 
 class CallOutputItemSchema(Loose):
@@ -189,14 +188,14 @@ ITEM = Tagged(
 
 class FunctionToolSchema(Loose):
     name = StrictStr(required=True)
-    description = opt(StrictStr())
-    parameters = opt(JSONObject())
+    description = StrictStr(allow_none=True)
+    parameters = JSONObject(allow_none=True)
     strict = Raw(allow_none=True)  # only ``true`` asks for a strict schema
 
 
 class CustomToolSchema(Loose):
     name = StrictStr(required=True)
-    description = opt(StrictStr())
+    description = StrictStr(allow_none=True)
     format = Raw(allow_none=True)  # a grammar is given to the model in the description
 
 
@@ -232,8 +231,8 @@ TOOL = Tagged(
 
 
 class ReasoningSchema(Loose):
-    effort = opt(StrictStr(validate=validate.OneOf(REASONING_EFFORTS, error=REASONING_MESSAGE)))
-    summary = opt(StrictStr(validate=validate.OneOf(SUMMARIES, error=SUMMARY_MESSAGE)))
+    effort = StrictStr(validate=validate.OneOf(REASONING_EFFORTS, error=REASONING_MESSAGE), allow_none=True)
+    summary = StrictStr(validate=validate.OneOf(SUMMARIES, error=SUMMARY_MESSAGE), allow_none=True)
     generate_summary = Raw(allow_none=True)  # the older name: judged only without ``summary``
 
     @validates_schema
@@ -254,11 +253,12 @@ FORMAT = Tagged(
     "type",
     {"text": TextFormatSchema(), "json_schema": JSONSchemaFormatSchema()},
     refused={"json_object": ("type", JSON_OBJECT_MESSAGE)},
+    allow_none=True,
 )
 
 
 class TextSchema(Loose):
-    format = opt(FORMAT)
+    format = FORMAT
 
 
 # ---------------------------------------------------------------- the request
@@ -271,20 +271,20 @@ def _include_value(value: Any) -> None:
 
 class ResponsesRequestSchema(Loose):
     model = StrictStr(required=True, validate=validate.Length(min=1, max=MODEL_NAME_MAX))
-    input = opt(StrOrList(ITEM))
-    instructions = opt(StrictStr())
-    tools = opt(List(TOOL))
+    input = StrOrList(ITEM, allow_none=True)
+    instructions = StrictStr(allow_none=True)
+    tools = List(TOOL, allow_none=True)
     tool_choice = Raw(allow_none=True)  # checked against the tools by the translator
-    parallel_tool_calls = opt(StrictBool())
+    parallel_tool_calls = StrictBool(allow_none=True)
     reasoning = Nested(ReasoningSchema, allow_none=True)
     text = Nested(TextSchema, allow_none=True)
-    max_output_tokens = opt(StrictInt(validate=validate.Range(min=1)))
-    temperature = opt(StrictNumber(validate=validate.Range(min=0, max=TEMPERATURE_MAX)))
-    top_p = opt(StrictNumber(validate=validate.Range(min=0, max=TOP_P_MAX)))
-    stream = opt(StrictBool())
-    store = opt(StrictBool())
-    previous_response_id = opt(StrictStr(validate=validate.Length(min=1)))
-    include = opt(List(Raw(validate=_include_value)))
+    max_output_tokens = StrictInt(validate=validate.Range(min=1), allow_none=True)
+    temperature = StrictNumber(validate=validate.Range(min=0, max=TEMPERATURE_MAX), allow_none=True)
+    top_p = StrictNumber(validate=validate.Range(min=0, max=TOP_P_MAX), allow_none=True)
+    stream = StrictBool(allow_none=True)
+    store = StrictBool(allow_none=True)
+    previous_response_id = StrictStr(validate=validate.Length(min=1), allow_none=True)
+    include = List(Raw(validate=_include_value), allow_none=True)
     prompt_cache_key = Raw(allow_none=True)  # routing affinity when a non-empty string
     background = Raw(allow_none=True, validate=refuse(BACKGROUND_MESSAGE, lambda value: value in (False,)))
     conversation = Raw(allow_none=True, validate=refuse(CONVERSATION_MESSAGE))
