@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime
 import io
 import ipaddress
-import json
 import os
 import re
 import shutil
@@ -37,7 +36,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from PIL import Image
 
 from tests.conftest import IN_CI, free_port
-from tests.integration.harness import MODEL_TOML, Gateway, ModelSpec, listening_ports
+from tests.integration.harness import Gateway, ModelSpec, listening_ports
 
 # What every requests program reads from its environment: scrubbed from the gateway's
 # environment unless a test sets it (this machine's own REQUESTS_CA_BUNDLE included).
@@ -446,26 +445,7 @@ class RecordingServer:
 # ---------------------------------------------------------------- the gateway with egress keys
 
 
-@dataclass
-class EgressModel(ModelSpec):
-    """A model whose deployments may carry any further keys (``proxy``, ``ca_file``,
-    ``client_cert``, ``client_key``): every key of a deployment's dict is written, as TOML."""
-
-    def toml(self) -> str:
-        text = MODEL_TOML.format(
-            id=self.id,
-            aliases=json.dumps(list(self.aliases)),
-            max_output_tokens=self.max_output_tokens,
-            sampling=str(self.sampling).lower(),
-            thinking=self.thinking,
-            efforts=json.dumps(list(self.efforts)),
-            forced_tool_choice=str(self.forced_tool_choice).lower(),
-            prefill=str(self.prefill).lower(),
-        )
-        for d in self.deployments:
-            keys = {"upstream_model": "claude-sonnet-5-5", **d}
-            text += "\n[[models.deployments]]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in keys.items())
-        return text
+EgressModel = ModelSpec  # the harness writes a deployment's further keys (proxy, ca_file, …) as given
 
 
 def egress_model(name: str, *deployments: dict[str, Any]) -> EgressModel:

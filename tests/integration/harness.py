@@ -128,6 +128,7 @@ min_cache_tokens = 16
 price = {{ input = 3.0, output = 15.0, cache_write = 3.75, cache_read = 0.30 }}
 """
 
+_DEPLOYMENT_KEYS = ("name", "base_url", "upstream_model", "priority", "weight")
 DEPLOYMENT_TOML = """
 [[models.deployments]]
 name = "{name}"
@@ -169,6 +170,8 @@ class ModelSpec:
                 priority=d.get("priority", 0),
                 weight=d.get("weight", 1),
             )
+            extra = {k: v for k, v in d.items() if k not in _DEPLOYMENT_KEYS}  # proxy, ca_file, … as given
+            text += "".join(f"{k} = {json.dumps(v)}\n" for k, v in extra.items())
         return text
 
 

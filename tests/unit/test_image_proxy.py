@@ -12,6 +12,7 @@ import pytest
 import responses
 
 from ezat_compat.upstream.images import NOT_PUBLIC, NOT_RESOLVED, ImageFetcher, ImageFetchError
+from tests.support.environment import without_proxy_variables
 
 PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
@@ -30,17 +31,7 @@ def _resolver(names: dict[str, str]) -> Any:
 
 @pytest.fixture()
 def proxied(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in (
-        "HTTP_PROXY",
-        "HTTPS_PROXY",
-        "NO_PROXY",
-        "http_proxy",
-        "https_proxy",
-        "no_proxy",
-        "ALL_PROXY",
-        "all_proxy",
-    ):
-        monkeypatch.delenv(name, raising=False)
+    without_proxy_variables(monkeypatch)
     monkeypatch.setenv("HTTP_PROXY", PROXY)
     monkeypatch.setenv("HTTPS_PROXY", PROXY)
     yield

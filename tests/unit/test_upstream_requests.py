@@ -39,6 +39,7 @@ from ezat_compat.server.metrics import Metrics
 from ezat_compat.store.accounts import AuthContext
 from ezat_compat.upstream.client import UpstreamClient
 from ezat_compat.upstream.egress import check_files, describe, egress_of, masked
+from tests.support.environment import without_proxy_variables
 
 MESSAGE = {
     "content": [{"type": "text", "text": "ok"}],
@@ -249,17 +250,7 @@ def test_an_event_larger_than_the_cap_breaks_the_stream() -> None:
 def test_the_proxy_reaches_the_call(
     monkeypatch: pytest.MonkeyPatch, environment: dict[str, str], setting: str | None, expected: dict[str, str]
 ) -> None:
-    for name in (
-        "HTTP_PROXY",
-        "HTTPS_PROXY",
-        "NO_PROXY",
-        "http_proxy",
-        "https_proxy",
-        "no_proxy",
-        "ALL_PROXY",
-        "all_proxy",
-    ):
-        monkeypatch.delenv(name, raising=False)
+    without_proxy_variables(monkeypatch)
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
     responses.post("http://a.test/v1/messages", json=MESSAGE)
