@@ -28,7 +28,7 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound, Reque
 from ezat_compat.api import anthropic as anthropic_api
 from ezat_compat.api import openai as openai_api
 from ezat_compat.api import responses as responses_api
-from ezat_compat.api.common import gateway, json_response, new_request_id, raw_json_response, too_large
+from ezat_compat.api.common import gateway, json_response, new_request_id, raw_json_response, too_large, unproxied
 from ezat_compat.catalog import Catalog
 from ezat_compat.cooldowns import make_cooldowns
 from ezat_compat.dialects.anthropic_messages import AnthropicMessages
@@ -203,17 +203,19 @@ def _register_request_log(app: Flask, config: Config) -> RequestLog:
 
     @app.before_request
     def start_record() -> None:
-        g.request_id = new_request_id()
-        g.record = request_log.start(
-            g.request_id, request.method, request.path, request.remote_addr or "", request.endpoint or "unmatched"
+        req, context = unproxied(request), unproxied(g)  # read several times: not through the proxies
+        rid = context.request_id = new_request_id()
+        context.record = request_log.start(
+            rid, req.method, req.path, req.remote_addr or "", req.endpoint or "unmatched"
         )
 
     @app.after_request
     def finish_record(response: Response) -> Response:
-        rid = g.request_id
+        context = unproxied(g)
+        rid = context.request_id
         response.headers["request-id"] = rid
         response.headers["x-request-id"] = rid  # what the OpenAI SDKs read (``_request_id``)
-        g.record.answered(response.status_code)
+        context.record.answered(response.status_code)
         return response
 
     @app.teardown_request

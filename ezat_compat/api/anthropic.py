@@ -18,13 +18,15 @@ COUNT_TOKENS = AnthropicCountTokens()
 @bp.post("/messages")
 def messages() -> Response:
     """Anthropic's Messages API, JSON or ``"stream": true`` (events passed through one by one)."""
-    return respond(gateway().handle(MESSAGES, client_request(request)))
+    gw = gateway()
+    return respond(gw.handle(MESSAGES, client_request(request, gw.config)))
 
 
 @bp.post("/messages/count_tokens")
 def count_tokens() -> Response:
     """Passed to the upstream (routing and failover apply; nothing is billed)."""
-    return respond(gateway().handle(COUNT_TOKENS, client_request(request)))
+    gw = gateway()
+    return respond(gw.handle(COUNT_TOKENS, client_request(request, gw.config)))
 
 
 @bp.get("/models")

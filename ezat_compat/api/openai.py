@@ -15,7 +15,8 @@ CHAT = OpenAIChat()
 @bp.post("/chat/completions")
 def chat_completions() -> Response:
     """Chat Completions, JSON or ``"stream": true``."""
-    return respond(gateway().handle(CHAT, client_request(request)))
+    gw = gateway()
+    return respond(gw.handle(CHAT, client_request(request, gw.config)))
 
 
 @bp.get("/models")

@@ -85,7 +85,8 @@ def _input_item(item: dict[str, Any], response_id: str, n: int) -> dict[str, Any
 @bp.post("/responses")
 def create_response() -> Response:
     """Create a response, JSON or ``"stream": true``."""
-    return respond(gateway().handle(dialect(), client_request(request)))
+    gw = gateway()
+    return respond(gw.handle(dialect(), client_request(request, gw.config)))
 
 
 @bp.get("/responses/<response_id>")
