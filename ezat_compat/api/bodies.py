@@ -72,18 +72,31 @@ class BodyReaders:
 
     @contextlib.contextmanager
     def reading(self, cap: int) -> Iterator[None]:
-        current = gevent.getcurrent()
-        while len(self._reading) >= max(1, cap):
-            oldest = next(iter(self._reading))
-            del self._reading[oldest]
-            self._doomed.add(oldest)
-            gevent.get_hub().loop.run_callback(self._evict, oldest)
-        self._reading[current] = None
+        current = self.start(cap)
         try:
             yield
         finally:
-            self._reading.pop(current, None)
-            self._doomed.discard(current)
+            self.stop(current)
+
+    def start(self, cap: int) -> Any:
+        """The current greenlet starts reading (the oldest readers past ``cap`` evicted); call
+        ``stop`` with what this returns when it is done (``reading`` as plain calls: no
+        generator per body)."""
+        current = gevent.getcurrent()
+        reading = self._reading
+        if len(reading) >= cap:
+            cap = max(1, cap)
+            while len(reading) >= cap:
+                oldest = next(iter(reading))
+                del reading[oldest]
+                self._doomed.add(oldest)
+                gevent.get_hub().loop.run_callback(self._evict, oldest)
+        reading[current] = None
+        return current
+
+    def stop(self, current: Any) -> None:
+        self._reading.pop(current, None)
+        self._doomed.discard(current)
 
     def _evict(self, victim: Any) -> None:
         # Runs in the hub: the victim, still doomed, is paused in its body read (its only
@@ -109,8 +122,9 @@ def read_within(
     chunks: list[bytes] = []
     total = 0
     cap = max(1, int(settings.worker_connections * BODY_READERS_SHARE))
+    reader = READERS.start(cap)
     try:
-        with READERS.reading(cap):
+        try:
             if length is not None:
                 with gevent.Timeout(_budget_s(settings, length), _Late):
                     while total < length:
@@ -132,6 +146,8 @@ def read_within(
                 if total > max_bytes:
                     raise too_large()
                 chunks.append(chunk)
+        finally:
+            READERS.stop(reader)
     except (_Late, _Evicted) as exc:
         elapsed = time.monotonic() - started
         what = f"of {length} bytes" if length is not None else f"(chunked, {total} bytes so far)"

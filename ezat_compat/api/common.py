@@ -149,4 +149,5 @@ def json_response(body: Any, status: int = 200, headers: dict[str, str] | None =
 
 
 def raw_json_response(data: bytes, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(data, status=status, mimetype=JSON_TYPE, headers=headers)
+    # ``content_type``: what ``mimetype`` would make of it (JSON takes no charset), not made again per response
+    return Response(data, status=status, content_type=JSON_TYPE, headers=headers)
