@@ -150,6 +150,8 @@ class Metrics:
         self._cooling: Callable[[], list[str]] | None = None
         self._cooling_names: Mapping[str, tuple[str, str]] = {}
         self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
+        self._answers: dict[tuple[str, str, str, int], tuple[Any, Any]] = {}  # answered()'s children
+        self._streams: dict[tuple[str, int], tuple[Any, Any]] = {}  # streamed()'s children
 
     def child(self, metric: Any, *labels: str) -> Any:
         """``metric.labels(*labels)``, remembered: ``labels`` checks the values and takes the
@@ -171,14 +173,28 @@ class Metrics:
 
     def answered(self, route: str, model: str, deployment: str, status: int, duration_s: float) -> None:
         """One answer, whatever its status (the request log calls this once per request)."""
-        self.child(self.requests, route, model, deployment or "-", str(status)).inc()
-        self.child(self.duration, route, status_class(status)).observe(duration_s)
+        key = (route, model, deployment, status)
+        pair = self._answers.get(key)
+        if pair is None:  # the two children of these labels, looked up once (the labels are bounded)
+            pair = self._answers[key] = (
+                self.child(self.requests, route, model, deployment or "-", str(status)),
+                self.child(self.duration, route, status_class(status)),
+            )
+        pair[0].inc()
+        pair[1].observe(duration_s)
 
     def streamed(self, route: str, status: int, first_byte_s: float, duration_s: float) -> None:
         """A started stream ended: completed (200), left by the client (499) or failed."""
-        outcome = "completed" if status == 200 else "client_closed" if status == 499 else "failed"
-        self.child(self.stream_first_byte, route).observe(first_byte_s)
-        self.child(self.stream_duration, route, outcome).observe(duration_s)
+        key = (route, status)
+        pair = self._streams.get(key)
+        if pair is None:  # the two children of these labels, looked up once (the labels are bounded)
+            outcome = "completed" if status == 200 else "client_closed" if status == 499 else "failed"
+            pair = self._streams[key] = (
+                self.child(self.stream_first_byte, route),
+                self.child(self.stream_duration, route, outcome),
+            )
+        pair[0].observe(first_byte_s)
+        pair[1].observe(duration_s)
 
     def render(self) -> tuple[bytes, str]:
         """The exposition text for ``GET /metrics``."""
