@@ -191,7 +191,9 @@ def test_serve_runs_gunicorn_with_gevent_workers(tmp_path: Path) -> None:
 def test_check_config_validates_without_connecting(config: Path) -> None:
     done = cli(config, "check-config", env={"ANTHROPIC_API_KEY": "k"})
     assert done.returncode == 0 and done.stderr == ""
-    assert done.stdout.strip() == (
+    egress, verdict = done.stdout.strip().splitlines()
+    assert egress.startswith("deployment ") and "proxy: " in egress and "CA bundle: " in egress  # test_egress.py
+    assert verdict == (
         f"{config}: the configuration is valid (1 models, 1 deployments, "
         f"database sqlite:///{config.parent / 'ezat.db'})"
     )
