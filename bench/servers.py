@@ -307,6 +307,7 @@ price = {{ input = 3.0, output = 15.0, cache_write = 3.75, cache_read = 0.30 }}
 name = "bench-sim"
 base_url = "{sim_url}"
 upstream_model = "{MODEL}"
+proxy = ""  # the simulator is on loopback: never through the machine's proxy
 """
 
 

@@ -51,7 +51,7 @@ price = {{ input = 3.0, output = 15.0, cache_write = 3.75, cache_read = 0.30 }}
 [[models.deployments]]
 name = "{deployment}"
 base_url = "{base_url}"
-api_key_env = "{key_env}"
+api_key_env = "{key_env}"{egress}
 upstream_model = "claude-sonnet-5-5"
 
 [[models]]
@@ -65,7 +65,7 @@ price = {{ input = 5.0, output = 25.0, cache_write = 6.25, cache_read = 0.50 }}
 [[models.deployments]]
 name = "{deployment}"
 base_url = "{base_url}"
-api_key_env = "{key_env}"
+api_key_env = "{key_env}"{egress}
 upstream_model = "claude-opus-5-5"
 
 [[models]]
@@ -82,7 +82,7 @@ price = {{ input = 1.0, output = 5.0, cache_write = 1.25, cache_read = 0.10 }}
 [[models.deployments]]
 name = "{deployment}"
 base_url = "{base_url}"
-api_key_env = "{key_env}"
+api_key_env = "{key_env}"{egress}
 upstream_model = "claude-haiku-4-5"
 """
 
@@ -115,13 +115,17 @@ def start_simulator(*extra: str, bind: str = "127.0.0.1:0") -> tuple[subprocess.
     return proc, line.rsplit("listening on ", 1)[1]
 
 
+# The gateway is on loopback: its health is asked directly, whatever HTTP_PROXY says.
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
 def wait_healthy(url: str, proc: subprocess.Popen[str] | subprocess.Popen[bytes], timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise DemoError("the gateway exited during start-up (see the messages above)")
         try:
-            with urllib.request.urlopen(url + "/healthz", timeout=2) as resp:
+            with _DIRECT.open(url + "/healthz", timeout=2) as resp:
                 if resp.status == 200:
                     return
         except OSError:
@@ -187,16 +191,23 @@ def run_demo(*, bind: str, directory: str, sim_bind: str = "127.0.0.1:0") -> int
     gateway: subprocess.Popen[bytes] | None = None
     try:
         env: dict[str, str] = {}
+        egress = ""  # Anthropic's API: the environment's proxy, as every requests program
         if os.environ.get("ANTHROPIC_API_KEY"):
             base_url, deployment, key_env = "https://api.anthropic.com", "anthropic", "ANTHROPIC_API_KEY"
         else:
+            egress = '\nproxy = ""  # the simulator is on loopback: never through a company proxy'
             sim, base_url = start_simulator("--name", "demo-sim", "--token-delay-ms", "15", bind=sim_bind)
             deployment, key_env = "simulator", SIM_KEY_ENV
             env[SIM_KEY_ENV] = "demo-upstream-key"
         config_path = root / "ezat.toml"
         config_path.write_text(
             CATALOG.format(
-                db=(root / "ezat.db").as_posix(), bind=bind, base_url=base_url, deployment=deployment, key_env=key_env
+                db=(root / "ezat.db").as_posix(),
+                bind=bind,
+                base_url=base_url,
+                deployment=deployment,
+                key_env=key_env,
+                egress=egress,
             )
         )
         config = load_config(config_path, environ={**os.environ, **env})

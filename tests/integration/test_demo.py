@@ -18,9 +18,19 @@ from tests.conftest import free_port
 pytestmark = pytest.mark.integration
 
 
-def test_demo_prints_a_curl_line_that_works_as_pasted(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "proxy_environment",
+    [
+        pytest.param({}, id="direct"),
+        # A company proxy that can't reach this machine's loopback: the demo's simulator and its
+        # own health check must not go through it.
+        pytest.param({"HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9"}, id="company-proxy"),
+    ],
+)
+def test_demo_prints_a_curl_line_that_works_as_pasted(tmp_path: Path, proxy_environment: dict[str, str]) -> None:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "EZAT_CONFIG", "EZAT_DATABASE_URL")}
+    env.update(proxy_environment)
     proc = subprocess.Popen(
         [sys.executable, "-m", "ezat_compat.cli", "demo", "--bind", f"127.0.0.1:{port}"],
         cwd=tmp_path,
@@ -42,7 +52,7 @@ def test_demo_prints_a_curl_line_that_works_as_pasted(tmp_path: Path) -> None:
             if line.strip().startswith("curl "):
                 curl = line.strip()
         assert key and key.startswith("ezat_sk_") and curl and key in curl
-        done = subprocess.run(["bash", "-c", curl], capture_output=True, text=True, timeout=30)
+        done = subprocess.run(["bash", "-c", curl], capture_output=True, text=True, timeout=30, env=env)
         answer = json.loads(done.stdout)
         assert answer["object"] == "chat.completion" and answer["choices"][0]["message"]["content"]
         assert answer["model"] == "anthropic/claude-sonnet-5-5"
