@@ -254,11 +254,13 @@ class UpstreamStatusError(UpstreamError):
         self.error, message = _parse_error(body)
         self.error_type = self.error.get("type") if self.error is not None else None
         super().__init__(message or f"upstream answered HTTP {status}", retry_after=parse_retry_after(self.headers))
-        # A 4xx that isn't Anthropic's envelope came from something in between (a proxy, a
-        # load balancer): the route's fault, never the client's, so another deployment may serve.
-        self.failover = (
-            status in FAILOVER_STATUSES or status in DEPLOYMENT_FAULT_STATUSES or (self.error is None and status < 500)
-        )
+        self.failover = status in FAILOVER_STATUSES or status in DEPLOYMENT_FAULT_STATUSES or self.from_between
+
+    @property
+    def from_between(self) -> bool:
+        """A 3xx or 4xx that isn't Anthropic's envelope: something in between answered (a proxy,
+        a load balancer). The route's fault, never the client's: another deployment may serve."""
+        return self.error is None and self.status_code < 500
 
     @classmethod
     def from_event(cls, error: Mapping[str, Any]) -> UpstreamStatusError:

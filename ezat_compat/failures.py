@@ -58,7 +58,7 @@ def _by_status(exc: UpstreamStatusError, rewrite: Rewrite) -> GatewayError:
             "this is a gateway configuration problem, not yours.",
             retry_after=retry,
         )
-    if exc.error is None and 400 <= status < 500:  # not the API's answer: a proxy or a balancer in between
+    if exc.from_between and status >= 400:
         return GatewayError(
             f"Something between the gateway and the upstream provider refused the request (HTTP {status}); "
             "this is a gateway configuration problem, not yours.",

@@ -105,30 +105,33 @@ def _spawner() -> Callable[[Callable[[], None]], Any]:
     return start
 
 
-def _ssl_reason(exc: BaseException) -> str:
-    """The SSL library's reason inside a requests exception (``certificate verify failed:
-    unable to get local issuer certificate``), else the exception's own text."""
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and every exception it wraps (its args, urllib3's ``reason``, its cause and context)."""
     seen: set[int] = set()
     stack: list[Any] = [exc]
     while stack:
         item = stack.pop()
-        if id(item) in seen or not isinstance(item, BaseException):
+        if not isinstance(item, BaseException) or id(item) in seen:
             continue
         seen.add(id(item))
-        if isinstance(item, ssl.SSLCertVerificationError):
-            return f"certificate verify failed: {getattr(item, 'verify_message', None) or item}"
-        if isinstance(item, ssl.SSLError):
-            if item.reason:
-                return str(item.reason).replace("_", " ").lower()
-            if len(item.args) > 1 and isinstance(item.args[1], str):  # SSLEOFError: the peer hung up
-                return item.args[1]
-        stack.extend(a for a in item.args if isinstance(a, BaseException))
-        stack.extend(x for x in (getattr(item, "reason", None), item.__cause__, item.__context__) if x is not None)
-    return str(exc)
+        yield item
+        stack.extend(item.args)
+        stack.extend((getattr(item, "reason", None), item.__cause__, item.__context__))
 
 
-def _verification_failed(exc: BaseException) -> bool:
-    return _ssl_reason(exc).startswith("certificate verify failed")
+def _ssl_error(exc: BaseException) -> ssl.SSLError | None:
+    """The SSL library's error inside a requests exception, if any."""
+    return next((e for e in _chain(exc) if isinstance(e, ssl.SSLError)), None)
+
+
+def _ssl_reason(error: ssl.SSLError) -> str:
+    """``certificate verify failed: unable to get local issuer certificate``, ``tlsv13 alert
+    certificate required``, or the library's text where it names no reason (the peer hung up)."""
+    if isinstance(error, ssl.SSLCertVerificationError):
+        return f"certificate verify failed: {getattr(error, 'verify_message', None) or error}"
+    if error.reason:
+        return str(error.reason).replace("_", " ").lower()
+    return error.args[1] if len(error.args) > 1 and isinstance(error.args[1], str) else str(error)
 
 
 def origin_of(url: str) -> str:
@@ -142,14 +145,21 @@ def _host_of(url: str) -> str:
     return requests.utils.urlparse(url).netloc
 
 
+def _tls_failed(exc: BaseException, error: ssl.SSLError | None, deployment: Deployment, url: str) -> UpstreamTLSError:
+    reason = _ssl_reason(error) if error is not None else str(exc)
+    log.error("deployment %s: TLS with %s failed: %s", deployment.name, _host_of(url), reason)
+    return UpstreamTLSError(
+        f"the TLS connection to {deployment.name} failed: {reason}",
+        certificate=isinstance(error, ssl.SSLCertVerificationError),
+    )
+
+
 def mapped(exc: requests.RequestException, deployment: Deployment, url: str) -> UpstreamError:
     """The one exception map of a call that got no answer (module docstring); a TLS or proxy
     failure is logged here, naming the deployment, the host and the reason."""
     name = deployment.name
     if isinstance(exc, requests.exceptions.SSLError):
-        reason = _ssl_reason(exc)
-        log.error("deployment %s: TLS with %s failed: %s", name, _host_of(url), reason)
-        return UpstreamTLSError(f"the TLS connection to {name} failed: {reason}", certificate=_verification_failed(exc))
+        return _tls_failed(exc, _ssl_error(exc), deployment, url)
     if isinstance(exc, requests.exceptions.ProxyError):
         log.error("deployment %s: the proxy failed for %s: %s", name, _host_of(url), exc)
         return UpstreamConnectError(f"the proxy failed for {name}")
@@ -158,25 +168,11 @@ def mapped(exc: requests.RequestException, deployment: Deployment, url: str) -> 
     if isinstance(exc, requests.exceptions.Timeout):
         return UpstreamTimeoutError(f"{name} did not answer in time")
     if isinstance(exc, requests.exceptions.ConnectionError):
-        if any(isinstance(e, ssl.SSLError) for e in _chain(exc)):
-            reason = _ssl_reason(exc)
-            log.error("deployment %s: TLS with %s failed: %s", name, _host_of(url), reason)
-            return UpstreamTLSError(f"the TLS connection to {name} failed: {reason}", certificate=False)
+        error = _ssl_error(exc)  # a handshake the peer broke off (mTLS without a certificate)
+        if error is not None:
+            return _tls_failed(exc, error, deployment, url)
         return UpstreamConnectError(f"could not reach {name}: {type(_root(exc)).__name__}")
     return UpstreamConnectError(f"request to {name} failed: {type(exc).__name__}")
-
-
-def _chain(exc: BaseException) -> Iterator[BaseException]:
-    seen: set[int] = set()
-    stack: list[Any] = [exc]
-    while stack:
-        item = stack.pop()
-        if not isinstance(item, BaseException) or id(item) in seen:
-            continue
-        seen.add(id(item))
-        yield item
-        stack.extend(item.args)
-        stack.extend((getattr(item, "reason", None), item.__cause__, item.__context__))
 
 
 def _root(exc: BaseException) -> BaseException:
@@ -477,7 +473,7 @@ class UpstreamClient:
             except UpstreamError:
                 data = b""
             error = UpstreamStatusError(response.status_code, data, response.headers)
-            if error.error is None:  # not Anthropic's envelope: a proxy's page, a gateway in between
+            if error.error is None:  # not Anthropic's envelope: logged with its first bytes
                 log.warning(
                     "deployment %s answered HTTP %d that is not the API's error: %r",
                     deployment.name,

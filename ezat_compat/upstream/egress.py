@@ -45,17 +45,6 @@ class Egress:
     client_cert: str = ""
     client_key: str = ""
 
-    @property
-    def key(self) -> tuple[object, ...]:
-        """What tells two egresses apart (one TLS context and one adapter per distinct key)."""
-        return (
-            tuple(sorted(self.proxies.items())),
-            self.ca_bundle,
-            self.extra_ca_files,
-            self.client_cert,
-            self.client_key,
-        )
-
     def ssl_context(self) -> ssl.SSLContext:
         """A verifying client context: the bundle, the extra CAs, the client certificate.
         Raises ``OSError``/``ssl.SSLError`` for a file that can't be read or used."""
