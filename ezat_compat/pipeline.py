@@ -414,9 +414,11 @@ class Gateway:
                     raise UpstreamStreamError("the upstream stream ended before its first event")
                 if first[0] == "error":
                     raise UpstreamStatusError.from_event(_event_error(first[1]))
-            except UpstreamError as exc:
+            except BaseException as exc:  # closed whatever stopped it: its reader stops too
                 if stream is not None:
                     stream.close()
+                if not isinstance(exc, UpstreamError):  # a bug, or this greenlet killed
+                    raise
                 if isinstance(exc, UpstreamStreamError):
                     exc.failover = True  # nothing reached the client yet
                 self._failed(call, deployment, exc)

@@ -762,3 +762,20 @@ def test_kept_thinking_is_scoped_to_the_organisation() -> None:
     gw.accounts.authenticate = lambda *_: other  # type: ignore[method-assign]
     gw.handle(OPENAI, loop_request(1, stream=False, rid="r2"))
     assert "thinking" not in json.loads(upstream.calls[-1][1])
+
+
+def test_a_stream_stopped_before_its_first_event_by_anything_else_is_closed() -> None:
+    """Not only an upstream failure: a bug, or the greenlet killed while waiting, closes the
+    stream too (its reader stops, its connection is dropped)."""
+    gw, upstream, _ = gateway({"a": [KeyboardInterrupt()], "b": MESSAGE, "c": MESSAGE})
+    opened: list[FakeStream] = []
+    open_stream = upstream.open_stream
+
+    def recording(*args: Any, **kwargs: Any) -> FakeStream:
+        opened.append(open_stream(*args, **kwargs))
+        return opened[-1]
+
+    upstream.open_stream = recording  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        gw.open_stream(admit(gw), "/v1/messages", b'{"max_tokens":1}')
+    assert [s.closed for s in opened] == [True]
