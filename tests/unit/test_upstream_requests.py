@@ -36,10 +36,10 @@ from ezat_compat.errors import (
 from ezat_compat.failures import client_error
 from ezat_compat.pipeline import Call, Gateway
 from ezat_compat.server.metrics import Metrics
-from ezat_compat.store.accounts import AuthContext
 from ezat_compat.upstream.client import UpstreamClient
 from ezat_compat.upstream.egress import check_files, describe, egress_of, masked
 from tests.support.environment import without_proxy_variables
+from tests.unit.test_pipeline import AUTH
 
 MESSAGE = {
     "content": [{"type": "text", "text": "ok"}],
@@ -47,16 +47,6 @@ MESSAGE = {
     "usage": {"input_tokens": 1, "output_tokens": 1},
 }
 OVERLOADED = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
-AUTH = AuthContext(
-    key_id=1,
-    key_public_id="key_1",
-    org_id=1,
-    org_name="acme",
-    model_patterns=(),
-    spend_limit_micros=None,
-    rpm=None,
-    tpm=None,
-)
 CONFIG = parse_config(
     {
         "models": [
