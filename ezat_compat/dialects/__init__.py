@@ -48,6 +48,21 @@ def invalid_request(exc: RequestValidationError) -> InvalidRequestError:
     return InvalidRequestError(format_error(exc.path, exc.message), param=exc.path or None)
 
 
+def model_then_body(
+    body: Any, resolve: Callable[[Any], Model], load: Callable[[Any], dict[str, Any]], max_name: int
+) -> tuple[Model, dict[str, Any]]:
+    """An OpenAI body's model resolved first (404 / 403 before the rest of the body is judged:
+    Chat Completions reference, "Ignored and refused fields"), then the body loaded by its
+    schema (a 400 naming the part); a model name the schema refuses is resolved after it."""
+    name = body.get("model") if isinstance(body, dict) else None
+    model = resolve(name) if isinstance(name, str) and 0 < len(name) <= max_name else None
+    try:
+        loaded = load(body)
+    except RequestValidationError as exc:
+        raise invalid_request(exc) from None
+    return (model if model is not None else resolve(loaded["model"])), loaded
+
+
 def openai_error_response(err: GatewayError) -> tuple[int, bytes, dict[str, str]]:
     """``err`` in OpenAI's envelope, as the response's status, body and headers (both OpenAI
     dialects' ``render_error``)."""

@@ -18,10 +18,9 @@ from ezat_compat.dialects import (
     ReplyIds,
     Resolve,
     TranslatingStream,
-    invalid_request,
+    model_then_body,
     openai_error_response,
 )
-from ezat_compat.domain import Model
 from ezat_compat.errors import GatewayError, UpstreamError, render_openai
 from ezat_compat.failures import client_error
 from ezat_compat.jsonfast import encode_json
@@ -37,7 +36,6 @@ from ezat_compat.translate.thinking import (
     without_thinking,
 )
 from ezat_compat.translate.upstream_errors import rewrite_upstream_message
-from ezat_compat.wire.loading import RequestValidationError
 from ezat_compat.wire.openai import MODEL_NAME_MAX, load_chat_request
 from ezat_compat.wire.paths import format_path
 
@@ -94,16 +92,7 @@ class OpenAIChat:
     def parse(self, body: Any, headers: Headers, resolve: Resolve) -> Parsed:
         """An unknown or forbidden model answers 404 / 403 before the rest of the body is judged
         (then the schema, then the translation: "Ignored and refused fields")."""
-        name = body.get("model") if isinstance(body, dict) else None
-        model: Model | None = None
-        if isinstance(name, str) and 0 < len(name) <= MODEL_NAME_MAX:
-            model = resolve(name)
-        try:
-            req = load_chat_request(body)
-        except RequestValidationError as exc:
-            raise invalid_request(exc) from None
-        if model is None:
-            model = resolve(req["model"])
+        model, req = model_then_body(body, resolve, load_chat_request, MODEL_NAME_MAX)
         auto_cache = (headers.get("x-ezat-cache") or "").strip().lower() != "off"
         translation = openai_to_anthropic(req, model, auto_cache=auto_cache)
         return Parsed(

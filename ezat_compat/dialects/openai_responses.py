@@ -27,7 +27,7 @@ from ezat_compat.dialects import (
     ReplyIds,
     Resolve,
     TranslatingStream,
-    invalid_request,
+    model_then_body,
     openai_error_response,
 )
 from ezat_compat.domain import Model, ResponsesSettings
@@ -48,7 +48,6 @@ from ezat_compat.translate.thinking import (
     without_thinking,
 )
 from ezat_compat.translate.upstream_errors import rewrite_upstream_message
-from ezat_compat.wire.loading import RequestValidationError
 from ezat_compat.wire.paths import format_path
 from ezat_compat.wire.responses import MODEL_NAME_MAX, load_responses_request
 
@@ -254,24 +253,14 @@ class OpenAIResponses:
     def parse(self, body: Any, headers: Headers, resolve: Resolve) -> Parsed:
         """The model first (404 / 403), then the schema (``wire/responses.py``), then (in
         ``prepare``, with the organisation known) the conversation and the translation."""
-        name = body.get("model") if isinstance(body, dict) else None
-        model: Model | None = None
-        if isinstance(name, str) and 0 < len(name) <= MODEL_NAME_MAX:
-            model = resolve(name)
-        try:
-            loaded = load_responses_request(body)
-        except RequestValidationError as exc:
-            raise invalid_request(exc) from None
-        name = loaded["model"]
-        if model is None:
-            model = resolve(name)
+        model, loaded = model_then_body(body, resolve, load_responses_request, MODEL_NAME_MAX)
         if loaded.get("previous_response_id") is not None and self.services.store is None:
             raise InvalidRequestError(f"previous_response_id: {STORE_OFF}", param="previous_response_id")
         store = loaded.get("store") is not False and self.services.store is not None
         ctx = Context(req=body, loaded=loaded, model=model, headers=headers, store=store, items=input_items(body))
         parsed = Parsed(
             model=model,
-            model_name=name,
+            model_name=loaded["model"],
             body={},
             stream=loaded.get("stream") is True,
             max_tokens=0,
