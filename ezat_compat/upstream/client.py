@@ -402,8 +402,8 @@ class UpstreamClient:
             with self._lock:
                 adapter = session.adapters.get(origin)
                 if not isinstance(adapter, TLSAdapter):
-                    try:
-                        context = egress.ssl_context()
+                    try:  # a plain http origin has no TLS to set up (nor a bundle to load)
+                        context = egress.ssl_context() if origin.startswith("https:") else None
                     except (OSError, ssl.SSLError) as exc:  # check-config names the file before a start
                         log.error("deployment %s: its TLS files can't be used: %s", deployment.name, exc)
                         raise UpstreamConnectError(f"the TLS files of {deployment.name} can't be used") from None

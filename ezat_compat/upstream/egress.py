@@ -68,14 +68,15 @@ class TLSAdapter(HTTPAdapter):
     client certificate), through requests' extension points for subclasses: a custom
     ``SSLContext`` in the pool key (``build_connection_pool_key_attributes``), and
     ``cert_verify`` leaving the CAs to that context (requests' own would load certifi's bundle
-    into it again at every new connection)."""
+    into it again at every new connection). ``context`` None: plain http only (an http origin
+    needs none, and loading a CA bundle costs tens of milliseconds)."""
 
-    def __init__(self, context: ssl.SSLContext, *, pool_maxsize: int, pool_block: bool = True) -> None:
+    def __init__(self, context: ssl.SSLContext | None, *, pool_maxsize: int, pool_block: bool = True) -> None:
         self._context = context
         super().__init__(pool_connections=4, pool_maxsize=pool_maxsize, pool_block=pool_block, max_retries=0)
 
     def cert_verify(self, conn: Any, url: str, verify: bool | str, cert: Any) -> None:
-        if not url.lower().startswith("https"):
+        if self._context is None or not url.lower().startswith("https"):
             super().cert_verify(conn, url, verify, cert)
             return
         conn.cert_reqs = "CERT_REQUIRED"  # always verified: the context holds the CAs and the client certificate
@@ -86,7 +87,7 @@ class TLSAdapter(HTTPAdapter):
         self, request: requests.PreparedRequest, verify: bool | str, cert: Any = None
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         host_params, pool_kwargs = super().build_connection_pool_key_attributes(request, verify, cert)
-        if host_params.get("scheme") == "https":
+        if self._context is not None and host_params.get("scheme") == "https":
             for name in ("ca_certs", "ca_cert_dir", "cert_file", "key_file"):
                 pool_kwargs.pop(name, None)  # all in the context
             pool_kwargs["ssl_context"] = self._context
