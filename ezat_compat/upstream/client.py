@@ -9,6 +9,11 @@ and client certificate (``egress.py``). Proxies are the deployment's, or the env
 requests reads it; the environment is read once per deployment and process, not per request
 (``trust_env`` is off: every call names its own settings).
 
+A call goes to its route's ``HTTPAdapter.send`` directly, the adapter mounted on the Session for
+the deployment's origin: ``Session.send`` would add only what the gateway turns off — picking
+the adapter by prefix, response hooks, persisting cookies (our jar keeps none) and looking for
+a redirect to follow (we follow none) — about 20 µs a call (``bench/RESULTS.md``).
+
 Low-level failures become the ``UpstreamError`` subtree of ``errors.py`` here and nowhere
 else (Chat Completions reference, "Errors": failover on refused connections, timeouts,
 429/500/502/503/504/529; never on other 4xx):
@@ -70,12 +75,13 @@ class _Route:
     """One deployment's way out in this process: its adapter, its proxies, its prepared request
     template per path."""
 
-    __slots__ = ("adapter", "egress", "origin", "templates")
+    __slots__ = ("adapter", "egress", "origin", "proxies", "templates")
 
     def __init__(self, origin: str, egress: Egress, adapter: TLSAdapter) -> None:
         self.origin = origin
         self.egress = egress
         self.adapter = adapter
+        self.proxies = dict(egress.proxies)  # as the adapter takes them
         self.templates: dict[str, requests.PreparedRequest] = {}
 
 
@@ -197,7 +203,8 @@ class UpstreamStream:
     """An open upstream SSE response: ``poll`` (or iterate ``events()``); always ``close()`` it.
 
     The reader (its own greenlet) sends the request, reads the body with sseclient-py and puts
-    each event on a queue; ``poll`` takes what is there. ``first_deadline``
+    the events of each read on a queue, together (one wake-up of the writer per read, not per
+    event); ``poll`` takes what is there. ``first_deadline``
     (``time.monotonic()``): when the response head and the first event must have come, by the
     wall clock. After it, a socket silent for ``idle_timeout_s`` breaks the stream (the
     reader's read timeout)."""
@@ -234,15 +241,25 @@ class UpstreamStream:
         """The reader: the request, then every event of the body onto the queue, then ``_END``
         (or the exception that stopped it)."""
         put = self._queue.put
+        batch: list[Event] = []
+
+        def hand_on() -> None:  # the events of one read, as one item: one wake-up of the writer
+            nonlocal batch
+            if batch:
+                put(batch)
+                batch = []
+
         try:
             self._response = response = open_response()
             if self._closed:
                 response.close()
                 return
-            for event in iter_sse(_chunks(response)):
-                put(event)
+            for event in iter_sse(_chunks(response), before_read=hand_on):
+                batch.append(event)
+            hand_on()
             put(_END)
         except BaseException as exc:
+            hand_on()  # the events before the failure come first
             put(exc)
             if not isinstance(exc, Exception):
                 raise
@@ -280,8 +297,8 @@ class UpstreamStream:
             items.append(q.get_nowait())
         events: list[Event] = []
         for item in items:
-            if type(item) is tuple:
-                events.append(item)
+            if type(item) is list:  # the events of one read
+                events += item
             elif item is _END:
                 self.ended = True
             elif item is not _WAKE:  # the exception that stopped the reader
@@ -454,14 +471,13 @@ class UpstreamClient:
         answer is read whole within ``read_timeout`` and raised as ``UpstreamStatusError``."""
         route = self._route(deployment)
         request = self._prepared(route, deployment, path, body, headers)
-        try:
-            response = self.session.send(
+        try:  # the route's adapter itself: Session.send would only add what we turn off (module docstring)
+            response = route.adapter.send(
                 request,
                 stream=True,
                 timeout=(self.connect_timeout_s, read_timeout),
                 verify=True,
-                proxies=route.egress.proxies,
-                allow_redirects=False,
+                proxies=route.proxies,
             )
         except requests.RequestException as exc:
             raise mapped(exc, deployment, request.url or "") from None

@@ -20,7 +20,7 @@ make the reader buffer without end (``EventTooLargeError``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from sseclient import SSEClient
 
@@ -36,20 +36,23 @@ class EventTooLargeError(UpstreamStreamError):
 
 class _Chunks:
     """The body's chunks for sseclient-py: notes the body's end (``ended``), and how many bytes
-    came since an event last ended."""
+    came since an event last ended; calls ``before_read`` before it reads the next chunk."""
 
-    __slots__ = ("_chunks", "_max_bytes", "_open_bytes", "ended")
+    __slots__ = ("_before_read", "_chunks", "_max_bytes", "_open_bytes", "ended")
 
-    def __init__(self, chunks: Iterable[bytes], max_bytes: int) -> None:
+    def __init__(self, chunks: Iterable[bytes], max_bytes: int, before_read: Callable[[], None] | None) -> None:
         self._chunks = iter(chunks)
         self._max_bytes = max_bytes
         self._open_bytes = 0
+        self._before_read = before_read
         self.ended = False
 
     def __iter__(self) -> _Chunks:
         return self
 
     def __next__(self) -> bytes:
+        if self._before_read is not None:
+            self._before_read()
         try:
             chunk = next(self._chunks)
         except StopIteration:
@@ -67,10 +70,19 @@ class _Chunks:
             close()
 
 
-def iter_sse(chunks: Iterable[bytes], *, max_event_bytes: int = MAX_EVENT_BYTES) -> Iterator[Event]:
+def iter_sse(
+    chunks: Iterable[bytes],
+    *,
+    max_event_bytes: int = MAX_EVENT_BYTES,
+    before_read: Callable[[], None] | None = None,
+) -> Iterator[Event]:
     """(event type, data) of each complete event in the body's ``chunks`` (``message`` when an
-    event names no type); an event the body's end cut off is not one."""
-    source = _Chunks(chunks, max_event_bytes)
+    event names no type); an event the body's end cut off is not one.
+
+    ``before_read`` is called before each further chunk is read: by then every complete event
+    of the chunks read so far has been yielded (sseclient-py asks for a chunk only when it has
+    none left to give), so a reader can hand the events of one read on together."""
+    source = _Chunks(chunks, max_event_bytes, before_read)
     events = SSEClient(source).events()
     while True:
         try:

@@ -209,6 +209,47 @@ def test_a_stream_cut_in_the_middle_of_an_event_drops_the_half_event() -> None:
         stream.close()
 
 
+@pytest.mark.parametrize(
+    ("chunks", "hand_offs"),
+    [
+        pytest.param([b"data: 1\n\ndata: 2\n\ndata: 3\n\n"], [["1", "2", "3"]], id="one-read-one-hand-off"),
+        pytest.param([b"data: 1\n\ndata: 2\n\n", b"data: 3\n\n"], [["1", "2"], ["3"]], id="a-hand-off-per-read"),
+        pytest.param([b"data: 1\n\ndata: ", b"2\n\n"], [["1"], ["2"]], id="an-event-split-across-reads"),
+        pytest.param([b"data: 1\n", b"\n"], [["1"]], id="its-end-in-the-next-read"),
+        pytest.param([b": ping\n\n", b"data: 1\n\n"], [["1"]], id="a-read-with-no-event-hands-on-nothing"),
+    ],
+)
+def test_the_events_of_one_read_are_handed_on_together(chunks: list[bytes], hand_offs: list[list[str]]) -> None:
+    """``before_read`` comes after every complete event of the reads so far: the reader hands
+    the writer one batch a read (upstream/client.py ``UpstreamStream._read``)."""
+    from ezat_compat.upstream.sse import iter_sse
+
+    batches: list[list[str]] = []
+    batch: list[str] = []
+
+    def hand_on() -> None:
+        nonlocal batch
+        if batch:
+            batches.append(batch)
+            batch = []
+
+    for _, data in iter_sse(chunks, before_read=hand_on):
+        batch.append(data)
+    hand_on()
+    assert batches == hand_offs
+
+
+@responses.activate
+def test_an_upstreams_cookies_never_ride_along() -> None:
+    """A cookie one organisation's call was given is never sent on another call."""
+    responses.post("http://a.test/v1/messages", json=MESSAGE, headers={"set-cookie": "sid=org-a; Path=/"})
+    upstream = client()
+    upstream.complete(deployment(), "/v1/messages", b"{}", timeout_s=5)
+    upstream.complete(deployment(), "/v1/messages", b"{}", timeout_s=5)
+    assert [call.request.headers.get("cookie") for call in responses.calls] == [None, None]
+    assert not upstream.session.cookies
+
+
 def test_an_event_larger_than_the_cap_breaks_the_stream() -> None:
     from ezat_compat.upstream.sse import iter_sse
 
