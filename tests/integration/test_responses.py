@@ -117,7 +117,7 @@ def test_automatic_cache_breakpoints_unless_x_ezat_cache_off(gateway: Gateway, k
     [
         pytest.param({"background": True}, 400, "background", "not supported", id="background"),
         pytest.param({"conversation": "conv_1"}, 400, "conversation", "previous_response_id", id="conversation"),
-        pytest.param({"include": ["file_search_call.results"]}, 400, "include[0]", "not supported", id="include"),
+        pytest.param({"include": ["message.output_text.logprobs"]}, 400, "include[0]", "not supported", id="include"),
         pytest.param({"tools": [{"type": "code_interpreter"}]}, 400, "tools[0].type", "not supported", id="builtin"),
         pytest.param(
             {"text": {"format": {"type": "json_object"}}}, 400, "text.format.type", "json_object", id="json-obj"
