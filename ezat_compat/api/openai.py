@@ -1,4 +1,5 @@
-"""OpenAI's dialect on HTTP: ``/openai/v1/chat/completions`` and the model list (Chat Completions reference)."""
+"""OpenAI's dialect on HTTP: ``/openai/v1/chat/completions``, the legacy ``/openai/v1/completions``
+and the model list (Chat Completions reference)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,12 @@ from flask import Blueprint, Response, request
 
 from ezat_compat.api.common import api_key, client_request, gateway, json_response, respond
 from ezat_compat.dialects.openai_chat import OpenAIChat
+from ezat_compat.dialects.openai_completions import OpenAICompletions
 from ezat_compat.errors import ModelNotFoundError
 
 bp = Blueprint("openai", __name__, url_prefix="/openai/v1")
 CHAT = OpenAIChat()
+COMPLETIONS = OpenAICompletions()
 
 
 @bp.post("/chat/completions")
@@ -17,6 +20,13 @@ def chat_completions() -> Response:
     """Chat Completions, JSON or ``"stream": true``."""
     gw = gateway()
     return respond(gw.handle(CHAT, client_request(request, gw.config)))
+
+
+@bp.post("/completions")
+def completions() -> Response:
+    """The legacy Completions API, JSON or ``"stream": true``."""
+    gw = gateway()
+    return respond(gw.handle(COMPLETIONS, client_request(request, gw.config)))
 
 
 @bp.get("/models")

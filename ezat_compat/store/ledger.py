@@ -63,7 +63,7 @@ from ezat_compat.store.workers import BOOT, HOST, is_dead, live_tag, parse_tag, 
 
 log = logging.getLogger("ezat_compat")
 
-ENDPOINTS = ("chat.completions", "messages", "responses")
+ENDPOINTS = ("chat.completions", "completions", "messages", "responses")
 CLIENT_CLOSED = 499  # the status of a request whose client left early (still billed)
 # Reservations of workers that died are released after this long: streams can run for hours,
 # and a swept reservation is still debited when its request settles.

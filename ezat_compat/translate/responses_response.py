@@ -5,7 +5,10 @@
 - the output items both it and the stream (``translate/responses_stream.py``) build.
 
 Output items: text -> a ``message`` item with one ``output_text`` part (web-search citations as
-``url_citation`` annotations); each thinking block -> a ``reasoning`` item (``summary_text``
+``url_citation`` annotations), or one ``refusal`` part when the reply stopped with ``refusal``
+(the reply's last message, or a new one: ``refusal_text`` is the upstream's explanation, else
+that message's text, else a default; the response is ``completed``, as OpenAI's API answers a
+refusal); each thinking block -> a ``reasoning`` item (``summary_text``
 only when summaries were asked for; ``encrypted_content`` when a ``seal`` is given: the caller
 strips it from what the client sees unless it asked for it); ``tool_use`` -> ``function_call``
 or ``custom_tool_call`` under the client's own name and namespace; server-side web searches ->
@@ -30,8 +33,9 @@ THINKING_TYPES = frozenset({"thinking", "redacted_thinking"})
 INCOMPLETE_REASONS = {
     "max_tokens": "max_output_tokens",
     "model_context_window_exceeded": "max_output_tokens",
-    "refusal": "content_filter",
 }
+REFUSAL = "refusal"  # the stop reason whose reply is a refusal part
+DEFAULT_REFUSAL = "The model declined to answer."
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
@@ -198,13 +202,26 @@ def _message_item(item_id: str, text: str, annotations: list[dict[str, Any]], st
     }
 
 
-def refusal_item(item_id: str) -> dict[str, Any]:
+def refusal_text(stop_details: Any, text: str) -> str:
+    """A refusal part's text: the upstream's ``stop_details.explanation`` when it gave one, else
+    the text the model wrote before it stopped, else a default."""
+    explanation = obj(stop_details).get("explanation")
+    if isinstance(explanation, str) and explanation:
+        return explanation
+    return text or DEFAULT_REFUSAL
+
+
+def refusal_part(refusal: str) -> dict[str, Any]:
+    return {"type": "refusal", "refusal": refusal}
+
+
+def refusal_item(item_id: str, refusal: str) -> dict[str, Any]:
     return {
         "id": item_id,
         "type": "message",
-        "status": "incomplete",
+        "status": "completed",
         "role": "assistant",
-        "content": [{"type": "refusal", "refusal": "The model declined to answer."}],
+        "content": [refusal_part(refusal)],
     }
 
 
@@ -255,9 +272,11 @@ def anthropic_to_response(
             output.append(call_item(ids, block, tools))
         elif kind == "server_tool_use" and block.get("name") == "web_search":
             output.append(search_item(ids.next("ws"), block))
-    close_message()
-    if message.get("stop_reason") == "refusal" and not any(item["type"] == "message" for item in output):
-        output.append(refusal_item(ids.next("msg")))
+    if message.get("stop_reason") == REFUSAL:  # the last message (or a new one) is the refusal
+        refusal = refusal_text(message.get("stop_details"), "".join(text_parts))
+        output.append(refusal_item(message_id or ids.next("msg"), refusal))
+    else:
+        close_message()
     usage = usage_from_anthropic(obj(message.get("usage")))
     response = dict(skeleton, status=status, incomplete_details=incomplete, output=output)
     response["usage"] = usage_to_responses(usage)

@@ -17,6 +17,7 @@ from typing import Any
 from ezat_compat.domain import Usage
 from ezat_compat.translate.response import merge_usage
 from ezat_compat.translate.responses_response import (
+    REFUSAL,
     THINKING_TYPES,
     ItemIds,
     Seal,
@@ -26,6 +27,8 @@ from ezat_compat.translate.responses_response import (
     obj,
     reasoning_item,
     refusal_item,
+    refusal_part,
+    refusal_text,
     search_item,
     status_of,
     url_annotation,
@@ -77,6 +80,7 @@ class ResponseEvents:
         self.output: list[dict[str, Any]] = []
         self.usage = Usage()
         self.stop_reason: str | None = None
+        self.stop_details: Any = None  # with a refusal: its category and explanation
         self.done = False
         self.error: dict[str, Any] | None = None
         self.started = False
@@ -143,17 +147,17 @@ class ResponseEvents:
             stop_reason = obj(data.get("delta")).get("stop_reason")
             if isinstance(stop_reason, str):
                 self.stop_reason = stop_reason
+                self.stop_details = obj(data.get("delta")).get("stop_details")
             self.usage = merge_usage(self.usage, obj(data.get("usage")))
             return []
         if event == "message_stop":
             events = self._start()
             for index in list(self._blocks):
                 events.extend(self._block_stop({"index": index}))
-            events.extend(self._close_message())
-            if self.stop_reason == "refusal" and not any(i["type"] == "message" for i in self.output):
-                opened, added = self._add(refusal_item(self.ids.next("msg")), "message")
-                events += [added, self._done_item(opened)]
-                opened.item["status"] = "incomplete"
+            if self.stop_reason == REFUSAL:
+                events.extend(self._refuse())
+            else:
+                events.extend(self._close_message())
             self.done = True
             return events
         if event == "error":
@@ -218,6 +222,32 @@ class ResponseEvents:
                     "part": part,
                 }
             ),
+            self._done_item(opened),
+        ]
+
+    def _refuse(self) -> list[Event]:
+        """The reply stopped with a refusal (known only now): the open message's part becomes a
+        ``refusal`` part (its text already streamed as ``output_text`` deltas, restated), or a
+        new message carries it. Events as OpenAI's API sends a refusal: content_part.added,
+        refusal.delta, refusal.done, content_part.done (``ResponseRefusalDeltaEvent`` …)."""
+        events: list[Event] = []
+        opened = self._message
+        self._message = None
+        text = "".join(opened.parts) if opened is not None else ""
+        refusal = refusal_text(self.stop_details, text)
+        if opened is None:
+            item = refusal_item(self.ids.next("msg"), refusal)
+            item.update(status="in_progress", content=[])
+            opened, added = self._add(item, "message")
+            events.append(added)
+        opened.item["content"] = [refusal_part(refusal)]
+        where = {"item_id": opened.item["id"], "output_index": opened.output_index, "content_index": 0}
+        return [
+            *events,
+            self._event({"type": "response.content_part.added", **where, "part": refusal_part("")}),
+            self._event({"type": "response.refusal.delta", **where, "delta": refusal}),
+            self._event({"type": "response.refusal.done", **where, "refusal": refusal}),
+            self._event({"type": "response.content_part.done", **where, "part": refusal_part(refusal)}),
             self._done_item(opened),
         ]
 

@@ -51,6 +51,17 @@ BACKGROUND_MESSAGE = "background responses are not supported; send the request a
 CONVERSATION_MESSAGE = "conversations are not supported; use previous_response_id"
 PROMPT_MESSAGE = "prompt templates are not supported; send instructions and input"
 INCLUDE_ALLOWED = ("reasoning.encrypted_content",)
+# Include values that only ask for more detail on items we never produce (built-in tool calls,
+# echoed input images): they can't change the answer, so they are accepted and ignored. Clients
+# add them beside tools we tolerate (the AI SDK's webSearch() always sends the first).
+INCLUDE_IGNORED = (
+    "web_search_call.action.sources",
+    "web_search_call.results",
+    "code_interpreter_call.outputs",
+    "computer_call_output.output.image_url",
+    "file_search_call.results",
+    "message.input_image.image_url",
+)
 INCLUDE_MESSAGE = "{value} is not supported; only reasoning.encrypted_content is"
 ITEM_REFERENCE_MESSAGE = "item references are not supported; send the items (or previous_response_id)"
 UNKNOWN_ITEM_MESSAGE = "unsupported input item type {tag}"
@@ -265,7 +276,7 @@ class TextSchema(Loose):
 
 
 def _include_value(value: Any) -> None:
-    if value not in INCLUDE_ALLOWED:
+    if value not in INCLUDE_ALLOWED and value not in INCLUDE_IGNORED:
         raise ValidationError(INCLUDE_MESSAGE.format(value=json.dumps(value)))
 
 

@@ -117,7 +117,7 @@ def test_automatic_cache_breakpoints_unless_x_ezat_cache_off(gateway: Gateway, k
     [
         pytest.param({"background": True}, 400, "background", "not supported", id="background"),
         pytest.param({"conversation": "conv_1"}, 400, "conversation", "previous_response_id", id="conversation"),
-        pytest.param({"include": ["file_search_call.results"]}, 400, "include[0]", "not supported", id="include"),
+        pytest.param({"include": ["message.output_text.logprobs"]}, 400, "include[0]", "not supported", id="include"),
         pytest.param({"tools": [{"type": "code_interpreter"}]}, 400, "tools[0].type", "not supported", id="builtin"),
         pytest.param(
             {"text": {"format": {"type": "json_object"}}}, 400, "text.format.type", "json_object", id="json-obj"
@@ -176,6 +176,35 @@ def test_stream_event_sequence_with_sequence_numbers(gateway: Gateway, key: str)
     assert final["id"] == "resp_" + resp.headers["x-request-id"]
     text = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
     assert final["output"][0]["content"][0]["text"] == text
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_a_refusal_is_a_refusal_part_of_a_completed_billed_response(gateway: Gateway, stream: bool) -> None:
+    org = f"resp-refusal-{stream}".lower()
+    key = gateway.new_key(org)
+    body = {"input": "Say no [[sim:refusal]]", "max_output_tokens": 64}
+    if stream:
+        _, lines = stream_events(gateway, key, body)
+        events = payloads(lines)
+        final = events[-1]["response"]
+        kinds = [e["type"] for e in events]
+        assert kinds[-6:] == [
+            "response.content_part.added",
+            "response.refusal.delta",
+            "response.refusal.done",
+            "response.content_part.done",
+            "response.output_item.done",
+            "response.completed",
+        ]
+        assert events[-6]["part"] == {"type": "refusal", "refusal": ""}
+        assert events[-4]["refusal"] == events[-5]["delta"] == final["output"][-1]["content"][0]["refusal"]
+    else:
+        final = create(gateway, key, **body)
+    assert final["status"] == "completed" and final["incomplete_details"] is None
+    (part,) = final["output"][-1]["content"]
+    assert part["type"] == "refusal" and part["refusal"]
+    (row,) = gateway.usage("--org", org)
+    assert row["status"] == 200 and row["output_tokens"] == final["usage"]["output_tokens"] > 0
 
 
 def test_stream_usage_is_recorded_before_the_final_event(gateway: Gateway) -> None:

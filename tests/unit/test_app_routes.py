@@ -21,7 +21,7 @@ from ezat_compat.pipeline import ClientRequest, Reply
 from ezat_compat.server.metrics import Metrics
 from tests.unit.test_pipeline import CONFIG
 
-ROUTES = ["/openai/v1/chat/completions", "/v1/messages"]
+ROUTES = ["/openai/v1/chat/completions", "/openai/v1/completions", "/v1/messages"]
 
 
 class FakeGateway:
@@ -79,6 +79,7 @@ def test_the_key_may_come_as_x_api_key() -> None:
         ("/openai/v1/chat/completions", 400, "openai"),
         ("/v1/messages", 400, "anthropic"),
         ("/openai/v1/responses", 400, "openai"),
+        ("/openai/v1/completions", 400, "openai"),
     ],
 )
 def test_a_gateway_error_is_rendered_in_the_dialects_envelope(path: str, status: int, envelope: str) -> None:

@@ -206,7 +206,10 @@ def test_sampling_gated_per_model(extra: dict[str, Any], sampling: bool, expecte
         pytest.param({"conversation": "conv_1"}, "conversation", "previous_response_id", id="conversation"),
         pytest.param({"prompt": {"id": "pmpt_1"}}, "prompt", "templates", id="prompt"),
         pytest.param({"top_logprobs": 2}, "top_logprobs", "log probabilities", id="top-logprobs"),
-        pytest.param({"include": ["file_search_call.results"]}, "include[0]", "not supported", id="include-other"),
+        pytest.param(
+            {"include": ["message.output_text.logprobs"]}, "include[0]", "not supported", id="include-logprobs"
+        ),
+        pytest.param({"include": ["file_search_call.everything"]}, "include[0]", "not supported", id="include-unknown"),
         pytest.param(
             {"include": ["reasoning.encrypted_content", "message.output_text.logprobs"]},
             "include[1]",
@@ -218,6 +221,23 @@ def test_sampling_gated_per_model(extra: dict[str, Any], sampling: bool, expecte
 def test_refused_fields_name_the_field(extra: dict[str, Any], param: str, fragment: str) -> None:
     message, got = refused(extra)
     assert got == param and message.startswith(f"{param}: ") and fragment in message
+
+
+@pytest.mark.parametrize(
+    ("include", "encrypted"),
+    [
+        pytest.param(["web_search_call.action.sources"], False, id="web-search-sources"),
+        pytest.param(["web_search_call.results"], False, id="web-search-results"),
+        pytest.param(["code_interpreter_call.outputs"], False, id="code-interpreter-outputs"),
+        pytest.param(["computer_call_output.output.image_url"], False, id="computer-call-image"),
+        pytest.param(["file_search_call.results"], False, id="file-search-results"),
+        pytest.param(["message.input_image.image_url"], False, id="input-image-url"),
+        pytest.param(["web_search_call.action.sources", "reasoning.encrypted_content"], True, id="beside-encrypted"),
+    ],
+)
+def test_include_values_that_cant_change_the_answer_are_ignored(include: list[str], encrypted: bool) -> None:
+    t = translate({"include": include})
+    assert t.encrypted is encrypted and "include" not in t.body
 
 
 def test_accepted_values_of_refused_fields_pass() -> None:

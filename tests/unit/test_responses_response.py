@@ -66,6 +66,26 @@ def message(
     }
 
 
+EXPLAINED = {"type": "refusal", "category": "cyber", "explanation": "This request was declined."}
+
+
+def refusal_message(item_id: str, refusal: str) -> dict[str, Any]:
+    content = [{"type": "refusal", "refusal": refusal}]
+    return {"id": item_id, "type": "message", "status": "completed", "role": "assistant", "content": content}
+
+
+def message_item(item_id: str, text: str) -> dict[str, Any]:
+    content = [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]
+    return {"id": item_id, "type": "message", "content": content}
+
+
+def refused(content: list[dict[str, Any]], stop_details: dict[str, Any] | None) -> dict[str, Any]:
+    msg = message(content, "refusal")
+    if stop_details is not None:
+        msg["stop_details"] = stop_details
+    return msg
+
+
 def to_response(msg: dict[str, Any], *, summary: bool = False, sealed: bool = True) -> dict[str, Any]:
     response, _ = anthropic_to_response(
         msg, skeleton(), ids=ItemIds("k"), tools=TOOLS, summary=summary, seal=seal if sealed else None
@@ -100,7 +120,10 @@ def stream_of(msg: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         events.append(("content_block_start", {"type": "content_block_start", "index": i, "content_block": opening}))
         events += [("content_block_delta", {"type": "content_block_delta", "index": i, "delta": d}) for d in deltas]
         events.append(("content_block_stop", {"type": "content_block_stop", "index": i}))
-    delta = {"type": "message_delta", "delta": {"stop_reason": msg["stop_reason"]}, "usage": msg["usage"]}
+    stop = {"stop_reason": msg["stop_reason"]} | (
+        {"stop_details": msg["stop_details"]} if "stop_details" in msg else {}
+    )
+    delta = {"type": "message_delta", "delta": stop, "usage": msg["usage"]}
     return [*events, ("message_delta", delta), ("message_stop", {"type": "message_stop"})]
 
 
@@ -170,7 +193,7 @@ def test_usage_counts_all_input_and_details() -> None:
         pytest.param("pause_turn", "completed", None, id="pause-turn"),
         pytest.param("max_tokens", "incomplete", "max_output_tokens", id="max-tokens"),
         pytest.param("model_context_window_exceeded", "incomplete", "max_output_tokens", id="context-window"),
-        pytest.param("refusal", "incomplete", "content_filter", id="refusal"),
+        pytest.param("refusal", "completed", None, id="refusal"),
     ],
 )
 def test_status_and_incomplete_reason(stop_reason: str, status: str, reason: str | None) -> None:
@@ -179,9 +202,55 @@ def test_status_and_incomplete_reason(stop_reason: str, status: str, reason: str
     assert r["incomplete_details"] == ({"reason": reason} if reason else None)
 
 
-def test_a_refusal_without_text_is_a_refusal_part() -> None:
-    r = to_response(message([], "refusal"))
-    assert r["output"][0]["content"][0]["type"] == "refusal"
+REFUSALS = [
+    pytest.param([{"type": "text", "text": "I can't help with that."}], None,
+                 [refusal_message("msg_k001", "I can't help with that.")], id="text-becomes-the-refusal"),
+    pytest.param([{"type": "text", "text": "Hel"}, {"type": "text", "text": "lo"}], None,
+                 [refusal_message("msg_k001", "Hello")], id="text-blocks-joined"),
+    pytest.param([], None, [refusal_message("msg_k001", "The model declined to answer.")], id="no-text-default"),
+    pytest.param([{"type": "text", "text": "Hello.."}], EXPLAINED,
+                 [refusal_message("msg_k001", "This request was declined.")], id="explanation-wins"),
+    pytest.param([], {"type": "refusal", "category": None, "explanation": None},
+                 [refusal_message("msg_k001", "The model declined to answer.")], id="null-explanation-default"),
+    pytest.param([THINK], None, [{"id": "rs_k001", "type": "reasoning", "summary": []},
+                                 refusal_message("msg_k002", "The model declined to answer.")], id="after-thinking"),
+    pytest.param([{"type": "text", "text": "Let me look."},
+                  {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}},
+                  {"type": "text", "text": "No."}], None,
+                 [message_item("msg_k001", "Let me look."), {"type": "function_call"},
+                  refusal_message("msg_k003", "No.")], id="only-the-last-message"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("content", "stop_details", "output"), REFUSALS)
+def test_a_refusal_is_a_refusal_part_of_a_completed_response(
+    content: list[dict[str, Any]], stop_details: dict[str, Any] | None, output: list[dict[str, Any]]
+) -> None:
+    r = to_response(refused(content, stop_details), sealed=False)
+    assert r["status"] == "completed" and r["incomplete_details"] is None
+    assert r["usage"]["output_tokens"] == USAGE["output_tokens"]
+    assert [{k: item[k] for k in want} for item, want in zip(r["output"], output, strict=True)] == output
+
+
+@pytest.mark.parametrize(("content", "stop_details", "output"), REFUSALS)
+def test_a_streamed_refusal_ends_as_the_json_translation(
+    content: list[dict[str, Any]], stop_details: dict[str, Any] | None, output: list[dict[str, Any]]
+) -> None:
+    msg = refused(content, stop_details)
+    translator, out = run_stream(stream_of(msg))
+    assert translator.final_response() == to_response(msg)
+    assert out[-1]["type"] == "response.completed"
+    refusal = output[-1]["content"][0]["refusal"]
+    where = {"item_id": output[-1]["id"], "output_index": len(output) - 1, "content_index": 0}
+    tail = [{k: v for k, v in p.items() if k != "sequence_number"} for p in out[-6:-1]]
+    assert tail == [
+        {"type": "response.content_part.added", **where, "part": {"type": "refusal", "refusal": ""}},
+        {"type": "response.refusal.delta", **where, "delta": refusal},
+        {"type": "response.refusal.done", **where, "refusal": refusal},
+        {"type": "response.content_part.done", **where, "part": {"type": "refusal", "refusal": refusal}},
+        {"type": "response.output_item.done", "output_index": where["output_index"], "item": output[-1]},
+    ]
+    assert "response.output_text.done" not in kinds(out[-7:])
 
 
 def test_tool_calls_function_custom_and_namespaced() -> None:
