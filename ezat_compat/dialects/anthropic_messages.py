@@ -31,7 +31,7 @@ from ezat_compat.dialects import (
     invalid_request,
 )
 from ezat_compat.domain import Usage
-from ezat_compat.errors import GatewayError, UpstreamError, anthropic_status, render_anthropic
+from ezat_compat.errors import GatewayError, InvalidRequestError, UpstreamError, anthropic_status, render_anthropic
 from ezat_compat.failures import client_error
 from ezat_compat.jsonfast import encode_json
 from ezat_compat.store.hotpath import Rider
@@ -41,6 +41,14 @@ from ezat_compat.wire.loading import RequestValidationError
 
 FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta")
 COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
+
+
+def output_limit_message(max_tokens: int, limit: int, model_name: str) -> str:
+    """The real API's 400 for a ``max_tokens`` above the model's output limit, naming the model
+    as the client sent it. Source (the API's envelope and words, quoted from
+    api.anthropic.com): https://github.com/continuedev/continue/issues/4225 — "max_tokens: 8192
+    > 4096, which is the maximum allowed number of output tokens for claude-3-haiku-20240307"."""
+    return f"max_tokens: {max_tokens} > {limit}, which is the maximum allowed number of output tokens for {model_name}"
 
 
 class EventMeter:
@@ -109,7 +117,10 @@ class AnthropicMessages:
 
     def parse(self, body: Any, headers: Headers, resolve: Resolve) -> Parsed:
         """The schema (``wire/anthropic.py``) refuses what the gateway can't do without; the
-        body itself goes upstream."""
+        body itself goes upstream. A ``max_tokens`` above the model's ``max_output_tokens`` is
+        refused here, before any upstream call, as the real API refuses it (400,
+        ``output_limit_message``); any other value the upstream would refuse (not an integer,
+        below 1) goes to it, and the reservation is the model's maximum."""
         try:
             name = load_messages_request(body)["model"]
         except RequestValidationError as exc:
@@ -117,12 +128,12 @@ class AnthropicMessages:
         model = resolve(name)
         stream = self.billed and body.get("stream") is True
         max_tokens = body.get("max_tokens")
-        if (
-            isinstance(max_tokens, bool)
-            or not isinstance(max_tokens, int)
-            or not 1 <= max_tokens <= model.max_output_tokens
-        ):
-            max_tokens = model.max_output_tokens
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            max_tokens = model.max_output_tokens  # the upstream refuses it in its own words
+        elif max_tokens > model.max_output_tokens and self.billed:
+            raise InvalidRequestError(
+                output_limit_message(max_tokens, model.max_output_tokens, name), param="max_tokens"
+            )
         # with_model puts "model" (and, for streams, "stream") back in front; every other field,
         # an explicit "stream": false included, goes upstream as the client sent it.
         upstream = {k: v for k, v in body.items() if k != "model" and not (stream and k == "stream")}

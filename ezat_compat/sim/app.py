@@ -62,7 +62,8 @@ class SimConfig:
     deltas. ``api_key`` set: any other ``x-api-key`` gets 401. The model's capabilities
     (``validate.ModelCaps``): ``prefill=False`` refuses a trailing assistant message,
     ``temperature_with_top_p=True`` accepts both together (older models), ``efforts`` the
-    ``output_config.effort`` levels offered. Markers in a request override these per request.
+    ``output_config.effort`` levels offered, ``max_output_tokens`` the highest ``max_tokens``.
+    Markers in a request override these per request.
     """
 
     name: str = "sim"
@@ -79,6 +80,7 @@ class SimConfig:
     prefill: bool = True
     temperature_with_top_p: bool = False
     efforts: tuple[str, ...] = EFFORTS
+    max_output_tokens: int = ModelCaps.max_output_tokens
     max_recorded: int = 500
     max_recorded_body_bytes: int = 8 * MIB
     max_body_bytes: int = MAX_BODY_BYTES
@@ -92,6 +94,8 @@ class SimConfig:
         for name in ("latency_ms", "stall_s", "token_delay_ms", "min_cache_tokens", "max_recorded"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative")
+        if self.max_output_tokens < 1:
+            raise ValueError(f"max_output_tokens must be at least 1, not {self.max_output_tokens}")
         if self.cut_after is not None and self.cut_after < 0:
             raise ValueError("cut_after must not be negative")
         if self.retry_after is not None and self.retry_after < 0:
@@ -103,7 +107,12 @@ class SimConfig:
     @property
     def caps(self) -> ModelCaps:
         """The simulated model's capabilities, for ``validate_request``."""
-        return ModelCaps(prefill=self.prefill, temperature_with_top_p=self.temperature_with_top_p, efforts=self.efforts)
+        return ModelCaps(
+            prefill=self.prefill,
+            temperature_with_top_p=self.temperature_with_top_p,
+            efforts=self.efforts,
+            max_output_tokens=self.max_output_tokens,
+        )
 
 
 @dataclass

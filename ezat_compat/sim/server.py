@@ -16,6 +16,7 @@ from typing import Any, TextIO
 
 from ezat_compat.sim.app import SimConfig
 from ezat_compat.sim.shape import EFFORTS
+from ezat_compat.sim.validate import ModelCaps
 
 DEFAULT_BIND = "127.0.0.1:8090"
 LISTEN_BACKLOG = 4096
@@ -52,6 +53,13 @@ def _non_negative(kind: type[int] | type[float]) -> Callable[[str], float]:
 
     convert.__name__ = kind.__name__
     return convert
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {text}")
+    return value
 
 
 def _efforts(text: str) -> tuple[str, ...]:
@@ -109,6 +117,13 @@ def build_parser(prog: str = "ezat-sim") -> argparse.ArgumentParser:
         metavar="LIST",
         help=f"comma-separated output_config.effort levels the model offers (default {','.join(EFFORTS)})",
     )
+    add(
+        "--max-output-tokens",
+        type=_positive,
+        default=ModelCaps.max_output_tokens,
+        metavar="N",
+        help=f"the highest max_tokens the model takes; above it: 400 (default {ModelCaps.max_output_tokens})",
+    )
     return parser
 
 
@@ -131,6 +146,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         prefill=not args.no_prefill,
         temperature_with_top_p=args.temperature_with_top_p,
         efforts=args.efforts,
+        max_output_tokens=args.max_output_tokens,
     )
 
 

@@ -60,7 +60,8 @@ class ModelCaps:
     ``prefill``: a trailing assistant message is allowed. ``temperature_with_top_p``: both may
     be sent together (older models). ``efforts``: the ``output_config.effort`` levels offered.
     Image limits: bytes of the base64 string, pixels per side, and per side when a request
-    carries more than ``many_images`` images.
+    carries more than ``many_images`` images. ``max_output_tokens``: the highest ``max_tokens``
+    (128,000: the largest output limit of current models).
     """
 
     prefill: bool = True
@@ -70,6 +71,7 @@ class ModelCaps:
     max_image_side: int = 8000
     many_images: int = 20
     many_images_side: int = 2000
+    max_output_tokens: int = 128_000
 
 
 @dataclass(frozen=True)
@@ -158,6 +160,18 @@ def _turns(messages: list[Mapping[str, Any]]) -> list[_Turn]:
 
 
 # -- the rules ------------------------------------------------------------------------------
+
+
+def _max_tokens_output_limit(body: Mapping[str, Any], caps: ModelCaps) -> str | None:
+    """``max_tokens`` (an integer >= 1 by now: ``check_shape``) above the model's output limit;
+    the real API names its model id, the simulator the name it was sent."""
+    max_tokens = body.get("max_tokens")
+    if max_tokens is not None and max_tokens > caps.max_output_tokens:
+        return (
+            f"max_tokens: {max_tokens} > {caps.max_output_tokens}, which is the maximum allowed number of "
+            f"output tokens for {body['model']}"
+        )
+    return None
 
 
 def _tool_use_id_pattern(body: Mapping[str, Any], caps: ModelCaps) -> str | None:
@@ -549,6 +563,9 @@ _ISSUE = "https://github.com/"
 _DOCS = "https://platform.claude.com/docs/en/"
 
 RULES: tuple[Rule, ...] = (
+    # The thread quotes api.anthropic.com's whole answer: 400, invalid_request_error, "max_tokens:
+    # 8192 > 4096, which is the maximum allowed number of output tokens for claude-3-haiku-20240307".
+    Rule("max_tokens_output_limit", _ISSUE + "continuedev/continue/issues/4225", _max_tokens_output_limit),
     Rule("tool_use_id_pattern", _ISSUE + "CommandCodeAI/command-code/issues/323", _tool_use_id_pattern),
     Rule("tool_result_id_pattern", _ISSUE + "maximhq/bifrost/issues/5097", _tool_result_id_pattern),
     # The pattern was {1,64} in 2025 threads; threads of 2026 quote {1,128}.

@@ -33,7 +33,7 @@ from sqlalchemy import Connection, Engine, create_engine, event, make_url, text
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
-from ezat_compat.datafiles import private_file
+from ezat_compat.datafiles import FILE_MODE, private_file
 
 SQLITE_BUSY_TIMEOUT_S = 10.0
 MIGRATE_BUSY_TIMEOUT_MS = 120_000
@@ -314,7 +314,8 @@ def backup_sqlite(url: str, destination: str | os.PathLike[str]) -> int:
     The copy is made in one step (one read transaction: in WAL mode writers carry on, and no
     write can restart it, as it would a copy made in several steps), written next to
     ``destination`` and renamed into place when complete. Returns the copy's size in bytes.
-    Refuses an existing destination."""
+    Refuses an existing destination. The copy holds key hashes and balances, so it is created
+    0600 before SQLite writes a byte to it (whatever the umask), as the database itself is."""
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
         raise SchemaError(
@@ -330,6 +331,7 @@ def backup_sqlite(url: str, destination: str | os.PathLike[str]) -> int:
     if target.exists():
         raise SchemaError(f"db backup: {target} already exists; choose a new path")
     partial = target.with_name(target.name + ".partial")
+    _create_private_partial(partial)
     source = sqlite3.connect(source_path, timeout=SQLITE_BUSY_TIMEOUT_S)
     try:
         copy = sqlite3.connect(partial)
@@ -351,3 +353,23 @@ def backup_sqlite(url: str, destination: str | os.PathLike[str]) -> int:
         source.close()
     os.replace(partial, target)
     return target.stat().st_size
+
+
+def _create_private_partial(partial: Path) -> None:
+    """Create the empty file the backup is written into, 0600 from the start (SQLite opens an
+    empty file as an empty database and keeps its mode). ``O_EXCL``: a leftover ``.partial``
+    (a backup to the same path running, or one killed) is refused, never reused or followed
+    through a symlink."""
+    try:
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), FILE_MODE)
+    except FileExistsError:
+        raise SchemaError(
+            f"db backup: {partial} exists (another backup to this path is running, or one was "
+            "interrupted); remove it and try again"
+        ) from None
+    except OSError as exc:
+        raise DatabaseUnavailable(f"db backup: cannot create {partial}: {exc.strerror}") from None
+    try:
+        os.fchmod(fd, FILE_MODE)  # os.open's mode passes through the umask
+    finally:
+        os.close(fd)

@@ -2,10 +2,12 @@
 
 ``imagefit`` holds the pure algorithm (``probe``, ``plan``, ``fit``: 5 MB of base64, 8000 px,
 2000 px past 20 images, 32 MB of body); this module runs it over one request's images. Every
-image (data URLs too) is read once with Pillow; ``fit_all`` plans and fits until each is within
-its target, the fits running on the download pool (``run``, under the request's shares) and
-bounded together by ``fit_timeout_s``; ``write_sources`` then sets the base64 source of each
-downloaded or refitted image. Failures are ``InvalidRequestError`` naming the part.
+image's header (data URLs too) is read once with Pillow; ``fit_all`` plans and fits until each is
+within its target, the fits running on the download pool (``run``, under the request's shares)
+and bounded together by ``fit_timeout_s``, then decodes once each image it left as it is
+(``check_all``: the upstream refuses an image whose data can't be decoded);
+``write_sources`` then sets the base64 source of each downloaded or refitted image. Failures are
+``InvalidRequestError`` naming the part (``… : the image could not be decoded``).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import base64
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 from ezat_compat.errors import InvalidRequestError
@@ -29,6 +31,7 @@ from ezat_compat.upstream.imagefit import (
     Probe,
     UpstreamImageLimits,
     b64_length,
+    check_pixels,
     fit,
     plan,
     probe,
@@ -47,13 +50,15 @@ def _could_not_fit_in_time(timeout_s: float) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Image:
-    """One image of the request: its bytes, header, base64 length, and whether its block's
-    source must be (re)written (downloaded or refitted) rather than left as the client sent it."""
+    """One image of the request: its bytes, header, base64 length, whether its block's source
+    must be (re)written (downloaded or refitted) rather than left as the client sent it, and
+    whether its pixels were decoded (a fitted image: Pillow wrote it from decoded pixels)."""
 
     raw: bytes
     probe: Probe
     b64: int
     fresh: bool
+    decoded: bool = False
 
 
 # Runs fitting jobs on the pool until a deadline (``time.monotonic``); the caller reads the lanes.
@@ -92,7 +97,7 @@ def _fitted(image: Image, target: FitTarget) -> Image:
     header = probe(raw)
     if header.media_type != media_type:  # unreachable: what Pillow wrote, Pillow reads
         raise ImageFitError(FIT_UNEXPECTED)
-    return Image(raw=raw, probe=header, b64=b64_length(len(raw)), fresh=True)
+    return Image(raw=raw, probe=header, b64=b64_length(len(raw)), fresh=True, decoded=True)
 
 
 def fit_all(
@@ -104,8 +109,9 @@ def fit_all(
     run: RunOnPool,
     timeout_s: float,
 ) -> None:
-    """Plan and fit until every image is within its target (a second pass is rare); ``images``
-    (one per slot) is updated in place. Each pass's fits run through ``run`` within ``timeout_s``."""
+    """Plan and fit until every image is within its target (a second pass is rare), then decode
+    once each image left as it is (``check_all``); ``images`` (one per slot) is updated in
+    place. Each pass's fits run through ``run`` within ``timeout_s``."""
     for _pass in range(_FIT_PASSES + 1):
         try:
             targets = plan([(image.probe, image.b64) for image in images], limits, other_bytes=other_bytes)
@@ -113,10 +119,26 @@ def fit_all(
             raise invalid_part(slots[0], exc.reason) from None
         work = [(index, target) for index, target in enumerate(targets) if target is not None]
         if not work:
+            check_all(slots, images)
             return
         if _pass == _FIT_PASSES:
             raise invalid_part(slots[work[0][0]], NO_ROOM)
         _run_fits(slots, images, work, run, timeout_s)
+
+
+def check_all(slots: Sequence[ImageSlot], images: list[Image]) -> None:
+    """Decode the pixels of each image not decoded yet (``check_pixels``), in slot order, on the
+    calling thread: the upstream refuses an image whose data doesn't decode, so the first one is
+    a 400 naming its part (``… : the image could not be decoded``). A fitted image was decoded
+    by its fit and is not decoded again; an image that fits costs this one decode, no hand-off
+    to the pool (under gevent the pool's threads are greenlets of the same thread)."""
+    for index, image in enumerate(images):
+        if not image.decoded:
+            try:
+                check_pixels(image.raw)
+            except ImageFitError as exc:
+                raise invalid_part(slots[index], exc.reason) from None
+            images[index] = replace(image, decoded=True)
 
 
 def _run_fits(

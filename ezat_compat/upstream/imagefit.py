@@ -8,11 +8,16 @@ API refuses an image whose base64 text is over 5 MB (``image exceeds 5 MB maximu
 32 MB (413). Those numbers are per model in the catalog (``Model.max_image_bytes`` …); this
 module makes every image fit them, so that no image the spec accepts is refused upstream.
 
-Three steps, all CPU and no I/O (the image fetcher runs them on its bounded pool):
+Four steps, all CPU and no I/O (the image fetcher runs them on its bounded pool):
 
 - ``probe``: Pillow reads the header only (``Image.open``), with its decompression-bomb
   protection (``Image.MAX_IMAGE_PIXELS``) as an error; bytes Pillow can't read as one of the
-  four types are an error. This is the whole cost of an image that fits.
+  four types are an error.
+- ``check_pixels``: an image that fits is decoded once all the same (``load``; a JPEG at 1/8
+  scale, which still reads all its data), so that one whose header reads but whose data doesn't
+  (a PNG whose IDAT is random bytes, a truncated file) is refused here, not by the upstream.
+  With the header read, this is the whole cost of an image that fits; an image that is fitted is
+  decoded by ``fit`` instead, never twice.
 - ``plan``: each image's target for its request: the side limit (the many-images one when the
   request has more images than ``many_images``) and a byte budget: ``max_image_bytes``, or less
   when the images together would not leave room in ``max_request_bytes`` for the rest of the
@@ -143,6 +148,21 @@ def probe(raw: bytes) -> Probe:
     if limit is not None and width * height > limit:  # whatever the warning filters of the process say
         raise ImageFitError(_too_many_pixels())
     return Probe(media_type=media_type, width=width, height=height)
+
+
+def check_pixels(raw: bytes) -> None:
+    """Decode the pixels of ``raw`` (its first frame), as the upstream will; ``ImageFitError``
+    when they can't be (``UNDECODABLE``) or are too many. A JPEG is decoded at 1/8 scale
+    (``draft``: its entropy-coded data is still read whole, a tenth of the work)."""
+    try:
+        with Image.open(io.BytesIO(raw), formats=_PILLOW_FORMATS) as opened:
+            if opened.format == "JPEG":
+                opened.draft(opened.mode, (1, 1))
+            opened.load()
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise ImageFitError(_too_many_pixels()) from None
+    except Exception:  # truncated data, a broken zlib stream, a bad chunk: the image can't be read
+        raise ImageFitError(UNDECODABLE) from None
 
 
 # ---------------------------------------------------------------- plan

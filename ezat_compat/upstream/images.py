@@ -26,7 +26,8 @@ holds URL ``index`` and answers 400 —
 ``messages[0].content[2].image_url.url: could not download the image (HTTP 404)``.
 
 ``prepare(slots, limits)`` is the pipeline's one call: it downloads the URL slots as above, then
-reads every image (data URLs too) with Pillow and fits those over the upstream's limits
+reads every image (data URLs too) with Pillow, decodes those that fit once (an image whose data
+doesn't decode is refused before the upstream sees it) and fits those over the upstream's limits
 (``imagefit``: 5 MB of base64, 8000 px, 2000 px past 20 images, 32 MB of body) on the same
 pool, each bounded by ``fit_timeout_s``; it raises ``InvalidRequestError`` naming the part.
 """
@@ -180,8 +181,10 @@ class ImageFetcher:
         names the organization whose share of the pool the downloads and fits take.
 
         Raises ``InvalidRequestError(f"{path}: {reason}", param=path)`` for the first image that
-        can't be used (a failed download, bytes Pillow can't decode, a decompression bomb).
-        Without images it does nothing; images that fit cost a header read each.
+        can't be used (a failed download, bytes Pillow can't decode, a decompression bomb):
+        every image's pixels are decoded once before it is sent (the upstream refuses one whose
+        data doesn't decode). Without images it does nothing; images that fit cost a header
+        read and one decode each (on the calling thread), images that are fitted the fit alone.
         """
         if not slots:
             return

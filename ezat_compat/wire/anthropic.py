@@ -5,8 +5,10 @@ Native bodies go to the upstream as the client sent them (but for the model name
 upstream judges them in its own words. The gateway refuses only what it needs itself: a body
 that is a JSON object with a ``model`` naming a model, in the wording every dialect uses for
 the same fault ("model: Not a valid string."). Its other reads — ``stream`` (``true`` streams),
-``max_tokens`` (the reservation; out of range: the model's maximum) — cope with any JSON, so a
-body the upstream would refuse still reaches it. Unknown keys are left to the upstream.
+``max_tokens`` (the reservation; not an integer or below 1: the model's maximum) — cope with
+any JSON, so a body the upstream would refuse still reaches it, but for an integer
+``max_tokens`` above the model's ``max_output_tokens``, which the dialect refuses with the real
+API's 400 (``dialects/anthropic_messages.py``). Unknown keys are left to the upstream.
 """
 
 from __future__ import annotations

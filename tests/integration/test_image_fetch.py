@@ -90,6 +90,14 @@ def _png_chunk(kind: bytes, data: bytes) -> bytes:
     return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
 
+PNG_RANDOM_IDAT = (
+    b"\x89PNG\r\n\x1a\n"
+    + _png_chunk(b"IHDR", struct.pack(">IIBBBBB", 64, 64, 8, 2, 0, 0, 0))
+    + _png_chunk(b"IDAT", random.Random(28).randbytes(3000))
+    + _png_chunk(b"IEND", b"")
+)
+
+
 def noise_png(size: int, width: int = 1024) -> bytes:
     """A real PNG of seeded RGB noise (Pillow, stored uncompressed: noise wouldn't compress) of
     exactly ``size`` bytes: as many rows as fit, then a private ancillary chunk as padding."""
@@ -152,6 +160,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def route_image(self, kind: str) -> None:
         body, media_type = IMAGES[kind]
         self.reply(200, media_type, body)
+
+    def route_random_idat(self) -> None:
+        """A PNG whose header reads and whose IDAT is random bytes (CRCs right): it doesn't decode."""
+        self.reply(200, "image/png", PNG_RANDOM_IDAT)
 
     def route_png_as_text(self) -> None:
         self.reply(200, "text/plain", PNG)

@@ -25,7 +25,16 @@ from ezat_compat.domain import Model, Price
 from ezat_compat.errors import InvalidRequestError
 from ezat_compat.translate.media import sniff_image_type
 from ezat_compat.translate.request import ImageSlot, openai_to_anthropic
-from ezat_compat.upstream.imagefit import FitTarget, ImageFitError, Probe, UpstreamImageLimits, b64_length, plan, probe
+from ezat_compat.upstream.imagefit import (
+    FitTarget,
+    ImageFitError,
+    Probe,
+    UpstreamImageLimits,
+    b64_length,
+    check_pixels,
+    plan,
+    probe,
+)
 from ezat_compat.upstream.images import ImageFetcher
 from ezat_compat.wire.openai import load_chat_request
 
@@ -175,7 +184,7 @@ def test_an_image_within_the_limits_goes_unchanged_byte_for_byte(fetcher, kind):
 
 
 def test_images_that_fit_are_checked_without_the_pool(fetcher):
-    """The small-image path reads headers on the calling thread: no thread hand-off, no decode."""
+    """The small-image path reads headers and decodes once on the calling thread: no thread hand-off."""
     slots = [data_slot(noise(64, 64, kind)) for kind in FORMATS]
     fetcher.prepare(slots, LIMITS)
     assert fetcher._executor is None
@@ -334,6 +343,50 @@ def test_a_bomb_hidden_in_a_small_file_is_refused(fetcher):
 def test_garbage_behind_an_image_signature_is_refused(fetcher, raw):
     slot = data_slot(raw, "messages[0].content[1].image_url.url")
     assert str(refusal(fetcher, slot)) == f"{slot.path}: the image could not be decoded"
+
+
+def png_with_idat(width: int, height: int, idat: bytes) -> bytes:
+    """A PNG whose header is valid and whose IDAT chunk holds ``idat`` (its CRC right)."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
+
+
+def _cut(raw: bytes) -> bytes:
+    return raw[: len(raw) * 2 // 3]
+
+
+# The header reads (so the probe passes), the pixels don't: found by the one decode of an image that fits.
+UNDECODABLE_THAT_FIT = [
+    pytest.param(png_with_idat(64, 64, random.Random(5).randbytes(2000)), id="png-random-idat"),
+    pytest.param(png_with_idat(64, 64, zlib.compress(bytes(100))), id="png-idat-too-short"),
+    pytest.param(png_header_only(64, 64), id="png-empty-idat"),
+    pytest.param(_cut(noise(64, 64, "png")), id="png-truncated"),
+    pytest.param(_cut(noise(64, 64, "jpeg")), id="jpeg-truncated"),
+    pytest.param(_cut(noise(64, 64, "gif")), id="gif-truncated"),
+]
+
+
+@pytest.mark.parametrize("raw", UNDECODABLE_THAT_FIT)
+def test_an_image_that_fits_but_does_not_decode_is_refused_naming_its_part(fetcher, raw):
+    probe(raw)  # the header alone would have let it through
+    slot = data_slot(raw, "messages[0].content[1].image_url.url")
+    assert str(refusal(fetcher, slot)) == f"{slot.path}: the image could not be decoded"
+    with pytest.raises(ImageFitError, match=r"^the image could not be decoded$"):
+        check_pixels(raw)
+
+
+@pytest.mark.parametrize("kind", ["png", "jpeg", "gif", "webp"])
+def test_check_pixels_decodes_a_good_image_of_each_format(kind):
+    check_pixels(noise(640, 480, kind))
+
+
+def test_a_bomb_is_refused_by_check_pixels_too():
+    with pytest.raises(ImageFitError, match="decompression bomb"):
+        check_pixels(png_header_only(10_000, 10_000))
 
 
 def test_a_truncated_image_that_must_be_fitted_is_refused(fetcher):

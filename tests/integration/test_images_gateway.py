@@ -49,7 +49,7 @@ from ezat_compat.store.db import make_engine
 from ezat_compat.store.hotpath import make_hot_path
 from tests.conftest import free_port
 from tests.integration.harness import Gateway, ModelSpec, Sim
-from tests.integration.test_image_fetch import IMAGES, PNG, ImageServer, noise_png
+from tests.integration.test_image_fetch import IMAGES, PNG, PNG_RANDOM_IDAT, ImageServer, noise_png
 from tests.support.anthropic_types import validate_anthropic_request
 
 pytestmark = pytest.mark.integration
@@ -517,6 +517,18 @@ def test_data_urls_and_downloads_mix_in_order_across_messages(gw, key, sim, imag
 
 
 # ---------------------------------------------------------------- failures: 400 naming the part
+
+
+def test_an_image_that_does_not_decode_is_refused_before_the_upstream(gw, key, sim, images):
+    """Its header reads, its IDAT is random bytes: the real API answers 400 for it, the gateway first."""
+    sim.clear()
+    resp = post(gw, key, chat(text(), image(data_url(PNG, "image/png")), image(data_url(PNG_RANDOM_IDAT, "image/png"))))
+    assert_refused(resp, url_path(0, 2), "the image could not be decoded")
+    resp = post(gw, key, chat(text(), image(images.url("/random-idat")), image(data_url(PNG, "image/png"))))
+    assert_refused(resp, url_path(0, 1), "the image could not be decoded")
+    assert sim.bodies() == []
+    resp = post(gw, key, chat(text(), image(data_url(PNG, "image/png")), image(images.url("/image/png"))))
+    assert resp.status_code == 200, resp.text  # good images still go through
 
 
 def test_a_404_is_the_spec_example_word_for_word(gw, key, sim, images, sdk):

@@ -417,6 +417,24 @@ def test_upstream_client_errors_pass_through_with_their_status(
     assert len(clean["native-a"].bodies()) == 1
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+@pytest.mark.parametrize(
+    "max_tokens", ["64001", "9223372036854775807", "9" * 40], ids=["one-above", "int64-max", "past-int64"]
+)
+def test_max_tokens_above_the_models_limit_is_refused_before_the_upstream(
+    gateway: Gateway, key: str, clean: dict[str, Sim], max_tokens: str, stream: bool
+) -> None:
+    raw = json.dumps(simple(stream=stream)).replace('"max_tokens": 64,', f'"max_tokens": {max_tokens},')
+    assert max_tokens in raw
+    resp = post(gateway, raw, key)
+    error = assert_anthropic_error(resp, 400, "invalid_request_error")
+    assert error["error"]["message"] == (
+        f"max_tokens: {max_tokens} > 64000, which is the maximum allowed number of output tokens for claude-native"
+    )
+    assert clean["native-a"].bodies() == []
+    assert post(gateway, simple(max_tokens=64000), key).status_code == 200  # the limit itself goes through
+
+
 def test_529_is_kept_when_every_deployment_fails(gateway: Gateway, key: str, clean: dict[str, Sim]) -> None:
     with pytest.raises(anthropic.APIStatusError) as info:
         sdk(gateway, key).messages.create(

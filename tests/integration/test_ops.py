@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import sqlite3
+import stat
 import subprocess
 import sys
 import time
@@ -430,6 +431,7 @@ def test_backup_of_a_live_sqlite_database_has_every_committed_row(db_config: Pat
     finally:
         writer.kill()
         writer.wait()
+    assert stat.S_IMODE(os.stat(tmp_path / "backup.db").st_mode) == 0o600  # key hashes and balances
     with sqlite3.connect(tmp_path / "backup.db") as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         count, top = conn.execute("SELECT count(*), max(id) FROM probe").fetchone()

@@ -610,6 +610,32 @@ def test_no_prefill_flag(start_sim: Callable[..., Sim]) -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("flags", "max_tokens", "limit"),
+    [
+        pytest.param((), "128001", 128000, id="default-limit"),
+        pytest.param(("--max-output-tokens", "64000"), "64001", 64000, id="flag"),
+        pytest.param(("--max-output-tokens", "64000"), "9223372036854775807", 64000, id="int64-max"),
+        pytest.param(("--max-output-tokens", "64000"), "9" * 40, 64000, id="past-int64"),
+    ],
+)
+def test_max_tokens_above_the_output_limit_is_400(
+    start_sim: Callable[..., Sim], flags: tuple[str, ...], max_tokens: str, limit: int
+) -> None:
+    sim = start_sim(*flags)
+    raw = json.dumps(body()).replace('"max_tokens": 1024', f'"max_tokens": {max_tokens}')
+    assert max_tokens in raw
+    response = requests.post(sim.url + "/v1/messages", data=raw.encode(), headers={"x-api-key": "x"}, timeout=10)
+    assert response.status_code == 400
+    assert response.json()["error"] == {
+        "type": "invalid_request_error",
+        "message": f"max_tokens: {max_tokens} > {limit}, which is the maximum allowed number of output tokens "
+        f"for {MODEL}",
+    }
+    at_the_limit = {**body(), "max_tokens": limit}
+    assert sim.post(at_the_limit).status_code == 200
+
+
 def test_min_cache_tokens_flag(start_sim: Callable[..., Sim]) -> None:
     sim = start_sim("--min-cache-tokens", "1")
     payload = body("Hi", system=[{"type": "text", "text": "short", "cache_control": {"type": "ephemeral"}}])

@@ -1,13 +1,16 @@
-"""Data files are private: the database, its WAL/SHM, the limit counters and the journal's
-helper are created 0600 in folders made 0700, whatever the umask; never in a shared /tmp."""
+"""Data files are private: the database, its WAL/SHM, the limit counters, the journal's
+helper and ``db backup``'s copy are created 0600 in folders made 0700, whatever the umask;
+never in a shared /tmp."""
 
 from __future__ import annotations
 
 import os
+import sqlite3
 import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -17,7 +20,7 @@ from ezat_compat.config import parse_config
 from ezat_compat.datafiles import open_private, private_dir, private_file
 from ezat_compat.limits import RateLimits
 from ezat_compat.store.accounts import AuthContext
-from ezat_compat.store.db import make_engine
+from ezat_compat.store.db import SchemaError, backup_sqlite, make_engine
 
 MODEL = {
     "id": "m",
@@ -118,3 +121,50 @@ def test_data_folder_and_the_counters_of_a_server_database(tmp_path: Path, data_
     assert not counters.startswith(tempfile.gettempdir() + os.sep + "ezat-limits-")
     # A SQLite database keeps its counters beside it.
     assert embedded_limits_path(f"sqlite:///{tmp_path}/x.db", folder) == f"{tmp_path}/x.db-limits"
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o000], ids=["umask-022", "umask-000"])
+def test_a_backup_is_0600_from_its_first_byte(tmp_path: Path, umask: int) -> None:
+    db = tmp_path / "ezat.db"
+    engine = make_engine(f"sqlite:///{db}")
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("CREATE TABLE t (x INTEGER)"))
+            conn.execute(text("INSERT INTO t VALUES (7)"))
+    finally:
+        engine.dispose()
+    os.umask(umask)
+    target = tmp_path / "backups" / "ezat-copy.db"
+    target.parent.mkdir()
+    seen: list[int] = []
+    real_connect = sqlite3.connect
+
+    def connect_and_look(path: Any, *args: Any, **kwargs: Any) -> sqlite3.Connection:
+        if Path(path).name.endswith(".partial"):
+            seen.append(mode(path))  # the copy's file, as SQLite is handed it
+        return real_connect(path, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sqlite3, "connect", connect_and_look)
+        size = backup_sqlite(f"sqlite:///{db}", target)
+    assert seen == [0o600]
+    assert mode(target) == 0o600 and size == target.stat().st_size
+    assert sorted(p.name for p in target.parent.iterdir()) == ["ezat-copy.db"]
+    with sqlite3.connect(target) as conn:
+        assert conn.execute("SELECT x FROM t").fetchone() == (7,)
+
+
+@pytest.mark.parametrize("leftover", ["file", "symlink"], ids=["stale-partial", "symlink-partial"])
+def test_a_backup_never_reuses_or_follows_a_leftover_partial(tmp_path: Path, leftover: str) -> None:
+    db = tmp_path / "ezat.db"
+    make_engine(f"sqlite:///{db}").dispose()
+    target = tmp_path / "copy.db"
+    partial = tmp_path / "copy.db.partial"
+    elsewhere = tmp_path / "elsewhere"
+    if leftover == "file":
+        partial.write_bytes(b"")
+    else:
+        partial.symlink_to(elsewhere)
+    with pytest.raises(SchemaError, match=r"copy\.db\.partial exists .*remove it"):
+        backup_sqlite(f"sqlite:///{db}", target)
+    assert not target.exists() and not elsewhere.exists()

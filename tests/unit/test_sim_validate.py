@@ -95,6 +95,13 @@ THINKING_FIRST = (
 # (rule name, body that breaks it, exact message, body the rule lets through, capabilities)
 CASES: list[tuple[str, dict[str, Any], str, dict[str, Any], ModelCaps]] = [
     (
+        "max_tokens_output_limit",
+        body(max_tokens=64001),
+        "max_tokens: 64001 > 64000, which is the maximum allowed number of output tokens for claude-test",
+        body(max_tokens=64000),
+        ModelCaps(max_output_tokens=64000),
+    ),
+    (
         "tool_use_id_pattern",
         body(user("hi"), assistant({**TOOL_USE, "id": "call.1"}), user({**TOOL_RESULT, "tool_use_id": "call.1"})),
         "messages.1.content.0.tool_use.id: String should match pattern '^[a-zA-Z0-9_-]+$'",
@@ -360,6 +367,25 @@ def test_rule_refuses_with_the_real_text(broken: dict[str, Any], message: str, c
 @pytest.mark.parametrize(("fine", "caps"), [pytest.param(f, c, id=n) for n, _, _, f, c in CASES])
 def test_near_miss_passes(fine: dict[str, Any], caps: ModelCaps) -> None:
     validate_request(fine, caps=caps)
+
+
+@pytest.mark.parametrize(
+    ("max_tokens", "limit"),
+    [
+        pytest.param(128_001, 128_000, id="default-limit"),
+        pytest.param(2**63 - 1, 128_000, id="int64-max"),
+        pytest.param(2**64, 128_000, id="past-int64"),
+        pytest.param(10**40, 64_000, id="40-digits"),
+    ],
+)
+def test_max_tokens_above_the_output_limit_is_refused(max_tokens: int, limit: int) -> None:
+    caps = ModelCaps(max_output_tokens=limit)
+    with pytest.raises(InvalidRequestError) as caught:
+        validate_request(body(max_tokens=max_tokens), caps=caps)
+    assert caught.value.message == (
+        f"max_tokens: {max_tokens} > {limit}, which is the maximum allowed number of output tokens for claude-test"
+    )
+    validate_request(body(max_tokens=limit), caps=caps)
 
 
 def test_older_models_take_temperature_with_top_p() -> None:
