@@ -59,7 +59,7 @@ def test_allows(patterns: tuple[str, ...], model: str, aliases: tuple[str, ...],
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"endpoint": "completions"}, "endpoint"),
+        ({"endpoint": "embeddings"}, "endpoint"),
         ({"cost_micros": -1}, "negative"),
         ({"status": 42}, "HTTP status"),
     ],
