@@ -177,3 +177,54 @@ def test_a_stream_open_when_the_grace_runs_out_gets_an_error_and_is_not_billed(s
         assert len(rows) == 3 and {(r["status"], r["cost_usd"]) for r in rows} == {(503, "0.000000")}, rows
     finally:
         gw.stop()
+
+
+def _ready_status(gw: Gateway) -> int:
+    """``/readyz``'s status; 0 when nothing answers (the listeners are closed)."""
+    try:
+        return requests.get(gw.url + "/readyz", timeout=5).status_code
+    except requests.RequestException:
+        return 0
+
+
+@pytest.mark.slow
+def test_a_sigterm_during_a_reloads_wait_is_heard_at_once(slow_sim: Sim, tmp_path: Path) -> None:
+    """gunicorn's reload waits for the old workers to finish their requests (``Arbiter.reload``:
+    up to ``graceful_timeout``) and only queues the signals that come meanwhile. A SIGTERM
+    then must still start the stop at once: ``/readyz`` 503 within a second, the listeners
+    closed once the drain is over (not when the old streams end), no stream cut, every
+    request with its row and no reservation left; the whole stop within the drain plus the
+    grace (what the unit's ``TimeoutStopSec`` covers)."""
+    gw = start(tmp_path, slow_sim, drain_s=2, graceful_timeout_s=60)
+    try:
+        key = gw.new_key("acme")
+        streams = Streams(gw, key, 4, 25)
+        time.sleep(2)
+        assert gw.proc is not None
+        gw.proc.send_signal(signal.SIGHUP)
+        time.sleep(3)  # the master is in the reload's wait: the old workers hold the streams
+        deadline = time.monotonic() + 30
+        while _ready_status(gw) != 200:  # the new workers answer (a busy machine boots them slowly)
+            assert time.monotonic() < deadline, "the reload's new workers never answered"
+            time.sleep(0.2)
+        gw.proc.send_signal(signal.SIGTERM)
+        termed = time.monotonic()
+        readiness = []
+        while time.monotonic() - termed < 1.0:
+            readiness.append(_ready_status(gw))
+            time.sleep(0.1)
+        assert 503 in readiness, readiness
+        time.sleep(3)  # past the drain (2 s): the listeners are closed, the old streams go on
+        assert _ready_status(gw) == 0
+        assert gw.proc.poll() is None  # still waiting for the streams to end
+        streams.join(60)
+        wait_exit(gw, 30)
+        assert time.monotonic() - termed < 2 + 60
+        assert not streams.errors, streams.errors
+        for lines in streams.lines:
+            assert lines[-1] == b"data: [DONE]" and not any(b'"error"' in line for line in lines)
+        held, rows = money_state(gw)
+        assert held == 0
+        assert len(rows) == 4 and {r["status"] for r in rows} == {200}
+    finally:
+        gw.stop()
