@@ -404,7 +404,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _stdout_gone() -> int:
+    """The reader of stdout has gone: end quietly, as Unix tools do (the Python documentation's
+    recipe in "Note on SIGPIPE"). stdout is pointed at devnull, so the interpreter's own flush at
+    exit has nowhere to fail; the status is 1."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """The ``ezat-compat`` command: its exit status. Output is flushed here, so that a reader that
+    has gone (``usage --json | head``, also after ``--help``) is noticed as a ``BrokenPipeError``
+    and ends the command quietly, not in a traceback at interpreter exit."""
+    try:
+        try:
+            return _run(argv)
+        finally:
+            sys.stdout.flush()
+    except BrokenPipeError:
+        return _stdout_gone()
+
+
+def _run(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)

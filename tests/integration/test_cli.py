@@ -101,6 +101,37 @@ def test_orgs_and_keys_lifecycle(config: Path) -> None:
     assert "COST_USD" in cli(config, "usage").stdout
 
 
+@pytest.mark.parametrize("unbuffered", ["", "1"], ids=["buffered", "unbuffered"])
+@pytest.mark.parametrize(
+    "args",
+    [("usage", "--json"), ("keys", "list"), ("--help",)],
+    ids=["usage-json", "keys-list", "help"],
+)
+def test_output_into_a_closed_pipe_ends_quietly(config: Path, args: tuple[str, ...], unbuffered: str) -> None:
+    """``usage --json | head``: the reader has gone before the command writes (a real pipe whose read
+    end is closed), so every write fails with EPIPE: no traceback, no "Exception ignored", status 1
+    (Unix tools: 141 by SIGPIPE, or 1). ``--help`` is printed by argparse, which ignores a failed write
+    itself: quiet too. Python's stdout to a pipe is block-buffered unless PYTHONUNBUFFERED is set."""
+    assert cli(config, "orgs", "create", "acme").returncode == 0
+    assert cli(config, "keys", "create", "--org", "acme").returncode == 0
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "ezat_compat.cli", "--config", str(config), *args],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            env={**env, "PYTHONUNBUFFERED": unbuffered} if unbuffered else env,
+        )
+    finally:
+        os.close(write_end)
+    assert done.stderr == ""
+    assert done.returncode in ((0, 1) if args == ("--help",) else (1, 141))
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
