@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -99,6 +100,68 @@ def test_orgs_and_keys_lifecycle(config: Path) -> None:
     assert json.loads(cli(config, "keys", "list", "--json").stdout)[0]["revoked_at"] is not None
     assert json.loads(cli(config, "usage", "--json").stdout) == []
     assert "COST_USD" in cli(config, "usage").stdout
+
+
+def test_orgs_list_shows_balances_status_and_active_keys(config: Path) -> None:
+    assert cli(config, "orgs", "create", "acme", "--balance", "12.5").returncode == 0
+    assert cli(config, "orgs", "create", "beta").returncode == 0
+    assert cli(config, "orgs", "suspend", "beta").returncode == 0
+    for _ in range(2):
+        assert cli(config, "keys", "create", "--org", "acme", "--expires", "2031-01-31T12:00:00Z").returncode == 0
+    revoked = json.loads(cli(config, "keys", "list", "--json").stdout)[0]["id"]
+    assert cli(config, "keys", "revoke", revoked).returncode == 0
+    listed = cli(config, "orgs", "list", "--json")
+    assert listed.returncode == 0 and listed.stderr == ""
+    acme, beta = json.loads(listed.stdout)
+    assert set(acme) == {"name", "balance_usd", "reserved_usd", "suspended", "keys", "created_at"}
+    assert (acme["name"], acme["balance_usd"], acme["reserved_usd"], acme["suspended"], acme["keys"]) == (
+        "acme",
+        "12.500000",
+        "0.000000",
+        False,
+        1,  # the revoked key is not counted
+    )
+    assert (beta["name"], beta["balance_usd"], beta["suspended"], beta["keys"]) == ("beta", "0.000000", True, 0)
+    assert acme["created_at"].endswith("Z")
+    header, _, *rows = cli(config, "orgs", "list").stdout.splitlines()
+    assert header.split() == ["NAME", "BALANCE_USD", "RESERVED_USD", "STATUS", "KEYS", "CREATED"]
+    assert [row.split()[:5] for row in rows] == [
+        ["acme", "12.500000", "0.000000", "active", "1"],
+        ["beta", "0.000000", "0.000000", "suspended", "0"],
+    ]
+    # an expired key no longer counts
+    from ezat_compat.cli import org_rows
+    from ezat_compat.config import load_config
+    from ezat_compat.store.accounts import Accounts
+    from ezat_compat.store.db import make_engine
+    from ezat_compat.store.hotpath import make_hot_path
+
+    engine = make_engine(load_config(config, environ={}).gateway.database_url)
+    hot_path = make_hot_path(engine)
+    try:
+        accounts = Accounts(engine, hot_path)
+        assert [o["keys"] for o in org_rows(accounts, datetime(2031, 1, 31, 11, tzinfo=UTC))] == [1, 0]
+        assert [o["keys"] for o in org_rows(accounts, datetime(2031, 1, 31, 13, tzinfo=UTC))] == [0, 0]
+    finally:
+        hot_path.close()
+        engine.dispose()
+
+
+@pytest.mark.parametrize(
+    "command, actions",
+    [
+        ("orgs", ["list", "create", "top-up", "suspend", "resume"]),
+        ("keys", ["create", "list", "revoke"]),
+        ("db", ["upgrade", "current", "check", "backup"]),
+    ],
+)
+def test_help_lists_every_action_with_a_line_each(command: str, actions: list[str]) -> None:
+    done = cli(None, command, "--help")
+    assert done.returncode == 0
+    lines = done.stdout.splitlines()
+    for action in actions:
+        (line,) = [line for line in lines if line.split()[:1] == [action]]
+        assert len(line.split()) > 2, line  # the action, then what it does
 
 
 @pytest.mark.parametrize("unbuffered", ["", "1"], ids=["buffered", "unbuffered"])
