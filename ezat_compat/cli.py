@@ -295,14 +295,18 @@ def _egress_lines(config: Config) -> list[str]:
 
 def cmd_check_config(args: argparse.Namespace) -> int:
     """Validate the file and what it needs from the environment, as ``nginx -t`` does: no
-    connection is made. Warnings (deployments without their key) go to stderr; exit 0."""
-    from ezat_compat.server.serving import deployment_warnings, parse_bind
+    connection is made. Warnings (a deployment without its key) go to stderr; exit 0. A model that
+    no deployment can serve (none has its key) fails, naming the variables to set."""
+    from ezat_compat.server.serving import deployment_warnings, parse_bind, unusable_models
     from ezat_compat.store.db import describe_url, open_engine
 
     path = resolve_config_path(args.config)
     config = load_config(path)
     parse_bind(os.environ.get("EZAT_BIND") or config.server.bind)  # the bind's form (not whether it is free)
     open_engine(config.gateway.database_url).dispose()  # a supported URL whose driver is installed
+    unusable = unusable_models(config)
+    if unusable:
+        raise CLIError("; ".join(unusable))
     for line in deployment_warnings(config):
         print(f"ezat-compat: warning: {line}", file=sys.stderr)
     for line in _egress_lines(config):

@@ -299,6 +299,18 @@ def test_check_config_validates_without_connecting(config: Path) -> None:
     assert unreachable.returncode == 0  # like nginx -t: the file, not the servers it names
 
 
+def test_check_config_fails_for_a_model_without_a_usable_deployment(config: Path) -> None:
+    """Routing skips a deployment whose key variable is unset or empty: with none left, every request to the
+    model would answer 500. check-config says so in one line naming the variable (a warning and exit 0 before)."""
+    done = cli(config, "check-config", env={"ANTHROPIC_API_KEY": ""})
+    assert done.returncode == 1 and done.stdout == "" and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "ezat-compat: model anthropic/claude-sonnet-5-5 has no usable deployment: ANTHROPIC_API_KEY "
+        "(deployment d) is not set in the environment"
+    ]
+    assert cli(config, "check-config", env={"ANTHROPIC_API_KEY": "k"}).returncode == 0
+
+
 @pytest.mark.parametrize(
     "text, message",
     [
