@@ -112,10 +112,14 @@ class LineFormatter(logging.Formatter):
 def logging_config(settings: LoggingSettings, level: str, access_file: str | None = None) -> dict[str, Any]:
     """The ``dictConfig`` of the process: gunicorn's error and access loggers and ours on
     stderr in ``settings.format``; the request log (``ezat_compat.access``) on or off by
-    ``settings.access_log``, whatever the level; ``level`` for everything else. gunicorn's
-    access log written to a file (``access_file``, not ``-``) keeps its own line format."""
+    ``settings.access_log``, whatever the level; ``level`` for ours (``ezat_compat``) and
+    gunicorn's. Other libraries (Alembic's migration notes, SQLAlchemy, urllib3…) log through
+    the root logger, which passes their warnings and errors only, unless the level is
+    ``debug``. gunicorn's access log written to a file (``access_file``, not ``-``) keeps its
+    own line format."""
     formatter = "json" if settings.format == "json" else "text"
     level_name = (settings.level or level or "info").upper()
+    libraries = level_name if level_name == "DEBUG" else max(level_name, "WARNING", key=logging.getLevelName)
     access_handler: dict[str, Any] = {
         "class": "logging.StreamHandler",
         "formatter": formatter,
@@ -136,8 +140,9 @@ def logging_config(settings: LoggingSettings, level: str, access_file: str | Non
             "requests": {"class": "logging.StreamHandler", "formatter": "line", "stream": "ext://sys.stderr"},
             "gunicorn_access": access_handler,
         },
-        "root": {"level": level_name, "handlers": ["stderr"]},
+        "root": {"level": libraries, "handlers": ["stderr"]},
         "loggers": {
+            "ezat_compat": {"level": level_name},  # propagates to the root's handler
             "gunicorn.error": {"level": level_name, "handlers": ["stderr"], "propagate": False},
             "gunicorn.access": {"level": "INFO", "handlers": ["gunicorn_access"], "propagate": False},
             ACCESS_LOGGER: {

@@ -41,6 +41,15 @@ def config(tmp_path: Path) -> Path:
     return path
 
 
+def test_db_upgrade_says_one_line_and_no_library_notes(tmp_path: Path) -> None:
+    path = tmp_path / "ezat.toml"
+    spec = ModelSpec(deployments=[{"name": "d", "base_url": "http://127.0.0.1:9"}])
+    path.write_text(f'[gateway]\ndatabase_url = "sqlite:///{tmp_path / "ezat.db"}"\n' + spec.toml())
+    done = cli(path, "db", "upgrade")
+    assert done.returncode == 0 and done.stderr == "" and "alembic" not in done.stdout.lower()
+    assert done.stdout.startswith("upgraded the database from revision none to ") and done.stdout.count("\n") == 1
+
+
 def test_orgs_and_keys_lifecycle(config: Path) -> None:
     created = cli(config, "orgs", "create", "acme", "--balance", "12.5")
     assert created.returncode == 0 and "12.500000" in created.stdout
