@@ -322,14 +322,33 @@ class Outages:
             self._log.warning("%s reachable again after %.1f s", what, self._clock() - since)
 
 
+CHAIN_MAX = 10  # exceptions followed down a chain (a cycle or a runaway chain ends there)
+
+
 def describe(exc: BaseException) -> str:
-    """``Type: message`` of the innermost cause, on one line."""
-    seen = 0
-    while seen < 5 and (exc.__cause__ is not None or exc.__context__ is not None):
-        exc = exc.__cause__ or exc.__context__ or exc
-        seen += 1
+    """``Type: message`` on one line of the innermost exception in ``exc``'s chain (its causes,
+    else the exceptions it was raised while handling) that has a message: the cause an operator
+    can act on, e.g. psycopg's "connection refused". The wrappers around it are passed, and so is
+    an exception without a message beneath it: SQLAlchemy's pool raises ``InvalidatePoolError()``
+    when its pre-ping fails and reconnects while handling it, so the connection's error carries
+    that empty one as its context. Without any message: the innermost exception's type."""
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and len(chain) < CHAIN_MAX and all(current is not seen for seen in chain):
+        chain.append(current)
+        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
+    for link in reversed(chain):
+        message = _message(link)
+        if message:
+            return f"{type(link).__name__}: {message}"
+    return type(chain[-1]).__name__
+
+
+def _message(exc: BaseException) -> str:
+    """The exception's text on one line; "" when it has none (SQLAlchemy's errors without arguments
+    read ``()``)."""
     message = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    return "" if message == "()" and not exc.args else message
 
 
 # ---------------------------------------------------------------- gunicorn's access log

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import logging
 import subprocess
@@ -23,6 +24,7 @@ from ezat_compat.server.logs import (
     RequestRecord,
     _write_directly,
     access_line,
+    describe,
     logging_config,
     redact_atoms,
     redact_query,
@@ -346,3 +348,85 @@ def test_libraries_log_only_warnings_unless_the_level_is_debug(tmp_path: Any, fm
         assert any("Running upgrade" in line for line in from_libraries)
     else:
         assert from_libraries == []
+
+
+def _pool_outage() -> BaseException:
+    """The chain SQLAlchemy raises when PostgreSQL went away under a pooled connection: the pre-ping fails
+    (``InvalidatePoolError()``, no message), the pool reconnects while handling it, psycopg refuses, and
+    SQLAlchemy wraps psycopg's error (``raise … from``)."""
+    import psycopg
+    import sqlalchemy.exc
+
+    refused = (
+        'connection failed: connection to server at "127.0.0.1", port 5432 failed: Connection refused\n'
+        "\tIs the server running on that host and accepting TCP/IP connections?"
+    )
+    try:
+        try:
+            raise sqlalchemy.exc.InvalidatePoolError()
+        except sqlalchemy.exc.DisconnectionError:
+            try:
+                raise psycopg.OperationalError(refused)
+            except psycopg.OperationalError as dbapi:
+                raise sqlalchemy.exc.OperationalError(None, None, dbapi) from dbapi
+    except sqlalchemy.exc.OperationalError as exc:
+        return exc
+    raise AssertionError("unreachable")
+
+
+def _chain(*links: BaseException, context: bool = False) -> BaseException:
+    """``links[0]`` raised from ``links[1]`` raised from …; by ``__context__`` when ``context``."""
+    for outer, inner in itertools.pairwise(links):
+        if context:
+            outer.__context__ = inner
+        else:
+            outer.__cause__ = inner
+    return links[0]
+
+
+def _cycle() -> BaseException:
+    a, b = RuntimeError(""), ValueError("")
+    a.__cause__, b.__cause__ = b, a
+    return a
+
+
+def _suppressed() -> BaseException:
+    shown = RuntimeError("no database configured")
+    shown.__context__ = KeyError("EZAT_DATABASE_URL")
+    shown.__suppress_context__ = True  # raise … from None
+    return shown
+
+
+@pytest.mark.parametrize(
+    "exc, described",
+    [
+        (
+            _pool_outage(),
+            'OperationalError: connection failed: connection to server at "127.0.0.1", port 5432 failed: '
+            "Connection refused Is the server running on that host and accepting TCP/IP connections?",
+        ),
+        (
+            _chain(RuntimeError(""), OSError(111, "Connection refused"), RuntimeError()),
+            "ConnectionRefusedError: [Errno 111] Connection refused",
+        ),
+        (_chain(RuntimeError("outer"), TimeoutError(), context=True), "RuntimeError: outer"),
+        (_chain(RuntimeError(), TimeoutError()), "TimeoutError"),
+        (_chain(ConnectionError("redis down"), ConnectionRefusedError("refused")), "ConnectionRefusedError: refused"),
+        (_cycle(), "ValueError"),
+        (_suppressed(), "RuntimeError: no database configured"),
+    ],
+    ids=[
+        "sqlalchemy-pool-outage",
+        "empty-wrappers-both-sides",
+        "only-the-outer-has-a-message",
+        "no-message-at-all",
+        "innermost-with-a-message",
+        "cycle",
+        "from-none",
+    ],
+)
+def test_an_outage_is_described_by_its_innermost_cause_with_a_message(exc: BaseException, described: str) -> None:
+    assert describe(exc) == described
+    log = _Log()
+    Outages(log).failed("database", exc)  # type: ignore[arg-type]
+    assert log.lines == [f"E database unreachable: {described}"]
