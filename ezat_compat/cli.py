@@ -14,11 +14,14 @@ import os
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ezat_compat import __version__
 from ezat_compat.config import ConfigError, load_config, resolve_config_path
 from ezat_compat.domain import Config
+
+if TYPE_CHECKING:
+    from ezat_compat.store.accounts import Accounts
 
 
 class CLIError(Exception):
@@ -104,9 +107,53 @@ def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
 # ---------------------------------------------------------------- orgs and keys
 
 
+def org_rows(accounts: Accounts, now: datetime) -> list[dict[str, Any]]:
+    """The objects of ``orgs list --json`` (a contract of the operator interface): ``name``,
+    ``balance_usd`` and ``reserved_usd`` (decimal strings), ``suspended``, ``keys`` (the keys that
+    authenticate now: neither revoked nor expired) and ``created_at``."""
+    from ezat_compat.store.accounts import iso
+
+    active: dict[str, int] = {}
+    for key in accounts.list_keys():
+        if key.revoked_at is None and (key.expires_at is None or key.expires_at > now):
+            active[key.org] = active.get(key.org, 0) + 1
+    return [
+        {
+            "name": org.name,
+            "balance_usd": _money(org.balance_micros),
+            "reserved_usd": _money(org.reserved_micros),
+            "suspended": org.suspended,
+            "keys": active.get(org.name, 0),
+            "created_at": iso(org.created_at),
+        }
+        for org in accounts.list_orgs()
+    ]
+
+
+def _list_orgs(accounts: Accounts, as_json: bool) -> None:
+    orgs = org_rows(accounts, datetime.now(UTC))
+    if as_json:
+        print(json.dumps(orgs, indent=2))
+        return
+    rows = [
+        [
+            o["name"],
+            o["balance_usd"],
+            o["reserved_usd"],
+            "suspended" if o["suspended"] else "active",
+            o["keys"],
+            o["created_at"],
+        ]
+        for o in orgs
+    ]
+    print(table(rows, ["NAME", "BALANCE_USD", "RESERVED_USD", "STATUS", "KEYS", "CREATED"]))
+
+
 def cmd_orgs(args: argparse.Namespace) -> int:
     accounts, _ = _stores(args)
-    if args.orgs_command == "create":
+    if args.orgs_command == "list":
+        _list_orgs(accounts, args.json)
+    elif args.orgs_command == "create":
         accounts.create_org(args.name, _usd(args.balance) if args.balance is not None else 0)
         org = accounts.get_org(args.name)
         print(f"created organization {args.name} with a balance of ${_money(org.balance_micros)}")
@@ -248,14 +295,18 @@ def _egress_lines(config: Config) -> list[str]:
 
 def cmd_check_config(args: argparse.Namespace) -> int:
     """Validate the file and what it needs from the environment, as ``nginx -t`` does: no
-    connection is made. Warnings (deployments without their key) go to stderr; exit 0."""
-    from ezat_compat.server.serving import deployment_warnings, parse_bind
+    connection is made. Warnings (a deployment without its key) go to stderr; exit 0. A model that
+    no deployment can serve (none has its key) fails, naming the variables to set."""
+    from ezat_compat.server.serving import deployment_warnings, parse_bind, unusable_models
     from ezat_compat.store.db import describe_url, open_engine
 
     path = resolve_config_path(args.config)
     config = load_config(path)
     parse_bind(os.environ.get("EZAT_BIND") or config.server.bind)  # the bind's form (not whether it is free)
     open_engine(config.gateway.database_url).dispose()  # a supported URL whose driver is installed
+    unusable = unusable_models(config)
+    if unusable:
+        raise CLIError("; ".join(unusable))
     for line in deployment_warnings(config):
         print(f"ezat-compat: warning: {line}", file=sys.stderr)
     for line in _egress_lines(config):
@@ -352,20 +403,22 @@ def build_parser() -> argparse.ArgumentParser:
     sim = sub.add_parser("sim", help="run the Anthropic-compatible simulator (other flags: sim --help)", add_help=False)
     sim.add_argument("--bind", metavar="HOST:PORT")
 
-    orgs = sub.add_parser("orgs", help="organizations: create, top-up, suspend, resume")
-    orgs_sub = orgs.add_subparsers(dest="orgs_command", metavar="ACTION", required=True)
-    create = orgs_sub.add_parser("create")
+    orgs = sub.add_parser("orgs", help="organizations: list, create, top-up, suspend, resume")
+    orgs_sub = orgs.add_subparsers(dest="orgs_command", title="actions", metavar="ACTION", required=True)
+    ol = orgs_sub.add_parser("list", help="every organization: balance, reserved, status, active keys")
+    ol.add_argument("--json", action="store_true", help="one JSON array of objects, for scripts")
+    create = orgs_sub.add_parser("create", help="a new organization (with a starting balance: --balance USD)")
     create.add_argument("name")
     create.add_argument("--balance", metavar="USD")
-    top_up = orgs_sub.add_parser("top-up")
+    top_up = orgs_sub.add_parser("top-up", help="add USD to an organization's balance")
     top_up.add_argument("name")
     top_up.add_argument("usd", metavar="USD")
-    for action in ("suspend", "resume"):
-        orgs_sub.add_parser(action).add_argument("name")
+    orgs_sub.add_parser("suspend", help="refuse every key of the organization (403) until resumed").add_argument("name")
+    orgs_sub.add_parser("resume", help="let a suspended organization's keys work again").add_argument("name")
 
     keys = sub.add_parser("keys", help="API keys: create, list, revoke")
-    keys_sub = keys.add_subparsers(dest="keys_command", metavar="ACTION", required=True)
-    kc = keys_sub.add_parser("create")
+    keys_sub = keys.add_subparsers(dest="keys_command", title="actions", metavar="ACTION", required=True)
+    kc = keys_sub.add_parser("create", help="a new key for an organization (the secret is printed once)")
     kc.add_argument("--org", required=True, metavar="NAME")
     kc.add_argument("--name", metavar="LABEL")
     kc.add_argument("--models", metavar="PATTERN,...", help="glob patterns of allowed models (default: all)")
@@ -373,10 +426,10 @@ def build_parser() -> argparse.ArgumentParser:
     kc.add_argument("--rpm", type=_positive_int, metavar="N")
     kc.add_argument("--tpm", type=_positive_int, metavar="N")
     kc.add_argument("--expires", metavar="ISO8601")
-    kl = keys_sub.add_parser("list")
+    kl = keys_sub.add_parser("list", help="every key (of one organization: --org NAME), never its secret")
     kl.add_argument("--org", metavar="NAME")
     kl.add_argument("--json", action="store_true")
-    kr = keys_sub.add_parser("revoke")
+    kr = keys_sub.add_parser("revoke", help="revoke a key by its id (KEY_ID from keys list): 401 from then on")
     kr.add_argument("key_id", metavar="KEY_ID")
 
     usage = sub.add_parser("usage", help="requests, tokens and cost per org, key and model")
@@ -388,7 +441,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("check-config", help="validate the configuration file (exit 0, or 1 with the error)")
 
     dbp = sub.add_parser("db", help="the database: upgrade [--sql], current, check, backup PATH")
-    db_sub = dbp.add_subparsers(dest="db_command", metavar="ACTION", required=True)
+    db_sub = dbp.add_subparsers(dest="db_command", title="actions", metavar="ACTION", required=True)
     up = db_sub.add_parser("upgrade", help="migrate the schema to this release's (or print the SQL: --sql)")
     up.add_argument("--sql", action="store_true", help="print the SQL for a DBA to apply instead of running it")
     up.add_argument(
@@ -404,7 +457,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _stdout_gone() -> int:
+    """The reader of stdout has gone: end quietly, as Unix tools do (the Python documentation's
+    recipe in "Note on SIGPIPE"). stdout is pointed at devnull, so the interpreter's own flush at
+    exit has nowhere to fail; the status is 1."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """The ``ezat-compat`` command: its exit status. Output is flushed here, so that a reader that
+    has gone (``usage --json | head``, also after ``--help``) is noticed as a ``BrokenPipeError``
+    and ends the command quietly, not in a traceback at interpreter exit."""
+    try:
+        try:
+            return _run(argv)
+        finally:
+            sys.stdout.flush()
+    except BrokenPipeError:
+        return _stdout_gone()
+
+
+def _run(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)

@@ -112,10 +112,14 @@ class LineFormatter(logging.Formatter):
 def logging_config(settings: LoggingSettings, level: str, access_file: str | None = None) -> dict[str, Any]:
     """The ``dictConfig`` of the process: gunicorn's error and access loggers and ours on
     stderr in ``settings.format``; the request log (``ezat_compat.access``) on or off by
-    ``settings.access_log``, whatever the level; ``level`` for everything else. gunicorn's
-    access log written to a file (``access_file``, not ``-``) keeps its own line format."""
+    ``settings.access_log``, whatever the level; ``level`` for ours (``ezat_compat``) and
+    gunicorn's. Other libraries (Alembic's migration notes, SQLAlchemy, urllib3…) log through
+    the root logger, which passes their warnings and errors only, unless the level is
+    ``debug``. gunicorn's access log written to a file (``access_file``, not ``-``) keeps its
+    own line format."""
     formatter = "json" if settings.format == "json" else "text"
     level_name = (settings.level or level or "info").upper()
+    libraries = level_name if level_name == "DEBUG" else max(level_name, "WARNING", key=logging.getLevelName)
     access_handler: dict[str, Any] = {
         "class": "logging.StreamHandler",
         "formatter": formatter,
@@ -136,8 +140,9 @@ def logging_config(settings: LoggingSettings, level: str, access_file: str | Non
             "requests": {"class": "logging.StreamHandler", "formatter": "line", "stream": "ext://sys.stderr"},
             "gunicorn_access": access_handler,
         },
-        "root": {"level": level_name, "handlers": ["stderr"]},
+        "root": {"level": libraries, "handlers": ["stderr"]},
         "loggers": {
+            "ezat_compat": {"level": level_name},  # propagates to the root's handler
             "gunicorn.error": {"level": level_name, "handlers": ["stderr"], "propagate": False},
             "gunicorn.access": {"level": "INFO", "handlers": ["gunicorn_access"], "propagate": False},
             ACCESS_LOGGER: {
@@ -317,14 +322,33 @@ class Outages:
             self._log.warning("%s reachable again after %.1f s", what, self._clock() - since)
 
 
+CHAIN_MAX = 10  # exceptions followed down a chain (a cycle or a runaway chain ends there)
+
+
 def describe(exc: BaseException) -> str:
-    """``Type: message`` of the innermost cause, on one line."""
-    seen = 0
-    while seen < 5 and (exc.__cause__ is not None or exc.__context__ is not None):
-        exc = exc.__cause__ or exc.__context__ or exc
-        seen += 1
+    """``Type: message`` on one line of the innermost exception in ``exc``'s chain (its causes,
+    else the exceptions it was raised while handling) that has a message: the cause an operator
+    can act on, e.g. psycopg's "connection refused". The wrappers around it are passed, and so is
+    an exception without a message beneath it: SQLAlchemy's pool raises ``InvalidatePoolError()``
+    when its pre-ping fails and reconnects while handling it, so the connection's error carries
+    that empty one as its context. Without any message: the innermost exception's type."""
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and len(chain) < CHAIN_MAX and all(current is not seen for seen in chain):
+        chain.append(current)
+        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
+    for link in reversed(chain):
+        message = _message(link)
+        if message:
+            return f"{type(link).__name__}: {message}"
+    return type(chain[-1]).__name__
+
+
+def _message(exc: BaseException) -> str:
+    """The exception's text on one line; "" when it has none (SQLAlchemy's errors without arguments
+    read ``()``)."""
     message = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    return "" if message == "()" and not exc.args else message
 
 
 # ---------------------------------------------------------------- gunicorn's access log

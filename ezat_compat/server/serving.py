@@ -4,6 +4,7 @@ what the gunicorn master does for the operator (see ``gunicorn_conf.py``, which 
 - start-up that speaks plainly: ``check_bind`` and ``prepare_database`` raise ``StartupError``
   with one line (a bad bind, an unreachable database, an unsupported URL);
   ``deployment_warnings`` names each deployment whose upstream key variable is unset;
+  ``unusable_models`` each model none of whose deployments has its key (``check-config`` fails);
 - reload safety: the master holds the configuration its workers are built from
   (``served_config``); on SIGHUP ``reload_config`` validates the file first and, when it is bad,
   keeps the held one, so workers started by the reload serve the previous configuration and the
@@ -20,11 +21,11 @@ import gc
 import os
 import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ezat_compat.config import ConfigError, load_config, resolve_config_path
-from ezat_compat.domain import Config
+from ezat_compat.domain import Config, Deployment
 
 if TYPE_CHECKING:
     from flask import Flask
@@ -132,17 +133,55 @@ def prepare_database(config: Config) -> None:
         engine.dispose()
 
 
+def _unset_keys(deployments: Sequence[Deployment]) -> dict[str, list[str]]:
+    """Each key variable that is unset or empty, with the deployments that read it, in the file's order."""
+    unset: dict[str, list[str]] = {}
+    for d in deployments:
+        if not d.api_key:
+            unset.setdefault(d.api_key_env, []).append(d.name)
+    return unset
+
+
+def _either(names: Sequence[str]) -> str:
+    """``A``, ``A or B``, ``A, B or C``."""
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+
+
 def deployment_warnings(config: Config) -> list[str]:
     """One line per deployment whose upstream key variable is unset or empty (routing skips it),
-    saying so for the model when it has no other deployment."""
+    saying so for the model when none of its deployments has its key (``unusable_models``)."""
     out = []
     for model in config.models:
         missing = [d for d in model.deployments if not d.api_key]
         for d in missing:
             line = f"deployment {d.name} of model {model.id}: {d.api_key_env} is not set, so routing skips it"
             if len(missing) == len(model.deployments):
-                line += f"; {model.id} has no other deployment: its requests fail until {d.api_key_env} is set"
+                variables = _either(list(_unset_keys(missing)))
+                if len(model.deployments) == 1:
+                    line += f"; {model.id} has no other deployment: its requests fail until {variables} is set"
+                else:
+                    line += (
+                        f"; none of the {len(model.deployments)} deployments of {model.id} has its key: "
+                        f"its requests fail until {variables} is set"
+                    )
             out.append(line)
+    return out
+
+
+def unusable_models(config: Config) -> list[str]:
+    """One line per model that no deployment can serve, because the key variable of each is unset
+    or empty, naming the variables (``check-config`` fails with them: such a model answers every
+    request 500)."""
+    out = []
+    for model in config.models:
+        unset = _unset_keys(model.deployments)
+        if model.deployments and sum(len(names) for names in unset.values()) == len(model.deployments):
+            missing = ", ".join(
+                f"{variable} (deployment{'s' if len(names) > 1 else ''} {', '.join(names)})"
+                for variable, names in unset.items()
+            )
+            verb = "is" if len(unset) == 1 else "are"
+            out.append(f"model {model.id} has no usable deployment: {missing} {verb} not set in the environment")
     return out
 
 

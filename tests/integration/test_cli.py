@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,15 @@ def config(tmp_path: Path) -> Path:
     path.write_text(f'[gateway]\ndatabase_url = "sqlite:///{tmp_path / "ezat.db"}"\n' + spec.toml())
     assert cli(path, "db", "upgrade").returncode == 0  # admin commands never migrate
     return path
+
+
+def test_db_upgrade_says_one_line_and_no_library_notes(tmp_path: Path) -> None:
+    path = tmp_path / "ezat.toml"
+    spec = ModelSpec(deployments=[{"name": "d", "base_url": "http://127.0.0.1:9"}])
+    path.write_text(f'[gateway]\ndatabase_url = "sqlite:///{tmp_path / "ezat.db"}"\n' + spec.toml())
+    done = cli(path, "db", "upgrade")
+    assert done.returncode == 0 and done.stderr == "" and "alembic" not in done.stdout.lower()
+    assert done.stdout.startswith("upgraded the database from revision none to ") and done.stdout.count("\n") == 1
 
 
 def test_orgs_and_keys_lifecycle(config: Path) -> None:
@@ -99,6 +109,99 @@ def test_orgs_and_keys_lifecycle(config: Path) -> None:
     assert json.loads(cli(config, "keys", "list", "--json").stdout)[0]["revoked_at"] is not None
     assert json.loads(cli(config, "usage", "--json").stdout) == []
     assert "COST_USD" in cli(config, "usage").stdout
+
+
+def test_orgs_list_shows_balances_status_and_active_keys(config: Path) -> None:
+    assert cli(config, "orgs", "create", "acme", "--balance", "12.5").returncode == 0
+    assert cli(config, "orgs", "create", "beta").returncode == 0
+    assert cli(config, "orgs", "suspend", "beta").returncode == 0
+    for _ in range(2):
+        assert cli(config, "keys", "create", "--org", "acme", "--expires", "2031-01-31T12:00:00Z").returncode == 0
+    revoked = json.loads(cli(config, "keys", "list", "--json").stdout)[0]["id"]
+    assert cli(config, "keys", "revoke", revoked).returncode == 0
+    listed = cli(config, "orgs", "list", "--json")
+    assert listed.returncode == 0 and listed.stderr == ""
+    acme, beta = json.loads(listed.stdout)
+    assert set(acme) == {"name", "balance_usd", "reserved_usd", "suspended", "keys", "created_at"}
+    assert (acme["name"], acme["balance_usd"], acme["reserved_usd"], acme["suspended"], acme["keys"]) == (
+        "acme",
+        "12.500000",
+        "0.000000",
+        False,
+        1,  # the revoked key is not counted
+    )
+    assert (beta["name"], beta["balance_usd"], beta["suspended"], beta["keys"]) == ("beta", "0.000000", True, 0)
+    assert acme["created_at"].endswith("Z")
+    header, _, *rows = cli(config, "orgs", "list").stdout.splitlines()
+    assert header.split() == ["NAME", "BALANCE_USD", "RESERVED_USD", "STATUS", "KEYS", "CREATED"]
+    assert [row.split()[:5] for row in rows] == [
+        ["acme", "12.500000", "0.000000", "active", "1"],
+        ["beta", "0.000000", "0.000000", "suspended", "0"],
+    ]
+    # an expired key no longer counts
+    from ezat_compat.cli import org_rows
+    from ezat_compat.config import load_config
+    from ezat_compat.store.accounts import Accounts
+    from ezat_compat.store.db import make_engine
+    from ezat_compat.store.hotpath import make_hot_path
+
+    engine = make_engine(load_config(config, environ={}).gateway.database_url)
+    hot_path = make_hot_path(engine)
+    try:
+        accounts = Accounts(engine, hot_path)
+        assert [o["keys"] for o in org_rows(accounts, datetime(2031, 1, 31, 11, tzinfo=UTC))] == [1, 0]
+        assert [o["keys"] for o in org_rows(accounts, datetime(2031, 1, 31, 13, tzinfo=UTC))] == [0, 0]
+    finally:
+        hot_path.close()
+        engine.dispose()
+
+
+@pytest.mark.parametrize(
+    "command, actions",
+    [
+        ("orgs", ["list", "create", "top-up", "suspend", "resume"]),
+        ("keys", ["create", "list", "revoke"]),
+        ("db", ["upgrade", "current", "check", "backup"]),
+    ],
+)
+def test_help_lists_every_action_with_a_line_each(command: str, actions: list[str]) -> None:
+    done = cli(None, command, "--help")
+    assert done.returncode == 0
+    lines = done.stdout.splitlines()
+    for action in actions:
+        (line,) = [line for line in lines if line.split()[:1] == [action]]
+        assert len(line.split()) > 2, line  # the action, then what it does
+
+
+@pytest.mark.parametrize("unbuffered", ["", "1"], ids=["buffered", "unbuffered"])
+@pytest.mark.parametrize(
+    "args",
+    [("usage", "--json"), ("keys", "list"), ("--help",)],
+    ids=["usage-json", "keys-list", "help"],
+)
+def test_output_into_a_closed_pipe_ends_quietly(config: Path, args: tuple[str, ...], unbuffered: str) -> None:
+    """``usage --json | head``: the reader has gone before the command writes (a real pipe whose read
+    end is closed), so every write fails with EPIPE: no traceback, no "Exception ignored", status 1
+    (Unix tools: 141 by SIGPIPE, or 1). ``--help`` is printed by argparse, which ignores a failed write
+    itself: quiet too. Python's stdout to a pipe is block-buffered unless PYTHONUNBUFFERED is set."""
+    assert cli(config, "orgs", "create", "acme").returncode == 0
+    assert cli(config, "keys", "create", "--org", "acme").returncode == 0
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "ezat_compat.cli", "--config", str(config), *args],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            env={**env, "PYTHONUNBUFFERED": unbuffered} if unbuffered else env,
+        )
+    finally:
+        os.close(write_end)
+    assert done.stderr == ""
+    assert done.returncode in ((0, 1) if args == ("--help",) else (1, 141))
 
 
 @pytest.mark.parametrize(
@@ -203,6 +306,18 @@ def test_check_config_validates_without_connecting(config: Path) -> None:
         env={"ANTHROPIC_API_KEY": "k", "EZAT_DATABASE_URL": "postgresql+psycopg://u@127.0.0.1:1/d"},
     )
     assert unreachable.returncode == 0  # like nginx -t: the file, not the servers it names
+
+
+def test_check_config_fails_for_a_model_without_a_usable_deployment(config: Path) -> None:
+    """Routing skips a deployment whose key variable is unset or empty: with none left, every request to the
+    model would answer 500. check-config says so in one line naming the variable (a warning and exit 0 before)."""
+    done = cli(config, "check-config", env={"ANTHROPIC_API_KEY": ""})
+    assert done.returncode == 1 and done.stdout == "" and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "ezat-compat: model anthropic/claude-sonnet-5-5 has no usable deployment: ANTHROPIC_API_KEY "
+        "(deployment d) is not set in the environment"
+    ]
+    assert cli(config, "check-config", env={"ANTHROPIC_API_KEY": "k"}).returncode == 0
 
 
 @pytest.mark.parametrize(

@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 import requests
 
+from ezat_compat import __version__
 from tests.conftest import IN_CI, free_port
 from tests.integration.harness import Gateway, ModelSpec, Sim
 
@@ -286,7 +287,7 @@ def test_every_answer_is_counted_with_bounded_labels(obs: ObsGateway, key: str) 
     hist = "ezat_request_duration_seconds_count"
     assert delta(hist, route=route, status_class="2xx") == 2
     assert delta(hist, route=route, status_class="4xx") == 3
-    assert value(after, "ezat_build_info", version="0.1.0", python=samples_python(after)) == 1
+    assert value(after, "ezat_build_info", version=__version__, python=samples_python(after)) == 1
 
 
 def samples_python(text: str) -> str:

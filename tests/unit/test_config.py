@@ -276,4 +276,62 @@ def test_a_warning_per_deployment_without_its_key(tmp_path: Path, environ: dict[
     lines = deployment_warnings(load_config(write(tmp_path, text), environ=environ))
     assert [line.split(", so routing")[0] for line in lines] == warnings
     none_left = len(warnings) == 2
-    assert all(("has no other deployment" in line) == none_left for line in lines)
+    assert not any("has no other deployment" in line for line in lines)  # it has two
+    none = "none of the 2 deployments of anthropic/claude-sonnet-5-5 has its key: its requests fail until "
+    assert all(line.endswith(none + "ANTHROPIC_API_KEY or BACKUP_KEY is set") == none_left for line in lines)
+
+
+def test_a_single_deployment_without_its_key_leaves_no_other(tmp_path: Path) -> None:
+    from ezat_compat.server.serving import deployment_warnings
+
+    (line,) = deployment_warnings(load_config(write(tmp_path, MINIMAL), environ={}))
+    assert line == (
+        "deployment primary of model anthropic/claude-sonnet-5-5: ANTHROPIC_API_KEY is not set, so routing "
+        "skips it; anthropic/claude-sonnet-5-5 has no other deployment: its requests fail until ANTHROPIC_API_KEY "
+        "is set"
+    )
+
+
+_BACKUP = '\n[[models.deployments]]\nname = "backup"\nbase_url = "https://b.example"\nupstream_model = "m"\n'
+
+
+@pytest.mark.parametrize(
+    "backup, environ, unusable",
+    [
+        (None, {"ANTHROPIC_API_KEY": "sk"}, []),
+        (
+            None,
+            {"ANTHROPIC_API_KEY": ""},
+            [
+                "model anthropic/claude-sonnet-5-5 has no usable deployment: ANTHROPIC_API_KEY (deployment primary) "
+                "is not set in the environment"
+            ],
+        ),
+        ('api_key_env = "BACKUP_KEY"\n', {"ANTHROPIC_API_KEY": "sk"}, []),
+        ('api_key_env = "BACKUP_KEY"\n', {"BACKUP_KEY": "sk"}, []),
+        (
+            'api_key_env = "BACKUP_KEY"\n',
+            {},
+            [
+                "model anthropic/claude-sonnet-5-5 has no usable deployment: ANTHROPIC_API_KEY (deployment primary), "
+                "BACKUP_KEY (deployment backup) are not set in the environment"
+            ],
+        ),
+        (
+            "",
+            {},
+            [
+                "model anthropic/claude-sonnet-5-5 has no usable deployment: ANTHROPIC_API_KEY (deployments primary, "
+                "backup) is not set in the environment"
+            ],
+        ),
+    ],
+    ids=["one-set", "one-unset", "two-first-set", "two-second-set", "two-unset", "two-share-an-unset-variable"],
+)
+def test_a_model_no_deployment_can_serve_is_named_with_its_variables(
+    tmp_path: Path, backup: str | None, environ: dict[str, str], unusable: list[str]
+) -> None:
+    from ezat_compat.server.serving import unusable_models
+
+    text = MINIMAL if backup is None else MINIMAL + _BACKUP + backup
+    assert unusable_models(load_config(write(tmp_path, text), environ=environ)) == unusable

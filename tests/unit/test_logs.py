@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import logging
+import subprocess
 import sys
 from datetime import timedelta
 from typing import Any
@@ -22,6 +24,7 @@ from ezat_compat.server.logs import (
     RequestRecord,
     _write_directly,
     access_line,
+    describe,
     logging_config,
     redact_atoms,
     redact_query,
@@ -210,7 +213,7 @@ def test_status_class(status: int, cls: str) -> None:
 
 def test_logging_config_keeps_the_request_log_apart_from_the_level() -> None:
     config = logging_config(LoggingSettings(format="text", level="", access_log=False), "warning")
-    assert config["root"]["level"] == "WARNING"
+    assert config["root"]["level"] == config["loggers"]["ezat_compat"]["level"] == "WARNING"
     assert config["handlers"]["stderr"]["formatter"] == "text"
     assert config["loggers"]["ezat_compat.access"]["level"] == "CRITICAL"
     on = logging_config(LoggingSettings(level="debug"), "warning")
@@ -308,3 +311,122 @@ def test_a_handler_with_a_filter_gets_the_line_through_logging() -> None:
     log = RequestLog(Metrics(CollectorRegistry()), logger=logger)
     log.start("secret", "POST", "/v1/messages", "127.0.0.1", "messages").finish()
     assert stream.getvalue() == ""  # the filter saw the line: nothing went around it
+
+
+_START_PATH = """
+import logging, logging.config, sys
+from ezat_compat.domain import LoggingSettings
+from ezat_compat.server.logs import logging_config
+from ezat_compat.store.db import prepare_database
+
+logging.config.dictConfig(logging_config(LoggingSettings(format=sys.argv[1]), sys.argv[2]))
+prepare_database(sys.argv[3])  # what serve's master and the demo run on start: Alembic's migrations
+for name in ("sqlalchemy.engine", "urllib3.connectionpool", "ezat_compat", "gunicorn.error"):
+    logging.getLogger(name).info("note from %s", name)
+logging.getLogger("urllib3.connectionpool").warning("warning from urllib3")
+"""
+
+
+@pytest.mark.parametrize("fmt", ["json", "text"])
+@pytest.mark.parametrize("level", ["info", "debug"])
+def test_libraries_log_only_warnings_unless_the_level_is_debug(tmp_path: Any, fmt: str, level: str) -> None:
+    """A start migrates the database: Alembic's twelve INFO lines (plugins, context, each revision) and any
+    other library's notes stay out of the log at the default level; ours and gunicorn's stay in."""
+    url = f"sqlite:///{tmp_path / 'ezat.db'}"
+    done = subprocess.run(
+        [sys.executable, "-c", _START_PATH, fmt, level, url], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert any("note from ezat_compat" in line for line in lines)
+    assert any("note from gunicorn.error" in line for line in lines)
+    assert any("warning from urllib3" in line for line in lines)
+    from_libraries = [
+        line for line in lines if "alembic" in line or "note from sqlalchemy" in line or "note from urllib3" in line
+    ]
+    if level == "debug":
+        assert any("Running upgrade" in line for line in from_libraries)
+    else:
+        assert from_libraries == []
+
+
+def _pool_outage() -> BaseException:
+    """The chain SQLAlchemy raises when PostgreSQL went away under a pooled connection: the pre-ping fails
+    (``InvalidatePoolError()``, no message), the pool reconnects while handling it, psycopg refuses, and
+    SQLAlchemy wraps psycopg's error (``raise … from``)."""
+    import psycopg
+    import sqlalchemy.exc
+
+    refused = (
+        'connection failed: connection to server at "127.0.0.1", port 5432 failed: Connection refused\n'
+        "\tIs the server running on that host and accepting TCP/IP connections?"
+    )
+    try:
+        try:
+            raise sqlalchemy.exc.InvalidatePoolError()
+        except sqlalchemy.exc.DisconnectionError:
+            try:
+                raise psycopg.OperationalError(refused)
+            except psycopg.OperationalError as dbapi:
+                raise sqlalchemy.exc.OperationalError(None, None, dbapi) from dbapi
+    except sqlalchemy.exc.OperationalError as exc:
+        return exc
+    raise AssertionError("unreachable")
+
+
+def _chain(*links: BaseException, context: bool = False) -> BaseException:
+    """``links[0]`` raised from ``links[1]`` raised from …; by ``__context__`` when ``context``."""
+    for outer, inner in itertools.pairwise(links):
+        if context:
+            outer.__context__ = inner
+        else:
+            outer.__cause__ = inner
+    return links[0]
+
+
+def _cycle() -> BaseException:
+    a, b = RuntimeError(""), ValueError("")
+    a.__cause__, b.__cause__ = b, a
+    return a
+
+
+def _suppressed() -> BaseException:
+    shown = RuntimeError("no database configured")
+    shown.__context__ = KeyError("EZAT_DATABASE_URL")
+    shown.__suppress_context__ = True  # raise … from None
+    return shown
+
+
+@pytest.mark.parametrize(
+    "exc, described",
+    [
+        (
+            _pool_outage(),
+            'OperationalError: connection failed: connection to server at "127.0.0.1", port 5432 failed: '
+            "Connection refused Is the server running on that host and accepting TCP/IP connections?",
+        ),
+        (
+            _chain(RuntimeError(""), OSError(111, "Connection refused"), RuntimeError()),
+            "ConnectionRefusedError: [Errno 111] Connection refused",
+        ),
+        (_chain(RuntimeError("outer"), TimeoutError(), context=True), "RuntimeError: outer"),
+        (_chain(RuntimeError(), TimeoutError()), "TimeoutError"),
+        (_chain(ConnectionError("redis down"), ConnectionRefusedError("refused")), "ConnectionRefusedError: refused"),
+        (_cycle(), "ValueError"),
+        (_suppressed(), "RuntimeError: no database configured"),
+    ],
+    ids=[
+        "sqlalchemy-pool-outage",
+        "empty-wrappers-both-sides",
+        "only-the-outer-has-a-message",
+        "no-message-at-all",
+        "innermost-with-a-message",
+        "cycle",
+        "from-none",
+    ],
+)
+def test_an_outage_is_described_by_its_innermost_cause_with_a_message(exc: BaseException, described: str) -> None:
+    assert describe(exc) == described
+    log = _Log()
+    Outages(log).failed("database", exc)  # type: ignore[arg-type]
+    assert log.lines == [f"E database unreachable: {described}"]
