@@ -137,7 +137,7 @@ def deployment_warnings(config: Config) -> list[str]:
     saying so for the model when it has no other deployment."""
     out = []
     for model in config.models:
-        missing = [d for d in model.deployments if not d.api_key]
+        missing = [d for d in model.deployments if d.needs_key and not d.api_key]
         for d in missing:
             line = f"deployment {d.name} of model {model.id}: {d.api_key_env} is not set, so routing skips it"
             if len(missing) == len(model.deployments):
