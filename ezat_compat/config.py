@@ -36,8 +36,8 @@ from ezat_compat.domain import (
     ResponsesSettings,
     ServerSettings,
 )
+from ezat_compat.endpoints import DEFAULT_KEY_VARIABLE, default_base_url
 from ezat_compat.server.forwarded import parse_allow_list
-from ezat_compat.upstream.providers.endpoints import DEFAULT_KEY_VARIABLE, default_base_url
 from ezat_compat.wire.paths import flatten_errors, format_error
 
 DEFAULT_CONFIG_NAME = "ezat.toml"

@@ -109,6 +109,11 @@ def build_parser(prog: str = "ezat-sim") -> argparse.ArgumentParser:
         metavar="LIST",
         help=f"comma-separated output_config.effort levels the model offers (default {','.join(EFFORTS)})",
     )
+    add(
+        "--google-service-account",
+        metavar="FILE",
+        help="a service-account JSON: /token issues tokens for it, and Vertex AI's paths take only those",
+    )
     return parser
 
 
@@ -131,6 +136,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         prefill=not args.no_prefill,
         temperature_with_top_p=args.temperature_with_top_p,
         efforts=args.efforts,
+        google_service_account=args.google_service_account or "",
     )
 
 
