@@ -34,3 +34,19 @@ def default_base_url(provider: str, region: str) -> str:
             "https://aiplatform.googleapis.com" if region == "global" else f"https://{region}-aiplatform.googleapis.com"
         )
     return ""
+
+
+# provider -> the Messages API paths it offers (None: all). Bedrock's InvokeModel and Vertex's
+# rawPredict carry messages only; count_tokens is another API on each (not called here).
+PATHS_OFFERED: Mapping[str, frozenset[str] | None] = {
+    "anthropic": None,
+    "foundry": None,
+    "bedrock": frozenset({"/v1/messages"}),
+    "vertex": frozenset({"/v1/messages"}),
+}
+
+
+def offers(provider: str, path: str) -> bool:
+    """True when a deployment of ``provider`` can serve a call to ``path``."""
+    paths = PATHS_OFFERED.get(provider)
+    return paths is None or path in paths

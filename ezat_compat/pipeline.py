@@ -27,6 +27,7 @@ from ezat_compat.catalog import Catalog
 from ezat_compat.cooldowns import Cooldowns
 from ezat_compat.dialects import Dialect, Headers, KeptThinking, Parsed, ReplyIds
 from ezat_compat.domain import Config, Deployment, Model, Price, Usage
+from ezat_compat.endpoints import offers
 from ezat_compat.errors import (
     AuthenticationError,
     GatewayError,
@@ -332,10 +333,12 @@ class Gateway:
 
     # ------------------------------------------------------------ routing and failover
 
-    def _attempts(self, call: Call) -> Iterator[Deployment]:
+    def _attempts(self, call: Call, path: str) -> Iterator[Deployment]:
         # A deployment whose key variable is unset is skipped (start-up warned about it); with none
         # left the request fails saying which variable to set.
-        deployments = tuple(d for d in call.model.deployments if usable(d))
+        deployments = tuple(d for d in call.model.deployments if usable(d) and offers(d.provider, path))
+        if not deployments and any(usable(d) for d in call.model.deployments):
+            raise GatewayError(f"No deployment of model {call.model.id} offers {path} (its providers don't).")
         if not deployments:
             names = sorted({d.api_key_env for d in call.model.deployments})
             raise GatewayError(
@@ -385,7 +388,7 @@ class Gateway:
         deployment's provider reshapes it)."""
         deadline = call.started + self.timeout_s
         last: UpstreamError | None = None
-        for deployment in self._attempts(call):
+        for deployment in self._attempts(call, path):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
@@ -429,7 +432,7 @@ class Gateway:
         headers and first event within ``first_event_timeout_s`` is a failed attempt (cooled as
         any other). Returns the stream and its first event (the rest of its read stays pending)."""
         last: UpstreamError | None = None
-        for deployment in self._attempts(call):
+        for deployment in self._attempts(call, path):
             call.deployment = deployment.name
             call.price = deployment.price
             call.attempts.append(deployment.name)

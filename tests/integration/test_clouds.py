@@ -11,6 +11,9 @@ a wrong AWS credential fails over to another deployment, and alone answers 500
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -223,3 +226,33 @@ def test_a_wrong_aws_credential_fails_over_then_answers_500(stack: tuple[Gateway
         timeout=30,
     )
     assert native.status_code == 500 and native.json()["error"]["type"] == "api_error"
+
+
+def test_check_config_names_each_provider_and_its_credentials(stack: tuple[Gateway, Sim, str]) -> None:
+    gw, _, _ = stack
+    done = gw.cli("check-config")
+    out = done.stdout
+    assert "deployment bedrock-good" in out and "provider: bedrock, region us-east-1" in out
+    assert "credentials: AWS SigV4, found by botocore's chain in env" in out
+    assert "(profile wrong)" in out  # bedrock-bad's credentials come from its profile
+    assert "credentials: Google application default credentials (service account gateway@" in out
+    assert "provider: foundry" in out and "key: from FOUNDRY_KEY" in out
+    for secret in (SIM_AWS_SECRET_ACCESS_KEY, WRONG_SECRET, FOUNDRY_KEY, "PRIVATE KEY"):
+        assert secret not in out + done.stderr
+
+
+def test_check_config_fails_in_one_line_without_credentials(stack: tuple[Gateway, Sim, str], tmp_path: Path) -> None:
+    gw, _, _ = stack
+    text = gw.config_path.read_text().replace('aws_profile = "wrong"', 'aws_profile = "missing"')
+    path = tmp_path / "ezat.toml"
+    path.write_text(text)
+    done = subprocess.run(
+        [sys.executable, "-m", "ezat_compat.cli", "--config", str(path), "check-config"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **gw.env},
+        timeout=60,
+    )
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "bedrock-bad" in lines[0] and "missing" in lines[0]

@@ -16,7 +16,8 @@ from collections.abc import Mapping
 # Claude's Messages request ("Anthropic Claude Messages API" request parameters), as gathered in
 # BerriAI/litellm#19877 ("Supported Beta Flags (per AWS docs)"). Refusals of everything else
 # seen in anthropics/claude-code#49370 (claude-code-20250219, effort on Opus 4.7: "invalid beta
-# flag"), #56595 (extended-cache-ttl-2025-04-11) and BerriAI/litellm#19875 (mcp-servers-2025-12-04).
+# flag"), anthropics/claude-code#56595 (extended-cache-ttl-2025-04-11) and BerriAI/litellm#19875
+# (mcp-servers-2025-12-04).
 BEDROCK_BETAS = frozenset(
     {
         "computer-use-2024-10-22",
@@ -35,8 +36,8 @@ BEDROCK_BETAS = frozenset(
 
 # Google Vertex AI, the ``anthropic-beta`` header of rawPredict/streamRawPredict. Shown to work:
 # interleaved-thinking-2025-05-14 and context-management-2025-06-27 (BerriAI/litellm#15299 and
-# #15335, forwarding them to Vertex). Refused with "Unexpected value(s)": prompt-caching-scope-2026-01-05
-# (BerriAI/litellm#19984), web-search-2025-03-05 (anthropics/claude-code#12429),
+# BerriAI/litellm#15335, forwarding them to Vertex). Refused with "Unexpected value(s)":
+# prompt-caching-scope-2026-01-05 (BerriAI/litellm#19984), web-search-2025-03-05 (anthropics/claude-code#12429),
 # structured-outputs-2025-11-13 (BerriAI/litellm#17755), effort-2025-11-24 and
 # adaptive-thinking-2026-01-28 (anthropics/claude-code#34802).
 VERTEX_BETAS = frozenset({"interleaved-thinking-2025-05-14", "context-management-2025-06-27"})
