@@ -278,6 +278,7 @@ def _egress_lines(config: Config) -> list[str]:
     """Each deployment's way out (proxy, password masked; CA bundle; client certificate);
     ``CLIError`` naming the first file that is missing or unreadable."""
     from ezat_compat.upstream.egress import check_files, describe, egress_of
+    from ezat_compat.upstream.providers import ProviderSetupError, make_provider
 
     lines = []
     for model in config.models:
@@ -286,9 +287,13 @@ def _egress_lines(config: Config) -> list[str]:
             problem = check_files(egress)
             if problem is not None:
                 raise CLIError(f"deployment {deployment.name}: {problem}")
+            try:  # the provider, its region and where its credentials come from (never the secret)
+                provider = make_provider(deployment).describe()
+            except ProviderSetupError as exc:
+                raise CLIError(str(exc)) from None
             lines.append(
                 f"deployment {deployment.name} ({deployment.base_url}): "
-                + "; ".join(describe(egress, deployment.base_url))
+                + "; ".join(provider + describe(egress, deployment.base_url))
             )
     return lines
 

@@ -25,6 +25,7 @@ from ezat_compat.domain import (
     EFFORTS,
     LOG_FORMATS,
     LOG_LEVELS,
+    PROVIDERS,
     THINKING_STYLES,
     Config,
     Deployment,
@@ -35,6 +36,7 @@ from ezat_compat.domain import (
     ResponsesSettings,
     ServerSettings,
 )
+from ezat_compat.endpoints import DEFAULT_KEY_VARIABLE, default_base_url
 from ezat_compat.server.forwarded import parse_allow_list
 from ezat_compat.wire.paths import flatten_errors, format_error
 
@@ -75,11 +77,21 @@ def _proxy_url(value: str) -> None:
         raise ValidationError("Not a proxy URL: the port is not a number.") from None
 
 
+# provider -> the keys only it takes, and those it requires (README, "Deployments on clouds")
+_PROVIDER_KEYS: dict[str, tuple[str, ...]] = {"bedrock": ("region", "aws_profile"), "vertex": ("project", "region")}
+_PROVIDER_REQUIRED: dict[str, tuple[str, ...]] = {"bedrock": ("region",), "vertex": ("project", "region")}
+
+
 class _DeploymentSchema(_Strict):
     name = fields.Str(required=True, validate=validate.Length(min=1, max=128))
-    base_url = fields.Url(required=True, require_tld=False, schemes={"http", "https"})
+    base_url = fields.Url(load_default="", require_tld=False, schemes={"http", "https"})
     upstream_model = fields.Str(required=True, validate=validate.Length(min=1))
-    api_key_env = fields.Str(load_default="ANTHROPIC_API_KEY")
+    api_key_env = fields.Str(load_default=None)
+    provider = fields.Str(load_default="anthropic", validate=validate.OneOf(PROVIDERS))
+    region = fields.Str(load_default="", validate=validate.Regexp(r"^[a-z0-9-]*$", error="Not a region name."))
+    aws_profile = fields.Str(load_default="")
+    project = fields.Str(load_default="")
+    price = fields.Nested(_PriceSchema, load_default=None)
     anthropic_version = fields.Str(load_default="2023-06-01")
     priority = fields.Int(load_default=0, strict=True)
     weight = fields.Float(load_default=1.0, validate=validate.Range(min=0, min_inclusive=False))
@@ -92,6 +104,23 @@ class _DeploymentSchema(_Strict):
     def _key_goes_with_a_cert(self, data: dict[str, Any], **_: Any) -> None:
         if data.get("client_key") and not data.get("client_cert"):
             raise ValidationError({"client_key": ["client_key needs client_cert."]})
+
+    @validates_schema
+    def _provider_keys(self, data: dict[str, Any], **_: Any) -> None:
+        """Each provider's own keys, required where it needs them and refused where it doesn't
+        (a ``region`` on an Anthropic deployment would silently do nothing)."""
+        provider = data.get("provider", "anthropic")
+        takes = _PROVIDER_KEYS.get(provider, ())
+        for key in ("region", "aws_profile", "project"):
+            if data.get(key) and key not in takes:
+                raise ValidationError({key: [f"{key} is not used by provider {provider!r}."]})
+        for key in _PROVIDER_REQUIRED.get(provider, ()):
+            if not data.get(key):
+                raise ValidationError({key: [f"provider {provider!r} needs {key}."]})
+        if not data.get("base_url") and not default_base_url(provider, data.get("region", "")):
+            raise ValidationError({"base_url": [f"Missing data for required field (provider {provider!r})."]})
+        if provider == "vertex" and data.get("api_key_env"):
+            raise ValidationError({"api_key_env": ["provider 'vertex' authenticates with Google's credentials."]})
 
 
 class _ModelSchema(_Strict):
@@ -219,7 +248,7 @@ class _ConfigSchema(_Strict):
         seen: dict[str, tuple[str, tuple[str, ...]]] = {}
         for i, model in enumerate(data.get("models", [])):
             for j, deployment in enumerate(model.get("deployments", [])):
-                parts = urlsplit(deployment["base_url"])
+                parts = urlsplit(_base_url(deployment))
                 origin = f"{parts.scheme.lower()}://{parts.netloc.lower()}"
                 files = tuple(deployment.get(k, "") for k in _PATH_KEYS)
                 first = seen.setdefault(origin, (deployment["name"], files))
@@ -243,29 +272,45 @@ def _beside(folder: str, value: str) -> str:
     return os.path.join(folder, value) if value and not os.path.isabs(value) else value
 
 
-def _build_model(raw: Mapping[str, Any], environ: Mapping[str, str], folder: str = "") -> Model:
-    price = raw["price"]
+def _base_url(deployment: Mapping[str, Any]) -> str:
+    """The deployment's ``base_url``, else its provider's regional endpoint."""
+    return deployment.get("base_url") or default_base_url(
+        deployment.get("provider", "anthropic"), deployment.get("region", "")
+    )
+
+
+def _price(price: Mapping[str, Any]) -> Price:
+    """A price table; cache writes default to 1.25 times the input price, reads to 0.1 times."""
     cache_write = price["cache_write"] if price["cache_write"] is not None else price["input"] * Decimal("1.25")
     cache_read = price["cache_read"] if price["cache_read"] is not None else price["input"] * Decimal("0.1")
-    deployments = tuple(
-        Deployment(
-            **{k: _beside(folder, v) if k in _PATH_KEYS else v for k, v in d.items()},  # type: ignore[arg-type]
-            api_key=environ.get(d["api_key_env"], ""),
-        )
-        for d in raw["deployments"]
+    return Price(
+        input=price["input"],
+        output=price["output"],
+        cache_write=cache_write,
+        cache_read=cache_read,
+        web_search=price["web_search"],
     )
+
+
+def _build_deployment(d: Mapping[str, Any], environ: Mapping[str, str], folder: str) -> Deployment:
+    key_env = d["api_key_env"] if d["api_key_env"] is not None else DEFAULT_KEY_VARIABLE[d["provider"]]
+    values = {k: _beside(folder, v) if k in _PATH_KEYS else v for k, v in d.items() if k != "price"}
+    values.update(base_url=_base_url(d), api_key_env=key_env)
+    return Deployment(
+        **values,  # type: ignore[arg-type]
+        api_key=environ.get(key_env, "") if key_env else "",
+        price=_price(d["price"]) if d["price"] is not None else None,
+    )
+
+
+def _build_model(raw: Mapping[str, Any], environ: Mapping[str, str], folder: str = "") -> Model:
+    deployments = tuple(_build_deployment(d, environ, folder) for d in raw["deployments"])
     simple = {k: v for k, v in raw.items() if k not in {"price", "deployments", "aliases", "efforts"}}
     return Model(
         **simple,
         aliases=tuple(raw["aliases"]),
         efforts=tuple(e for e in EFFORTS if e in raw["efforts"]),
-        price=Price(
-            input=price["input"],
-            output=price["output"],
-            cache_write=cache_write,
-            cache_read=cache_read,
-            web_search=price["web_search"],
-        ),
+        price=_price(raw["price"]),
         deployments=deployments,
     )
 

@@ -12,6 +12,7 @@ from decimal import Decimal
 
 EFFORTS = ("low", "medium", "high", "xhigh", "max")
 THINKING_STYLES = ("adaptive", "budget", "always", "none")
+PROVIDERS = ("anthropic", "bedrock", "vertex", "foundry")  # how a deployment is reached (upstream/providers/)
 _MIB = 1024 * 1024
 
 
@@ -40,6 +41,17 @@ class Deployment:
     ca_file: str = ""  # trusted besides the default bundle (and [gateway] ca_file)
     client_cert: str = ""  # PEM, for an upstream that asks for a client certificate (mTLS)
     client_key: str = ""  # PEM; "" when client_cert holds the key too
+    provider: str = "anthropic"  # one of PROVIDERS
+    region: str = ""  # bedrock, vertex: the cloud region (us-east-1, us-east5, global)
+    aws_profile: str = ""  # bedrock: a profile of the shared AWS files ("": botocore's default chain)
+    project: str = ""  # vertex: the Google Cloud project id
+    price: Price | None = None  # overrides the model's price for requests this deployment serves
+
+    @property
+    def needs_key(self) -> bool:
+        """True when the deployment authenticates with a key read from ``api_key_env`` (routing
+        skips it while the variable is unset); False for SigV4 and Google's credentials."""
+        return bool(self.api_key_env)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,8 @@ that build error bodies.
         │                          another deployment may try
         ├── UpstreamConnectError   connection refused / reset before an answer: fail over
         ├── UpstreamTimeoutError   no answer within the deadline: fail over
+        ├── UpstreamAuthError      no cloud credentials (or a call the provider doesn't offer):
+        │                          the gateway's configuration: fail over
         ├── UpstreamStatusError    a non-2xx answer: ``status``, ``retry_after``, the parsed
         │                          Anthropic error (``error_type``, ``message``) and raw ``body``
         └── UpstreamStreamError    the stream broke after it started: never fail over
@@ -230,6 +232,12 @@ class UpstreamTLSError(UpstreamConnectError):
 
 class UpstreamTimeoutError(UpstreamError):
     """No complete answer before the deadline. Fail over if nothing reached the client."""
+
+
+class UpstreamAuthError(UpstreamError):
+    """The gateway could not authenticate to the deployment's cloud (no credentials found, a
+    refresh that failed) or the deployment's provider doesn't offer the call. The gateway's
+    configuration, never the client's: fail over."""
 
 
 class UpstreamStreamError(UpstreamError):

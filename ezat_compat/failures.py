@@ -24,6 +24,7 @@ from ezat_compat.errors import (
     OverloadedError,
     RateLimitError,
     RequestTooLargeError,
+    UpstreamAuthError,
     UpstreamConnectError,
     UpstreamError,
     UpstreamStatusError,
@@ -111,6 +112,11 @@ def client_error(
             )
         return GatewayError(
             "The TLS connection to the upstream provider failed; this is a gateway configuration problem, not yours."
+        )
+    if isinstance(exc, UpstreamAuthError):
+        return GatewayError(
+            "The gateway could not authenticate to the upstream provider; this is a gateway configuration problem, "
+            "not yours."
         )
     if isinstance(exc, UpstreamConnectError):
         return GatewayError("The upstream provider could not be reached; try again shortly.", retry_after=retry)

@@ -26,7 +26,8 @@ from typing import Any
 from ezat_compat.catalog import Catalog
 from ezat_compat.cooldowns import Cooldowns
 from ezat_compat.dialects import Dialect, Headers, KeptThinking, Parsed, ReplyIds
-from ezat_compat.domain import Config, Deployment, Model, Usage
+from ezat_compat.domain import Config, Deployment, Model, Price, Usage
+from ezat_compat.endpoints import offers
 from ezat_compat.errors import (
     AuthenticationError,
     GatewayError,
@@ -50,7 +51,8 @@ from ezat_compat.store.ledger import CLIENT_CLOSED, STALE_RESERVATION, Ledger, L
 from ezat_compat.store.thinking import ThinkingStash
 from ezat_compat.translate.estimate import bound_web_searches, input_tokens_upper_bound
 from ezat_compat.translate.request import ImageSlot
-from ezat_compat.upstream.client import UpstreamClient, UpstreamStream, encode_body, with_model
+from ezat_compat.upstream.bodies import encode_body
+from ezat_compat.upstream.client import UpstreamClient, UpstreamStream
 from ezat_compat.upstream.imagefit import UpstreamImageLimits
 from ezat_compat.upstream.images import ImageFetcher
 from ezat_compat.wire.json import BodyError, decode_body
@@ -82,6 +84,26 @@ class Reply:
     status: int = STATUS_OK
 
 
+def reserve_price(model: Model) -> Price:
+    """The price a reservation assumes: each field's highest among the model's and its
+    deployments' own (``price`` per deployment), so a request served anywhere is covered."""
+    prices = [model.price, *(d.price for d in model.deployments if d.price is not None)]
+    if len(prices) == 1:
+        return model.price
+    return Price(
+        input=max(p.input for p in prices),
+        output=max(p.output for p in prices),
+        cache_write=max(p.cache_write for p in prices),
+        cache_read=max(p.cache_read for p in prices),
+        web_search=max(p.web_search for p in prices),
+    )
+
+
+def usable(deployment: Deployment) -> bool:
+    """Has what it authenticates with: its key, or no key needed (SigV4, Google's credentials)."""
+    return bool(deployment.api_key) or not deployment.needs_key
+
+
 def health_key(model: Model, deployment: Deployment) -> str:
     """Cooldowns are per model and deployment: one model's overload says nothing of another's."""
     return f"{model.id}/{deployment.name}"
@@ -106,6 +128,7 @@ class Call:
     attempts: list[str] = field(default_factory=list)
     record: RequestRecord = field(default_factory=RequestRecord)
     tokens: TokenHold | None = None  # the tpm reservation, settled to the real count
+    price: Price | None = None  # the serving deployment's own price, when it has one
 
 
 class Gateway:
@@ -143,6 +166,7 @@ class Gateway:
         self.timeout_s = config.gateway.upstream_timeout_s
         self.keepalive_s = config.gateway.keepalive_s
         self._next_sweep = time.monotonic() + SWEEP_EVERY_S
+        self._reserve_prices = {model.id: reserve_price(model) for model in config.models}
 
     # ------------------------------------------------------------ the request, end to end
 
@@ -209,7 +233,8 @@ class Gateway:
         if parsed.billed:  # the worst case is known before anything is held
             bound = input_tokens_upper_bound(parsed.body, parsed.model.context_window)
             searches = bound_web_searches(parsed.body, self.config.gateway.web_search_max_uses)
-            reserve = worst_case_micros(bound, parsed.max_tokens, parsed.model.price, searches)
+            price = self._reserve_prices.get(parsed.model.id) or parsed.model.price
+            reserve = worst_case_micros(bound, parsed.max_tokens, price, searches)
         tokens = self.limits.admit(auth, bound + parsed.max_tokens if parsed.billed else 0)
         if parsed.billed:
             try:
@@ -275,7 +300,7 @@ class Gateway:
             return
         billed = status in (STATUS_OK, CLIENT_CLOSED) and usage is not None
         usage = usage if billed and usage is not None else Usage()
-        cost = cost_micros(usage, call.model.price) if billed else 0
+        cost = cost_micros(usage, call.price or call.model.price) if billed else 0
         call.record.billed(usage, cost)
         entry = LedgerEntry(
             created_at=datetime.now(UTC),
@@ -308,10 +333,12 @@ class Gateway:
 
     # ------------------------------------------------------------ routing and failover
 
-    def _attempts(self, call: Call) -> Iterator[Deployment]:
+    def _attempts(self, call: Call, path: str) -> Iterator[Deployment]:
         # A deployment whose key variable is unset is skipped (start-up warned about it); with none
         # left the request fails saying which variable to set.
-        deployments = tuple(d for d in call.model.deployments if d.api_key)
+        deployments = tuple(d for d in call.model.deployments if usable(d) and offers(d.provider, path))
+        if not deployments and any(usable(d) for d in call.model.deployments):
+            raise GatewayError(f"No deployment of model {call.model.id} offers {path} (its providers don't).")
         if not deployments:
             names = sorted({d.api_key_env for d in call.model.deployments})
             raise GatewayError(
@@ -340,7 +367,7 @@ class Gateway:
             "message": f"No deployment of model {call.model.id} is available right now; retry shortly.",
         }
         now = self.clock()
-        keyed = [d for d in call.model.deployments if d.api_key] or call.model.deployments
+        keyed = [d for d in call.model.deployments if usable(d)] or call.model.deployments
         wait = min(self.cooldowns.wait_s(health_key(call.model, d), now) for d in keyed)
         return UpstreamStatusError(
             529, json.dumps({"type": "error", "error": error}).encode(), {"retry-after": str(max(1, math.ceil(wait)))}
@@ -354,24 +381,27 @@ class Gateway:
         *,
         stream_flag: bool | None = False,
         headers: Mapping[str, str] | None = None,
+        source: Mapping[str, Any] | None = None,
     ) -> tuple[bytes, Mapping[str, str]]:
-        """A non-streaming upstream call with failover; raises the last ``UpstreamError``."""
+        """A non-streaming upstream call with failover; raises the last ``UpstreamError``.
+        ``body`` is serialized without ``model``; ``source`` is the same as data (a cloud
+        deployment's provider reshapes it)."""
         deadline = call.started + self.timeout_s
         last: UpstreamError | None = None
-        for deployment in self._attempts(call):
+        for deployment in self._attempts(call, path):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
             call.deployment = deployment.name
+            call.price = deployment.price
             call.attempts.append(deployment.name)
             started = time.monotonic()
             try:
+                data_out, headers_out = self.upstream.shape(
+                    deployment, body, source=source, stream=stream_flag, headers=headers
+                )
                 data, response_headers = self.upstream.complete(
-                    deployment,
-                    path,
-                    with_model(body, deployment.upstream_model, stream=stream_flag),
-                    timeout_s=remaining,
-                    headers=headers,
+                    deployment, path, data_out, timeout_s=remaining, headers=headers_out
                 )
             except UpstreamError as exc:
                 self._failed(call, deployment, exc)
@@ -389,24 +419,34 @@ class Gateway:
         raise self._exhausted(call, last)
 
     def open_stream(
-        self, call: Call, path: str, body: bytes, *, headers: Mapping[str, str] | None = None
+        self,
+        call: Call,
+        path: str,
+        body: bytes,
+        *,
+        headers: Mapping[str, str] | None = None,
+        source: Mapping[str, Any] | None = None,
     ) -> tuple[UpstreamStream, tuple[str, str]]:
         """Open a stream with failover until its first event arrives (nothing has reached the
         client yet, so another deployment may still take it). A deployment that hasn't sent its
         headers and first event within ``first_event_timeout_s`` is a failed attempt (cooled as
         any other). Returns the stream and its first event (the rest of its read stays pending)."""
         last: UpstreamError | None = None
-        for deployment in self._attempts(call):
+        for deployment in self._attempts(call, path):
             call.deployment = deployment.name
+            call.price = deployment.price
             call.attempts.append(deployment.name)
             started = time.monotonic()
             stream: UpstreamStream | None = None
             try:
+                data_out, headers_out = self.upstream.shape(
+                    deployment, body, source=source, stream=True, headers=headers
+                )
                 stream = self.upstream.open_stream(
                     deployment,
                     path,
-                    with_model(body, deployment.upstream_model, stream=True),
-                    headers=headers,
+                    data_out,
+                    headers=headers_out,
                     first_event_timeout_s=self.config.gateway.first_event_timeout_s,
                 )
                 first = stream.first()
@@ -466,7 +506,7 @@ class Run:
             body = encode_body(parsed.body)
             ids = ReplyIds(call.request_id, int(gw.clock()))
             if parsed.stream:
-                upstream, first = gw.open_stream(call, parsed.path, body, headers=parsed.headers)
+                upstream, first = gw.open_stream(call, parsed.path, body, headers=parsed.headers, source=parsed.body)
                 self.deployment = upstream.deployment
                 self.started = time.monotonic()
                 gw.metrics.streams_open.inc()
@@ -488,7 +528,9 @@ class Run:
                     upstream.close()
                     gw.metrics.streams_open.dec()
                     raise
-            data, _ = gw.complete(call, parsed.path, body, stream_flag=parsed.stream_flag, headers=parsed.headers)
+            data, _ = gw.complete(
+                call, parsed.path, body, stream_flag=parsed.stream_flag, headers=parsed.headers, source=parsed.body
+            )
             answer = self.dialect.reply(parsed, data, ids)
         except UpstreamError as exc:
             err = self.failure(exc)

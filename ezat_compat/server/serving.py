@@ -152,7 +152,7 @@ def deployment_warnings(config: Config) -> list[str]:
     saying so for the model when none of its deployments has its key (``unusable_models``)."""
     out = []
     for model in config.models:
-        missing = [d for d in model.deployments if not d.api_key]
+        missing = [d for d in model.deployments if d.needs_key and not d.api_key]
         for d in missing:
             line = f"deployment {d.name} of model {model.id}: {d.api_key_env} is not set, so routing skips it"
             if len(missing) == len(model.deployments):

@@ -8,6 +8,12 @@ still works, one thread per open stream.
 Routes:
 
     POST   /v1/messages               JSON or "stream": true (SSE)
+    POST   /anthropic/v1/messages     the same, as Microsoft Foundry serves it (x-api-key or api-key)
+    POST   /model/{id}/invoke         Amazon Bedrock's InvokeModel, SigV4 verified (``clouds.py``)
+    POST   /model/{id}/invoke-with-response-stream   ...its stream, AWS event-stream framing
+    POST   /v1/projects/{p}/locations/{r}/publishers/anthropic/models/{m}:rawPredict
+                                      Vertex AI (and :streamRawPredict, SSE); bearer tokens of
+    POST   /token                     this token endpoint (``--google-service-account FILE``)
     POST   /v1/messages/count_tokens  {"input_tokens": N}
     GET    /healthz                   {"status": "ok", "name": NAME}
     GET    /_sim/requests             {"requests": [{path, method, headers, body, time, name}]}
@@ -32,6 +38,7 @@ from dataclasses import dataclass, fields
 from http import HTTPStatus
 from typing import Any
 
+from ezat_compat.sim import clouds
 from ezat_compat.sim.cache import PromptCache, count_input_tokens, prompt_units
 from ezat_compat.sim.errors import STATUS_TO_ERROR_TYPE, InvalidRequestError, SimError, error_body
 from ezat_compat.sim.events import OVERLOADED_EVENT, encode_event, message_events
@@ -85,6 +92,7 @@ class SimConfig:
     max_recorded_body_bytes: int = 8 * MIB
     max_body_bytes: int = MAX_BODY_BYTES
     cache_entries: int = 4096
+    google_service_account: str = ""  # a service-account JSON file: its tokens are Vertex's credentials
 
     def __post_init__(self) -> None:
         if self.fail_status is not None and not 400 <= self.fail_status <= 599:
@@ -167,6 +175,7 @@ def _status_line(status: int) -> str:
 
 _STATUS_LINES = {status: _status_line(status) for status in (*STATUS_TO_ERROR_TYPE, 200)}
 _JSON = "application/json"
+EVENT_STREAM = "application/vnd.amazon.eventstream"
 
 
 def _dumps(payload: Any) -> bytes:
@@ -224,8 +233,11 @@ class Simulator:
             ("DELETE", "/_sim/stats"): self._reset_stats,
             ("DELETE", "/_sim/cache"): self._clear_cache,
         }
+        self._routes[("POST", "/anthropic/v1/messages")] = self._messages  # Foundry's path
+        self._routes[("POST", "/token")] = self._google_token
         self._paths = frozenset(path for _, path in self._routes)
         self._identity = ("x-sim-name", config.name)
+        self._google = clouds.GoogleTokens(config.google_service_account) if config.google_service_account else None
 
     # -- WSGI entry ---------------------------------------------------------------------------
 
@@ -234,6 +246,11 @@ class Simulator:
         method = environ.get("REQUEST_METHOD", "GET")
         path = environ.get("PATH_INFO") or "/"
         handler = self._routes.get((method, path))
+        if handler is None and method == "POST":
+            if path.startswith("/model/"):
+                handler = self._bedrock
+            elif path.startswith("/v1/projects/") and "/publishers/anthropic/models/" in path:
+                handler = self._vertex
         try:
             if handler is None:
                 if path in self._paths:
@@ -242,6 +259,8 @@ class Simulator:
             return handler(environ, start_response, request_id)
         except SimError as error:
             return self._error(start_response, error, request_id)
+        except clouds.CloudError as error:
+            return self._respond(start_response, error.status, error.body, request_id, error.headers)
 
     def _respond(
         self,
@@ -291,6 +310,18 @@ class Simulator:
 
     def _receive(self, environ: Environ, path: str) -> Any:
         """Read, parse, record and authenticate an API request; return its parsed body."""
+        _, body, parse_error = self._record(environ, path)
+        api_key = _api_key(environ) or environ.get("HTTP_API_KEY", "").strip()  # api-key: Foundry's other spelling
+        if not api_key:
+            raise SimError(401, "x-api-key header is required")
+        if self.config.api_key is not None and api_key != self.config.api_key:
+            raise SimError(401, "invalid x-api-key")
+        if parse_error is not None:
+            raise InvalidRequestError(f"There was an error parsing the body of your request: {parse_error}")
+        return body
+
+    def _record(self, environ: Environ, path: str) -> tuple[bytes, Any, str | None]:
+        """Read, parse and record a request: (raw body, parsed body, the parse error)."""
         raw = self._read_body(environ)
         parse_error: str | None = None
         try:
@@ -309,21 +340,21 @@ class Simulator:
                 "name": self.config.name,
             }
         )
-        if path == "/v1/messages" and self.config.latency_ms:
+        if path != "/v1/messages/count_tokens" and self.config.latency_ms:
             self._sleep(self.config.latency_ms / 1000)
-        api_key = _api_key(environ)
-        if not api_key:
-            raise SimError(401, "x-api-key header is required")
-        if self.config.api_key is not None and api_key != self.config.api_key:
-            raise SimError(401, "invalid x-api-key")
-        if parse_error is not None:
-            raise InvalidRequestError(f"There was an error parsing the body of your request: {parse_error}")
-        return body
+        return raw, body, parse_error
 
     # -- API routes ---------------------------------------------------------------------------
 
     def _messages(self, environ: Environ, start_response: StartResponse, request_id: str) -> Iterable[bytes]:
-        body = self._receive(environ, "/v1/messages")
+        body = self._receive(environ, environ.get("PATH_INFO") or "/v1/messages")
+        return self._answer(start_response, request_id, body)
+
+    def _answer(
+        self, start_response: StartResponse, request_id: str, body: Any, framing: str = "sse"
+    ) -> Iterable[bytes]:
+        """The reply to an Anthropic Messages body (``model`` and ``stream`` in it), JSON or a
+        stream in ``framing`` ("sse", or "bedrock": AWS event-stream)."""
         validate_request(body, caps=self.config.caps)
         clean_text, markers = scripted_markers(body, *parse_markers(last_user_text(body)))
         if markers.delay:
@@ -333,8 +364,87 @@ class Simulator:
         reply = build_reply(body, clean_text, markers)
         message = message_json(body["model"], _new_id("msg_"), reply, usage)
         if body.get("stream"):
-            return self._stream(start_response, request_id, message, self._plan(markers))
+            return self._stream(start_response, request_id, message, self._plan(markers), framing)
         return self._respond(start_response, 200, message, request_id)
+
+    # -- the clouds (clouds.py) -----------------------------------------------------------------
+
+    def _bedrock(self, environ: Environ, start_response: StartResponse, request_id: str) -> Iterable[bytes]:
+        """InvokeModel / InvokeModelWithResponseStream: SigV4 (or a Bedrock API key), Bedrock's
+        body (no model, no stream, its anthropic_version, betas in the body) and errors."""
+        path = environ.get("PATH_INFO") or "/"
+        raw, body, parse_error = self._record(environ, path)
+        model, _, operation = path[len("/model/") :].rpartition("/")
+        if not model or operation not in ("invoke", "invoke-with-response-stream"):
+            raise clouds.bedrock_error(404, f"Unknown operation {path}", "UnknownOperationException")
+        headers = _headers(environ)
+        scheme, _, token = headers.get("authorization", "").partition(" ")
+        if scheme.lower() == "bearer":  # a Bedrock API key
+            if not token.strip() or (self.config.api_key is not None and token.strip() != self.config.api_key):
+                raise clouds.bedrock_error(403, "Invalid API Key format", "AccessDeniedException")
+        else:
+            url = clouds.bedrock_url(environ.get("HTTP_HOST", ""), model, operation)
+            clouds.verify_sigv4("POST", url, headers, raw)
+        if parse_error is not None or not isinstance(body, dict):
+            raise clouds.bedrock_error(400, "Malformed input request, please reformat your input and try again.")
+        for key in ("model", "stream"):
+            if key in body:
+                raise clouds.bedrock_error(400, f"Malformed input request: extraneous key [{key}] is not permitted")
+        if body.get("anthropic_version") != clouds.BEDROCK_VERSION:
+            raise clouds.bedrock_error(400, "Malformed input request: anthropic_version: invalid value")
+        from ezat_compat.upstream.providers.betas import BEDROCK_BETAS  # the rules the gateway keeps
+
+        betas = body.get("anthropic_beta", [])
+        if not isinstance(betas, list) or any(b not in BEDROCK_BETAS for b in betas):
+            raise clouds.bedrock_error(400, "The model returned the following errors: invalid beta flag")
+        inner = {k: v for k, v in body.items() if k not in ("anthropic_version", "anthropic_beta")}
+        inner["model"] = model
+        if operation == "invoke-with-response-stream":
+            inner["stream"] = True
+        try:
+            return self._answer(start_response, request_id, inner, "bedrock")
+        except SimError as error:
+            raise clouds.bedrock_error(error.status, error.message) from None
+
+    def _vertex(self, environ: Environ, start_response: StartResponse, request_id: str) -> Iterable[bytes]:
+        """rawPredict / streamRawPredict: a token of ``/token``, Vertex's body (no model, its
+        anthropic_version) and Google's errors."""
+        path = environ.get("PATH_INFO") or "/"
+        _, body, parse_error = self._record(environ, path)
+        model, _, operation = path.rpartition("/models/")[2].partition(":")
+        if self._google is None:
+            raise clouds.google_error(401, "The simulator has no service account (--google-service-account).")
+        self._google.check(environ.get("HTTP_AUTHORIZATION", ""))
+        if operation not in ("rawPredict", "streamRawPredict"):
+            raise clouds.google_error(404, f"Unknown method {operation}")
+        if parse_error is not None or not isinstance(body, dict):
+            raise clouds.google_error(400, "Invalid JSON payload received.")
+        if "model" in body:
+            raise clouds.google_error(400, "model: Extra inputs are not permitted")
+        if body.get("anthropic_version") != clouds.VERTEX_VERSION:
+            raise clouds.google_error(400, "anthropic_version: Input should be 'vertex-2023-10-16'")
+        from ezat_compat.upstream.providers.betas import VERTEX_BETAS
+
+        beta = environ.get("HTTP_ANTHROPIC_BETA", "")
+        refused = [b.strip() for b in beta.split(",") if b.strip() and b.strip() not in VERTEX_BETAS]
+        if refused:  # Anthropic's own envelope, as Vertex passes it on
+            raise InvalidRequestError(f"Unexpected value(s) `{'`, `'.join(refused)}` for the `anthropic-beta` header.")
+        inner = {k: v for k, v in body.items() if k != "anthropic_version"}
+        inner["model"] = model
+        inner["stream"] = operation == "streamRawPredict"
+        try:
+            return self._answer(start_response, request_id, inner)
+        except SimError as error:
+            if error.status == 400:
+                raise
+            raise clouds.google_error(error.status, error.message) from None
+
+    def _google_token(self, environ: Environ, start_response: StartResponse, request_id: str) -> list[bytes]:
+        if self._google is None:
+            raise SimError(404, "Not found: POST /token (no --google-service-account)")
+        form = self._read_body(environ)
+        uri = f"http://{environ.get('HTTP_HOST', '')}/token"
+        return self._respond(start_response, 200, self._google.grant(form, uri), request_id)
 
     def _count_tokens(self, environ: Environ, start_response: StartResponse, request_id: str) -> list[bytes]:
         body = self._receive(environ, "/v1/messages/count_tokens")
@@ -374,19 +484,37 @@ class Simulator:
         request_id: str,
         message: dict[str, Any],
         plan: StreamPlan,
+        framing: str = "sse",
     ) -> Iterator[bytes]:
+        bedrock = framing == "bedrock"
         start_response(
             "200 OK",
             [
-                ("content-type", "text/event-stream; charset=utf-8"),
+                (
+                    "content-type",
+                    "application/vnd.amazon.eventstream" if bedrock else "text/event-stream; charset=utf-8",
+                ),
                 ("cache-control", "no-cache"),
                 ("request-id", request_id),
                 self._identity,
             ],
         )
+        if bedrock:
+            overloaded = clouds.exception_message(
+                "serviceUnavailableException", "Bedrock is unable to process your request."
+            )
+            return self._stream_body(
+                message_events(message), plan, lambda _, data: clouds.chunk_message(data), overloaded
+            )
         return self._stream_body(message_events(message), plan)
 
-    def _stream_body(self, events: list[tuple[str, dict[str, Any]]], plan: StreamPlan) -> Iterator[bytes]:
+    def _stream_body(
+        self,
+        events: list[tuple[str, dict[str, Any]]],
+        plan: StreamPlan,
+        encode: Callable[[str, dict[str, Any]], bytes] = encode_event,
+        overloaded: bytes = OVERLOADED_EVENT,
+    ) -> Iterator[bytes]:
         """Write the events; count the stream's outcome once, whichever way it ends.
 
         A client that leaves makes the server close this generator (GeneratorExit at a
@@ -400,14 +528,14 @@ class Simulator:
         outcome = "streams_aborted"
         try:
             if plan.fast:
-                yield b"".join(encode_event(name, data) for name, data in events)
+                yield b"".join(encode(name, data) for name, data in events)
                 outcome = "streams_completed"
                 return
             deltas = 0
             for number, (name, data) in enumerate(events, 1):
                 if plan.error_after is not None and number > plan.error_after:
                     outcome = "streams_faulted"
-                    yield OVERLOADED_EVENT
+                    yield overloaded
                     return
                 if plan.cut_after is not None and number > plan.cut_after:
                     outcome = "streams_faulted"
@@ -416,7 +544,7 @@ class Simulator:
                     if deltas and plan.token_delay_s:
                         self._sleep(plan.token_delay_s)
                     deltas += 1
-                yield encode_event(name, data)
+                yield encode(name, data)
                 if number == 2 and plan.stall_s:
                     self._sleep(plan.stall_s)
             outcome = "streams_completed"

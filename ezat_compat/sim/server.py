@@ -124,6 +124,11 @@ def build_parser(prog: str = "ezat-sim") -> argparse.ArgumentParser:
         metavar="N",
         help=f"the highest max_tokens the model takes; above it: 400 (default {ModelCaps.max_output_tokens})",
     )
+    add(
+        "--google-service-account",
+        metavar="FILE",
+        help="a service-account JSON: /token issues tokens for it, and Vertex AI's paths take only those",
+    )
     return parser
 
 
@@ -147,6 +152,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         temperature_with_top_p=args.temperature_with_top_p,
         efforts=args.efforts,
         max_output_tokens=args.max_output_tokens,
+        google_service_account=args.google_service_account or "",
     )
 
 

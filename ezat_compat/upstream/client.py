@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import contextlib
 import http.cookiejar
-import json
 import logging
 import queue
 import socket
@@ -49,22 +48,21 @@ from typing import Any
 import requests
 import urllib3
 
-from ezat_compat import __version__
 from ezat_compat.domain import Deployment
 from ezat_compat.errors import (
+    UpstreamAuthError,
     UpstreamConnectError,
     UpstreamError,
-    UpstreamStatusError,
     UpstreamStreamError,
     UpstreamTimeoutError,
     UpstreamTLSError,
 )
 from ezat_compat.server.procid import pid
 from ezat_compat.upstream.egress import Egress, TLSAdapter, egress_of
+from ezat_compat.upstream.providers import Decoder, Provider, ProviderSetupError, make_provider
 from ezat_compat.upstream.sse import iter_sse
 
 log = logging.getLogger("ezat_compat")
-USER_AGENT = f"ezat-compat/{__version__}"
 Event = tuple[str, str]
 READ_SIZE = 64 * 1024  # what one read of a body without chunks asks for
 _END = object()  # the reader's last word: the body ended
@@ -72,15 +70,17 @@ _WAKE = object()  # ``interrupt``: wake the waiting writer
 
 
 class _Route:
-    """One deployment's way out in this process: its adapter, its proxies, its prepared request
-    template per path."""
+    """One deployment's way out in this process: its adapter, its proxies, its provider (path,
+    header fields, signing, stream framing: ``providers/``), its prepared request template per
+    path."""
 
-    __slots__ = ("adapter", "egress", "origin", "proxies", "templates")
+    __slots__ = ("adapter", "egress", "origin", "provider", "proxies", "templates")
 
-    def __init__(self, origin: str, egress: Egress, adapter: TLSAdapter) -> None:
+    def __init__(self, origin: str, egress: Egress, adapter: TLSAdapter, provider: Provider) -> None:
         self.origin = origin
         self.egress = egress
         self.adapter = adapter
+        self.provider = provider
         self.proxies = dict(egress.proxies)  # as the adapter takes them
         self.templates: dict[str, requests.PreparedRequest] = {}
 
@@ -234,10 +234,16 @@ class UpstreamStream:
         self._response: requests.Response | None = None
         self._reader: Any = None
 
-    def start(self, open_response: Callable[[], requests.Response], spawn: Callable[[Callable[[], None]], Any]) -> None:
-        self._reader = spawn(lambda: self._read(open_response))
+    def start(
+        self,
+        open_response: Callable[[], requests.Response],
+        spawn: Callable[[Callable[[], None]], Any],
+        decode: Decoder = iter_sse,
+    ) -> None:
+        """Start the reader; ``decode`` turns the body's chunks into events (the provider's framing)."""
+        self._reader = spawn(lambda: self._read(open_response, decode))
 
-    def _read(self, open_response: Callable[[], requests.Response]) -> None:
+    def _read(self, open_response: Callable[[], requests.Response], decode: Decoder) -> None:
         """The reader: the request, then every event of the body onto the queue, then ``_END``
         (or the exception that stopped it)."""
         put = self._queue.put
@@ -254,7 +260,7 @@ class UpstreamStream:
             if self._closed:
                 response.close()
                 return
-            for event in iter_sse(_chunks(response), before_read=hand_on):
+            for event in decode(_chunks(response), before_read=hand_on):
                 batch.append(event)
             hand_on()
             put(_END)
@@ -414,6 +420,11 @@ class UpstreamClient:
         session = self.session
         route = self._routes.get(deployment.name)
         if route is None or route.origin != deployment.base_url:
+            try:
+                provider = make_provider(deployment)
+            except ProviderSetupError as exc:  # check-config and the start name it first
+                log.error("%s", exc)
+                raise UpstreamAuthError(f"the provider of {deployment.name} can't be used") from None
             egress = egress_of(deployment, self.ca_file)
             origin = origin_of(deployment.base_url)
             with self._lock:
@@ -426,7 +437,7 @@ class UpstreamClient:
                         raise UpstreamConnectError(f"the TLS files of {deployment.name} can't be used") from None
                     adapter = TLSAdapter(context, pool_maxsize=self.pool_size)
                     session.mount(origin, adapter)
-                route = _Route(deployment.base_url, egress, adapter)
+                route = _Route(deployment.base_url, egress, adapter, provider)
                 self._routes[deployment.name] = route
         return route
 
@@ -451,26 +462,38 @@ class UpstreamClient:
         request.prepare_body(body, None)
         return request
 
-    def _headers(self, deployment: Deployment, extra: Mapping[str, str] | None, accept: str) -> dict[str, str]:
-        headers = {
-            "content-type": "application/json",
-            "accept": accept,
-            "user-agent": USER_AGENT,
-            "anthropic-version": deployment.anthropic_version,
-            "x-api-key": deployment.api_key,
-            "accept-encoding": "identity",
-        }
-        if extra:
-            headers.update(extra)
-        return headers
+    def shape(
+        self,
+        deployment: Deployment,
+        body: bytes,
+        *,
+        source: Mapping[str, Any] | None = None,
+        stream: bool | None = False,
+        headers: Mapping[str, str] | None = None,
+    ) -> tuple[bytes, Mapping[str, str] | None]:
+        """The body and forwarded header fields as ``deployment``'s provider takes them: ``body``
+        is the request serialized without ``model`` (``source``: the same as data, if at hand);
+        ``stream`` is put in front (None: as the body has it)."""
+        return self._route(deployment).provider.shape(body, source, stream, headers)
 
     def _send(
-        self, deployment: Deployment, path: str, body: bytes, headers: dict[str, str], read_timeout: float
+        self,
+        route: _Route,
+        deployment: Deployment,
+        path: str,
+        body: bytes,
+        headers: dict[str, str],
+        read_timeout: float,
+        stream: bool,
     ) -> requests.Response:
         """Send and read the head (``stream=True``: the body is read by the caller); a non-2xx
         answer is read whole within ``read_timeout`` and raised as ``UpstreamStatusError``."""
-        route = self._route(deployment)
-        request = self._prepared(route, deployment, path, body, headers)
+        provider = route.provider
+        if provider.rewrites:  # a cloud: its path, then its signature or token on the final request
+            request = self._prepared(route, deployment, provider.path(path, stream), body, headers)
+            provider.authorize(request)
+        else:
+            request = self._prepared(route, deployment, path, body, headers)
         try:  # the route's adapter itself: Session.send would only add what we turn off (module docstring)
             response = route.adapter.send(
                 request,
@@ -488,7 +511,7 @@ class UpstreamClient:
                 data = self._read(response, time.monotonic() + read_timeout, deployment)
             except UpstreamError:
                 data = b""
-            error = UpstreamStatusError(response.status_code, data, response.headers)
+            error = provider.status_error(response.status_code, data, response.headers)
             if error.error is None:  # not Anthropic's envelope: logged with its first bytes
                 log.warning(
                     "deployment %s answered HTTP %d that is not the API's error: %r",
@@ -540,7 +563,9 @@ class UpstreamClient:
     ) -> tuple[bytes, Mapping[str, str]]:
         """A non-streaming call: the whole body within ``timeout_s`` (wall clock)."""
         deadline = time.monotonic() + timeout_s
-        response = self._send(deployment, path, body, self._headers(deployment, headers, "application/json"), timeout_s)
+        route = self._route(deployment)
+        all_headers = route.provider.headers(headers, "application/json")
+        response = self._send(route, deployment, path, body, all_headers, timeout_s, False)
         return self._read(response, deadline, deployment), response.headers
 
     def open_stream(
@@ -559,27 +584,15 @@ class UpstreamClient:
         must come within it, by the wall clock (Anthropic sends ``message_start`` at once when
         it takes a stream): ``UpstreamTimeoutError`` otherwise, which the caller may fail over
         since nothing reached the client."""
-        all_headers = self._headers(deployment, headers, "text/event-stream")
         first = first_event_timeout_s if first_event_timeout_s is not None else self.stream_idle_timeout_s
         first = min(first, self.stream_idle_timeout_s)
-        self._route(deployment)  # made here, in the caller: a bad TLS file fails the call, not the reader
+        route = self._route(deployment)  # made here, in the caller: a bad TLS file fails the call, not the reader
+        all_headers = route.provider.headers(headers, "text/event-stream")
         stream = UpstreamStream(deployment, time.monotonic() + first)
         idle = self.stream_idle_timeout_s
-        stream.start(lambda: self._send(deployment, path, body, all_headers, idle), self._spawn or _spawner())
+        stream.start(
+            lambda: self._send(route, deployment, path, body, all_headers, idle, True),
+            self._spawn or _spawner(),
+            route.provider.decode,
+        )
         return stream
-
-
-def with_model(body_without_model: bytes, model: str, *, stream: bool | None = None) -> bytes:
-    """Prefix an already serialized JSON object with ``"model"`` (and ``"stream"``), so a
-    failover to another deployment doesn't re-serialize the whole body."""
-    head = b'{"model":' + json.dumps(model).encode()
-    if stream is not None:
-        head += b',"stream":' + (b"true" if stream else b"false")
-    if body_without_model == b"{}":
-        return head + b"}"
-    return head + b"," + body_without_model[1:]
-
-
-def encode_body(body: Mapping[str, Any]) -> bytes:
-    """Compact UTF-8 JSON, as sent upstream."""
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")

@@ -139,6 +139,13 @@ weight = {weight}
 """
 
 
+def _toml_value(value: Any) -> str:
+    """A TOML value: JSON's form for scalars and lists, an inline table for a dict (a ``price``)."""
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + " }"
+    return json.dumps(value)
+
+
 @dataclass
 class ModelSpec:
     id: str = "anthropic/claude-sonnet-5-5"
@@ -171,7 +178,7 @@ class ModelSpec:
                 weight=d.get("weight", 1),
             )
             extra = {k: v for k, v in d.items() if k not in _DEPLOYMENT_KEYS}  # proxy, ca_file, … as given
-            text += "".join(f"{k} = {json.dumps(v)}\n" for k, v in extra.items())
+            text += "".join(f"{k} = {_toml_value(v)}\n" for k, v in extra.items())
         return text
 
 

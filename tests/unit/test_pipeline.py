@@ -34,6 +34,7 @@ from ezat_compat.pipeline import Call, ClientRequest, Gateway, Reply
 from ezat_compat.server.metrics import Metrics
 from ezat_compat.session import StreamSession
 from ezat_compat.store.accounts import AuthContext
+from ezat_compat.upstream.providers import make_provider
 
 AUTH = AuthContext(
     key_id=1,
@@ -76,6 +77,11 @@ class FakeUpstream:
     def __init__(self, script: Mapping[str, Any]) -> None:
         self.script = dict(script)
         self.calls: list[tuple[str, bytes]] = []
+
+    def shape(
+        self, deployment: Any, body: bytes, *, source: Any = None, stream: bool | None = False, headers: Any = None
+    ) -> tuple[bytes, Any]:
+        return make_provider(deployment).shape(body, source, stream, headers)
 
     def complete(
         self, deployment: Any, path: str, body: bytes, *, timeout_s: float, headers: Any = None

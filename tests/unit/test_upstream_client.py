@@ -21,16 +21,15 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from ezat_compat.domain import Deployment
-from ezat_compat.errors import UpstreamTLSError
-from ezat_compat.upstream.client import (
-    UpstreamClient,
+from ezat_compat.errors import (
     UpstreamConnectError,
     UpstreamStatusError,
     UpstreamStreamError,
     UpstreamTimeoutError,
-    encode_body,
-    with_model,
+    UpstreamTLSError,
 )
+from ezat_compat.upstream.bodies import encode_body, with_model
+from ezat_compat.upstream.client import UpstreamClient
 
 Script = Callable[[socket.socket, bytes], None]
 

@@ -1,0 +1,52 @@
+"""Each provider's regional endpoint and its default key variable: what a deployment gets when
+its configuration leaves ``base_url`` or ``api_key_env`` out. Pure: no I/O.
+
+Sources:
+- Bedrock: ``https://bedrock-runtime.{region}.amazonaws.com`` (Amazon Bedrock user guide,
+  "Inference using Anthropic Messages API", the bedrock-runtime endpoint; InvokeModel's
+  ``POST /model/{modelId}/invoke``).
+- Vertex AI: ``https://{region}-aiplatform.googleapis.com``, or ``https://aiplatform.googleapis.com``
+  for the ``global`` region (Anthropic, "Claude on Vertex AI"; Google Cloud, "Use Claude models").
+- Foundry: no default: each resource has its own host, ``https://{resource}.services.ai.azure.com``
+  (Anthropic, "Claude in Microsoft Foundry"), so ``base_url`` is required. The key variable is
+  the one Anthropic's SDK reads for Foundry, ``ANTHROPIC_FOUNDRY_API_KEY``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+# provider -> the key variable read when api_key_env is not given ("": no key, the cloud's credentials)
+DEFAULT_KEY_VARIABLE: Mapping[str, str] = {
+    "anthropic": "ANTHROPIC_API_KEY",
+    "foundry": "ANTHROPIC_FOUNDRY_API_KEY",
+    "bedrock": "",  # SigV4 with botocore's credential chain; a Bedrock API key only when api_key_env is set
+    "vertex": "",  # Google's application default credentials
+}
+
+
+def default_base_url(provider: str, region: str) -> str:
+    """The provider's regional endpoint; "" when the provider has none (``base_url`` required)."""
+    if provider == "bedrock" and region:
+        return f"https://bedrock-runtime.{region}.amazonaws.com"
+    if provider == "vertex" and region:
+        return (
+            "https://aiplatform.googleapis.com" if region == "global" else f"https://{region}-aiplatform.googleapis.com"
+        )
+    return ""
+
+
+# provider -> the Messages API paths it offers (None: all). Bedrock's InvokeModel and Vertex's
+# rawPredict carry messages only; count_tokens is another API on each (not called here).
+PATHS_OFFERED: Mapping[str, frozenset[str] | None] = {
+    "anthropic": None,
+    "foundry": None,
+    "bedrock": frozenset({"/v1/messages"}),
+    "vertex": frozenset({"/v1/messages"}),
+}
+
+
+def offers(provider: str, path: str) -> bool:
+    """True when a deployment of ``provider`` can serve a call to ``path``."""
+    paths = PATHS_OFFERED.get(provider)
+    return paths is None or path in paths

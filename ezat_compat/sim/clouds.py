@@ -1,0 +1,230 @@
+"""What the simulator needs to speak Amazon Bedrock and Google Vertex AI (``app.py`` routes).
+
+Bedrock (InvokeModel / InvokeModelWithResponseStream):
+- SigV4 is verified as AWS does: the signature is recomputed with botocore's ``SigV4Auth`` from
+  the known test credentials (``SIM_AWS_ACCESS_KEY_ID`` / ``SIM_AWS_SECRET_ACCESS_KEY``), the
+  request's method, URL, body and the header fields it signed, at the time its ``X-Amz-Date``
+  names; an unknown key id (``UnrecognizedClientException``), a wrong signature or a changed
+  body (``InvalidSignatureException``) and a date more than five minutes away (``Signature
+  expired``) are refused with 403 in Bedrock's shape. A ``Bearer`` token is a Bedrock API key.
+- Errors: ``{"message": …}`` with ``x-amzn-ErrorType: <Type>:http://internal.amazon.com/coral/…``.
+- Streams: AWS event-stream framing (``encode_message``: prelude, headers, payload, two CRC-32s),
+  each Anthropic event a ``chunk`` event whose payload is ``{"bytes": "<base64 of the event>"}``;
+  botocore's ``EventStreamBuffer`` decodes it (``tests/unit/test_bedrock_eventstream.py``).
+
+Vertex AI (rawPredict / streamRawPredict):
+- A token endpoint (``POST /token``) for a service account: the JWT bearer grant
+  (RFC 7523) signed RS256 with the account's key, verified with ``cryptography`` against the
+  key of the service-account file the simulator was given; it issues short-lived tokens, and
+  only those are accepted as ``Authorization: Bearer`` on the Vertex paths.
+- Errors: Google's JSON, ``{"error": {"code": 429, "message": …, "status": "RESOURCE_EXHAUSTED"}}``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import calendar
+import json
+import os
+import struct
+import time
+import zlib
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import parse_qs, quote
+
+SIM_AWS_ACCESS_KEY_ID = "AKIDEZATSIMULATOR01"
+SIM_AWS_SECRET_ACCESS_KEY = "ezat-sim/aws-secret-access-key-for-tests"
+SIGNATURE_WINDOW_S = 300  # AWS refuses a request signed more than 5 minutes from its clock
+BEDROCK_VERSION = "bedrock-2023-05-31"
+VERTEX_VERSION = "vertex-2023-10-16"
+GOOGLE_TOKEN_AUDIENCE = "https://oauth2.googleapis.com/token"
+UNRECOGNIZED = "UnrecognizedClientException"
+BAD_SIGNATURE = "InvalidSignatureException"
+_CORAL = ":http://internal.amazon.com/coral/com.amazon.bedrock/"
+
+# status -> the Bedrock error type the simulator answers with (injected faults included)
+BEDROCK_STATUS_TO_TYPE: Mapping[int, str] = {
+    400: "ValidationException",
+    403: "AccessDeniedException",
+    404: "ResourceNotFoundException",
+    408: "ModelTimeoutException",
+    429: "ThrottlingException",
+    500: "InternalServerException",
+    503: "ServiceUnavailableException",
+    529: "ServiceUnavailableException",
+}
+GOOGLE_STATUS_TO_NAME: Mapping[int, str] = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    429: "RESOURCE_EXHAUSTED",
+    500: "INTERNAL",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
+
+
+class CloudError(Exception):
+    """An answer in a cloud's own error shape: ``status``, ``headers``, ``body``."""
+
+    def __init__(self, status: int, body: Mapping[str, Any], headers: tuple[tuple[str, str], ...] = ()) -> None:
+        super().__init__(f"{status}: {body}")
+        self.status = status
+        self.body = body
+        self.headers = headers
+
+
+def bedrock_error(status: int, message: str, kind: str | None = None) -> CloudError:
+    """Bedrock's error answer (status mapped to its type unless ``kind`` names it)."""
+    kind = kind or BEDROCK_STATUS_TO_TYPE.get(status, "InternalServerException")
+    return CloudError(529 if status == 529 else status, {"message": message}, (("x-amzn-ErrorType", kind + _CORAL),))
+
+
+def google_error(status: int, message: str) -> CloudError:
+    name = GOOGLE_STATUS_TO_NAME.get(status, "UNKNOWN")
+    return CloudError(status, {"error": {"code": status, "message": message, "status": name}})
+
+
+# ---------------------------------------------------------------- Bedrock: SigV4
+
+
+def verify_sigv4(method: str, url: str, headers: Mapping[str, str], body: bytes, now: float | None = None) -> None:
+    """Refuse (``CloudError``, Bedrock's 403) a request whose SigV4 signature is not what the
+    test credentials give for it. ``headers``: the request's, names in lower case."""
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    authorization = headers.get("authorization", "")
+    scheme, _, rest = authorization.partition(" ")
+    if scheme != "AWS4-HMAC-SHA256":
+        raise bedrock_error(403, "Missing Authentication Token", "MissingAuthenticationTokenException")
+    parts = dict(item.strip().split("=", 1) for item in rest.split(",") if "=" in item)
+    credential = parts.get("Credential", "").split("/")
+    if len(credential) != 5 or credential[3] != "bedrock" or credential[4] != "aws4_request":
+        raise bedrock_error(403, "Authorization header requires a valid Credential.", "IncompleteSignatureException")
+    if credential[0] != SIM_AWS_ACCESS_KEY_ID:
+        raise bedrock_error(
+            403, "The security token included in the request is invalid.", "UnrecognizedClientException"
+        )
+    amz_date = headers.get("x-amz-date", "")
+    try:
+        signed_at = calendar.timegm(time.strptime(amz_date, "%Y%m%dT%H%M%SZ"))
+    except ValueError:
+        raise bedrock_error(403, "X-Amz-Date is missing or malformed.", "IncompleteSignatureException") from None
+    if abs((now if now is not None else time.time()) - signed_at) > SIGNATURE_WINDOW_S:
+        raise bedrock_error(
+            403, f"Signature expired: {amz_date} is now earlier than allowed.", "InvalidSignatureException"
+        )
+    names = parts.get("SignedHeaders", "").split(";")
+    signed = {name: headers.get(name, "") for name in names if name != "host"}
+    request = AWSRequest(method=method, url=url, data=body, headers=signed)
+    request.context["timestamp"] = amz_date
+    auth = SigV4Auth(Credentials(SIM_AWS_ACCESS_KEY_ID, SIM_AWS_SECRET_ACCESS_KEY), "bedrock", credential[2])
+    expected = auth.signature(auth.string_to_sign(request, auth.canonical_request(request)), request)
+    if expected != parts.get("Signature"):
+        raise bedrock_error(
+            403,
+            "The request signature we calculated does not match the signature you provided.",
+            BAD_SIGNATURE,
+        )
+
+
+def bedrock_url(host: str, model: str, operation: str) -> str:
+    """The URL a client signed: the model id percent-encoded as one path segment."""
+    return f"http://{host}/model/{quote(model, safe='')}/{operation}"
+
+
+# ---------------------------------------------------------------- Bedrock: event stream
+
+
+def _header(name: str, value: str) -> bytes:
+    raw_name, raw_value = name.encode(), value.encode()
+    return struct.pack("!B", len(raw_name)) + raw_name + b"\x07" + struct.pack("!H", len(raw_value)) + raw_value
+
+
+def encode_message(headers: Mapping[str, str], payload: bytes) -> bytes:
+    """One event-stream message: total length, headers length, prelude CRC, string headers
+    (type 7), the payload, the message CRC (AWS, "Event stream encoding")."""
+    encoded = b"".join(_header(k, v) for k, v in headers.items())
+    total = 12 + len(encoded) + len(payload) + 4
+    prelude = struct.pack("!II", total, len(encoded))
+    prelude += struct.pack("!I", zlib.crc32(prelude) & 0xFFFFFFFF)
+    message = prelude + encoded + payload
+    return message + struct.pack("!I", zlib.crc32(message) & 0xFFFFFFFF)
+
+
+def chunk_message(data: Mapping[str, Any]) -> bytes:
+    """An Anthropic stream event as Bedrock's ``chunk`` event."""
+    event = json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
+    payload = json.dumps({"bytes": base64.b64encode(event).decode()}).encode()
+    return encode_message(
+        {":event-type": "chunk", ":content-type": "application/json", ":message-type": "event"}, payload
+    )
+
+
+def exception_message(kind: str, message: str) -> bytes:
+    """A stream's exception event (``throttlingException``, ``modelStreamErrorException``…)."""
+    return encode_message(
+        {":exception-type": kind, ":content-type": "application/json", ":message-type": "exception"},
+        json.dumps({"message": message}).encode(),
+    )
+
+
+# ---------------------------------------------------------------- Vertex: tokens
+
+
+class GoogleTokens:
+    """The token endpoint of one test service account, and the tokens it issued."""
+
+    def __init__(self, service_account_file: str) -> None:
+        from cryptography.hazmat.primitives.asymmetric import rsa
+        from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+        with open(service_account_file, encoding="utf-8") as f:
+            info = json.load(f)
+        key = load_pem_private_key(info["private_key"].encode(), password=None)
+        if not isinstance(key, rsa.RSAPrivateKey):
+            raise ValueError(f"{service_account_file}: not an RSA key (service accounts sign RS256)")
+        self.public_key = key.public_key()
+        self.email = info["client_email"]
+        self.issued: dict[str, float] = {}  # token -> expiry (time.time())
+
+    def grant(self, form: bytes, token_uri: str) -> dict[str, Any]:
+        """The JWT bearer grant (RFC 7523): a token for a valid assertion; ``CloudError`` 400
+        in OAuth's error shape otherwise."""
+        from cryptography.exceptions import InvalidSignature
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.asymmetric import padding
+
+        fields = parse_qs(form.decode("ascii", "replace"))
+        if fields.get("grant_type") != ["urn:ietf:params:oauth:grant-type:jwt-bearer"]:
+            raise CloudError(400, {"error": "unsupported_grant_type"})
+        try:
+            head, claims_b64, signature = fields["assertion"][0].split(".")
+            claims = json.loads(_unb64(claims_b64))
+            self.public_key.verify(
+                _unb64(signature), f"{head}.{claims_b64}".encode(), padding.PKCS1v15(), hashes.SHA256()
+            )
+        except (KeyError, ValueError, binascii.Error, InvalidSignature):
+            raise CloudError(400, {"error": "invalid_grant", "error_description": "Invalid JWT Signature."}) from None
+        now = time.time()
+        audiences = (GOOGLE_TOKEN_AUDIENCE, token_uri)  # google-auth names Google's endpoint, whatever token_uri says
+        if claims.get("iss") != self.email or claims.get("aud") not in audiences or float(claims.get("exp", 0)) < now:
+            raise CloudError(400, {"error": "invalid_grant", "error_description": "Invalid JWT: claims."})
+        token = "ya29.sim-" + os.urandom(16).hex()
+        self.issued[token] = now + 3600
+        return {"access_token": token, "expires_in": 3599, "token_type": "Bearer"}
+
+    def check(self, authorization: str) -> None:
+        scheme, _, token = authorization.partition(" ")
+        expiry = self.issued.get(token.strip()) if scheme.lower() == "bearer" else None
+        if expiry is None or expiry < time.time():
+            raise google_error(401, "Request had invalid authentication credentials.")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))

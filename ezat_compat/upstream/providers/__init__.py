@@ -1,0 +1,152 @@
+"""Providers: how one deployment is called, chosen once per deployment and process.
+
+Every deployment speaks Anthropic's Messages API; what differs per provider is data and a few
+small steps, all on one object (``Provider``) that the upstream client keeps on the
+deployment's route:
+
+    shape(body, source, stream, headers)  the body and header fields this provider takes
+                                          (model in the URL or the body, anthropic_version,
+                                          betas in a header or the body, the betas it refuses)
+    path(path, stream)                    the URL path (InvokeModel, rawPredict, /v1/messages)
+    headers(extra, accept)                the header fields (x-api-key, or none: see authorize)
+    authorize(request)                    a SigV4 signature or a bearer token, on the final request
+    decode(chunks, before_read)           the stream's framing -> (event type, data) pairs
+    status_error(status, body, headers)   the provider's error answer as Anthropic's envelope
+
+``Provider`` itself is Anthropic's own API (and Foundry's, which serves the same API under the
+resource's ``/anthropic`` path with the same ``x-api-key``): ``rewrites`` is False, so the
+client's hot path skips ``path`` and ``authorize`` altogether and the request costs what it
+cost before providers existed. ``bedrock.py`` and ``vertex.py`` import their SDK (an extra)
+only when a deployment of theirs is made; a missing extra is named in ``ProviderSetupError``.
+
+Betas and fields each provider refuses are data in ``betas.py``, each rule with its source.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+import requests
+
+from ezat_compat import __version__
+from ezat_compat.domain import Deployment
+from ezat_compat.errors import UpstreamStatusError
+from ezat_compat.upstream.bodies import with_model
+from ezat_compat.upstream.providers.betas import allowed_betas
+from ezat_compat.upstream.sse import iter_sse
+
+Event = tuple[str, str]
+USER_AGENT = f"ezat-compat/{__version__}"
+Decoder = Callable[..., Iterator[Event]]  # (chunks, *, before_read=None) -> events
+
+
+class ProviderSetupError(Exception):
+    """A deployment's provider can't be used as configured (its extra isn't installed, no
+    credentials were found); the message is one line naming the deployment, never a secret."""
+
+
+class Provider:
+    """Anthropic's Messages API (``provider = "anthropic"``, and Foundry's): the body with
+    ``model`` in front, ``x-api-key`` and ``anthropic-version`` header fields, SSE."""
+
+    __slots__ = ("deployment", "model")
+    name = "anthropic"
+    rewrites = False  # True: ``path`` and ``authorize`` run for each call
+    decode: Decoder = staticmethod(iter_sse)
+
+    def __init__(self, deployment: Deployment) -> None:
+        self.deployment = deployment
+        self.model = deployment.upstream_model
+
+    def shape(
+        self, body: bytes, source: Mapping[str, Any] | None, stream: bool | None, headers: Mapping[str, str] | None
+    ) -> tuple[bytes, Mapping[str, str] | None]:
+        """The body to send (``body`` serialized without ``model``; ``source`` the same as data,
+        when the caller has it) and the header fields forwarded with it."""
+        return with_model(body, self.model, stream=stream), headers
+
+    def path(self, path: str, stream: bool) -> str:
+        return path
+
+    def headers(self, extra: Mapping[str, str] | None, accept: str) -> dict[str, str]:
+        headers = {
+            "content-type": "application/json",
+            "accept": accept,
+            "user-agent": USER_AGENT,
+            "anthropic-version": self.deployment.anthropic_version,
+            "x-api-key": self.deployment.api_key,
+            "accept-encoding": "identity",
+        }
+        if extra:
+            headers.update(extra)
+        return headers
+
+    def authorize(self, request: requests.PreparedRequest) -> None:
+        """Sign or authenticate the prepared request (clouds); ``UpstreamAuthError`` when the
+        credentials can't be had."""
+
+    def status_error(self, status: int, body: bytes, headers: Mapping[str, str]) -> UpstreamStatusError:
+        return UpstreamStatusError(status, body, headers)
+
+    def describe(self) -> list[str]:
+        """check-config's words for this deployment (no secret); ``ProviderSetupError`` when it
+        can't be used."""
+        d = self.deployment
+        return [f"provider: {self.name}", f"key: from {d.api_key_env}" + ("" if d.api_key else " (not set)")]
+
+
+class FoundryProvider(Provider):
+    """Claude in Microsoft Foundry: Anthropic's Messages API at
+    ``https://{resource}.services.ai.azure.com/anthropic/v1/messages`` with the resource's key
+    in ``x-api-key`` and ``anthropic-version: 2023-06-01`` (Anthropic, "Claude in Microsoft
+    Foundry"; Microsoft's sample microsoft/Generative-AI-for-beginners-dotnet,
+    BasicChat-11FoundryClaude: "x-api-key header (not Authorization: Bearer)"). Betas pass
+    through filtered by ``betas.py``'s Foundry row. Entra ID tokens are not supported here."""
+
+    __slots__ = ()
+    name = "foundry"
+
+    def shape(
+        self, body: bytes, source: Mapping[str, Any] | None, stream: bool | None, headers: Mapping[str, str] | None
+    ) -> tuple[bytes, Mapping[str, str] | None]:
+        return with_model(body, self.model, stream=stream), _filtered_beta_header(self.name, headers)
+
+
+def _filtered_beta_header(provider: str, headers: Mapping[str, str] | None) -> Mapping[str, str] | None:
+    """``headers`` with the ``anthropic-beta`` values ``provider`` refuses taken out."""
+    if not headers or "anthropic-beta" not in headers:
+        return headers
+    out = {k: v for k, v in headers.items() if k != "anthropic-beta"}
+    betas = allowed_betas(provider, headers["anthropic-beta"])
+    if betas:
+        out["anthropic-beta"] = ",".join(betas)
+    return out
+
+
+def beta_list(provider: str, headers: Mapping[str, str] | None) -> list[str]:
+    """The ``anthropic-beta`` values of ``headers`` that ``provider`` accepts."""
+    if not headers or "anthropic-beta" not in headers:
+        return []
+    return allowed_betas(provider, headers["anthropic-beta"])
+
+
+def make_provider(deployment: Deployment) -> Provider:
+    """The deployment's provider object (its SDK imported now); ``ProviderSetupError`` when its
+    extra is missing."""
+    if deployment.provider == "bedrock":
+        from ezat_compat.upstream.providers.bedrock import BedrockProvider
+
+        return BedrockProvider(deployment)
+    if deployment.provider == "vertex":
+        from ezat_compat.upstream.providers.vertex import VertexProvider
+
+        return VertexProvider(deployment)
+    if deployment.provider == "foundry":
+        return FoundryProvider(deployment)
+    return Provider(deployment)
+
+
+def events_of(decode: Decoder, chunks: Iterable[bytes], before_read: Callable[[], None] | None) -> Iterator[Event]:
+    """``decode``'s events of ``chunks`` (a seam for tests that feed bytes split anywhere)."""
+    return decode(chunks, before_read=before_read)

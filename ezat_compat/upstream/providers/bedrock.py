@@ -1,0 +1,284 @@
+"""Amazon Bedrock: InvokeModel and InvokeModelWithResponseStream, signed with SigV4.
+
+- ``POST /model/{modelId}/invoke`` and ``/model/{modelId}/invoke-with-response-stream`` on
+  ``https://bedrock-runtime.{region}.amazonaws.com`` (botocore's service model,
+  ``botocore/data/bedrock-runtime/2023-09-30/service-2.json``: ``InvokeModel``,
+  ``InvokeModelWithResponseStream``). The model id (or inference-profile id or ARN) is one path
+  segment, percent-encoded as botocore encodes it.
+- The body is Anthropic's Messages body without ``model`` and ``stream``, with
+  ``"anthropic_version": "bedrock-2023-05-31"`` and the betas as ``"anthropic_beta": [...]``
+  (Amazon Bedrock user guide, "Anthropic Claude Messages API"; Anthropic, "Claude on Amazon
+  Bedrock"). The betas Bedrock refuses are dropped (``betas.py``).
+- Credentials: botocore's standard chain (environment, the shared files' profile
+  ``aws_profile``, SSO, container and instance roles), refreshed by botocore; each request is
+  signed with ``SigV4Auth(credentials, "bedrock", region)``. With ``api_key_env`` set, a Bedrock
+  API key is sent as ``Authorization: Bearer`` instead (Bedrock user guide, "API keys").
+- The stream is AWS event-stream framing (``application/vnd.amazon.eventstream``), decoded
+  with botocore's ``EventStreamBuffer``: each ``chunk`` event's payload is
+  ``{"bytes": "<base64>"}`` whose bytes are one Anthropic stream event's JSON (the service
+  model's ``ResponseStream`` / ``PayloadPart``); exception events become Anthropic ``error``
+  events, so the rest of the pipeline sees the events it sees from Anthropic.
+- Errors are ``{"message": …}`` with the type in ``x-amzn-ErrorType``; ``BEDROCK_ERRORS``
+  maps them onto Anthropic's envelope (and so onto our failover and error table).
+
+Anthropic's Messages API itself is also offered on Bedrock (``/anthropic/v1/messages`` on
+bedrock-runtime and bedrock-mantle; Bedrock user guide, "Inference using Anthropic Messages
+API"), but not for every model and region; InvokeModel is offered for every Claude model on
+Bedrock, so it is what this provider calls.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+from urllib.parse import quote
+
+import requests
+
+from ezat_compat.domain import Deployment
+from ezat_compat.errors import UpstreamAuthError, UpstreamStatusError
+from ezat_compat.upstream.bodies import encode_body
+from ezat_compat.upstream.providers import USER_AGENT, Event, Provider, ProviderSetupError, beta_list
+
+try:
+    import botocore.session
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.eventstream import EventStreamBuffer, EventStreamMessage
+    from botocore.exceptions import BotoCoreError
+except ImportError:  # pragma: no cover - the extra is installed in tests
+    botocore = None
+
+log = logging.getLogger("ezat_compat")
+
+ANTHROPIC_VERSION = "bedrock-2023-05-31"
+SERVICE = "bedrock"
+_SIGNED_HEADERS = ("content-type", "accept")  # besides host and x-amz-date, which botocore adds
+
+# x-amzn-ErrorType (and an event stream's :exception-type) -> (status, Anthropic error type).
+# InvokeModel's errors (Bedrock API reference, "InvokeModel", Errors) and the common ones
+# (signature, unknown key, expired token), keyed in lower case: event streams spell them
+# lowerCamelCase (throttlingException), headers UpperCamelCase.
+BEDROCK_ERRORS: Mapping[str, tuple[int, str]] = {
+    "throttlingexception": (429, "rate_limit_error"),
+    "servicequotaexceededexception": (429, "rate_limit_error"),
+    "servicesunavailableexception": (503, "overloaded_error"),
+    "serviceunavailableexception": (503, "overloaded_error"),
+    "modelnotreadyexception": (503, "overloaded_error"),
+    "internalserverexception": (500, "api_error"),
+    "modelstreamerrorexception": (500, "api_error"),
+    "modelerrorexception": (500, "api_error"),
+    "modeltimeoutexception": (504, "timeout_error"),
+    "validationexception": (400, "invalid_request_error"),
+    "accessdeniedexception": (403, "permission_error"),
+    "unrecognizedclientexception": (403, "permission_error"),
+    "invalidsignatureexception": (403, "permission_error"),
+    "expiredtokenexception": (403, "permission_error"),
+    "resourcenotfoundexception": (404, "not_found_error"),
+}
+
+
+def error_of(kind: str, status: int) -> tuple[int, str]:
+    """(status, Anthropic error type) for a Bedrock error type (``ThrottlingException:http://…``
+    or ``throttlingException``); unknown types keep the status."""
+    name = kind.split(":", 1)[0].strip().lower()
+    known = BEDROCK_ERRORS.get(name)
+    if known is not None:
+        return known
+    return status, "invalid_request_error" if status < 500 else "api_error"
+
+
+def envelope(error_type: str, message: str) -> bytes:
+    return json.dumps({"type": "error", "error": {"type": error_type, "message": message}}).encode()
+
+
+class BedrockProvider(Provider):
+    """A Bedrock deployment (module docstring)."""
+
+    __slots__ = ("_credentials", "_lock", "_paths", "_session")
+    name = "bedrock"
+    rewrites = True
+
+    def __init__(self, deployment: Deployment) -> None:
+        if botocore is None:
+            raise ProviderSetupError(
+                f"deployment {deployment.name}: provider 'bedrock' needs botocore: pip install 'ezat-compat[bedrock]'"
+            )
+        super().__init__(deployment)
+        model = quote(deployment.upstream_model, safe="")
+        self._paths = (f"/model/{model}/invoke", f"/model/{model}/invoke-with-response-stream")
+        self._lock = threading.Lock()
+        self._session: Any = None
+        self._credentials: Any = None
+        logging.getLogger("botocore.auth").setLevel(logging.INFO)  # its debug lines hold the signature
+
+    # -- the request ----------------------------------------------------------------------------
+
+    def shape(
+        self, body: bytes, source: Mapping[str, Any] | None, stream: bool | None, headers: Mapping[str, str] | None
+    ) -> tuple[bytes, Mapping[str, str] | None]:
+        data = dict(source) if source is not None else json.loads(body)
+        data.pop("model", None)
+        data.pop("stream", None)
+        out: dict[str, Any] = {"anthropic_version": ANTHROPIC_VERSION}
+        betas = beta_list(self.name, headers)
+        if betas:
+            out["anthropic_beta"] = betas
+        out.update((k, v) for k, v in data.items() if k not in ("anthropic_version", "anthropic_beta"))
+        return encode_body(out), None  # betas and the version travel in the body
+
+    def path(self, path: str, stream: bool) -> str:
+        if path != "/v1/messages":
+            raise UpstreamAuthError(f"{self.deployment.name} (bedrock) does not offer {path}")
+        return self._paths[stream]
+
+    def headers(self, extra: Mapping[str, str] | None, accept: str) -> dict[str, str]:
+        accept = "application/vnd.amazon.eventstream" if accept == "text/event-stream" else accept
+        headers = {
+            "content-type": "application/json",
+            "accept": accept,
+            "user-agent": USER_AGENT,
+            "accept-encoding": "identity",
+        }
+        if self.deployment.api_key:
+            headers["authorization"] = f"Bearer {self.deployment.api_key}"
+        return headers
+
+    def credentials(self) -> Any:
+        """botocore's credentials (refreshable ones refresh themselves); made once, on first use."""
+        if self._credentials is None:
+            with self._lock:
+                if self._credentials is None:
+                    try:
+                        session = botocore.session.Session(profile=self.deployment.aws_profile or None)
+                        credentials = session.get_credentials()
+                    except BotoCoreError as exc:
+                        raise ProviderSetupError(f"deployment {self.deployment.name}: {exc}") from None
+                    if credentials is None:
+                        raise ProviderSetupError(
+                            f"deployment {self.deployment.name}: botocore found no AWS credentials "
+                            "(environment, shared files"
+                            + (f" profile {self.deployment.aws_profile!r}" if self.deployment.aws_profile else "")
+                            + ", SSO, container or instance role)"
+                        )
+                    self._session, self._credentials = session, credentials
+        return self._credentials
+
+    def authorize(self, request: requests.PreparedRequest) -> None:
+        if self.deployment.api_key:
+            return  # a Bedrock API key, already in the header fields
+        try:
+            frozen = self.credentials().get_frozen_credentials()
+        except ProviderSetupError as exc:
+            log.error("%s", exc)
+            raise UpstreamAuthError(f"no AWS credentials for {self.deployment.name}") from None
+        except Exception as exc:  # a refresh that failed (an expired SSO session, the role's endpoint)
+            log.error(
+                "deployment %s: AWS credentials could not be refreshed: %s", self.deployment.name, type(exc).__name__
+            )
+            raise UpstreamAuthError(f"the AWS credentials of {self.deployment.name} could not be refreshed") from None
+        signed = {k: v for k, v in request.headers.items() if k.lower() in _SIGNED_HEADERS}
+        aws = AWSRequest(method="POST", url=request.url, data=request.body, headers=signed)
+        SigV4Auth(frozen, SERVICE, self.deployment.region).add_auth(aws)
+        for name in ("Authorization", "X-Amz-Date", "X-Amz-Security-Token"):
+            value = aws.headers.get(name)
+            if value is not None:
+                request.headers[name] = value
+
+    # -- the answer -----------------------------------------------------------------------------
+
+    @staticmethod
+    def decode(chunks: Iterable[bytes], *, before_read: Callable[[], None] | None = None) -> Iterator[Event]:
+        return iter_event_stream(chunks, before_read=before_read)
+
+    def status_error(self, status: int, body: bytes, headers: Mapping[str, str]) -> UpstreamStatusError:
+        kind = _header(headers, "x-amzn-errortype")
+        try:
+            data = json.loads(body)
+        except ValueError:
+            data = None
+        if isinstance(data, dict) and isinstance(data.get("error"), dict):  # already Anthropic's
+            return UpstreamStatusError(status, body, headers)
+        message = ""
+        if isinstance(data, dict):
+            message = str(data.get("message") or data.get("Message") or "")
+        if not kind and not message:  # not Bedrock's answer: something in between
+            return UpstreamStatusError(status, body, headers)
+        mapped_status, error_type = error_of(kind, status)
+        return UpstreamStatusError(mapped_status, envelope(error_type, message or kind), headers)
+
+    def describe(self) -> list[str]:
+        d = self.deployment
+        lines = [f"provider: bedrock, region {d.region}, model {d.upstream_model}"]
+        if d.api_key_env:
+            lines.append(f"credentials: Bedrock API key from {d.api_key_env}" + ("" if d.api_key else " (not set)"))
+            return lines
+        credentials = self.credentials()
+        method = getattr(credentials, "method", "") or "unknown"
+        profile = f" (profile {d.aws_profile})" if d.aws_profile else ""
+        lines.append(f"credentials: AWS SigV4, found by botocore's chain in {method}{profile}")
+        return lines
+
+
+def _header(headers: Mapping[str, str], name: str) -> str:
+    value = headers.get(name)
+    if value is None:
+        value = next((v for k, v in headers.items() if k.lower() == name), "")
+    return value
+
+
+def iter_event_stream(chunks: Iterable[bytes], *, before_read: Callable[[], None] | None = None) -> Iterator[Event]:
+    """(event type, data) of each Anthropic event of a Bedrock event stream, as ``iter_sse``
+    gives them for Anthropic's SSE. ``before_read`` is called before each further chunk is
+    read (every complete message of the chunks so far has been yielded by then). A message
+    the body's end cut off is not one; a bad CRC or an oversized message raises (botocore's
+    ``ParserError``: the stream is broken)."""
+    buffer = EventStreamBuffer()
+    source = iter(chunks)
+    while True:
+        if before_read is not None:
+            before_read()
+        chunk = next(source, None)
+        if chunk is None:
+            return
+        buffer.add_data(chunk)
+        for message in buffer:
+            event = _event(message)
+            if event is not None:
+                yield event
+
+
+def _event(message: EventStreamMessage) -> Event | None:
+    headers = message.headers
+    kind = headers.get(":message-type")
+    if kind == "event":
+        if headers.get(":event-type") != "chunk":
+            return None  # an event type this API doesn't document: skipped
+        return _chunk(message.payload)
+    if kind == "exception":
+        name = str(headers.get(":exception-type", ""))
+    else:  # "error": :error-code and :error-message
+        name = str(headers.get(":error-code", ""))
+    try:
+        text = json.loads(message.payload).get("message", "") if message.payload else ""
+    except (ValueError, AttributeError):
+        text = ""
+    text = text or str(headers.get(":error-message", "")) or name
+    _, error_type = error_of(name, 500)
+    return "error", json.dumps({"type": "error", "error": {"type": error_type, "message": text}})
+
+
+def _chunk(payload: bytes) -> Event:
+    from ezat_compat.errors import UpstreamStreamError
+
+    try:
+        data = base64.b64decode(json.loads(payload)["bytes"], validate=True).decode("utf-8")
+        event_type = json.loads(data)["type"]
+    except (ValueError, KeyError, TypeError, binascii.Error):
+        raise UpstreamStreamError("Bedrock sent a stream chunk that is not an Anthropic event") from None
+    return str(event_type), data

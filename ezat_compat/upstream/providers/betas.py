@@ -1,0 +1,64 @@
+"""Which ``anthropic-beta`` values each provider accepts: data, each row with its source.
+
+A beta a provider refuses is dropped for that provider and never sent: the clouds answer a
+whole request with 400 for one value they don't know ("invalid beta flag" on Bedrock,
+"Unexpected value(s) `…` for the `anthropic-beta` header" on Vertex AI), and Claude Code sends
+several on every request. The clouds are allow-lists (what is documented or shown to work
+there); a value not on a provider's list is dropped for it. ``None``: every value passes
+(Anthropic's own API decides).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+# Amazon Bedrock, InvokeModel's ``anthropic_beta`` (in the body). The values AWS documents for
+# Claude's Messages request ("Anthropic Claude Messages API" request parameters), as gathered in
+# BerriAI/litellm#19877 ("Supported Beta Flags (per AWS docs)"). Refusals of everything else
+# seen in anthropics/claude-code#49370 (claude-code-20250219, effort on Opus 4.7: "invalid beta
+# flag"), anthropics/claude-code#56595 (extended-cache-ttl-2025-04-11) and BerriAI/litellm#19875
+# (mcp-servers-2025-12-04).
+BEDROCK_BETAS = frozenset(
+    {
+        "computer-use-2024-10-22",
+        "computer-use-2025-01-24",
+        "token-efficient-tools-2025-02-19",
+        "interleaved-thinking-2025-05-14",
+        "output-128k-2025-02-19",
+        "dev-full-thinking-2025-05-14",
+        "context-1m-2025-08-07",
+        "context-management-2025-06-27",
+        "effort-2025-11-24",
+        "tool-search-tool-2025-10-19",
+        "tool-examples-2025-10-29",
+    }
+)
+
+# Google Vertex AI, the ``anthropic-beta`` header of rawPredict/streamRawPredict. Shown to work:
+# interleaved-thinking-2025-05-14 and context-management-2025-06-27 (BerriAI/litellm#15299 and
+# BerriAI/litellm#15335, forwarding them to Vertex). Refused with "Unexpected value(s)":
+# prompt-caching-scope-2026-01-05 (BerriAI/litellm#19984), web-search-2025-03-05 (anthropics/claude-code#12429),
+# structured-outputs-2025-11-13 (BerriAI/litellm#17755), effort-2025-11-24 and
+# adaptive-thinking-2026-01-28 (anthropics/claude-code#34802).
+VERTEX_BETAS = frozenset({"interleaved-thinking-2025-05-14", "context-management-2025-06-27"})
+
+PROVIDER_BETAS: Mapping[str, frozenset[str] | None] = {
+    "anthropic": None,
+    # Claude in Foundry runs on Anthropic's infrastructure and serves Anthropic's API (Anthropic,
+    # "Claude in Microsoft Foundry", "Preview"): no refusal is documented, so values pass.
+    "foundry": None,
+    "bedrock": BEDROCK_BETAS,
+    "vertex": VERTEX_BETAS,
+}
+
+
+def allowed_betas(provider: str, header: str) -> list[str]:
+    """The values of an ``anthropic-beta`` header (comma-separated, as Anthropic's API takes it)
+    that ``provider`` accepts, in order, without repeats."""
+    accepted = PROVIDER_BETAS.get(provider)
+    out: list[str] = []
+    for value in header.split(","):
+        beta = value.strip()
+        if beta and beta not in out and (accepted is None or beta in accepted):
+            out.append(beta)
+    return out

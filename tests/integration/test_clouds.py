@@ -1,0 +1,258 @@
+"""Cloud deployments through the real gateway (gunicorn, gevent) and the simulator speaking each
+provider: Amazon Bedrock (SigV4 verified, event-stream framing), Google Vertex AI (google-auth
+running for real against the simulator's token endpoint) and Microsoft Foundry.
+
+Each provider serves Chat Completions, the Responses API and ``/v1/messages``, JSON and streams,
+with usage and money exact; Claude Code's betas reach each provider filtered to what it takes;
+a wrong AWS credential fails over to another deployment, and alone answers 500
+``server_error`` (never 401/403) logged with the deployment's name and no secret.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+import requests
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from ezat_compat.sim.clouds import SIM_AWS_ACCESS_KEY_ID, SIM_AWS_SECRET_ACCESS_KEY
+from tests.integration.harness import Gateway, ModelSpec, Sim
+
+pytestmark = pytest.mark.integration
+
+BEDROCK_MODEL = "anthropic.claude-sonnet-5-5-v1:0"
+VERTEX_MODEL = "claude-sonnet-5-5@20260101"
+WRONG_SECRET = "not-the-right-secret-0123456789"
+FOUNDRY_KEY = "foundry-test-key"
+CLAUDE_CODE_BETAS = "claude-code-20250219,interleaved-thinking-2025-05-14,fine-grained-tool-streaming-2025-05-14"
+# bedrock-good's own price: what its requests are billed at, not the model's
+BEDROCK_PRICE = {"input": 4.0, "output": 20.0, "cache_write": 5.0, "cache_read": 0.4}
+
+
+def _service_account(path: Path, token_uri: str, pem: str) -> None:
+    path.write_text(
+        json.dumps(
+            {
+                "type": "service_account",
+                "project_id": "ezat-sim",
+                "private_key_id": "sim-key-1",
+                "private_key": pem,
+                "client_email": "gateway@ezat-sim.iam.gserviceaccount.com",
+                "client_id": "1",
+                "token_uri": token_uri,
+            }
+        )
+    )
+
+
+def _model(alias: str, *deployments: dict[str, Any]) -> ModelSpec:
+    return ModelSpec(id=f"anthropic/{alias}", aliases=(alias,), deployments=deployments)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Gateway, Sim, str]]:
+    root = tmp_path_factory.mktemp("clouds")
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+    _service_account(root / "sa-sim.json", "unused", pem)
+    sim = Sim(name="cloud", flags=("--google-service-account", str(root / "sa-sim.json"))).start()
+    _service_account(root / "sa.json", sim.url + "/token", pem)
+    (root / "aws-credentials").write_text(
+        f"[wrong]\naws_access_key_id = {SIM_AWS_ACCESS_KEY_ID}\naws_secret_access_key = {WRONG_SECRET}\n"
+    )
+    (root / "aws-config").write_text("")
+    bedrock = {"provider": "bedrock", "region": "us-east-1", "base_url": sim.url, "upstream_model": BEDROCK_MODEL}
+    vertex = {
+        "provider": "vertex",
+        "project": "ezat-sim",
+        "region": "us-east5",
+        "base_url": sim.url,
+        "upstream_model": VERTEX_MODEL,
+    }
+    foundry = {"provider": "foundry", "base_url": sim.url + "/anthropic", "api_key_env": "FOUNDRY_KEY"}
+    models = [
+        _model("on-bedrock", {"name": "bedrock-good", **bedrock, "price": BEDROCK_PRICE}),
+        _model("on-vertex", {"name": "vertex-good", **vertex}),
+        _model("on-foundry", {"name": "foundry-good", **foundry}),
+        _model(
+            "bad-then-vertex",
+            {"name": "bedrock-bad", **bedrock, "aws_profile": "wrong", "priority": 0},
+            {"name": "vertex-next", **vertex, "priority": 1},
+        ),
+        _model("bad-only", {"name": "bedrock-bad-alone", **bedrock, "aws_profile": "wrong"}),
+    ]
+    env = {
+        "AWS_ACCESS_KEY_ID": SIM_AWS_ACCESS_KEY_ID,
+        "AWS_SECRET_ACCESS_KEY": SIM_AWS_SECRET_ACCESS_KEY,
+        "AWS_SHARED_CREDENTIALS_FILE": str(root / "aws-credentials"),
+        "AWS_CONFIG_FILE": str(root / "aws-config"),
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "GOOGLE_APPLICATION_CREDENTIALS": str(root / "sa.json"),
+        "FOUNDRY_KEY": FOUNDRY_KEY,
+    }
+    gw = Gateway(root=root / "gw", models=models, env=env).start()
+    try:
+        yield gw, sim, gw.new_key("clouds", balance="100")
+    finally:
+        gw.stop()
+        sim.stop()
+
+
+def _client(gw: Gateway, key: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=gw.url + "/openai/v1", api_key=key, max_retries=0, timeout=30)
+
+
+def _last(sim: Sim, prefix: str) -> dict[str, Any]:
+    return next(r for r in reversed(sim.requests()) if r["path"].startswith(prefix))
+
+
+PROVIDER_PATHS = {
+    "on-bedrock": ("/model/", "bedrock-good"),
+    "on-vertex": ("/v1/projects/", "vertex-good"),
+    "on-foundry": ("/anthropic/v1/messages", "foundry-good"),
+}
+
+
+@pytest.mark.parametrize("alias", list(PROVIDER_PATHS))
+def test_chat_json_and_stream_on_each_provider(stack: tuple[Gateway, Sim, str], alias: str) -> None:
+    gw, sim, key = stack
+    prefix, deployment = PROVIDER_PATHS[alias]
+    with _client(gw, key) as client:
+        reply = client.chat.completions.create(model=alias, messages=[{"role": "user", "content": "Say hello"}])
+        assert reply.choices[0].message.content
+        assert reply.usage is not None and reply.usage.prompt_tokens > 0
+        chunks = list(
+            client.chat.completions.create(
+                model=alias,
+                messages=[{"role": "user", "content": "Say hello again"}],
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+        )
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text
+    usage = [c.usage for c in chunks if c.usage is not None]
+    assert usage and usage[-1].completion_tokens > 0
+    sent = _last(sim, prefix)
+    body = sent["body"]
+    if alias == "on-bedrock":
+        assert sent["path"] == f"/model/{BEDROCK_MODEL}/invoke-with-response-stream"
+        assert body["anthropic_version"] == "bedrock-2023-05-31" and "model" not in body and "stream" not in body
+        assert sent["headers"]["authorization"].startswith("AWS4-HMAC-SHA256 Credential=" + SIM_AWS_ACCESS_KEY_ID)
+    elif alias == "on-vertex":
+        assert sent["path"].endswith(f"/publishers/anthropic/models/{VERTEX_MODEL}:streamRawPredict")
+        assert body["anthropic_version"] == "vertex-2023-10-16" and "model" not in body and body["stream"] is True
+        assert sent["headers"]["authorization"].startswith("Bearer ya29.sim-")
+    else:
+        assert sent["headers"]["x-api-key"] == FOUNDRY_KEY and body["model"] == "claude-sonnet-5-5"
+    rows = [r for r in gw.usage() if r["deployment"] == deployment]
+    assert len(rows) >= 2 and all(r["status"] == 200 for r in rows)
+
+
+def test_a_deployment_price_overrides_the_models(stack: tuple[Gateway, Sim, str]) -> None:
+    gw, _, key = stack
+    with _client(gw, key) as client:
+        reply = client.chat.completions.create(model="on-bedrock", messages=[{"role": "user", "content": "Price me"}])
+    row = next(r for r in gw.usage() if r["request_id"] == reply.id.removeprefix("chatcmpl-"))
+    price = {k: Decimal(str(v)) for k, v in BEDROCK_PRICE.items()}
+    expected = (
+        row["input_tokens"] * price["input"]
+        + row["cache_write_tokens"] * price["cache_write"]
+        + row["cache_read_tokens"] * price["cache_read"]
+        + row["output_tokens"] * price["output"]
+    ) / 1_000_000
+    assert Decimal(row["cost_usd"]) == expected.quantize(Decimal("0.000001"))
+
+
+@pytest.mark.parametrize("alias", list(PROVIDER_PATHS))
+def test_native_messages_and_responses_on_each_provider(stack: tuple[Gateway, Sim, str], alias: str) -> None:
+    gw, sim, key = stack
+    prefix, _ = PROVIDER_PATHS[alias]
+    headers = {"x-api-key": key, "anthropic-version": "2023-06-01", "anthropic-beta": CLAUDE_CODE_BETAS}
+    body = {"model": alias, "max_tokens": 200, "messages": [{"role": "user", "content": "Hi from Claude Code"}]}
+    answer = requests.post(gw.url + "/v1/messages", json=body, headers=headers, timeout=30)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["model"] == alias and answer.json()["usage"]["output_tokens"] > 0
+    sent = _last(sim, prefix)
+    if alias == "on-bedrock":  # Bedrock takes the betas it knows in the body, and no others
+        assert sent["body"]["anthropic_beta"] == ["interleaved-thinking-2025-05-14"]
+    elif alias == "on-vertex":
+        assert sent["headers"]["anthropic-beta"] == "interleaved-thinking-2025-05-14"
+    else:  # Foundry is Anthropic's API: the betas pass
+        assert sent["headers"]["anthropic-beta"] == CLAUDE_CODE_BETAS
+    streamed = requests.post(gw.url + "/v1/messages", json={**body, "stream": True}, headers=headers, timeout=30)
+    assert streamed.status_code == 200 and "event: message_stop" in streamed.text
+    with _client(gw, key) as client:
+        response = client.responses.create(model=alias, input="Hello there")
+    assert response.output_text and response.usage is not None and response.usage.output_tokens > 0
+
+
+def test_a_wrong_aws_credential_fails_over_then_answers_500(stack: tuple[Gateway, Sim, str]) -> None:
+    gw, sim, key = stack
+    with _client(gw, key) as client:
+        reply = client.chat.completions.create(
+            model="bad-then-vertex", messages=[{"role": "user", "content": "Fail over please"}]
+        )
+        assert reply.choices[0].message.content
+        row = next(r for r in gw.usage() if r["request_id"] == reply.id.removeprefix("chatcmpl-"))
+        assert row["deployment"] == "vertex-next" and row["status"] == 200
+        with pytest.raises(openai.InternalServerError) as caught:
+            client.chat.completions.create(model="bad-only", messages=[{"role": "user", "content": "No luck"}])
+    assert caught.value.status_code == 500
+    error = caught.value.body
+    assert isinstance(error, dict) and error["type"] == "server_error"
+    refused = [r for r in sim.requests() if r["path"].startswith("/model/") and WRONG_SECRET not in json.dumps(r)]
+    assert refused  # the simulator saw the signed requests (and never the secret itself)
+    log = gw.log_text()
+    assert "bedrock-bad" in log and "bedrock-bad-alone" in log
+    for secret in (WRONG_SECRET, SIM_AWS_SECRET_ACCESS_KEY, "Signature="):
+        assert secret not in log
+    native = requests.post(
+        gw.url + "/v1/messages",
+        json={"model": "bad-only", "max_tokens": 50, "messages": [{"role": "user", "content": "x"}]},
+        headers={"x-api-key": key},
+        timeout=30,
+    )
+    assert native.status_code == 500 and native.json()["error"]["type"] == "api_error"
+
+
+def test_check_config_names_each_provider_and_its_credentials(stack: tuple[Gateway, Sim, str]) -> None:
+    gw, _, _ = stack
+    done = gw.cli("check-config")
+    out = done.stdout
+    assert "deployment bedrock-good" in out and "provider: bedrock, region us-east-1" in out
+    assert "credentials: AWS SigV4, found by botocore's chain in env" in out
+    assert "(profile wrong)" in out  # bedrock-bad's credentials come from its profile
+    assert "credentials: Google application default credentials (service account gateway@" in out
+    assert "provider: foundry" in out and "key: from FOUNDRY_KEY" in out
+    for secret in (SIM_AWS_SECRET_ACCESS_KEY, WRONG_SECRET, FOUNDRY_KEY, "PRIVATE KEY"):
+        assert secret not in out + done.stderr
+
+
+def test_check_config_fails_in_one_line_without_credentials(stack: tuple[Gateway, Sim, str], tmp_path: Path) -> None:
+    gw, _, _ = stack
+    text = gw.config_path.read_text().replace('aws_profile = "wrong"', 'aws_profile = "missing"')
+    path = tmp_path / "ezat.toml"
+    path.write_text(text)
+    done = subprocess.run(
+        [sys.executable, "-m", "ezat_compat.cli", "--config", str(path), "check-config"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **gw.env},
+        timeout=60,
+    )
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "bedrock-bad" in lines[0] and "missing" in lines[0]

@@ -1,0 +1,244 @@
+"""The providers' pure parts, by tables: body shaping, beta rules, error shapes, Bedrock's
+event-stream decoding (fed split at every byte) and SigV4 as the simulator verifies it."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import requests
+
+from ezat_compat.config import ConfigError, parse_config
+from ezat_compat.domain import Deployment
+from ezat_compat.errors import UpstreamStreamError
+from ezat_compat.sim import clouds
+from ezat_compat.upstream.bodies import encode_body
+from ezat_compat.upstream.providers import make_provider
+from ezat_compat.upstream.providers.bedrock import iter_event_stream
+from ezat_compat.upstream.providers.betas import allowed_betas
+
+BEDROCK = Deployment(
+    name="b",
+    base_url="http://127.0.0.1:9",
+    upstream_model="anthropic.claude-x-v1:0",
+    provider="bedrock",
+    region="us-east-1",
+    api_key_env="",
+)
+VERTEX = Deployment(
+    name="v",
+    base_url="http://127.0.0.1:9",
+    upstream_model="claude-x@1",
+    provider="vertex",
+    region="us-east5",
+    project="p",
+    api_key_env="",
+)
+BETAS = "claude-code-20250219, interleaved-thinking-2025-05-14,effort-2025-11-24,mcp-servers-2025-12-04"
+
+
+@pytest.mark.parametrize(
+    ("provider", "expected"),
+    [
+        pytest.param(
+            "anthropic",
+            ["claude-code-20250219", "interleaved-thinking-2025-05-14", "effort-2025-11-24", "mcp-servers-2025-12-04"],
+            id="anthropic-all-pass",
+        ),
+        pytest.param(
+            "foundry",
+            ["claude-code-20250219", "interleaved-thinking-2025-05-14", "effort-2025-11-24", "mcp-servers-2025-12-04"],
+            id="foundry-all-pass",
+        ),
+        pytest.param("bedrock", ["interleaved-thinking-2025-05-14", "effort-2025-11-24"], id="bedrock-allow-list"),
+        pytest.param("vertex", ["interleaved-thinking-2025-05-14"], id="vertex-allow-list"),
+    ],
+)
+def test_betas_each_provider_takes(provider: str, expected: list[str]) -> None:
+    assert allowed_betas(provider, BETAS) == expected
+
+
+def test_bedrock_body_has_no_model_nor_stream_and_betas_in_it() -> None:
+    source = {"max_tokens": 5, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    body, headers = make_provider(BEDROCK).shape(encode_body(source), source, True, {"anthropic-beta": BETAS})
+    assert headers is None
+    assert json.loads(body) == {
+        "anthropic_version": "bedrock-2023-05-31",
+        "anthropic_beta": ["interleaved-thinking-2025-05-14", "effort-2025-11-24"],
+        "max_tokens": 5,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+    provider = make_provider(BEDROCK)
+    assert provider.path("/v1/messages", True) == "/model/anthropic.claude-x-v1%3A0/invoke-with-response-stream"
+
+
+def test_vertex_body_keeps_stream_and_puts_the_version_in() -> None:
+    source = {"max_tokens": 5, "messages": []}
+    body, headers = make_provider(VERTEX).shape(encode_body(source), None, True, {"anthropic-beta": BETAS})
+    assert json.loads(body) == {
+        "anthropic_version": "vertex-2023-10-16",
+        "max_tokens": 5,
+        "messages": [],
+        "stream": True,
+    }
+    assert headers == {"anthropic-beta": "interleaved-thinking-2025-05-14"}
+    assert make_provider(VERTEX).path("/v1/messages", False) == (
+        "/v1/projects/p/locations/us-east5/publishers/anthropic/models/claude-x@1:rawPredict"
+    )
+
+
+@pytest.mark.parametrize(
+    ("kind", "status", "expected"),
+    [
+        ("ThrottlingException:http://internal.amazon.com/coral/", 400, (429, "rate_limit_error")),
+        ("ServiceUnavailableException", 503, (503, "overloaded_error")),
+        ("ModelNotReadyException", 429, (503, "overloaded_error")),
+        ("ValidationException", 400, (400, "invalid_request_error")),
+        ("AccessDeniedException", 403, (403, "permission_error")),
+        ("UnrecognizedClientException", 403, (403, "permission_error")),
+        ("InvalidSignatureException", 403, (403, "permission_error")),
+        ("SomethingNew", 502, (502, "api_error")),
+    ],
+    ids=lambda v: str(v)[:30] if isinstance(v, str) else None,
+)
+def test_bedrock_errors_become_anthropics(kind: str, status: int, expected: tuple[int, str]) -> None:
+    error = make_provider(BEDROCK).status_error(status, b'{"message":"m"}', {"x-amzn-ErrorType": kind})
+    assert (error.status_code, error.error_type) == expected
+    assert error.failover == (expected[0] != 400)
+
+
+@pytest.mark.parametrize(
+    ("status", "google", "expected"),
+    [
+        (429, "RESOURCE_EXHAUSTED", (429, "rate_limit_error")),
+        (503, "UNAVAILABLE", (503, "overloaded_error")),
+        (403, "PERMISSION_DENIED", (403, "permission_error")),
+        (400, "INVALID_ARGUMENT", (400, "invalid_request_error")),
+    ],
+    ids=["resource-exhausted", "unavailable", "permission-denied", "invalid-argument"],
+)
+def test_vertex_errors_become_anthropics(status: int, google: str, expected: tuple[int, str]) -> None:
+    body = json.dumps({"error": {"code": status, "message": "m", "status": google}}).encode()
+    error = make_provider(VERTEX).status_error(status, body, {})
+    assert (error.status_code, error.error_type, error.message) == (*expected, "m")
+
+
+EVENTS: list[dict[str, Any]] = [
+    {"type": "message_start", "message": {"id": "msg_1", "usage": {"input_tokens": 3, "output_tokens": 1}}},
+    {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "h\u00e9llo"}},
+    {"type": "message_stop"},
+]
+
+
+def _split(data: bytes, at: int) -> Iterator[bytes]:
+    yield data[:at]
+    yield data[at:]
+
+
+def test_event_stream_round_trips_through_botocore_at_every_split() -> None:
+    data = b"".join(clouds.chunk_message(e) for e in EVENTS)
+    expected = [(e["type"], json.dumps(e, separators=(",", ":"), ensure_ascii=False)) for e in EVENTS]
+    for at in range(len(data) + 1):
+        assert list(iter_event_stream(_split(data, at))) == expected
+
+
+def test_event_stream_exceptions_become_error_events_and_a_cut_message_is_dropped() -> None:
+    data = clouds.chunk_message(EVENTS[0]) + clouds.exception_message("throttlingException", "slow down")
+    events = list(iter_event_stream([data, clouds.chunk_message(EVENTS[2])[:-3]]))
+    assert events[0][0] == "message_start"
+    assert events[1] == (
+        "error",
+        json.dumps({"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}}),
+    )
+    assert len(events) == 2
+
+
+def test_a_chunk_that_is_not_an_anthropic_event_breaks_the_stream() -> None:
+    payload = json.dumps({"bytes": base64.b64encode(b"not json").decode()}).encode()
+    bad = clouds.encode_message({":event-type": "chunk", ":message-type": "event"}, payload)
+    with pytest.raises(UpstreamStreamError):
+        list(iter_event_stream([bad]))
+
+
+def _signed(monkeypatch: pytest.MonkeyPatch, secret: str, body: bytes) -> requests.PreparedRequest:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", clouds.SIM_AWS_ACCESS_KEY_ID)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    provider = make_provider(BEDROCK)
+    request = requests.PreparedRequest()
+    request.prepare(
+        method="POST",
+        url="http://sim.test/model/anthropic.claude-x-v1%3A0/invoke",
+        headers={"content-type": "application/json", "accept": "application/json"},
+        data=body,
+    )
+    provider.authorize(request)
+    return request
+
+
+@pytest.mark.parametrize(
+    ("secret", "sent_body", "skew_s", "refusal"),
+    [
+        pytest.param(clouds.SIM_AWS_SECRET_ACCESS_KEY, b'{"a":1}', 0, None, id="good"),
+        pytest.param("wrong-secret", b'{"a":1}', 0, "does not match", id="wrong-secret"),
+        pytest.param(clouds.SIM_AWS_SECRET_ACCESS_KEY, b'{"a":2}', 0, "does not match", id="changed-body"),
+        pytest.param(clouds.SIM_AWS_SECRET_ACCESS_KEY, b'{"a":1}', 600, "Signature expired", id="expired-date"),
+    ],
+)
+def test_the_simulator_verifies_sigv4(
+    monkeypatch: pytest.MonkeyPatch, secret: str, sent_body: bytes, skew_s: int, refusal: str | None
+) -> None:
+    request = _signed(monkeypatch, secret, b'{"a":1}')
+    headers = {k.lower(): v for k, v in request.headers.items()}
+    headers["host"] = "sim.test"
+    url = clouds.bedrock_url("sim.test", "anthropic.claude-x-v1:0", "invoke")
+    if refusal is None:
+        clouds.verify_sigv4("POST", url, headers, sent_body, now=time.time() + skew_s)
+        return
+    with pytest.raises(clouds.CloudError) as caught:
+        clouds.verify_sigv4("POST", url, headers, sent_body, now=time.time() + skew_s)
+    assert caught.value.status == 403 and refusal in caught.value.body["message"]
+    assert secret not in json.dumps(caught.value.body)
+
+
+def _config(**deployment: Any) -> dict[str, Any]:
+    return {
+        "models": [
+            {
+                "id": "m",
+                "aliases": [],
+                "price": {"input": 1, "output": 2},
+                "deployments": [{"name": "d", "upstream_model": "x", **deployment}],
+            }
+        ]
+    }
+
+
+@pytest.mark.parametrize(
+    ("deployment", "problem"),
+    [
+        pytest.param({"provider": "bedrock"}, "needs region", id="bedrock-without-region"),
+        pytest.param({"provider": "vertex", "region": "us-east5"}, "needs project", id="vertex-without-project"),
+        pytest.param({"provider": "foundry"}, "base_url", id="foundry-without-base-url"),
+        pytest.param({"base_url": "https://a.test", "region": "us-east-1"}, "not used by provider", id="stray-region"),
+        pytest.param({"provider": "azure"}, "provider", id="unknown-provider"),
+    ],
+)
+def test_config_refuses_a_provider_without_its_keys(deployment: dict[str, Any], problem: str) -> None:
+    with pytest.raises(ConfigError, match=problem):
+        parse_config(_config(**deployment), environ={})
+
+
+def test_config_defaults_a_clouds_endpoint_key_and_price() -> None:
+    config = parse_config(_config(provider="bedrock", region="eu-west-1", price={"input": 4, "output": 8}), environ={})
+    d = config.models[0].deployments[0]
+    assert (d.base_url, d.api_key_env, d.needs_key) == ("https://bedrock-runtime.eu-west-1.amazonaws.com", "", False)
+    assert d.price is not None and str(d.price.cache_read) == "0.4"
+    vertex = parse_config(_config(provider="vertex", region="global", project="p"), environ={})
+    assert vertex.models[0].deployments[0].base_url == "https://aiplatform.googleapis.com"
