@@ -34,7 +34,7 @@ def test_version_is_the_changelogs_newest_entry() -> None:
 
 
 def test_the_upstream_user_agent_names_the_version() -> None:
-    from ezat_compat.upstream.client import USER_AGENT
+    from ezat_compat.upstream.providers import USER_AGENT
 
     assert f"ezat-compat/{newest_entry()}" == USER_AGENT
 
