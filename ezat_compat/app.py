@@ -198,7 +198,10 @@ def metrics_listener(metrics_bind: str) -> Callable[[Mapping[str, Any]], bool]:
 
 def _register_request_log(app: Flask, config: Config) -> RequestLog:
     outages = Outages(log)
-    app.extensions["ezat_readiness"] = Readiness(config.gateway.database_url, config.gateway.redis_url, outages)
+    ledger = getattr(gateway(), "ledger", None)  # a prepared gateway core (tests) may have none
+    app.extensions["ezat_readiness"] = Readiness(
+        config.gateway.database_url, config.gateway.redis_url, outages, hot=getattr(ledger, "hot", None)
+    )
     request_log = RequestLog(gateway().metrics, config.logging.format, outages)
 
     @app.before_request

@@ -15,7 +15,6 @@ from ezat_compat.api.common import api_key, client_request, gateway, json_respon
 from ezat_compat.dialects.openai_responses import OpenAIResponses, ResponsesServices, not_found
 from ezat_compat.errors import GatewayError, InvalidRequestError
 from ezat_compat.sealing import KEY_ENV, load_sealer
-from ezat_compat.store.db import make_engine
 from ezat_compat.store.responses import DAY_S, ResponseStore, StoredResponse
 from ezat_compat.translate.responses_response import client_view
 
@@ -43,9 +42,10 @@ def dialect_of(app: Flask) -> OpenAIResponses:
             gw = app.extensions["ezat"]
             config = gw.config
             settings = config.responses
-            hot = getattr(gw.ledger, "hot", None)  # puts share the ledger's connection and transactions
+            # The gateway's own engine and hot path (one owner of the database file per process);
+            # puts share the ledger's connection and transactions.
             store = (
-                ResponseStore(make_engine(config.gateway.database_url), settings.ttl_days * DAY_S, hot=hot)
+                ResponseStore(gw.ledger.engine, settings.ttl_days * DAY_S, hot=gw.ledger.hot)
                 if settings.store
                 else None
             )

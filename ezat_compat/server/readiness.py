@@ -12,6 +12,11 @@ from that moment on, while every other route keeps serving.
 A failing check also opens an outage in ``Outages`` (logged once, with its cause) and a
 passing one closes it; ``outage_of`` tells which dependency an exception of a request is an
 outage of, so the request handlers log it there instead of once per request.
+
+A SQLite database file is probed through the worker's own connection (``hot``: the hot path
+the gateway's stores share), never through a handle of the probe's own: POSIX locks belong to
+the process, so a second handle opened and closed on the file drops the worker's locks, and
+the next admin command would delete the WAL the worker still writes into.
 """
 
 from __future__ import annotations
@@ -31,9 +36,11 @@ from sqlalchemy import Engine, exc, make_url, text
 from ezat_compat.server.drain import draining
 from ezat_compat.server.logs import Outages, describe
 from ezat_compat.store.db import make_engine
+from ezat_compat.store.hotpath import HotPath
 
 DB_TIMEOUT_S = 2  # libpq's connect_timeout counts whole seconds, at least 2
 REDIS_TIMEOUT_S = 1.0
+PROBE_SQL = "SELECT 1 FROM alembic_version LIMIT 1"
 OK = "ok"
 NOT_CONFIGURED = "not configured"
 
@@ -76,7 +83,8 @@ def _probe_url(database_url: str) -> str:
 
 
 class Readiness:
-    """The checks behind ``/readyz`` for one process. ``probe_database`` / ``probe_redis``
+    """The checks behind ``/readyz`` for one process. ``hot``: the process's hot path on the
+    database (a SQLite file is probed through it). ``probe_database`` / ``probe_redis``
     replace the real checks in tests (they raise when the store is unreachable)."""
 
     def __init__(
@@ -89,8 +97,10 @@ class Readiness:
         clock: Callable[[], float] = time.monotonic,
         probe_database: Callable[[], None] | None = None,
         probe_redis: Callable[[], None] | None = None,
+        hot: HotPath | None = None,
     ) -> None:
         self.database_url = database_url
+        self._hot = hot
         self.redis_url = redis_url
         self.outages = outages
         self.cache_s = cache_s
@@ -143,10 +153,13 @@ class Readiness:
         path = url.database if url.get_backend_name() == "sqlite" and url.database != ":memory:" else None
         if path and not os.path.exists(path):  # connecting would create an empty file
             raise FileNotFoundError(f"no database file at {os.path.abspath(path)}")
-        if self._engine is None:
+        if path and self._hot is not None:  # the worker's one connection on the file
+            self._hot.read(PROBE_SQL, {})
+            return
+        if self._engine is None:  # PostgreSQL: its own connection, with the probe's bounded waits
             self._engine = make_engine(_probe_url(self.database_url), pool_size=1, max_overflow=0)
         with self._engine.connect() as conn:
-            conn.execute(text("SELECT 1 FROM alembic_version LIMIT 1")).all()
+            conn.execute(text(PROBE_SQL)).all()
 
     def _ping(self) -> None:
         if self._redis is None:

@@ -201,6 +201,12 @@ class Ledger:
         self._next_maintain = 0.0
         self._maintaining = threading.Lock()
 
+    @property
+    def engine(self) -> Engine:
+        """The process's engine on the database: the other stores of the gateway use this one
+        (a second engine on a SQLite file is a second owner of its locks)."""
+        return self._engine
+
     # ------------------------------------------------------------ the hot path
 
     def reserve(

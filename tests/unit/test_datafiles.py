@@ -4,7 +4,10 @@ helper are created 0600 in folders made 0700, whatever the umask; never in a sha
 from __future__ import annotations
 
 import os
+import sqlite3
 import stat
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -118,3 +121,35 @@ def test_data_folder_and_the_counters_of_a_server_database(tmp_path: Path, data_
     assert not counters.startswith(tempfile.gettempdir() + os.sep + "ezat-limits-")
     # A SQLite database keeps its counters beside it.
     assert embedded_limits_path(f"sqlite:///{tmp_path}/x.db", folder) == f"{tmp_path}/x.db-limits"
+
+
+CLOSE_LAST = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("SELECT count(*) FROM t").fetchone()
+conn.close()  # SQLite checkpoints and deletes the WAL here when it finds no other user
+"""
+
+
+def test_private_file_on_a_database_in_use_keeps_the_process_locks(tmp_path: Path) -> None:
+    """POSIX locks are the process's: a descriptor of the file opened and closed beside a live
+    SQLite connection drops its locks, and another process's SQLite then deletes the WAL the
+    connection still writes into. ``private_file`` of an existing database never opens it."""
+    db = tmp_path / "ezat.db"
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("CREATE TABLE t (x INTEGER)")
+        conn.execute("INSERT INTO t VALUES (1)")
+        private_file(db)  # what a second engine on the file does before it connects
+        subprocess.run([sys.executable, "-c", CLOSE_LAST, str(db)], check=True, timeout=30)
+        assert Path(f"{db}-wal").exists(), "the WAL was removed from under a live connection"
+        conn.execute("INSERT INTO t VALUES (2)")
+    finally:
+        conn.close()
+    check = sqlite3.connect(db)
+    try:
+        assert check.execute("SELECT count(*) FROM t").fetchone() == (2,)
+    finally:
+        check.close()
+    assert mode(db) == 0o600

@@ -5,8 +5,11 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
+import sqlite3
 import sys
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -308,3 +311,38 @@ def test_a_handler_with_a_filter_gets_the_line_through_logging() -> None:
     log = RequestLog(Metrics(CollectorRegistry()), logger=logger)
     log.start("secret", "POST", "/v1/messages", "127.0.0.1", "messages").finish()
     assert stream.getvalue() == ""  # the filter saw the line: nothing went around it
+
+
+class _RecordingHotPath:
+    """The worker's hot path: records the reads it runs."""
+
+    def __init__(self) -> None:
+        self.reads: list[str] = []
+
+    def read(self, sql: str, params: Any) -> Any:
+        self.reads.append(sql)
+        return (1,)
+
+
+def _handles_on(path: Path) -> int:
+    fds = Path("/proc/self/fd")
+    return sum(1 for fd in fds.iterdir() if os.path.realpath(fd) == str(path.resolve()))
+
+
+def test_readiness_probes_a_sqlite_file_through_the_workers_own_connection(tmp_path: Path) -> None:
+    """A handle of the probe's own on the file would be a second owner of the process's POSIX
+    locks (closing it drops them all): the probe reads through the hot path, opens nothing."""
+    db = tmp_path / "ezat.db"
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE alembic_version (version_num TEXT)")
+    conn.execute("INSERT INTO alembic_version VALUES ('x')")
+    conn.commit()
+    conn.close()
+    hot = _RecordingHotPath()
+    ready = Readiness(f"sqlite:///{db}", "", Outages(logging.getLogger("t")), hot=hot)  # type: ignore[arg-type]
+    try:
+        assert ready.status()[0] == 200
+        assert hot.reads == ["SELECT 1 FROM alembic_version LIMIT 1"]
+        assert _handles_on(db) == 0
+    finally:
+        ready.close()
