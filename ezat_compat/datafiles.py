@@ -18,6 +18,10 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ezat_compat.domain import Config
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -64,3 +68,11 @@ def private_file(path: str | os.PathLike[str]) -> Path:
         with contextlib.suppress(FileNotFoundError):
             os.chmod(os.fspath(path) + suffix, FILE_MODE)
     return Path(path)
+
+
+def data_folder(config: Config) -> str:
+    """The data folder: ``[gateway] data_dir``, relative to the config file's folder (default:
+    that folder itself). Everything the gateway writes beside its database lives here: the
+    usage journal, the embedded rate-limit counters, the sealing key."""
+    base = os.path.dirname(os.path.abspath(config.path or "."))
+    return os.path.join(base, config.gateway.data_dir) if config.gateway.data_dir else base

@@ -4,7 +4,6 @@ pipeline, and the stored responses: ``GET``/``DELETE /openai/v1/responses/<id>``
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from typing import Any
@@ -12,6 +11,7 @@ from typing import Any
 from flask import Blueprint, Flask, Response, current_app, request
 
 from ezat_compat.api.common import api_key, client_request, gateway, json_response, respond
+from ezat_compat.datafiles import data_folder
 from ezat_compat.dialects.openai_responses import OpenAIResponses, ResponsesServices, not_found
 from ezat_compat.errors import GatewayError, InvalidRequestError
 from ezat_compat.sealing import KEY_ENV, load_sealer
@@ -49,7 +49,7 @@ def dialect_of(app: Flask) -> OpenAIResponses:
                 if settings.store
                 else None
             )
-            folder = os.path.dirname(os.path.abspath(config.path)) if config.path else os.getcwd()
+            folder = data_folder(config)
             try:
                 sealer = load_sealer(folder)
             except (OSError, ValueError) as exc:

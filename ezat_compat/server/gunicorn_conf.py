@@ -135,6 +135,7 @@ def on_reload(server: Any) -> None:
 
 def post_worker_init(worker: Any) -> None:
     gateway = worker.wsgi.extensions["ezat"]
+    gateway.ledger.start_replayer()  # the journal is applied when the database answers, traffic or not
     on_worker_term(worker, lambda: gateway.cut_streams(shutting_down()), float(_config.server.graceful_timeout_s))
     serving.tune_collector()  # last: the app and its hooks are what it sets aside
 
@@ -172,6 +173,7 @@ def _recover(ledger: Any, worker_pid: int | None) -> None:
 def _release_dead_worker(pid: int | None) -> None:
     """Release the reservations of worker ``pid`` that just exited, whatever killed it (None: on
     start, those of dead workers of dead masters)."""
+    from ezat_compat.datafiles import data_folder
     from ezat_compat.store.db import make_engine
     from ezat_compat.store.hotpath import make_hot_path
     from ezat_compat.store.ledger import Ledger
@@ -179,7 +181,7 @@ def _release_dead_worker(pid: int | None) -> None:
     engine = make_engine(_config.gateway.database_url, pool_size=1, max_overflow=0)
     hot_path = make_hot_path(engine)
     try:
-        _recover(Ledger(engine, hot_path), pid)
+        _recover(Ledger(engine, hot_path, data_dir=data_folder(_config)), pid)
     finally:
         hot_path.close()
         engine.dispose()

@@ -1,7 +1,8 @@
 """Readiness (``GET /readyz``) for load balancers, and the drain flag.
 
-Ready means: the database answers, Redis answers (when ``redis_url`` is set), and the node is
-not draining. The checks are cheap and bounded (a ``SELECT`` with a 2 s connect timeout, a
+Ready means: the database answers, Redis answers (when ``redis_url`` is set), no settlement
+waits in the usage journal (``backlog``: the node is not ready until the replay is done), and
+the node is not draining. The checks are cheap and bounded (a ``SELECT`` with a 2 s connect timeout, a
 Redis ``PING`` with 1 s timeouts), run by one caller at a time and cached for ``cache_s``:
 a caller that finds a check running gets the previous result at once, so a probe never hangs
 behind a dead database. ``/healthz`` stays liveness (no database).
@@ -76,15 +77,17 @@ def _probe_url(database_url: str) -> str:
     """The database URL with bounded waits for the probe (PostgreSQL: connect and statement)."""
     url = make_url(database_url)
     if url.get_backend_name() == "postgresql":
-        url = url.update_query_dict(
-            {"connect_timeout": str(DB_TIMEOUT_S), "options": f"-c statement_timeout={DB_TIMEOUT_S * 1000}"}
-        )
+        given = url.query.get("options", "")  # kept: e.g. the URL's own ``-csearch_path=…``
+        given = given if isinstance(given, str) else " ".join(given)
+        options = f"{given} -c statement_timeout={DB_TIMEOUT_S * 1000}".strip()
+        url = url.update_query_dict({"connect_timeout": str(DB_TIMEOUT_S), "options": options})
     return url.render_as_string(hide_password=False)
 
 
 class Readiness:
     """The checks behind ``/readyz`` for one process. ``hot``: the process's hot path on the
-    database (a SQLite file is probed through it). ``probe_database`` / ``probe_redis``
+    database (a SQLite file is probed through it); ``backlog``: how many usage journal files
+    wait to be replayed (``Ledger.pending``). ``probe_database`` / ``probe_redis``
     replace the real checks in tests (they raise when the store is unreachable)."""
 
     def __init__(
@@ -98,9 +101,11 @@ class Readiness:
         probe_database: Callable[[], None] | None = None,
         probe_redis: Callable[[], None] | None = None,
         hot: HotPath | None = None,
+        backlog: Callable[[], int] | None = None,
     ) -> None:
         self.database_url = database_url
         self._hot = hot
+        self._backlog = backlog
         self.redis_url = redis_url
         self.outages = outages
         self.cache_s = cache_s
@@ -134,6 +139,8 @@ class Readiness:
                 return self._result
             fresh = {"database": self._check("database", self._probe_database)}
             fresh["redis"] = self._check("redis", self._probe_redis) if self._probe_redis else NOT_CONFIGURED
+            if self._backlog is not None:
+                fresh["journal"] = self._journal()
             self._result, self._expires = fresh, self.clock() + self.cache_s
             return fresh
         finally:
@@ -147,6 +154,14 @@ class Readiness:
             return "unreachable: " + describe(error)
         self.outages.recovered(what)
         return OK
+
+    def _journal(self) -> str:
+        assert self._backlog is not None
+        try:
+            waiting = self._backlog()
+        except OSError as error:
+            return "unreadable: " + describe(error)
+        return OK if not waiting else f"replaying: {waiting} file(s) of settlements wait for the database"
 
     def _select(self) -> None:
         url = make_url(self.database_url)

@@ -119,8 +119,9 @@ def test_data_folder_and_the_counters_of_a_server_database(tmp_path: Path, data_
     counters = embedded_limits_path("postgresql+psycopg://u@127.0.0.1/db", folder)
     assert os.path.dirname(counters) == folder
     assert not counters.startswith(tempfile.gettempdir() + os.sep + "ezat-limits-")
-    # A SQLite database keeps its counters beside it.
-    assert embedded_limits_path(f"sqlite:///{tmp_path}/x.db", folder) == f"{tmp_path}/x.db-limits"
+    # A SQLite database's counters are in the data folder too, wherever the database is.
+    sqlite_counters = embedded_limits_path(f"sqlite:////var/db/{tmp_path.name}/x.db", folder)
+    assert os.path.dirname(sqlite_counters) == folder
 
 
 CLOSE_LAST = """
