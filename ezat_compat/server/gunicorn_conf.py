@@ -156,9 +156,13 @@ def _recover(ledger: Any, worker_pid: int | None) -> None:
     import logging
     import os
 
+    from ezat_compat.store.ledger import legacy_journal_dirs
     from ezat_compat.store.workers import BOOT, HOST, live_tag, tag_prefix
 
     try:
+        if worker_pid is None:  # on start: what an earlier release journaled elsewhere joins the journal
+            for folder in legacy_journal_dirs(_config.gateway.database_url):
+                ledger.journal.adopt(folder)
         if ledger.replay().failed:
             return
         if worker_pid is None:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ezat_compat.datafiles import private_dir
 from ezat_compat.store.workers import is_dead, parse_tag, worker_tag
 
 log = logging.getLogger("ezat_compat")
@@ -93,7 +94,7 @@ class ReplayReport:
 
 
 def _private_dir(folder: Path) -> None:
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    private_dir(folder)  # missing parents 0700 too
     os.chmod(folder, 0o700)
 
 
@@ -140,6 +141,35 @@ class Journal:
             return sorted(p for p in self.folder.iterdir() if file_owner(p.name) is not None)
         except FileNotFoundError:
             return []
+
+    def adopt(self, folder: str | os.PathLike[str]) -> int:
+        """Move the journal files waiting in ``folder`` (where an earlier release kept them)
+        into this journal as ``orphan`` files, for the next replay; returns how many."""
+        source = Journal(folder)
+        if source.folder.resolve() == self.folder.resolve():
+            return 0
+        moved = 0
+        for path in source.files():
+            with self._lock:
+                _private_dir(self.folder)
+                target = self.folder / f"{ORPHAN}~{secrets.token_hex(8)}{SUFFIX}"
+                try:
+                    os.rename(path, target)
+                except FileNotFoundError:
+                    continue  # another process took it
+                except OSError:  # another file system: copied durably, then removed
+                    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                    try:
+                        os.write(fd, path.read_bytes())
+                        os.fsync(fd)
+                    finally:
+                        os.close(fd)
+                    path.unlink()
+                _fsync_dir(self.folder)
+            moved += 1
+        if moved:
+            log.warning("usage journal: %d file(s) moved from %s to %s", moved, source.folder, self.folder)
+        return moved
 
     def claimable(self) -> bool:
         """Whether a file this process may replay waits (a listing of the folder: no database)."""

@@ -19,8 +19,11 @@ from ezat_compat.app import data_folder, embedded_limits_path
 from ezat_compat.config import parse_config
 from ezat_compat.datafiles import open_private, private_dir, private_file
 from ezat_compat.limits import RateLimits
+from ezat_compat.sealing import KEY_FILE, load_sealer
 from ezat_compat.store.accounts import AuthContext
 from ezat_compat.store.db import make_engine
+from ezat_compat.store.journal import Journal
+from ezat_compat.store.ledger import JOURNAL_DIR_ENV, default_journal_dir, legacy_journal_dirs
 
 MODEL = {
     "id": "m",
@@ -154,3 +157,52 @@ def test_private_file_on_a_database_in_use_keeps_the_process_locks(tmp_path: Pat
     finally:
         check.close()
     assert mode(db) == 0o600
+
+
+@pytest.mark.parametrize(
+    "database_url",
+    [
+        pytest.param("postgresql+psycopg://u@127.0.0.1/db", id="postgresql"),
+        pytest.param("sqlite:////var/lib/elsewhere/ezat.db", id="sqlite-elsewhere"),
+    ],
+)
+def test_the_journal_the_counters_and_the_sealing_key_live_in_the_data_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, database_url: str
+) -> None:
+    monkeypatch.delenv(JOURNAL_DIR_ENV, raising=False)
+    monkeypatch.chdir(tmp_path)  # never the working directory
+    config = parse_config(
+        {"gateway": {"data_dir": "data/ezat", "database_url": database_url}, "models": [MODEL]},
+        path=str(tmp_path / "etc" / "ezat.toml"),
+        environ={},
+    )
+    folder = Path(data_folder(config))
+    assert folder == tmp_path / "etc" / "data" / "ezat"
+    journal = Journal(default_journal_dir(database_url, folder))
+    assert journal.folder.parent == folder
+    journal.append({"request_id": "r1"})
+    (written,) = journal.files()
+    load_sealer(folder, {})
+    key = folder / KEY_FILE
+    assert Path(embedded_limits_path(database_url, str(folder))).parent == folder
+    assert (mode(written), mode(written.parent), mode(key)) == (0o600, 0o700, 0o600)
+    assert (mode(folder), mode(folder.parent)) == (0o700, 0o700)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["etc"]  # nothing in the working directory
+
+
+def test_ezat_journal_dir_still_moves_the_journal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(JOURNAL_DIR_ENV, str(tmp_path / "elsewhere"))
+    assert default_journal_dir("postgresql+psycopg://u@h/db", tmp_path / "data") == tmp_path / "elsewhere"
+
+
+def test_a_journal_left_where_an_earlier_release_kept_it_is_adopted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    url = "postgresql+psycopg://u@127.0.0.1/db"
+    (legacy,) = [p for p in legacy_journal_dirs(url) if p.parent == tmp_path]
+    Journal(legacy).append({"request_id": "old"})
+    journal = Journal(tmp_path / "data" / "usage-journal")
+    assert journal.adopt(legacy) == 1 and not Journal(legacy).files()
+    (adopted,) = journal.files()
+    assert adopted.name.startswith("orphan~") and b'"old"' in adopted.read_bytes()

@@ -346,3 +346,27 @@ def test_readiness_probes_a_sqlite_file_through_the_workers_own_connection(tmp_p
         assert _handles_on(db) == 0
     finally:
         ready.close()
+
+
+def test_readiness_is_503_until_the_usage_journal_is_replayed() -> None:
+    waiting = [2]
+    now = [0.0]
+    ready = Readiness(
+        "sqlite:///x.db",
+        "",
+        Outages(logging.getLogger("t")),
+        clock=lambda: now[0],
+        probe_database=lambda: None,
+        backlog=lambda: waiting[0],
+    )
+    status, body = ready.status()
+    assert (status, body["database"], body["journal"]) == (
+        503,
+        "ok",
+        "replaying: 2 file(s) of settlements wait for the database",
+    )
+    waiting[0], now[0] = 0, 1.5
+    assert ready.status() == (
+        200,
+        {"status": "ready", "database": "ok", "redis": "not configured", "journal": "ok", "draining": False},
+    )
