@@ -22,7 +22,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from flask import Flask, Response, current_app, g, request
-from sqlalchemy.engine import make_url
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound, RequestEntityTooLarge
 
 from ezat_compat.api import anthropic as anthropic_api
@@ -31,6 +30,7 @@ from ezat_compat.api import responses as responses_api
 from ezat_compat.api.common import gateway, json_response, new_request_id, raw_json_response, too_large, unproxied
 from ezat_compat.catalog import Catalog
 from ezat_compat.cooldowns import make_cooldowns
+from ezat_compat.datafiles import data_folder
 from ezat_compat.dialects.anthropic_messages import AnthropicMessages
 from ezat_compat.dialects.openai_chat import OpenAIChat
 from ezat_compat.domain import Config
@@ -50,26 +50,16 @@ from ezat_compat.upstream.client import UpstreamClient
 from ezat_compat.upstream.images import ImageFetcher
 
 log = logging.getLogger("ezat_compat")
-__all__ = ["create_app", "start_draining", "stop_draining"]
+__all__ = ["create_app", "data_folder", "start_draining", "stop_draining"]
 METRICS_PORT_ROUTES = ("/metrics", "/healthz", "/readyz")  # what ``[server] metrics_bind`` serves
 ANTHROPIC_PREFIX = "/v1/"
 ANTHROPIC = AnthropicMessages()
 OPENAI = OpenAIChat()
 
 
-def data_folder(config: Config) -> str:
-    """The data folder: ``[gateway] data_dir``, relative to the config file's folder (default:
-    that folder itself). Counters and the journal live here, created private (``datafiles``)."""
-    base = os.path.dirname(os.path.abspath(config.path or "."))
-    return os.path.join(base, config.gateway.data_dir) if config.gateway.data_dir else base
-
-
 def embedded_limits_path(database_url: str, data_dir: str) -> str:
-    """Where the embedded (no Redis) rate-limit counters live: next to a SQLite database, else
-    in the data folder, one file per database (never at a predictable name in a shared /tmp)."""
-    url = make_url(database_url)
-    if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
-        return os.path.abspath(url.database) + "-limits"
+    """Where the embedded (no Redis) rate-limit counters live: in the data folder, one file per
+    database (never beside a database elsewhere, nor at a predictable name in a shared /tmp)."""
     digest = hashlib.sha256(database_url.encode()).hexdigest()[:16]
     return os.path.join(os.path.abspath(data_dir), f"limits-{digest}.db")
 
@@ -100,7 +90,7 @@ def build_gateway(config: Config) -> Gateway:
         config,
         catalog=Catalog(config.models, created=int(time.time())),
         accounts=Accounts(engine, hot_path),
-        ledger=Ledger(engine, hot_path),
+        ledger=Ledger(engine, hot_path, data_dir=data_folder(config)),
         limits=RateLimits(redis_url, embedded_limits_path(gw_cfg.database_url, data_folder(config))),
         cooldowns=cooldowns,
         upstream=UpstreamClient(
@@ -198,7 +188,14 @@ def metrics_listener(metrics_bind: str) -> Callable[[Mapping[str, Any]], bool]:
 
 def _register_request_log(app: Flask, config: Config) -> RequestLog:
     outages = Outages(log)
-    app.extensions["ezat_readiness"] = Readiness(config.gateway.database_url, config.gateway.redis_url, outages)
+    ledger = getattr(gateway(), "ledger", None)  # a prepared gateway core (tests) may have none
+    app.extensions["ezat_readiness"] = Readiness(
+        config.gateway.database_url,
+        config.gateway.redis_url,
+        outages,
+        hot=getattr(ledger, "hot", None),
+        backlog=getattr(ledger, "pending", None),
+    )
     request_log = RequestLog(gateway().metrics, config.logging.format, outages)
 
     @app.before_request

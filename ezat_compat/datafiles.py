@@ -8,7 +8,8 @@ database file's mode, so the database file must already be 0600 when SQLite firs
 - ``private_dir(path)``: create the folder (and missing parents) 0700; a folder that exists
   is left as the operator made it.
 - ``private_file(path)``: create the file 0600 if missing, and tighten an existing one (and
-  a SQLite database's ``-wal``, ``-shm`` and ``-journal`` beside it) to 0600.
+  a SQLite database's ``-wal``, ``-shm`` and ``-journal`` beside it) to 0600 — without ever
+  opening it (closing a descriptor drops the process's locks on the file).
 - ``open_private(path, flags)``: ``os.open`` a file of the data folder, created 0600.
 """
 
@@ -17,6 +18,10 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ezat_compat.domain import Config
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -49,9 +54,25 @@ def open_private(path: str | os.PathLike[str], flags: int = os.O_WRONLY | os.O_A
 
 def private_file(path: str | os.PathLike[str]) -> Path:
     """Create the file at ``path`` 0600 if missing; tighten it (and a SQLite database's side
-    files) to 0600 if it exists. Call before SQLite opens a database file."""
-    os.close(open_private(path, os.O_RDONLY))
+    files) to 0600 if it exists. Call before SQLite opens a database file.
+
+    An existing file is never opened, only ``chmod``-ed: POSIX locks belong to the process,
+    and closing any descriptor of a file drops every lock the process holds on it — a
+    serving worker's SQLite locks included, after which another process's SQLite believes
+    it is the database's last user and deletes the WAL the worker still writes into."""
+    try:
+        os.close(open_private(path, os.O_RDONLY | os.O_EXCL))  # nobody can hold locks on a new file
+    except FileExistsError:
+        os.chmod(path, FILE_MODE)
     for suffix in SQLITE_SIDE_FILES:
         with contextlib.suppress(FileNotFoundError):
             os.chmod(os.fspath(path) + suffix, FILE_MODE)
     return Path(path)
+
+
+def data_folder(config: Config) -> str:
+    """The data folder: ``[gateway] data_dir``, relative to the config file's folder (default:
+    that folder itself). Everything the gateway writes beside its database lives here: the
+    usage journal, the embedded rate-limit counters, the sealing key."""
+    base = os.path.dirname(os.path.abspath(config.path or "."))
+    return os.path.join(base, config.gateway.data_dir) if config.gateway.data_dir else base

@@ -32,6 +32,8 @@ from typing import Any
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from ezat_compat.datafiles import private_dir
+
 KEY_ENV = "EZAT_SEALING_KEY"
 KEY_FILE = "ezat-sealing.key"
 KEY_BYTES = 32
@@ -122,6 +124,4 @@ def load_sealer(folder: str | os.PathLike[str], environ: Mapping[str, str] | Non
     text = environ.get(KEY_ENV, "")
     if text.strip():
         return Sealer(_decode_key(text))
-    folder_path = Path(folder)
-    folder_path.mkdir(parents=True, exist_ok=True)
-    return Sealer(_key_from_file(folder_path / KEY_FILE))
+    return Sealer(_key_from_file(private_dir(folder) / KEY_FILE))  # a missing data folder is made 0700

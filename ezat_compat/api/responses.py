@@ -4,7 +4,6 @@ pipeline, and the stored responses: ``GET``/``DELETE /openai/v1/responses/<id>``
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from typing import Any
@@ -12,10 +11,10 @@ from typing import Any
 from flask import Blueprint, Flask, Response, current_app, request
 
 from ezat_compat.api.common import api_key, client_request, gateway, json_response, respond
+from ezat_compat.datafiles import data_folder
 from ezat_compat.dialects.openai_responses import OpenAIResponses, ResponsesServices, not_found
 from ezat_compat.errors import GatewayError, InvalidRequestError
 from ezat_compat.sealing import KEY_ENV, load_sealer
-from ezat_compat.store.db import make_engine
 from ezat_compat.store.responses import DAY_S, ResponseStore, StoredResponse
 from ezat_compat.translate.responses_response import client_view
 
@@ -43,13 +42,14 @@ def dialect_of(app: Flask) -> OpenAIResponses:
             gw = app.extensions["ezat"]
             config = gw.config
             settings = config.responses
-            hot = getattr(gw.ledger, "hot", None)  # puts share the ledger's connection and transactions
+            # The gateway's own engine and hot path (one owner of the database file per process);
+            # puts share the ledger's connection and transactions.
             store = (
-                ResponseStore(make_engine(config.gateway.database_url), settings.ttl_days * DAY_S, hot=hot)
+                ResponseStore(gw.ledger.engine, settings.ttl_days * DAY_S, hot=gw.ledger.hot)
                 if settings.store
                 else None
             )
-            folder = os.path.dirname(os.path.abspath(config.path)) if config.path else os.getcwd()
+            folder = data_folder(config)
             try:
                 sealer = load_sealer(folder)
             except (OSError, ValueError) as exc:

@@ -135,6 +135,7 @@ def on_reload(server: Any) -> None:
 
 def post_worker_init(worker: Any) -> None:
     gateway = worker.wsgi.extensions["ezat"]
+    gateway.ledger.start_replayer()  # the journal is applied when the database answers, traffic or not
     on_worker_term(worker, lambda: gateway.cut_streams(shutting_down()), float(_config.server.graceful_timeout_s))
     serving.tune_collector()  # last: the app and its hooks are what it sets aside
 
@@ -155,9 +156,13 @@ def _recover(ledger: Any, worker_pid: int | None) -> None:
     import logging
     import os
 
+    from ezat_compat.store.ledger import legacy_journal_dirs
     from ezat_compat.store.workers import BOOT, HOST, live_tag, tag_prefix
 
     try:
+        if worker_pid is None:  # on start: what an earlier release journaled elsewhere joins the journal
+            for folder in legacy_journal_dirs(_config.gateway.database_url):
+                ledger.journal.adopt(folder)
         if ledger.replay().failed:
             return
         if worker_pid is None:
@@ -172,6 +177,7 @@ def _recover(ledger: Any, worker_pid: int | None) -> None:
 def _release_dead_worker(pid: int | None) -> None:
     """Release the reservations of worker ``pid`` that just exited, whatever killed it (None: on
     start, those of dead workers of dead masters)."""
+    from ezat_compat.datafiles import data_folder
     from ezat_compat.store.db import make_engine
     from ezat_compat.store.hotpath import make_hot_path
     from ezat_compat.store.ledger import Ledger
@@ -179,7 +185,7 @@ def _release_dead_worker(pid: int | None) -> None:
     engine = make_engine(_config.gateway.database_url, pool_size=1, max_overflow=0)
     hot_path = make_hot_path(engine)
     try:
-        _recover(Ledger(engine, hot_path), pid)
+        _recover(Ledger(engine, hot_path, data_dir=data_folder(_config)), pid)
     finally:
         hot_path.close()
         engine.dispose()

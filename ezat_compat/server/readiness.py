@@ -1,7 +1,8 @@
 """Readiness (``GET /readyz``) for load balancers, and the drain flag.
 
-Ready means: the database answers, Redis answers (when ``redis_url`` is set), and the node is
-not draining. The checks are cheap and bounded (a ``SELECT`` with a 2 s connect timeout, a
+Ready means: the database answers, Redis answers (when ``redis_url`` is set), no settlement
+waits in the usage journal (``backlog``: the node is not ready until the replay is done), and
+the node is not draining. The checks are cheap and bounded (a ``SELECT`` with a 2 s connect timeout, a
 Redis ``PING`` with 1 s timeouts), run by one caller at a time and cached for ``cache_s``:
 a caller that finds a check running gets the previous result at once, so a probe never hangs
 behind a dead database. ``/healthz`` stays liveness (no database).
@@ -12,6 +13,11 @@ from that moment on, while every other route keeps serving.
 A failing check also opens an outage in ``Outages`` (logged once, with its cause) and a
 passing one closes it; ``outage_of`` tells which dependency an exception of a request is an
 outage of, so the request handlers log it there instead of once per request.
+
+A SQLite database file is probed through the worker's own connection (``hot``: the hot path
+the gateway's stores share), never through a handle of the probe's own: POSIX locks belong to
+the process, so a second handle opened and closed on the file drops the worker's locks, and
+the next admin command would delete the WAL the worker still writes into.
 """
 
 from __future__ import annotations
@@ -31,9 +37,11 @@ from sqlalchemy import Engine, exc, make_url, text
 from ezat_compat.server.drain import draining
 from ezat_compat.server.logs import Outages, describe
 from ezat_compat.store.db import make_engine
+from ezat_compat.store.hotpath import HotPath
 
 DB_TIMEOUT_S = 2  # libpq's connect_timeout counts whole seconds, at least 2
 REDIS_TIMEOUT_S = 1.0
+PROBE_SQL = "SELECT 1 FROM alembic_version LIMIT 1"
 OK = "ok"
 NOT_CONFIGURED = "not configured"
 
@@ -69,14 +77,17 @@ def _probe_url(database_url: str) -> str:
     """The database URL with bounded waits for the probe (PostgreSQL: connect and statement)."""
     url = make_url(database_url)
     if url.get_backend_name() == "postgresql":
-        url = url.update_query_dict(
-            {"connect_timeout": str(DB_TIMEOUT_S), "options": f"-c statement_timeout={DB_TIMEOUT_S * 1000}"}
-        )
+        given = url.query.get("options", "")  # kept: e.g. the URL's own ``-csearch_path=…``
+        given = given if isinstance(given, str) else " ".join(given)
+        options = f"{given} -c statement_timeout={DB_TIMEOUT_S * 1000}".strip()
+        url = url.update_query_dict({"connect_timeout": str(DB_TIMEOUT_S), "options": options})
     return url.render_as_string(hide_password=False)
 
 
 class Readiness:
-    """The checks behind ``/readyz`` for one process. ``probe_database`` / ``probe_redis``
+    """The checks behind ``/readyz`` for one process. ``hot``: the process's hot path on the
+    database (a SQLite file is probed through it); ``backlog``: how many usage journal files
+    wait to be replayed (``Ledger.pending``). ``probe_database`` / ``probe_redis``
     replace the real checks in tests (they raise when the store is unreachable)."""
 
     def __init__(
@@ -89,8 +100,12 @@ class Readiness:
         clock: Callable[[], float] = time.monotonic,
         probe_database: Callable[[], None] | None = None,
         probe_redis: Callable[[], None] | None = None,
+        hot: HotPath | None = None,
+        backlog: Callable[[], int] | None = None,
     ) -> None:
         self.database_url = database_url
+        self._hot = hot
+        self._backlog = backlog
         self.redis_url = redis_url
         self.outages = outages
         self.cache_s = cache_s
@@ -124,6 +139,8 @@ class Readiness:
                 return self._result
             fresh = {"database": self._check("database", self._probe_database)}
             fresh["redis"] = self._check("redis", self._probe_redis) if self._probe_redis else NOT_CONFIGURED
+            if self._backlog is not None:
+                fresh["journal"] = self._journal()
             self._result, self._expires = fresh, self.clock() + self.cache_s
             return fresh
         finally:
@@ -138,15 +155,26 @@ class Readiness:
         self.outages.recovered(what)
         return OK
 
+    def _journal(self) -> str:
+        assert self._backlog is not None
+        try:
+            waiting = self._backlog()
+        except OSError as error:
+            return "unreadable: " + describe(error)
+        return OK if not waiting else f"replaying: {waiting} file(s) of settlements wait for the database"
+
     def _select(self) -> None:
         url = make_url(self.database_url)
         path = url.database if url.get_backend_name() == "sqlite" and url.database != ":memory:" else None
         if path and not os.path.exists(path):  # connecting would create an empty file
             raise FileNotFoundError(f"no database file at {os.path.abspath(path)}")
-        if self._engine is None:
+        if path and self._hot is not None:  # the worker's one connection on the file
+            self._hot.read(PROBE_SQL, {})
+            return
+        if self._engine is None:  # PostgreSQL: its own connection, with the probe's bounded waits
             self._engine = make_engine(_probe_url(self.database_url), pool_size=1, max_overflow=0)
         with self._engine.connect() as conn:
-            conn.execute(text("SELECT 1 FROM alembic_version LIMIT 1")).all()
+            conn.execute(text(PROBE_SQL)).all()
 
     def _ping(self) -> None:
         if self._redis is None:

@@ -169,6 +169,10 @@ class Rider:
     work: Work[Any, Any]
     params: Any
     failed: Callable[[BaseException], None]
+    # Names ``work`` in the usage journal (``Ledger.settle_durably``): a rider whose write the
+    # database couldn't take waits there with its settlement (``params`` plain JSON then).
+    # "" for a rider that is not journaled.
+    kind: str = ""
 
 
 class HotPath(Protocol):

@@ -14,7 +14,10 @@ Files live in one folder (0700), each file 0600, named ``<owner tag>~<suffix>.js
 first *claims* a file by renaming it to ``<its own tag>~<random>.jsonl`` (a rename is atomic,
 so two replayers never hold the same file), and only files whose owner is this process, dead
 or ``orphan``; when the database fails again mid-file, the file is renamed ``orphan~…`` for
-the next replay. ``encode_row``, ``decode_rows`` and ``file_owner`` are the pure parts.
+the next replay. A row the database refuses for a reason of its own (``RejectedRowError``: not
+an outage) is set aside in ``rejected~<tag>.rejected`` and logged, so it never holds back the
+rows after it nor keeps the journal pending. ``encode_row``, ``decode_rows`` and ``file_owner``
+are the pure parts.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ezat_compat.datafiles import private_dir
 from ezat_compat.store.workers import is_dead, parse_tag, worker_tag
 
 log = logging.getLogger("ezat_compat")
@@ -36,6 +40,8 @@ log = logging.getLogger("ezat_compat")
 SUFFIX = ".jsonl"
 ORPHAN = "orphan"
 LIVE = "live"
+REJECTED = "rejected"
+REJECTED_SUFFIX = ".rejected"
 VERSION = 1
 REPLAY_MAX_ROWS = 5_000  # rows applied per replay call (the rest wait for the next one)
 
@@ -73,16 +79,22 @@ def file_owner(name: str) -> str | None:
     return name[: -len(SUFFIX)].split("~", 1)[0] or None
 
 
+class RejectedRowError(Exception):
+    """Raised by a replay's ``apply`` when the database refuses a row for a reason of its own
+    (not an outage): the row is set aside, the replay goes on."""
+
+
 @dataclass(frozen=True, slots=True)
 class ReplayReport:
     applied: int = 0  # rows that settled now
     duplicates: int = 0  # rows already in the ledger (applied before)
     failed: bool = False  # the database failed mid-replay: the rest waits for the next one
     pending_files: int = 0  # files left claimable-or-not after this replay
+    rejected: int = 0  # rows set aside (``RejectedRowError``)
 
 
 def _private_dir(folder: Path) -> None:
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    private_dir(folder)  # missing parents 0700 too
     os.chmod(folder, 0o700)
 
 
@@ -130,6 +142,55 @@ class Journal:
         except FileNotFoundError:
             return []
 
+    def adopt(self, folder: str | os.PathLike[str]) -> int:
+        """Move the journal files waiting in ``folder`` (where an earlier release kept them)
+        into this journal as ``orphan`` files, for the next replay; returns how many."""
+        source = Journal(folder)
+        if source.folder.resolve() == self.folder.resolve():
+            return 0
+        moved = 0
+        for path in source.files():
+            with self._lock:
+                _private_dir(self.folder)
+                target = self.folder / f"{ORPHAN}~{secrets.token_hex(8)}{SUFFIX}"
+                try:
+                    os.rename(path, target)
+                except FileNotFoundError:
+                    continue  # another process took it
+                except OSError:  # another file system: copied durably, then removed
+                    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                    try:
+                        os.write(fd, path.read_bytes())
+                        os.fsync(fd)
+                    finally:
+                        os.close(fd)
+                    path.unlink()
+                _fsync_dir(self.folder)
+            moved += 1
+        if moved:
+            log.warning("usage journal: %d file(s) moved from %s to %s", moved, source.folder, self.folder)
+        return moved
+
+    def claimable(self) -> bool:
+        """Whether a file this process may replay waits (a listing of the folder: no database)."""
+        return any(self._claimable(owner) for p in self.files() if (owner := file_owner(p.name)) is not None)
+
+    def _set_aside(self, row: Mapping[str, Any], exc: BaseException) -> None:
+        path = self.folder / f"{REJECTED}~{self.tag}{REJECTED_SUFFIX}"
+        with self._lock:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                os.write(fd, encode_row(row))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        log.error(
+            "usage journal: the database refused the settlement of request %s (%s); set aside in %s",
+            row.get("request_id"),
+            exc,
+            path,
+        )
+
     def _claimable(self, owner: str) -> bool:
         if owner in (ORPHAN, self.tag):
             return True
@@ -154,7 +215,7 @@ class Journal:
             if self._replaying:
                 return ReplayReport(pending_files=len(self.files()))
             self._replaying = True
-        applied = duplicates = 0
+        applied = duplicates = rejected = 0
         failed = False
         try:
             for path in self.files():
@@ -171,10 +232,14 @@ class Journal:
                     log.warning("usage journal %s: %d unreadable line(s) skipped", claimed.name, bad)
                 try:
                     for row in rows:
-                        if apply(row):
-                            applied += 1
-                        else:
-                            duplicates += 1
+                        try:
+                            if apply(row):
+                                applied += 1
+                            else:
+                                duplicates += 1
+                        except RejectedRowError as exc:
+                            rejected += 1
+                            self._set_aside(row, exc.__cause__ or exc)
                 except Exception as exc:
                     failed = True
                     os.rename(claimed, self.folder / f"{ORPHAN}~{secrets.token_hex(8)}{SUFFIX}")
@@ -186,4 +251,4 @@ class Journal:
         finally:
             with self._lock:
                 self._replaying = False
-        return ReplayReport(applied, duplicates, failed, len(self.files()))
+        return ReplayReport(applied, duplicates, failed, len(self.files()), rejected)

@@ -39,10 +39,12 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Engine, Select, bindparam, func, select
+from sqlalchemy.engine import make_url
 
 from ezat_compat.domain import Usage
 from ezat_compat.errors import GatewayError, InsufficientQuotaError
 from ezat_compat.pricing import micros_to_usd
+from ezat_compat.server.procid import pid
 from ezat_compat.store.accounts import AuthContext, StoreError, iso
 from ezat_compat.store.hotpath import (
     REFUSED_BY_ORG,
@@ -51,13 +53,17 @@ from ezat_compat.store.hotpath import (
     Execute,
     HotPath,
     Rider,
+    Work,
+    is_unavailable,
     release_if_held_tx,
     release_worker_tx,
     reserve_tx,
     settle_tx,
     sweep_tx,
 )
-from ezat_compat.store.journal import Journal, ReplayReport
+from ezat_compat.store.journal import Journal, RejectedRowError, ReplayReport
+from ezat_compat.store.responses import RIDE as RESPONSE_RIDE
+from ezat_compat.store.responses import put_tx as put_response_tx
 from ezat_compat.store.tables import MODEL_MAX, api_keys, ledger, orgs, to_epoch_micros
 from ezat_compat.store.workers import BOOT, HOST, is_dead, live_tag, parse_tag, start_ticks, tag_prefix, worker_tag
 
@@ -71,22 +77,39 @@ STALE_RESERVATION = timedelta(hours=6)
 WORKER_DIED = 500  # the ledger status of a request whose worker died (a gateway failure: not billed)
 IF_HELD = "if_held"  # a journal row that settles its request only if it still holds a reservation
 MAINTAIN_EVERY_S = 5.0  # how often a worker replays the journal and releases dead siblings' holds
+REPLAY_EVERY_S = 1.0  # how often a worker's replayer looks for journaled settlements it may apply
+RIDE = "ride"  # a journal row's rider (``Rider.kind`` and ``params``), written with its settlement
+RIDES: dict[str, Work[Any, Any]] = {RESPONSE_RIDE: put_response_tx}  # what each kind of rider runs
 JOURNAL_DIR_ENV = "EZAT_JOURNAL_DIR"
 
 
-def default_journal_dir(database_url: str) -> Path:
-    """Where the usage journal lives: ``$EZAT_JOURNAL_DIR``, else next to a SQLite database
-    (``<file>-usage-journal``), else ``./ezat-usage-journal-<digest of the URL>``."""
-    from sqlalchemy.engine import make_url
-
+def default_journal_dir(database_url: str, data_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Where the usage journal of ``database_url`` lives: ``$EZAT_JOURNAL_DIR`` when set, else
+    ``<data_dir>/usage-journal-<digest of the URL>`` (one folder per database, so two gateways
+    sharing a data folder never mix their settlements). Without ``data_dir`` (library use,
+    tests): the first of ``legacy_journal_dirs``."""
     if os.environ.get(JOURNAL_DIR_ENV):
         return Path(os.environ[JOURNAL_DIR_ENV])
+    if data_dir is not None:
+        return Path(os.path.abspath(data_dir)) / f"usage-journal-{_url_digest(database_url)}"
+    return legacy_journal_dirs(database_url)[0]
+
+
+def legacy_journal_dirs(database_url: str) -> list[Path]:
+    """Where releases before the data folder kept the journal: next to a SQLite database
+    (``<file>-usage-journal``), else ``./ezat-usage-journal-<digest>`` of the working directory.
+    ``Journal.adopt`` moves what waits there into the journal's folder."""
     url = make_url(database_url)
     db = url.database
+    found = []
     if url.get_backend_name() == "sqlite" and db and db != ":memory:" and not db.startswith("file:"):
-        return Path(os.path.abspath(db + "-usage-journal"))
-    digest = hashlib.sha256(database_url.encode()).hexdigest()[:16]
-    return Path.cwd() / f"ezat-usage-journal-{digest}"
+        found.append(Path(os.path.abspath(db + "-usage-journal")))
+    found.append(Path.cwd() / f"ezat-usage-journal-{_url_digest(database_url)}")
+    return found
+
+
+def _url_digest(database_url: str) -> str:
+    return hashlib.sha256(database_url.encode()).hexdigest()[:16]
 
 
 def _unbilled(created_at_micros: int, status: int) -> dict[str, Any]:
@@ -182,6 +205,11 @@ _SUMMARY = (
 )
 
 
+def _outage(exc: BaseException) -> bool:
+    """The database can't be reached or used now (as opposed to refusing a row)."""
+    return isinstance(exc, DatabaseUnavailableError) or is_unavailable(exc)
+
+
 def _usd(micros: int) -> str:
     return "$" + micros_to_usd(micros)
 
@@ -193,13 +221,30 @@ class Ledger:
     process, shared with ``Accounts``. Thread-safe; create one per process and share it.
     """
 
-    def __init__(self, engine: Engine, hot_path: HotPath, *, journal: Journal | None = None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        hot_path: HotPath,
+        *,
+        journal: Journal | None = None,
+        data_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
+        """``journal``: the usage journal (default: ``default_journal_dir`` of the database in
+        ``data_dir``)."""
         self._engine = engine
         self.hot = hot_path  # shared with the other stores of the database (one connection a process)
         self._write = hot_path.write
-        self.journal = journal or Journal(default_journal_dir(engine.url.render_as_string(hide_password=False)))
+        url = engine.url.render_as_string(hide_password=False)
+        self.journal = journal or Journal(default_journal_dir(url, data_dir))
         self._next_maintain = 0.0
         self._maintaining = threading.Lock()
+        self._replayer_pid = 0  # the process whose replayer runs (``start_replayer``)
+
+    @property
+    def engine(self) -> Engine:
+        """The process's engine on the database: the other stores of the gateway use this one
+        (a second engine on a SQLite file is a second owner of its locks)."""
+        return self._engine
 
     # ------------------------------------------------------------ the hot path
 
@@ -272,10 +317,37 @@ class Ledger:
             log.error("could not journal the release of request %s's reservation: %s", params["request_id"], exc)
 
     def _apply(self, row: Mapping[str, Any]) -> bool:
-        """One journaled row: a settlement, or (``IF_HELD``) the release of a hold that may exist."""
-        if row.get(IF_HELD):
-            return bool(self._write(release_if_held_tx, {k: v for k, v in row.items() if k != IF_HELD}))
-        return bool(self._write(settle_tx, row))
+        """One journaled row: a settlement (with its rider, a stored response, if it has one), or
+        (``IF_HELD``) the release of a hold that may exist. The database gone raises
+        ``DatabaseUnavailableError`` (the replay stops; the row is applied again later, as a
+        duplicate if it was in); refused for a reason of its own, ``RejectedRowError``."""
+        settlement = {k: v for k, v in row.items() if k not in (IF_HELD, RIDE)}
+        lost: list[BaseException] = []
+        rider = self._journaled_rider(row.get(RIDE), lost)
+        try:
+            if row.get(IF_HELD):
+                done = self._write(release_if_held_tx, settlement)
+            else:
+                done = self._write(settle_tx, settlement, rider)
+        except Exception as exc:
+            if _outage(exc):
+                raise
+            raise RejectedRowError(str(exc)) from exc
+        if lost:
+            if _outage(lost[0]):
+                raise DatabaseUnavailableError() from lost[0]  # again later: the settle is a duplicate then
+            log.error("could not store response %s from the usage journal: %s", row.get("request_id"), lost[0])
+        return bool(done)
+
+    @staticmethod
+    def _journaled_rider(ride: Any, lost: list[BaseException]) -> Rider | None:
+        if not isinstance(ride, dict):
+            return None
+        work = RIDES.get(str(ride.get("kind")))
+        if work is None:
+            log.error("usage journal: a record of unknown kind %r skipped", ride.get("kind"))
+            return None
+        return Rider(work, ride.get("params"), lost.append, str(ride["kind"]))
 
     def settle(self, request_id: str, entry: LedgerEntry) -> bool:
         """Record the request and debit its real cost, in one transaction; returns True.
@@ -291,15 +363,41 @@ class Ledger:
         """``settle``, or when the database fails, the settlement appended (fsynced) to the usage
         journal for ``replay``: True when it is in the database, False when in the journal.
         Raises only when the journal can't be written either (``OSError``). ``rider``: a record
-        kept with the row, in its transaction (``HotPath.write``); it is never journaled."""
+        kept with the row, in its transaction (``HotPath.write``); when the database can't take
+        it and it has a ``kind``, it waits in the journal with the settlement and is written
+        with it on replay (else ``rider.failed`` is told)."""
         row = self._row(request_id, entry)
+        lost: list[BaseException] = []
+        kept = None if rider is None else Rider(rider.work, rider.params, lost.append, rider.kind)
+        failure: Exception | None = None
         try:
-            self._write(settle_tx, row, rider)
-            return True
+            self._write(settle_tx, row, kept)
         except Exception as exc:
-            self.journal.append(row)
-            log.warning("usage of request %s journaled (%s); it is recorded when the database answers", request_id, exc)
-            return False
+            failure = exc
+        waits = rider is not None and bool(rider.kind) and bool(lost) and (failure is not None or _outage(lost[0]))
+        if failure is None and not waits:
+            if rider is not None and lost:
+                rider.failed(lost[0])
+            return True
+        record = {**row, RIDE: {"kind": rider.kind, "params": rider.params}} if rider is not None and waits else row
+        try:
+            self.journal.append(record)
+        except OSError:
+            if rider is not None and lost:
+                rider.failed(lost[0])
+            if failure is None:
+                return True
+            raise
+        if rider is not None and lost and not waits:
+            rider.failed(lost[0])
+        what = "usage" if failure is not None else "the stored response"
+        log.warning(
+            "%s of request %s journaled (%s); it is recorded when the database answers",
+            what,
+            request_id,
+            failure or lost[0],
+        )
+        return failure is None
 
     def replay(self) -> ReplayReport:
         """Apply the journaled settlements this process may take (its own, dead processes',
@@ -357,7 +455,10 @@ class Ledger:
 
     def maintain(self) -> None:
         """Every ``MAINTAIN_EVERY_S`` (and on the first call): in the background, replay the
-        journal, then release the reservations of dead sibling workers. Never raises."""
+        journal, then release the reservations of dead sibling workers. Never raises. Nothing
+        to do where the replayer runs (``start_replayer``): it does both on its own."""
+        if self._replayer_pid == pid():
+            return
         now = time.monotonic()
         if now < self._next_maintain or not self._maintaining.acquire(blocking=False):
             return
@@ -373,6 +474,44 @@ class Ledger:
                 self._maintaining.release()
 
         threading.Thread(target=run, name="ezat-ledger-maintain", daemon=True).start()
+
+    def start_replayer(self, every_s: float = REPLAY_EVERY_S) -> None:
+        """Start this process's replayer (once per process: gunicorn's ``post_worker_init``): a
+        background thread (a greenlet in a gevent worker) that looks at the journal's folder
+        every ``every_s`` and, as soon as the database answers, applies every settlement this
+        process may take (``replay``), releasing its reservation — whether or not traffic comes.
+        It also releases dead siblings' holds every ``MAINTAIN_EVERY_S``, after a complete
+        replay. A look at the folder costs no statement; the database is asked only when a
+        file waits or siblings' holds are due."""
+        if self._replayer_pid == pid():
+            return
+        self._replayer_pid = pid()
+        threading.Thread(target=self._replay_loop, args=(every_s,), name="ezat-journal-replayer", daemon=True).start()
+
+    def _replay_loop(self, every_s: float) -> None:
+        owner = pid()
+        next_siblings = time.monotonic() + MAINTAIN_EVERY_S
+        failing = False
+        while self._replayer_pid == owner == pid():
+            try:
+                complete = not self.journal.claimable() or not self.replay().failed
+                if complete and time.monotonic() >= next_siblings:
+                    next_siblings = time.monotonic() + MAINTAIN_EVERY_S
+                    self.release_dead_siblings()
+                failing = False
+            except Exception as exc:
+                if not failing:  # once per incident, not every second
+                    log.warning("usage journal / dead workers' reservations: %s (retried every %g s)", exc, every_s)
+                failing = True
+            time.sleep(every_s)
+
+    def stop_replayer(self) -> None:
+        """Stop the replayer after its current round (tests; a worker's ends with the process)."""
+        self._replayer_pid = 0
+
+    def pending(self) -> int:
+        """How many journal files wait to be replayed (any process's: the node's backlog)."""
+        return len(self.journal.files())
 
     @staticmethod
     def _row(request_id: str, entry: LedgerEntry) -> dict[str, Any]:

@@ -37,7 +37,12 @@ UPSERT_SQL = (
 )
 
 
-def _put_tx(execute: Execute, row: dict[str, Any]) -> tuple[None, bool]:
+RIDE = "response"  # a stored response riding with its ledger row (``Rider.kind``)
+
+
+def put_tx(execute: Execute, row: dict[str, Any]) -> tuple[None, bool]:
+    """Upsert one stored response (``UPSERT_SQL``; ``row`` as ``ResponseStore.put`` makes it for
+    a hot path: plain JSON values, so it can wait in the usage journal with its settlement)."""
     execute(UPSERT_SQL, row)
     return None, True
 
@@ -133,9 +138,9 @@ class ResponseStore:
             with self._writer.begin() as conn:
                 conn.execute(self._upsert, row)
         elif failed is not None:
-            return Rider(_put_tx, row, failed)
+            return Rider(put_tx, row, failed, RIDE)
         else:
-            hot.write(_put_tx, row)
+            hot.write(put_tx, row)
         return None
 
     def _purge_when_due(self, now: float) -> None:

@@ -352,7 +352,13 @@ def test_promtool_check_metrics_is_clean(obs: ObsGateway, key: str) -> None:
 def test_readyz_answers_503_while_draining_and_serves_on(obs: ObsGateway, key: str) -> None:
     ready = requests.get(obs.url + "/readyz", timeout=10)
     assert ready.status_code == 200
-    assert ready.json() == {"status": "ready", "database": "ok", "redis": "not configured", "draining": False}
+    assert ready.json() == {
+        "status": "ready",
+        "database": "ok",
+        "redis": "not configured",
+        "journal": "ok",
+        "draining": False,
+    }
     marker = Path(obs.env["EZAT_DRAIN_FILE"])
     marker.touch()  # what ezat_compat.server.drain.start_draining() does in the master
     try:

@@ -1147,3 +1147,79 @@ def test_a_rider_taken_back_with_its_write_fails_with_the_cause(
         hot_path.write(lambda execute, params: (None, True), None, rider)
     assert [type(f) for f in failures] == [TimeoutError]
     assert count(engine, responses) == 0 and hot_path.group.queued == 0
+
+
+class Down:
+    """A hot path whose database is gone while ``down`` is set (every write fails as an outage,
+    the rider's too), and answers again once it is cleared."""
+
+    def __init__(self, hot: HotPath) -> None:
+        self.hot = hot
+        self.down = True
+
+    def read(self, sql: str, params: Any) -> Any:
+        return self.hot.read(sql, params)
+
+    def write(self, work: Any, params: Any, rider: Rider | None = None) -> Any:
+        if self.down:
+            if rider is not None:
+                rider.failed(DatabaseUnavailableError())
+            raise DatabaseUnavailableError()
+        return self.hot.write(work, params, rider)
+
+    def close(self) -> None:
+        self.hot.close()
+
+
+def test_a_stored_response_waits_in_the_journal_with_its_settlement(
+    accounts: Accounts, engine: Engine, hot_path: HotPath, tmp_path: Any
+) -> None:
+    ctx = setup_key(accounts, balance=1_000_000)
+    down = Down(hot_path)
+    books = Ledger(engine, down, journal=Journal(tmp_path / "journal"))  # type: ignore[arg-type]
+    store = ResponseStore(engine, 3600, hot=down)  # type: ignore[arg-type]
+    not_stored: list[BaseException] = []
+    rider = store.put(ctx.org_id, {"id": "resp_during", "output": []}, [], 0, False, 1e9, failed=not_stored.append)
+    assert rider is not None and rider.kind
+    assert books.settle_durably("during", entry(ctx, 1234), rider) is False  # journaled
+    assert not_stored == [], "a response that waits in the journal is not reported lost"
+    assert count(engine, ledger) == 0 and count(engine, responses) == 0
+
+    down.down = False
+    assert books.replay().applied == 1
+    assert count(engine, ledger) == 1 and store.get(ctx.org_id, "resp_during", 1e9 + 1) is not None
+    assert books.replay().applied == 0 and count(engine, responses) == 1  # once
+
+
+def test_a_journaled_row_the_database_refuses_is_set_aside(
+    accounts: Accounts, engine: Engine, hot_path: HotPath, tmp_path: Any
+) -> None:
+    ctx = setup_key(accounts, balance=1_000_000)
+    journal = Journal(tmp_path / "journal")
+    books = Ledger(engine, hot_path, journal=journal)
+    journal.append({**books._row("bad", entry(ctx, 10)), "org_id": 999_999})  # no such org: a foreign key refuses it
+    journal.append(books._row("good", entry(ctx, 20)))
+    report = books.replay()
+    assert (report.applied, report.rejected, report.failed, report.pending_files) == (1, 1, False, 0)
+    assert books.pending() == 0  # readiness is not held back by it
+    assert [p.name.split("~")[0] for p in (tmp_path / "journal").iterdir()] == ["rejected"]
+    with engine.connect() as conn:
+        assert conn.execute(select(ledger.c.request_id)).scalars().all() == ["good"]
+
+
+def test_the_replayer_applies_the_journal_without_traffic(
+    accounts: Accounts, engine: Engine, hot_path: HotPath, tmp_path: Any
+) -> None:
+    ctx = setup_key(accounts, balance=1_000_000)
+    books = Ledger(engine, hot_path, journal=Journal(tmp_path / "journal"))
+    books.reserve(ctx, "held", 5_000)
+    books.journal.append(books._row("held", entry(ctx, 100)))  # settled while the database was down
+    books.start_replayer(every_s=0.05)
+    try:
+        deadline = time.monotonic() + 5
+        while (count(engine, ledger), count(engine, reservations)) != (1, 0) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        books.stop_replayer()
+    assert (count(engine, ledger), count(engine, reservations), books.pending()) == (1, 0, 0)
+    assert org_row(engine, "acme").reserved_micros == 0

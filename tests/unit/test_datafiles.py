@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import sqlite3
 import stat
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,8 +21,11 @@ from ezat_compat.app import data_folder, embedded_limits_path
 from ezat_compat.config import parse_config
 from ezat_compat.datafiles import open_private, private_dir, private_file
 from ezat_compat.limits import RateLimits
+from ezat_compat.sealing import KEY_FILE, load_sealer
 from ezat_compat.store.accounts import AuthContext
 from ezat_compat.store.db import SchemaError, backup_sqlite, make_engine
+from ezat_compat.store.journal import Journal
+from ezat_compat.store.ledger import JOURNAL_DIR_ENV, default_journal_dir, legacy_journal_dirs
 
 MODEL = {
     "id": "m",
@@ -119,8 +124,9 @@ def test_data_folder_and_the_counters_of_a_server_database(tmp_path: Path, data_
     counters = embedded_limits_path("postgresql+psycopg://u@127.0.0.1/db", folder)
     assert os.path.dirname(counters) == folder
     assert not counters.startswith(tempfile.gettempdir() + os.sep + "ezat-limits-")
-    # A SQLite database keeps its counters beside it.
-    assert embedded_limits_path(f"sqlite:///{tmp_path}/x.db", folder) == f"{tmp_path}/x.db-limits"
+    # A SQLite database's counters are in the data folder too, wherever the database is.
+    sqlite_counters = embedded_limits_path(f"sqlite:////var/db/{tmp_path.name}/x.db", folder)
+    assert os.path.dirname(sqlite_counters) == folder
 
 
 @pytest.mark.parametrize("umask", [0o022, 0o000], ids=["umask-022", "umask-000"])
@@ -168,3 +174,84 @@ def test_a_backup_never_reuses_or_follows_a_leftover_partial(tmp_path: Path, lef
     with pytest.raises(SchemaError, match=r"copy\.db\.partial exists .*remove it"):
         backup_sqlite(f"sqlite:///{db}", target)
     assert not target.exists() and not elsewhere.exists()
+
+
+CLOSE_LAST = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("SELECT count(*) FROM t").fetchone()
+conn.close()  # SQLite checkpoints and deletes the WAL here when it finds no other user
+"""
+
+
+def test_private_file_on_a_database_in_use_keeps_the_process_locks(tmp_path: Path) -> None:
+    """POSIX locks are the process's: a descriptor of the file opened and closed beside a live
+    SQLite connection drops its locks, and another process's SQLite then deletes the WAL the
+    connection still writes into. ``private_file`` of an existing database never opens it."""
+    db = tmp_path / "ezat.db"
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("CREATE TABLE t (x INTEGER)")
+        conn.execute("INSERT INTO t VALUES (1)")
+        private_file(db)  # what a second engine on the file does before it connects
+        subprocess.run([sys.executable, "-c", CLOSE_LAST, str(db)], check=True, timeout=30)
+        assert Path(f"{db}-wal").exists(), "the WAL was removed from under a live connection"
+        conn.execute("INSERT INTO t VALUES (2)")
+    finally:
+        conn.close()
+    check = sqlite3.connect(db)
+    try:
+        assert check.execute("SELECT count(*) FROM t").fetchone() == (2,)
+    finally:
+        check.close()
+    assert mode(db) == 0o600
+
+
+@pytest.mark.parametrize(
+    "database_url",
+    [
+        pytest.param("postgresql+psycopg://u@127.0.0.1/db", id="postgresql"),
+        pytest.param("sqlite:////var/lib/elsewhere/ezat.db", id="sqlite-elsewhere"),
+    ],
+)
+def test_the_journal_the_counters_and_the_sealing_key_live_in_the_data_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, database_url: str
+) -> None:
+    monkeypatch.delenv(JOURNAL_DIR_ENV, raising=False)
+    monkeypatch.chdir(tmp_path)  # never the working directory
+    config = parse_config(
+        {"gateway": {"data_dir": "data/ezat", "database_url": database_url}, "models": [MODEL]},
+        path=str(tmp_path / "etc" / "ezat.toml"),
+        environ={},
+    )
+    folder = Path(data_folder(config))
+    assert folder == tmp_path / "etc" / "data" / "ezat"
+    journal = Journal(default_journal_dir(database_url, folder))
+    assert journal.folder.parent == folder
+    journal.append({"request_id": "r1"})
+    (written,) = journal.files()
+    load_sealer(folder, {})
+    key = folder / KEY_FILE
+    assert Path(embedded_limits_path(database_url, str(folder))).parent == folder
+    assert (mode(written), mode(written.parent), mode(key)) == (0o600, 0o700, 0o600)
+    assert (mode(folder), mode(folder.parent)) == (0o700, 0o700)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["etc"]  # nothing in the working directory
+
+
+def test_ezat_journal_dir_still_moves_the_journal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(JOURNAL_DIR_ENV, str(tmp_path / "elsewhere"))
+    assert default_journal_dir("postgresql+psycopg://u@h/db", tmp_path / "data") == tmp_path / "elsewhere"
+
+
+def test_a_journal_left_where_an_earlier_release_kept_it_is_adopted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    url = "postgresql+psycopg://u@127.0.0.1/db"
+    (legacy,) = [p for p in legacy_journal_dirs(url) if p.parent == tmp_path]
+    Journal(legacy).append({"request_id": "old"})
+    journal = Journal(tmp_path / "data" / "usage-journal")
+    assert journal.adopt(legacy) == 1 and not Journal(legacy).files()
+    (adopted,) = journal.files()
+    assert adopted.name.startswith("orphan~") and b'"old"' in adopted.read_bytes()

@@ -6,9 +6,12 @@ import io
 import itertools
 import json
 import logging
+import os
+import sqlite3
 import subprocess
 import sys
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -430,3 +433,62 @@ def test_an_outage_is_described_by_its_innermost_cause_with_a_message(exc: BaseE
     log = _Log()
     Outages(log).failed("database", exc)  # type: ignore[arg-type]
     assert log.lines == [f"E database unreachable: {described}"]
+
+
+class _RecordingHotPath:
+    """The worker's hot path: records the reads it runs."""
+
+    def __init__(self) -> None:
+        self.reads: list[str] = []
+
+    def read(self, sql: str, params: Any) -> Any:
+        self.reads.append(sql)
+        return (1,)
+
+
+def _handles_on(path: Path) -> int:
+    fds = Path("/proc/self/fd")
+    return sum(1 for fd in fds.iterdir() if os.path.realpath(fd) == str(path.resolve()))
+
+
+def test_readiness_probes_a_sqlite_file_through_the_workers_own_connection(tmp_path: Path) -> None:
+    """A handle of the probe's own on the file would be a second owner of the process's POSIX
+    locks (closing it drops them all): the probe reads through the hot path, opens nothing."""
+    db = tmp_path / "ezat.db"
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE alembic_version (version_num TEXT)")
+    conn.execute("INSERT INTO alembic_version VALUES ('x')")
+    conn.commit()
+    conn.close()
+    hot = _RecordingHotPath()
+    ready = Readiness(f"sqlite:///{db}", "", Outages(logging.getLogger("t")), hot=hot)  # type: ignore[arg-type]
+    try:
+        assert ready.status()[0] == 200
+        assert hot.reads == ["SELECT 1 FROM alembic_version LIMIT 1"]
+        assert _handles_on(db) == 0
+    finally:
+        ready.close()
+
+
+def test_readiness_is_503_until_the_usage_journal_is_replayed() -> None:
+    waiting = [2]
+    now = [0.0]
+    ready = Readiness(
+        "sqlite:///x.db",
+        "",
+        Outages(logging.getLogger("t")),
+        clock=lambda: now[0],
+        probe_database=lambda: None,
+        backlog=lambda: waiting[0],
+    )
+    status, body = ready.status()
+    assert (status, body["database"], body["journal"]) == (
+        503,
+        "ok",
+        "replaying: 2 file(s) of settlements wait for the database",
+    )
+    waiting[0], now[0] = 0, 1.5
+    assert ready.status() == (
+        200,
+        {"status": "ready", "database": "ok", "redis": "not configured", "journal": "ok", "draining": False},
+    )
