@@ -4,8 +4,8 @@
 Schemas validate and refuse; they don't translate (``translate/responses_request.py`` does,
 from what these load). The same fault is worded as on Chat Completions ("Not a valid
 boolean.", ``input[0].content[0]: audio input is not supported``); the refusals the reference
-words (background, conversation, prompt, include, item references, unknown item and tool
-types, built-in tools) carry its exact messages. Fields the translator doesn't read are
+words (background, conversation, prompt, include, unknown item and tool types, built-in
+tools) carry its exact messages. Fields the translator doesn't read are
 excluded from the result (``unknown = EXCLUDE``); what the response echoes and what is stored
 come from the body as the client sent it. What depends on the model (images, PDFs, tools,
 efforts, the output limit) or on the whole conversation (tool calls and their outputs, the
@@ -63,7 +63,6 @@ INCLUDE_IGNORED = (
     "message.input_image.image_url",
 )
 INCLUDE_MESSAGE = "{value} is not supported; only reasoning.encrypted_content is"
-ITEM_REFERENCE_MESSAGE = "item references are not supported; send the items (or previous_response_id)"
 UNKNOWN_ITEM_MESSAGE = "unsupported input item type {tag}"
 UNKNOWN_TOOL_MESSAGE = "unsupported tool type {tag}; use function or custom tools"
 BUILT_IN_TOOL_MESSAGE = 'the built-in tool "{tag}" is not supported'
@@ -172,6 +171,12 @@ class ReasoningItemSchema(Loose):
     encrypted_content = Raw(allow_none=True)  # opened by the gateway's sealer, which judges it
 
 
+class ItemReferenceSchema(Loose):
+    """An earlier output item by its id: the dialect puts the stored item in its place."""
+
+    id = StrictStr(required=True)
+
+
 class WebSearchCallItemSchema(Loose):
     """A finished server-side search: left out of the request."""
 
@@ -187,8 +192,8 @@ ITEM = Tagged(
         "custom_tool_call_output": CALL_OUTPUT_ITEM,
         "reasoning": ReasoningItemSchema(),
         "web_search_call": WebSearchCallItemSchema(),
+        "item_reference": ItemReferenceSchema(),
     },
-    refused={"item_reference": ("type", ITEM_REFERENCE_MESSAGE)},
     default="message",
     unknown=UNKNOWN_ITEM_MESSAGE,
 )

@@ -493,9 +493,6 @@ def test_tampered_encrypted_content_is_refused_naming_it() -> None:
         pytest.param(
             [USER, {**CALL, "arguments": "[1]"}], "input[1].arguments", "JSON object", id="arguments-not-object"
         ),
-        pytest.param(
-            [USER, {"type": "item_reference", "id": "msg_1"}], "input[1].type", "item references", id="item-reference"
-        ),
         pytest.param([USER, {"type": "computer_call"}], "input[1].type", "unsupported input item", id="unknown-item"),
         pytest.param([USER, {"role": "assistant", "content": "Pre"}], "input[1].content", "prefill", id="no-prefill"),
         pytest.param(
