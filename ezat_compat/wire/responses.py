@@ -66,6 +66,7 @@ INCLUDE_MESSAGE = "{value} is not supported; only reasoning.encrypted_content is
 UNKNOWN_ITEM_MESSAGE = "unsupported input item type {tag}"
 UNKNOWN_TOOL_MESSAGE = "unsupported tool type {tag}; use function or custom tools"
 BUILT_IN_TOOL_MESSAGE = 'the built-in tool "{tag}" is not supported'
+TOOL_SEARCH_EXECUTION_MESSAGE = 'the built-in tool "tool_search" is supported only with "execution": "client"'
 NAMESPACE_MEMBER_MESSAGE = "must be function or custom"
 SUMMARY_MESSAGE = "use one of auto, concise, detailed"
 FILE_ID_MESSAGE = "file ids are not supported; send the file's data"
@@ -85,7 +86,6 @@ REFUSED_TOOL_TYPES = (
     "local_shell",
     "shell",
     "apply_patch",
-    "tool_search",
 )
 SUMMARIES = ("auto", "concise", "detailed")
 
@@ -140,6 +140,65 @@ PART = Tagged(
 )
 
 
+# ---------------------------------------------------------------- tools
+
+
+class FunctionToolSchema(Loose):
+    name = StrictStr(required=True)
+    description = StrictStr(allow_none=True)
+    parameters = JSONObject(allow_none=True)
+    strict = Raw(allow_none=True)  # only ``true`` asks for a strict schema
+
+
+class CustomToolSchema(Loose):
+    name = StrictStr(required=True)
+    description = StrictStr(allow_none=True)
+    format = Raw(allow_none=True)  # a grammar is given to the model in the description
+
+
+FUNCTION_TOOL = FunctionToolSchema()
+CUSTOM_TOOL = CustomToolSchema()
+NAMESPACE_MEMBER = Tagged("type", {"function": FUNCTION_TOOL, "custom": CUSTOM_TOOL}, unknown=NAMESPACE_MEMBER_MESSAGE)
+
+
+class NamespaceToolSchema(Loose):
+    name = StrictStr(required=True)
+    tools = List(NAMESPACE_MEMBER, required=True)
+
+
+class WebSearchToolSchema(Loose):
+    filters = Raw(allow_none=True)  # allowed_domains kept when it is a list of strings
+    user_location = Raw(allow_none=True)  # its string fields kept
+
+
+class ToolSearchToolSchema(Loose):
+    """Codex's tool search (openai/codex codex-rs/tools/src/tool_spec.rs, ``ToolSpec::ToolSearch``):
+    only the client-run kind, which the model calls like a function."""
+
+    execution = StrictStr(allow_none=True)  # unset: the hosted search, which we can't run
+    description = StrictStr(allow_none=True)
+    parameters = JSONObject(allow_none=True)
+
+    @validates_schema
+    def _client_run(self, data: dict[str, Any], **_: Any) -> None:
+        if data.get("execution") != "client":
+            raise ValidationError([TOOL_SEARCH_EXECUTION_MESSAGE], field_name="execution")
+
+
+TOOL = Tagged(
+    "type",
+    {
+        "function": FUNCTION_TOOL,
+        "custom": CUSTOM_TOOL,
+        "namespace": NamespaceToolSchema(),
+        "tool_search": ToolSearchToolSchema(),
+        **dict.fromkeys(WEB_SEARCH_TYPES, WebSearchToolSchema()),
+    },
+    refused={kind: ("type", BUILT_IN_TOOL_MESSAGE.format(tag=kind)) for kind in REFUSED_TOOL_TYPES},
+    unknown=UNKNOWN_TOOL_MESSAGE,
+)
+
+
 # ---------------------------------------------------------------- input items
 
 
@@ -177,6 +236,29 @@ class ItemReferenceSchema(Loose):
     id = StrictStr(required=True)
 
 
+class ToolSearchCallItemSchema(Loose):
+    """The model's call of a client-run tool search (openai/codex codex-rs/protocol/src/models.rs,
+    ``ResponseItem::ToolSearchCall``)."""
+
+    call_id = StrictStr(required=True, validate=validate.Length(min=1))
+    arguments = JSONObject(allow_none=True)
+
+
+class ToolSearchOutputItemSchema(Loose):
+    """The client's answer to it: the tools it found (``ResponseItem::ToolSearchOutput``), which
+    join the request's tools."""
+
+    call_id = StrictStr(required=True, validate=validate.Length(min=1))
+    tools = List(TOOL, required=True)
+
+
+class AdditionalToolsItemSchema(Loose):
+    """Codex's Responses-lite tools (``ResponseItem::AdditionalTools``): tools of the request,
+    sent in ``input``."""
+
+    tools = List(TOOL, required=True)
+
+
 class WebSearchCallItemSchema(Loose):
     """A finished server-side search: left out of the request."""
 
@@ -193,53 +275,12 @@ ITEM = Tagged(
         "reasoning": ReasoningItemSchema(),
         "web_search_call": WebSearchCallItemSchema(),
         "item_reference": ItemReferenceSchema(),
+        "tool_search_call": ToolSearchCallItemSchema(),
+        "tool_search_output": ToolSearchOutputItemSchema(),
+        "additional_tools": AdditionalToolsItemSchema(),
     },
     default="message",
     unknown=UNKNOWN_ITEM_MESSAGE,
-)
-
-
-# ---------------------------------------------------------------- tools
-
-
-class FunctionToolSchema(Loose):
-    name = StrictStr(required=True)
-    description = StrictStr(allow_none=True)
-    parameters = JSONObject(allow_none=True)
-    strict = Raw(allow_none=True)  # only ``true`` asks for a strict schema
-
-
-class CustomToolSchema(Loose):
-    name = StrictStr(required=True)
-    description = StrictStr(allow_none=True)
-    format = Raw(allow_none=True)  # a grammar is given to the model in the description
-
-
-FUNCTION_TOOL = FunctionToolSchema()
-CUSTOM_TOOL = CustomToolSchema()
-NAMESPACE_MEMBER = Tagged("type", {"function": FUNCTION_TOOL, "custom": CUSTOM_TOOL}, unknown=NAMESPACE_MEMBER_MESSAGE)
-
-
-class NamespaceToolSchema(Loose):
-    name = StrictStr(required=True)
-    tools = List(NAMESPACE_MEMBER, required=True)
-
-
-class WebSearchToolSchema(Loose):
-    filters = Raw(allow_none=True)  # allowed_domains kept when it is a list of strings
-    user_location = Raw(allow_none=True)  # its string fields kept
-
-
-TOOL = Tagged(
-    "type",
-    {
-        "function": FUNCTION_TOOL,
-        "custom": CUSTOM_TOOL,
-        "namespace": NamespaceToolSchema(),
-        **dict.fromkeys(WEB_SEARCH_TYPES, WebSearchToolSchema()),
-    },
-    refused={kind: ("type", BUILT_IN_TOOL_MESSAGE.format(tag=kind)) for kind in REFUSED_TOOL_TYPES},
-    unknown=UNKNOWN_TOOL_MESSAGE,
 )
 
 
