@@ -9,6 +9,7 @@ that build error bodies.
     GatewayError (500, server_error / api_error)
     ├── InvalidRequestError        400  the client's request is wrong: fix it, don't retry
     │   ├── RouteNotFoundError     404  no such route
+    │   ├── NotFoundError          404  a stored response or item the organisation doesn't have
     │   └── MethodNotAllowedError  405
     ├── AuthenticationError        401  missing, invalid, revoked or expired key
     ├── InsufficientQuotaError     402  balance or key spend limit exhausted
@@ -77,6 +78,14 @@ class InvalidRequestError(GatewayError):
 
 
 class RouteNotFoundError(InvalidRequestError):
+    status = 404
+    anthropic_type = "not_found_error"
+
+
+class NotFoundError(InvalidRequestError):
+    """A stored response (or one of its items) that doesn't exist for this organisation: never
+    stored, expired, deleted or another organisation's, alike. Send what it held instead."""
+
     status = 404
     anthropic_type = "not_found_error"
 

@@ -16,6 +16,7 @@ from ezat_compat.dialects.openai_responses import OpenAIResponses, ResponsesServ
 from ezat_compat.errors import GatewayError, InvalidRequestError
 from ezat_compat.sealing import KEY_ENV, load_sealer
 from ezat_compat.store.responses import DAY_S, ResponseStore, StoredResponse
+from ezat_compat.translate.item_references import item_key
 from ezat_compat.translate.responses_response import client_view
 
 bp = Blueprint("openai_responses", __name__, url_prefix="/openai/v1")
@@ -75,7 +76,7 @@ def _input_item(item: dict[str, Any], response_id: str, n: int) -> dict[str, Any
     """An input item as the list shows it: with an id, and message content as parts."""
     out = dict(item)
     out.setdefault("type", "message")
-    out.setdefault("id", f"in_{response_id.removeprefix('resp_').replace('-', '')}{n:03d}")
+    out.setdefault("id", f"in_{item_key(response_id)}{n:03d}")
     if out["type"] == "message" and isinstance(out.get("content"), str):
         kind = "output_text" if out.get("role") == "assistant" else "input_text"
         out["content"] = [{"type": kind, "text": out["content"]}]

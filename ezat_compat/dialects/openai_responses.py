@@ -4,7 +4,8 @@ chat completions. Validated by ``wire/responses.py``; translated by
 ``translate/responses_stream.py``; errors in OpenAI's envelope with the spec's status table.
 
 What needs the organisation runs in ``Parsed.prepare`` (after authentication): the stored
-conversation of ``previous_response_id`` is loaded, sealed reasoning is opened, then the
+conversation of ``previous_response_id`` is loaded, item references are resolved against the
+stored responses (``translate/item_references.py``), sealed reasoning is opened, then the
 request is translated. A response created with ``store`` is saved once it is complete, with
 its request's ledger row (``Answer.record``, ``ResponsesStream.record``: on SQLite in the row's
 transaction), so before a stream's last event.
@@ -31,12 +32,19 @@ from ezat_compat.dialects import (
     openai_error_response,
 )
 from ezat_compat.domain import Model, ResponsesSettings
-from ezat_compat.errors import GatewayError, InvalidRequestError, UpstreamError, render_openai
+from ezat_compat.errors import GatewayError, InvalidRequestError, NotFoundError, UpstreamError, render_openai
 from ezat_compat.failures import client_error
 from ezat_compat.jsonfast import encode_json
 from ezat_compat.sealing import Sealer, SealError
 from ezat_compat.store.hotpath import Rider
 from ezat_compat.store.responses import ResponseStore
+from ezat_compat.translate.item_references import (
+    RESPONSE_PREFIX,
+    item_key,
+    referenced_responses,
+    references,
+    resolve_references,
+)
 from ezat_compat.translate.responses_request import ResponsesTranslation, input_items, responses_to_anthropic
 from ezat_compat.translate.responses_response import ItemIds, anthropic_to_response, client_view, response_skeleton
 from ezat_compat.translate.responses_stream import Event, ResponseEvents
@@ -54,19 +62,11 @@ from ezat_compat.wire.responses import MODEL_NAME_MAX, load_responses_request
 log = logging.getLogger("ezat_compat")
 
 NOT_JSON = "The upstream provider sent a reply that is not JSON."
-RESPONSE_PREFIX = "resp_"
 STORE_OFF = "stored responses are switched off on this gateway; send the whole conversation in input"
 SEALED_BAD = (
     "the encrypted reasoning can't be opened: it was changed, or comes from another gateway or organisation; "
     "send the reasoning item as this gateway returned it, or leave it out"
 )
-
-
-class NotFoundError(InvalidRequestError):
-    """A stored response that doesn't exist for this organisation (or expired)."""
-
-    status = 404
-    anthropic_type = "not_found_error"
 
 
 def not_found(response_id: str, param: str | None = None) -> NotFoundError:
@@ -279,12 +279,17 @@ class OpenAIResponses:
             if stored is None:
                 raise not_found(previous, "previous_response_id")
             earlier = [(item, "previous_response_id") for item in stored.continuation()]
+        items = input_items(ctx.loaded)
+        refs = references(items)
+        if refs:  # (only then: a request without references reads nothing more)
+            outputs = self._referenced(org_id, refs, ctx.loaded.get("store") is not False)
+            items, ctx.items = outputs(items), outputs(ctx.items)
         ctx.context = [item for item, _ in earlier] + [item for item, _ in ctx.items]
         ctx.input_start = len(earlier)
         auto_cache = (ctx.headers.get("x-ezat-cache") or "").strip().lower() != "off"
         translation = responses_to_anthropic(
             ctx.loaded,
-            earlier + input_items(ctx.loaded),
+            earlier + items,
             ctx.model,
             unseal=partial(self._unseal, org_id),
             auto_cache=auto_cache,
@@ -296,6 +301,19 @@ class OpenAIResponses:
         parsed.image_slots = translation.image_slots
         if translation.thinking:
             parsed.thinking_ids = [t for ids in assistant_tool_ids(translation.body) for t in ids]
+
+    def _referenced(
+        self, org_id: int, refs: list[tuple[str, str]], store: bool
+    ) -> Callable[[Sequence[tuple[dict[str, Any], str]]], list[tuple[dict[str, Any], str]]]:
+        """The stored output items the references name (one read for all of them), as a
+        function replacing each reference of a list of items by its item; an id the
+        organisation has no live response for answers 404 naming ``input[N].id``."""
+        if self.services.store is None:
+            path = refs[0][1]
+            raise InvalidRequestError(f"{path}.id: {STORE_OFF}", param=f"{path}.id")
+        wanted = referenced_responses(refs, store)
+        outputs = self.services.store.outputs(org_id, wanted, self.services.clock())
+        return partial(resolve_references, outputs=outputs, store=store)
 
     def _unseal(self, org_id: int, sealed: Any, path: str) -> list[dict[str, Any]]:
         try:
@@ -342,7 +360,7 @@ class OpenAIResponses:
         response, usage = anthropic_to_response(
             message,
             self._skeleton(parsed, ids),
-            ids=ItemIds(ids.request_id.replace("-", "")),
+            ids=ItemIds(item_key(ids.request_id)),
             tools=translation.tools,
             summary=translation.summary,
             seal=self._seal(ctx),
@@ -360,7 +378,7 @@ class OpenAIResponses:
         assert translation is not None
         events = ResponseEvents(
             self._skeleton(parsed, ids),
-            ids=ItemIds(ids.request_id.replace("-", "")),
+            ids=ItemIds(item_key(ids.request_id)),
             tools=translation.tools,
             summary=translation.summary,
             seal=self._seal(ctx),

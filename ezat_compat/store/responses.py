@@ -2,8 +2,9 @@
 
 A response created with ``store`` (the default) is kept per organisation for ``[responses]
 ttl_days``: ``GET /openai/v1/responses/{id}`` returns it, ``…/input_items`` lists its input,
-``DELETE`` removes it, and ``previous_response_id`` continues from it (its whole conversation,
-then its output, then the new input). Another organisation's id, an expired or deleted one are
+``DELETE`` removes it, ``previous_response_id`` continues from it (its whole conversation,
+then its output, then the new input), and an ``item_reference`` to one of its output items
+stands for that item (``outputs``). Another organisation's id, an expired or deleted one are
 simply not found. Expired rows are ignored on read and purged in bounded batches on ``put``.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -165,6 +166,23 @@ class ResponseStore:
         if row is None:
             return None
         return StoredResponse(loads(row.response), loads(row.context), int(row.input_start), bool(row.encrypted))
+
+    def outputs(self, org_id: int, response_ids: Sequence[str], now: float) -> dict[str, list[dict[str, Any]]]:
+        """The output items of the organisation's live responses among ``response_ids``, by
+        response id (one statement; the ids not found are absent). For item references."""
+        if not response_ids:
+            return {}
+        query = select(responses.c.response_id, responses.c.response).where(
+            responses.c.org_id == org_id,
+            responses.c.response_id.in_(response_ids),
+            responses.c.expires_at > datetime.fromtimestamp(now, UTC),
+        )
+        try:
+            with self._engine.connect() as conn:
+                rows = conn.execute(query).all()
+        except SQLAlchemyError as exc:
+            raise _reading(exc) from exc
+        return {row.response_id: list(loads(row.response).get("output") or ()) for row in rows}
 
     def delete(self, org_id: int, response_id: str, now: float) -> bool:
         """Remove it; False when there was none to remove (for this organisation)."""

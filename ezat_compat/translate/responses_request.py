@@ -40,6 +40,7 @@ from ezat_compat.translate.request import (
 )
 from ezat_compat.translate.responses_tools import (
     CUSTOM_INPUT,
+    TOOL_SEARCH,
     ClientTool,
     flat_name,
     tool_choice_to_anthropic,
@@ -141,6 +142,7 @@ class _Conversation:
     turns: list[_Turn] = field(default_factory=list)
     pending: dict[str, str] = field(default_factory=dict)  # call id -> its item's path
     answered: set[str] = field(default_factory=set)
+    tools: list[tuple[dict[str, Any], str, bool]] = field(default_factory=list)  # from items: (tool, path, found)
 
 
 def _unanswered(conv: _Conversation) -> None:
@@ -185,6 +187,33 @@ def _call_block(item: dict[str, Any], path: str, custom: bool) -> tuple[str, dic
     return call_id, block
 
 
+def _search_call_block(item: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """A ``tool_search_call`` item -> (call id, ``tool_use`` block of the tool search)."""
+    call_id = str(item.get("call_id"))
+    arguments = item.get("arguments")
+    tool_input = arguments if isinstance(arguments, dict) else {}
+    return call_id, {"type": "tool_use", "id": encode_tool_id(call_id), "name": TOOL_SEARCH, "input": tool_input}
+
+
+def _found_names(tools: Sequence[Mapping[str, Any]]) -> list[str]:
+    names: list[str] = []
+    for tool in tools:
+        if tool.get("type") == "namespace":
+            names.extend(flat_name(str(tool.get("name")), str(m.get("name"))) for m in tool.get("tools") or ())
+        else:
+            names.append(str(tool.get("name")))
+    return names
+
+
+def _search_output_block(item: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """A ``tool_search_output`` item -> (call id, ``tool_result`` naming the tools found, which
+    the request declares from then on)."""
+    call_id = str(item.get("call_id"))
+    names = _found_names(item.get("tools") or ())
+    text = f"Tools found, now available to call: {', '.join(names)}." if names else "No tools found."
+    return call_id, {"type": "tool_result", "tool_use_id": encode_tool_id(call_id), "content": text}
+
+
 def _output_block(
     item: dict[str, Any], path: str, model: Model, model_name: str, slots: list[ImageSlot]
 ) -> tuple[str, dict[str, Any]]:
@@ -216,14 +245,22 @@ def _conversation(
                 conv.system.extend(pairs)  # joined into the system prompt wherever they appear
             elif pairs:
                 _turn(conv, role, i).blocks.extend(pairs)
-        elif kind in ("function_call", "custom_tool_call"):
-            call_id, block = _call_block(item, path, kind == "custom_tool_call")
+        elif kind in ("function_call", "custom_tool_call", "tool_search_call"):
+            if kind == "tool_search_call":
+                call_id, block = _search_call_block(item)
+            else:
+                call_id, block = _call_block(item, path, kind == "custom_tool_call")
             if call_id in conv.pending or call_id in conv.answered:
                 raise _bad(f"{path}.call_id", f'tool call id "{call_id}" is used twice')
             _turn(conv, "assistant", i).blocks.append((block, path))
             conv.pending[call_id] = path
-        elif kind in ("function_call_output", "custom_tool_call_output"):
-            call_id, block = _output_block(item, path, model, model_name, slots)
+        elif kind in ("function_call_output", "custom_tool_call_output", "tool_search_output"):
+            if kind == "tool_search_output":
+                call_id, block = _search_output_block(item)
+                tools = item.get("tools") or ()
+                conv.tools.extend((tool, f"{path}.tools[{k}]", True) for k, tool in enumerate(tools))
+            else:
+                call_id, block = _output_block(item, path, model, model_name, slots)
             if call_id not in conv.pending:
                 if call_id in conv.answered:
                     raise _bad(f"{path}.call_id", f'tool call "{call_id}" already has an output')
@@ -237,6 +274,8 @@ def _conversation(
                 blocks = unseal(sealed, f"{path}.encrypted_content")
                 _turn(conv, "assistant", i).blocks.extend((b, path) for b in blocks)
             # without encrypted_content: the kept thinking is looked up by its tool calls' ids
+        elif kind == "additional_tools":  # Codex's Responses-lite: tools of the request, in input
+            conv.tools.extend((tool, f"{path}.tools[{k}]", False) for k, tool in enumerate(item.get("tools") or ()))
         # web_search_call: a finished server-side search, its results already part of the answer
     return conv
 
@@ -311,7 +350,9 @@ def responses_to_anthropic(
         conv.system.insert(0, (_text_block(instructions), "instructions"))
     _finish(conv, model, name)
 
-    tool_pairs, tool_names, _ = tools_to_anthropic(req["tools"], model, name) if req.get("tools") else ([], {}, False)
+    declared = [(tool, f"tools[{t}]", False) for t, tool in enumerate(req.get("tools") or ())]
+    declared += [t for t in conv.tools if not t[2]] + [t for t in conv.tools if t[2]]
+    tool_pairs, tool_names, _ = tools_to_anthropic(declared, model, name) if declared else ([], {}, False)
     parallel = req.get("parallel_tool_calls")
     choice = tool_choice_to_anthropic(req.get("tool_choice"), tool_names, parallel, model, name) if tool_pairs else None
     forced = choice is not None and choice["type"] in ("any", "tool")

@@ -11,7 +11,8 @@ that message's text, else a default; the response is ``completed``, as OpenAI's 
 refusal); each thinking block -> a ``reasoning`` item (``summary_text``
 only when summaries were asked for; ``encrypted_content`` when a ``seal`` is given: the caller
 strips it from what the client sees unless it asked for it); ``tool_use`` -> ``function_call``
-or ``custom_tool_call`` under the client's own name and namespace; server-side web searches ->
+or ``custom_tool_call`` under the client's own name and namespace (a ``tool_search_call`` for a
+client-run tool search); server-side web searches ->
 ``web_search_call``. Pure: ids, times and the seal are parameters.
 """
 
@@ -26,7 +27,7 @@ from typing import Any
 from ezat_compat.domain import Usage
 from ezat_compat.translate.ids import decode_tool_id
 from ezat_compat.translate.response import tool_arguments, usage_from_anthropic
-from ezat_compat.translate.responses_tools import CUSTOM_INPUT, ClientTool
+from ezat_compat.translate.responses_tools import CUSTOM_INPUT, TOOL_SEARCH, ClientTool
 
 Seal = Callable[[list[dict[str, Any]]], str]
 THINKING_TYPES = frozenset({"thinking", "redacted_thinking"})
@@ -146,6 +147,8 @@ def call_item(item_id_of: ItemIds, block: Mapping[str, Any], tools: Mapping[str,
     client = tools.get(name)
     call_id = decode_tool_id(str(block.get("id", "")))
     tool_input = block.get("input")
+    if client is not None and client.kind == TOOL_SEARCH:
+        return search_call_item(item_id_of.next("tsc"), call_id, tool_input)
     if client is not None and client.kind == "custom":
         text = tool_input.get(CUSTOM_INPUT) if isinstance(tool_input, Mapping) else None
         item = {
@@ -168,6 +171,19 @@ def call_item(item_id_of: ItemIds, block: Mapping[str, Any], tools: Mapping[str,
     if client is not None and client.namespace is not None:
         item["namespace"] = client.namespace
     return item
+
+
+def search_call_item(item_id: str, call_id: str, arguments: Any) -> dict[str, Any]:
+    """A call of the client-run tool search, as Codex reads it (openai/codex
+    codex-rs/protocol/src/models.rs, ``ResponseItem::ToolSearchCall``)."""
+    return {
+        "id": item_id,
+        "type": "tool_search_call",
+        "status": "completed",
+        "call_id": call_id,
+        "execution": "client",
+        "arguments": dict(arguments) if isinstance(arguments, Mapping) else {},
+    }
 
 
 def url_annotation(citation: Mapping[str, Any], start: int, end: int) -> dict[str, Any] | None:

@@ -43,7 +43,7 @@ class _Open:
 
     output_index: int
     item: dict[str, Any]
-    kind: str  # message | reasoning | function_call | custom_tool_call | web_search_call
+    kind: str  # message | reasoning | function_call | custom_tool_call | tool_search_call | web_search_call
     parts: list[str] = field(default_factory=list)
     block: dict[str, Any] = field(default_factory=dict)  # a thinking block as received
 
@@ -289,7 +289,7 @@ class ResponseEvents:
             full["status"] = "in_progress"
             if full["type"] == "custom_tool_call":
                 full["input"] = ""
-            else:
+            elif full["type"] == "function_call":
                 full["arguments"] = ""
             opened, added = self._add(full, full["type"])
             self._blocks[index] = opened
@@ -432,6 +432,11 @@ class ResponseEvents:
             text = item["input"] = raw if isinstance(raw, str) else ""
             events.append(self._event({"type": "response.custom_tool_call_input.delta", **where, "delta": text}))
             events.append(self._event({"type": "response.custom_tool_call_input.done", **where, "input": text}))
+        elif opened.kind == "tool_search_call":  # its arguments, an object, whole when its block ends
+            try:
+                item["arguments"] = dict(obj(json.loads("".join(opened.parts) or "{}")))
+            except ValueError:
+                item["arguments"] = {}
         elif opened.kind == "reasoning":
             full = reasoning_item(item["id"], opened.block, self.summary, self.seal)
             item.update(full)

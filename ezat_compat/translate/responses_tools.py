@@ -4,14 +4,15 @@
 each (``ClientTool``: its kind and namespace) so that calls come back as the client declared
 them; ``tool_choice_to_anthropic`` the tool choice. Function tools keep their schema (a
 ``strict`` one fitted to structured outputs), custom tools take one string, namespaces are
-flattened to ``<namespace>__<name>``, web search is Anthropic's server-side search for models
-with it. The tools are as ``wire/responses.py`` loaded them; what needs the model or the
+flattened to ``<namespace>__<name>`` (Codex's default ``functions`` namespace not), a client-run
+``tool_search`` is a tool like a function, web search is Anthropic's server-side search for
+models with it. The tools are as ``wire/responses.py`` loaded them; what needs the model or the
 whole list (names, duplicates, the tool choice) is judged here. Pure.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,13 +24,20 @@ from ezat_compat.translate.tables import TOOL_CHOICE_TO_ANTHROPIC
 WEB_SEARCH_TYPES = ("web_search", "web_search_preview", "web_search_2025_08_26", "web_search_preview_2025_03_11")
 ANTHROPIC_WEB_SEARCH = {"type": "web_search_20250305", "name": "web_search"}
 NAMESPACE_SEPARATOR = "__"
+# Codex's Responses-lite folds its top-level function and custom tools into this namespace, and
+# takes a call in it with or without the namespace (openai/codex codex-rs/tools/src/tool_spec.rs
+# create_tools_json_for_responses_lite; codex-rs/core/src/tools/router_tests.rs): its members are
+# top-level tools here, their calls named without it.
+DEFAULT_NAMESPACE = "functions"
+TOOL_SEARCH = "tool_search"  # a client-run tool search (openai/codex codex-rs/tools/src/tool_spec.rs)
 CUSTOM_INPUT = "input"  # the one string property of the Anthropic tool standing for a custom tool
 
 
 @dataclass(frozen=True, slots=True)
 class ClientTool:
-    """What the client calls an Anthropic tool: ``kind`` "function" or "custom", the
-    namespace it was declared in (None at the top level) and its own name."""
+    """What the client calls an Anthropic tool: ``kind`` "function", "custom", "tool_search"
+    or "web_search", the namespace it was declared in (None at the top level and in the default
+    one) and its own name."""
 
     kind: str
     name: str
@@ -39,9 +47,14 @@ class ClientTool:
 def flat_name(namespace: str | None, name: str) -> str:
     """The Anthropic name of a tool declared in a namespace: ``<namespace>__<name>``, stray
     underscores around the separator trimmed (as the Codex CLI flattens names)."""
-    if namespace is None:
+    if namespace is None or namespace in ("", DEFAULT_NAMESPACE):
         return name
     return namespace.rstrip("_") + NAMESPACE_SEPARATOR + name.lstrip("_")
+
+
+def client_namespace(namespace: str | None) -> str | None:
+    """The namespace a call comes back in: none for the default one (Codex's ``functions``)."""
+    return None if namespace in (None, "", DEFAULT_NAMESPACE) else namespace
 
 
 def _tag(value: Any) -> str | None:
@@ -104,7 +117,19 @@ def _one_tool(tool: dict[str, Any], path: str, namespace: str | None) -> tuple[d
             "must be 1 to 128 characters from a-z, A-Z, 0-9, _ and - (^[a-zA-Z0-9_-]{1,128}$)"
             + (f' once joined to its namespace as "{anthropic_name}"' if namespace else ""),
         )
-    return {"name": anthropic_name, **block}, ClientTool(str(kind), name, namespace)
+    return {"name": anthropic_name, **block}, ClientTool(str(kind), name, client_namespace(namespace))
+
+
+def _tool_search(tool: Mapping[str, Any], path: str) -> tuple[dict[str, Any], ClientTool]:
+    """A client-run tool search (``"execution": "client"``, the only kind the schema lets
+    through) -> an ordinary tool of its parameters: the client runs the search and answers
+    with a ``tool_search_output`` item whose tools join the request."""
+    block: dict[str, Any] = {"name": TOOL_SEARCH}
+    description = tool.get("description")
+    if isinstance(description, str) and description.strip():
+        block["description"] = description.strip()
+    block["input_schema"] = _schema(tool.get("parameters"), False, path)
+    return block, ClientTool(TOOL_SEARCH, TOOL_SEARCH)
 
 
 def _web_search(tool: Mapping[str, Any]) -> dict[str, Any]:
@@ -123,31 +148,37 @@ def _web_search(tool: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def tools_to_anthropic(
-    tools: Any, model: Model, model_name: str
+    tools: Sequence[tuple[dict[str, Any], str, bool]], model: Model, model_name: str
 ) -> tuple[list[tuple[dict[str, Any], str]], dict[str, ClientTool], bool]:
-    """Tools -> (Anthropic tools with their paths, Anthropic name -> client tool, web search
-    translated). Namespaces are flattened; web_search only for models with it (the schema
-    refused the other built-ins)."""
+    """Tools as (tool, client path, found) -> (Anthropic tools with their paths, Anthropic
+    name -> client tool, web search translated). ``tools``: the request's, then those of its
+    ``additional_tools`` items, then those a client-run tool search found (``found``: a name
+    already there is left out, as a tool found twice; elsewhere a duplicate is refused).
+    Namespaces are flattened; web_search only for models with it (the schema refused the other
+    built-ins)."""
     out: list[tuple[dict[str, Any], str]] = []
     names: dict[str, ClientTool] = {}
     web_search = False
 
-    def add(block: dict[str, Any], client: ClientTool, path: str) -> None:
+    def add(block: dict[str, Any], client: ClientTool, path: str, found: bool) -> None:
         if block["name"] in names:
+            if found:
+                return
             raise _bad(f"{path}.name", f'duplicate tool name "{block["name"]}"')
         names[block["name"]] = client
         out.append((block, path))
 
-    for t, tool in enumerate(tools):
-        path = f"tools[{t}]"
+    for tool, path, found in tools:
         kind = tool.get("type")
         if kind in ("function", "custom"):
-            add(*_one_tool(tool, path, None), path)
+            add(*_one_tool(tool, path, None), path, found)
+        elif kind == TOOL_SEARCH:
+            add(*_tool_search(tool, path), path, found)
         elif kind == "namespace":
             namespace = str(tool.get("name"))
             for k, member in enumerate(tool.get("tools") or ()):
                 member_path = f"{path}.tools[{k}]"
-                add(*_one_tool(member, member_path, namespace), member_path)
+                add(*_one_tool(member, member_path, namespace), member_path, found)
         elif kind in WEB_SEARCH_TYPES and model.web_search and not web_search:
             # (a model without web search: the tool is left out, never forwarded)
             web_search = True

@@ -4,8 +4,8 @@
 Schemas validate and refuse; they don't translate (``translate/responses_request.py`` does,
 from what these load). The same fault is worded as on Chat Completions ("Not a valid
 boolean.", ``input[0].content[0]: audio input is not supported``); the refusals the reference
-words (background, conversation, prompt, include, item references, unknown item and tool
-types, built-in tools) carry its exact messages. Fields the translator doesn't read are
+words (background, conversation, prompt, include, unknown item and tool types, built-in
+tools) carry its exact messages. Fields the translator doesn't read are
 excluded from the result (``unknown = EXCLUDE``); what the response echoes and what is stored
 come from the body as the client sent it. What depends on the model (images, PDFs, tools,
 efforts, the output limit) or on the whole conversation (tool calls and their outputs, the
@@ -63,10 +63,10 @@ INCLUDE_IGNORED = (
     "message.input_image.image_url",
 )
 INCLUDE_MESSAGE = "{value} is not supported; only reasoning.encrypted_content is"
-ITEM_REFERENCE_MESSAGE = "item references are not supported; send the items (or previous_response_id)"
 UNKNOWN_ITEM_MESSAGE = "unsupported input item type {tag}"
 UNKNOWN_TOOL_MESSAGE = "unsupported tool type {tag}; use function or custom tools"
 BUILT_IN_TOOL_MESSAGE = 'the built-in tool "{tag}" is not supported'
+TOOL_SEARCH_EXECUTION_MESSAGE = 'the built-in tool "tool_search" is supported only with "execution": "client"'
 NAMESPACE_MEMBER_MESSAGE = "must be function or custom"
 SUMMARY_MESSAGE = "use one of auto, concise, detailed"
 FILE_ID_MESSAGE = "file ids are not supported; send the file's data"
@@ -86,7 +86,6 @@ REFUSED_TOOL_TYPES = (
     "local_shell",
     "shell",
     "apply_patch",
-    "tool_search",
 )
 SUMMARIES = ("auto", "concise", "detailed")
 
@@ -141,59 +140,6 @@ PART = Tagged(
 )
 
 
-# ---------------------------------------------------------------- input items
-
-
-class MessageItemSchema(Loose):
-    role = StrictStr(required=True, validate=validate.OneOf(ROLES))
-    content = StrOrList(PART, required=True)
-
-
-class FunctionCallItemSchema(Loose):
-    call_id = StrictStr(required=True, validate=validate.Length(min=1))
-    name = StrictStr(required=True)
-    arguments = StrictStr(allow_none=True)
-    namespace = StrictStr(allow_none=True)
-
-
-class CustomToolCallItemSchema(Loose):
-    call_id = StrictStr(required=True, validate=validate.Length(min=1))
-    name = StrictStr(required=True)
-    input = StrictStr(required=True)
-    namespace = StrictStr(allow_none=True)
-
-
-class CallOutputItemSchema(Loose):
-    call_id = StrictStr(required=True)
-    output = StrOrList(PART, required=True)
-
-
-class ReasoningItemSchema(Loose):
-    encrypted_content = Raw(allow_none=True)  # opened by the gateway's sealer, which judges it
-
-
-class WebSearchCallItemSchema(Loose):
-    """A finished server-side search: left out of the request."""
-
-
-CALL_OUTPUT_ITEM = CallOutputItemSchema()
-ITEM = Tagged(
-    "type",
-    {
-        "message": MessageItemSchema(),
-        "function_call": FunctionCallItemSchema(),
-        "custom_tool_call": CustomToolCallItemSchema(),
-        "function_call_output": CALL_OUTPUT_ITEM,
-        "custom_tool_call_output": CALL_OUTPUT_ITEM,
-        "reasoning": ReasoningItemSchema(),
-        "web_search_call": WebSearchCallItemSchema(),
-    },
-    refused={"item_reference": ("type", ITEM_REFERENCE_MESSAGE)},
-    default="message",
-    unknown=UNKNOWN_ITEM_MESSAGE,
-)
-
-
 # ---------------------------------------------------------------- tools
 
 
@@ -225,16 +171,116 @@ class WebSearchToolSchema(Loose):
     user_location = Raw(allow_none=True)  # its string fields kept
 
 
+class ToolSearchToolSchema(Loose):
+    """Codex's tool search (openai/codex codex-rs/tools/src/tool_spec.rs, ``ToolSpec::ToolSearch``):
+    only the client-run kind, which the model calls like a function."""
+
+    execution = StrictStr(allow_none=True)  # unset: the hosted search, which we can't run
+    description = StrictStr(allow_none=True)
+    parameters = JSONObject(allow_none=True)
+
+    @validates_schema
+    def _client_run(self, data: dict[str, Any], **_: Any) -> None:
+        if data.get("execution") != "client":
+            raise ValidationError([TOOL_SEARCH_EXECUTION_MESSAGE], field_name="execution")
+
+
 TOOL = Tagged(
     "type",
     {
         "function": FUNCTION_TOOL,
         "custom": CUSTOM_TOOL,
         "namespace": NamespaceToolSchema(),
+        "tool_search": ToolSearchToolSchema(),
         **dict.fromkeys(WEB_SEARCH_TYPES, WebSearchToolSchema()),
     },
     refused={kind: ("type", BUILT_IN_TOOL_MESSAGE.format(tag=kind)) for kind in REFUSED_TOOL_TYPES},
     unknown=UNKNOWN_TOOL_MESSAGE,
+)
+
+
+# ---------------------------------------------------------------- input items
+
+
+class MessageItemSchema(Loose):
+    role = StrictStr(required=True, validate=validate.OneOf(ROLES))
+    content = StrOrList(PART, required=True)
+
+
+class FunctionCallItemSchema(Loose):
+    call_id = StrictStr(required=True, validate=validate.Length(min=1))
+    name = StrictStr(required=True)
+    arguments = StrictStr(allow_none=True)
+    namespace = StrictStr(allow_none=True)
+
+
+class CustomToolCallItemSchema(Loose):
+    call_id = StrictStr(required=True, validate=validate.Length(min=1))
+    name = StrictStr(required=True)
+    input = StrictStr(required=True)
+    namespace = StrictStr(allow_none=True)
+
+
+class CallOutputItemSchema(Loose):
+    call_id = StrictStr(required=True)
+    output = StrOrList(PART, required=True)
+
+
+class ReasoningItemSchema(Loose):
+    encrypted_content = Raw(allow_none=True)  # opened by the gateway's sealer, which judges it
+
+
+class ItemReferenceSchema(Loose):
+    """An earlier output item by its id: the dialect puts the stored item in its place."""
+
+    id = StrictStr(required=True)
+
+
+class ToolSearchCallItemSchema(Loose):
+    """The model's call of a client-run tool search (openai/codex codex-rs/protocol/src/models.rs,
+    ``ResponseItem::ToolSearchCall``)."""
+
+    call_id = StrictStr(required=True, validate=validate.Length(min=1))
+    arguments = JSONObject(allow_none=True)
+
+
+class ToolSearchOutputItemSchema(Loose):
+    """The client's answer to it: the tools it found (``ResponseItem::ToolSearchOutput``), which
+    join the request's tools."""
+
+    call_id = StrictStr(required=True, validate=validate.Length(min=1))
+    tools = List(TOOL, required=True)
+
+
+class AdditionalToolsItemSchema(Loose):
+    """Codex's Responses-lite tools (``ResponseItem::AdditionalTools``): tools of the request,
+    sent in ``input``."""
+
+    tools = List(TOOL, required=True)
+
+
+class WebSearchCallItemSchema(Loose):
+    """A finished server-side search: left out of the request."""
+
+
+CALL_OUTPUT_ITEM = CallOutputItemSchema()
+ITEM = Tagged(
+    "type",
+    {
+        "message": MessageItemSchema(),
+        "function_call": FunctionCallItemSchema(),
+        "custom_tool_call": CustomToolCallItemSchema(),
+        "function_call_output": CALL_OUTPUT_ITEM,
+        "custom_tool_call_output": CALL_OUTPUT_ITEM,
+        "reasoning": ReasoningItemSchema(),
+        "web_search_call": WebSearchCallItemSchema(),
+        "item_reference": ItemReferenceSchema(),
+        "tool_search_call": ToolSearchCallItemSchema(),
+        "tool_search_output": ToolSearchOutputItemSchema(),
+        "additional_tools": AdditionalToolsItemSchema(),
+    },
+    default="message",
+    unknown=UNKNOWN_ITEM_MESSAGE,
 )
 
 

@@ -1,10 +1,14 @@
 """Agent frameworks on their default Responses models against the gateway and the strict
-simulator (docs/responses.md): the OpenAI Agents SDK running an agent with a function tool, and
-LangChain's ``ChatOpenAI(use_responses_api=True)`` in a tool loop."""
+simulator (docs/responses.md): the OpenAI Agents SDK running an agent with a function tool, and as
+the README prints it, and LangChain's ``ChatOpenAI(use_responses_api=True)`` in a tool loop."""
 
 from __future__ import annotations
 
 import asyncio
+import re
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -71,3 +75,49 @@ def test_langchain_chat_openai_with_the_responses_api_in_a_tool_loop(gateway: Ga
             messages.append(ToolMessage(get_weather.invoke(call["args"]), tool_call_id=call["id"]))
     assert isinstance(messages[-1].content, (str, list)) and "Tool results: sunny in" in messages[-1].text
     assert len(sim.bodies()) == 2
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+README_BASE = "http://127.0.0.1:8080"
+README_KEY = "ezat_sk_…"
+
+
+def _readme_example(marker: str) -> str:
+    """The README's Python code block that contains ``marker``, as printed there."""
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.DOTALL)
+    (found,) = [block for block in blocks if marker in block]
+    return found
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        pytest.param(None, id="as-printed-an-alias"),
+        pytest.param("openai/anthropic/claude-sonnet-5-5", id="the-openai-prefix"),
+        pytest.param("anthropic/claude-sonnet-5-5", id="the-canonical-id-fails-in-the-sdk"),
+    ],
+)
+def test_the_readmes_agents_sdk_example_runs_as_printed(
+    gateway: Gateway, key: str, sim: Sim, tmp_path: Path, model: str | None
+) -> None:
+    """The Agents SDK example of the README, run as a script with only the address and the key
+    changed (and, for the other model names the README names, the model): the alias and the
+    ``openai/`` prefix reach the gateway; the bare canonical id fails in the SDK, as it says."""
+    pytest.importorskip("agents")
+    source = _readme_example("from agents import")
+    assert README_BASE in source and README_KEY in source and 'model="claude-sonnet-5-5"' in source
+    source = source.replace(README_BASE, gateway.url).replace(README_KEY, key)
+    if model is not None:
+        source = source.replace('model="claude-sonnet-5-5"', f'model="{model}"')
+    script = tmp_path / "agent.py"
+    script.write_text(source)
+    sim.clear()
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    if model == "anthropic/claude-sonnet-5-5":
+        assert done.returncode != 0 and "UserError: Unknown prefix: anthropic" in done.stderr
+        assert sim.bodies() == []
+        return
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "Hello from the simulator. You said: What is a prompt cache?"
+    (body,) = sim.bodies()
+    assert body["system"][0]["text"] == "Answer in one sentence."

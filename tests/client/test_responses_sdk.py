@@ -104,3 +104,96 @@ def test_a_function_tool_loop_with_reasoning(gateway: Gateway, key: str, sim: Si
     bodies = sim.bodies()
     assert len(bodies) == 2 and all("thinking" in body for body in bodies)
     assert bodies[1]["messages"][1]["content"][0]["type"] == "thinking"  # kept across the loop
+
+
+def _references(response: openai.types.responses.Response) -> list[dict[str, str]]:
+    """What the AI SDK's ``openai(model)`` sends back of a stored response: a reference per item."""
+    return [{"type": "item_reference", "id": item.id} for item in response.output if item.id]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_item_references_replay_a_stored_tool_loop(gateway: Gateway, key: str, sim: Sim, stream: bool) -> None:
+    """Store on, reasoning on, a tool loop, then a second user turn: every earlier output item
+    (reasoning, the function call, the message) goes back as an item_reference, as the AI SDK
+    sends them, and becomes the stored item, its thinking back exactly as signed."""
+    api = client(gateway, key)
+    history: list = [{"role": "user", "content": "Weather in Oslo? Use the tool"}]
+    sim.clear()
+
+    def turn() -> openai.types.responses.Response:
+        kwargs = {"model": MODEL, "input": history, "tools": [WEATHER], "reasoning": {"effort": "high"}}
+        if stream:
+            with api.responses.stream(**kwargs) as events:
+                return events.get_final_response()
+        return api.responses.create(**kwargs)
+
+    first = turn()
+    (call,) = [item for item in first.output if item.type == "function_call"]
+    assert [item.type for item in first.output] == ["reasoning", "function_call"]
+    history += _references(first)
+    history.append({"type": "function_call_output", "call_id": call.call_id, "output": "sunny, 21 C"})
+    second = turn()
+    assert second.output_text.startswith("Tool results: sunny, 21 C")
+    history += [*_references(second), {"role": "user", "content": "Thanks. And tomorrow?"}]
+    third = turn()
+    assert third.status == "completed"
+    bodies = sim.bodies()
+    assert len(bodies) == 3
+    last = bodies[2]["messages"]
+    assert [m["role"] for m in last] == ["user", "assistant", "user", "assistant", "user"]
+    assert [b["type"] for b in last[1]["content"]] == ["thinking", "tool_use"]
+    assert last[1]["content"][0] == bodies[1]["messages"][1]["content"][0]  # the same signed thinking
+    assert last[1]["content"][1]["id"] == call.call_id
+    assert last[3]["content"][-1]["text"] == second.output_text
+    items = api.responses.input_items.list(third.id, order="asc").data
+    assert [item.id for item in items[1:3]] == [first.output[0].id, call.id]  # stored as resolved
+
+
+def test_item_references_from_a_store_false_request_and_beside_previous_response_id(
+    gateway: Gateway, key: str, sim: Sim
+) -> None:
+    api = client(gateway, key)
+    first = api.responses.create(model=MODEL, input="My name is Ada.")
+    other = api.responses.create(model=MODEL, input="I live in Oslo.")
+    sim.clear()
+    stateless = api.responses.create(
+        model=MODEL,
+        store=False,
+        input=[{"role": "user", "content": "Hi"}, *_references(first), {"role": "user", "content": "Who am I?"}],
+    )
+    assert stateless.store is False
+    with pytest.raises(openai.NotFoundError):
+        api.responses.retrieve(stateless.id)
+    continued = api.responses.create(
+        model=MODEL, previous_response_id=first.id, input=[*_references(other), {"role": "user", "content": "Where?"}]
+    )
+    assert continued.status == "completed"
+    one, two = sim.bodies()
+    assert one["messages"][1] == {"role": "assistant", "content": [{"type": "text", "text": first.output_text}]}
+    assert [m["role"] for m in two["messages"]] == ["user", "assistant", "user"]  # the two answers, one turn
+    assert [b["text"] for b in two["messages"][1]["content"]] == [first.output_text, other.output_text]
+
+
+def _not_found(api: openai.OpenAI, item_id: str, **kwargs: object) -> dict:
+    with pytest.raises(openai.NotFoundError) as caught:
+        api.responses.create(
+            model=MODEL, input=[{"role": "user", "content": "Hi"}, {"type": "item_reference", "id": item_id}], **kwargs
+        )
+    assert caught.value.status_code == 404
+    return caught.value.body  # type: ignore[return-value]
+
+
+def test_an_unknown_or_another_organisations_item_is_the_same_404(gateway: Gateway, key: str) -> None:
+    mine = client(gateway, key).responses.create(model=MODEL, input="Hello")
+    item = mine.output[0].id
+    theirs = client(gateway, gateway.new_key("other-org"))
+    unknown = item[:-3] + "999"
+    for body, missing in ((_not_found(theirs, item), item), (_not_found(theirs, unknown), unknown)):
+        assert body == {
+            "message": f"Item with id '{missing}' not found.",
+            "type": "invalid_request_error",
+            "param": "input[1].id",
+            "code": None,
+        }
+    stateless = _not_found(client(gateway, key), "msg_abc", store=False)
+    assert stateless["message"].startswith("Item with id 'msg_abc' not found. Items are not persisted when `store`")

@@ -96,6 +96,30 @@ def test_a_purge_searches_the_expiry_index_not_the_table(engine: Engine) -> None
     assert any("ix_responses_expires_at" in s for s in steps), steps
 
 
+def test_outputs_of_the_referenced_responses_in_one_statement(store: ResponseStore, engine: Engine) -> None:
+    """Item references read the outputs of every response they name at once: the
+    organisation's live ones only (another organisation's or an expired one is absent)."""
+    second = {**RESPONSE, "id": "resp_2", "output": [{"id": "msg_2", "type": "message", "content": []}]}
+    store.put(1, RESPONSE, CONTEXT, 0, False, NOW)
+    store.put(1, second, CONTEXT, 0, False, NOW - TTL + 10)  # expires at NOW + 10
+    store.put(2, {**RESPONSE, "id": "resp_3"}, CONTEXT, 0, False, NOW)  # another organisation's
+    ran: list[str] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        if statement.lstrip().upper().startswith("SELECT"):
+            ran.append(statement)
+
+    event.listen(engine, "before_cursor_execute", seen)
+    try:
+        found = store.outputs(1, ["resp_1", "resp_2", "resp_3", "resp_9"], NOW + 1)
+    finally:
+        event.remove(engine, "before_cursor_execute", seen)
+    assert found == {"resp_1": RESPONSE["output"], "resp_2": second["output"]}
+    assert len(ran) == 1
+    assert store.outputs(1, ["resp_1", "resp_2"], NOW + 10) == {"resp_1": RESPONSE["output"]}
+    assert store.outputs(1, [], NOW) == {}
+
+
 def test_delete_only_the_organisations_own(store: ResponseStore) -> None:
     store.put(1, RESPONSE, CONTEXT, 0, False, NOW)
     assert store.delete(2, "resp_1", NOW) is False
@@ -130,3 +154,5 @@ def test_a_database_that_cannot_answer_is_503(tmp_path) -> None:
         store.get(1, "resp_1", NOW)
     with pytest.raises(DatabaseUnavailableError):
         store.delete(1, "resp_1", NOW)
+    with pytest.raises(DatabaseUnavailableError):
+        store.outputs(1, ["resp_1"], NOW)

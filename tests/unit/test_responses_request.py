@@ -493,9 +493,6 @@ def test_tampered_encrypted_content_is_refused_naming_it() -> None:
         pytest.param(
             [USER, {**CALL, "arguments": "[1]"}], "input[1].arguments", "JSON object", id="arguments-not-object"
         ),
-        pytest.param(
-            [USER, {"type": "item_reference", "id": "msg_1"}], "input[1].type", "item references", id="item-reference"
-        ),
         pytest.param([USER, {"type": "computer_call"}], "input[1].type", "unsupported input item", id="unknown-item"),
         pytest.param([USER, {"role": "assistant", "content": "Pre"}], "input[1].content", "prefill", id="no-prefill"),
         pytest.param(
@@ -689,3 +686,172 @@ def test_source_map_names_the_client_paths() -> None:
     assert t.source_map[("messages", 1, 0)] == "input[1]"
     assert t.source_map[("messages", 2, 0)] == "input[2]"
     assert t.source_map[("tools", 0)] == "tools[0]"
+
+
+# ---------------------------------------------------------------- Codex: tool search and Responses-lite tools
+# The shapes are Codex's (openai/codex): the tool codex-rs/tools/src/tool_spec.rs (ToolSpec::ToolSearch,
+# create_tools_json_for_responses_lite), the items codex-rs/protocol/src/models.rs (ResponseItem::
+# ToolSearchCall, ToolSearchOutput, AdditionalTools), the tools found codex-rs/tools/src/tool_search.rs.
+
+SEARCH_PARAMETERS = {
+    "type": "object",
+    "properties": {"query": {"type": "string"}, "limit": {"type": "number"}},
+    "required": ["query"],
+    "additionalProperties": False,
+}
+TOOL_SEARCH = {
+    "type": "tool_search",
+    "execution": "client",
+    "description": "Search the tools of connected apps and MCP servers.",
+    "parameters": SEARCH_PARAMETERS,
+}
+EXEC = {
+    "type": "function",
+    "name": "exec_command",
+    "description": "Run a command",
+    "strict": False,
+    "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]},
+}
+LITE_TOOLS = {  # Codex's Responses-lite: top-level tools folded into the "functions" namespace, in input
+    "type": "additional_tools",
+    "role": "developer",
+    "tools": [{"type": "namespace", "name": "functions", "description": "Tools", "tools": [EXEC, PATCH]}, TOOL_SEARCH],
+}
+SEARCH_CALL = {
+    "type": "tool_search_call",
+    "call_id": "search-1",
+    "execution": "client",
+    "status": "completed",
+    "arguments": {"query": "calendar create", "limit": 1},
+}
+FOUND = {
+    "type": "function",
+    "name": "create_event",
+    "description": "",
+    "strict": False,
+    "defer_loading": True,
+    "parameters": {"type": "object", "properties": {}},
+}
+SEARCH_OUTPUT = {
+    "type": "tool_search_output",
+    "call_id": "search-1",
+    "status": "completed",
+    "execution": "client",
+    "tools": [{"type": "namespace", "name": "mcp__calendar__", "description": "Calendar", "tools": [FOUND]}],
+}
+
+
+def test_a_client_run_tool_search_is_a_tool_the_model_calls() -> None:
+    t = translate({"tools": [WEATHER, TOOL_SEARCH]})
+    assert t.body["tools"][1] == {
+        "name": "tool_search",
+        "description": "Search the tools of connected apps and MCP servers.",
+        "input_schema": SEARCH_PARAMETERS,
+    }
+    assert t.tools["tool_search"] == ClientTool("tool_search", "tool_search")
+
+
+@pytest.mark.parametrize(
+    ("tool", "param"),
+    [
+        pytest.param({"type": "tool_search", "execution": "server"}, "tools[1].execution", id="server"),
+        pytest.param({"type": "tool_search"}, "tools[1].execution", id="hosted-by-default"),
+    ],
+)
+def test_a_tool_search_we_cant_run_is_refused_naming_it(tool: dict[str, Any], param: str) -> None:
+    message, got = refused({"tools": [WEATHER, tool]})
+    assert got == param
+    assert message == f'{param}: the built-in tool "tool_search" is supported only with "execution": "client"'
+
+
+def test_a_tool_search_round_trip_loads_the_tools_found() -> None:
+    items = [USER, SEARCH_CALL, SEARCH_OUTPUT]
+    t = translate({"input": items, "tools": [EXEC, TOOL_SEARCH]})
+    assert [tool["name"] for tool in t.body["tools"]] == ["exec_command", "tool_search", "mcp__calendar__create_event"]
+    assert "defer_loading" not in t.body["tools"][2]  # Anthropic's own deferral is not asked for
+    assert t.tools["mcp__calendar__create_event"] == ClientTool("function", "create_event", "mcp__calendar__")
+    assert t.body["messages"][1:] == [
+        {
+            "role": "assistant",
+            "content": [
+                {
+                    "type": "tool_use",
+                    "id": "search-1",
+                    "name": "tool_search",
+                    "input": {"query": "calendar create", "limit": 1},
+                }
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "search-1",
+                    "content": "Tools found, now available to call: mcp__calendar__create_event.",
+                }
+            ],
+        },
+    ]
+
+
+def test_a_tool_found_twice_or_already_declared_is_declared_once() -> None:
+    again = {**SEARCH_CALL, "call_id": "search-2"}
+    output = {**SEARCH_OUTPUT, "call_id": "search-2", "tools": [*SEARCH_OUTPUT["tools"], EXEC]}
+    t = translate({"input": [USER, SEARCH_CALL, SEARCH_OUTPUT, again, output], "tools": [EXEC, TOOL_SEARCH]})
+    assert [tool["name"] for tool in t.body["tools"]] == ["exec_command", "tool_search", "mcp__calendar__create_event"]
+
+
+def test_a_search_that_found_nothing_says_so() -> None:
+    t = translate({"input": [USER, SEARCH_CALL, {**SEARCH_OUTPUT, "tools": []}], "tools": [TOOL_SEARCH]})
+    assert t.body["messages"][2]["content"][0]["content"] == "No tools found."
+
+
+def test_responses_lite_additional_tools_are_the_requests_tools() -> None:
+    t = translate({"input": [LITE_TOOLS, USER], "parallel_tool_calls": False, "tool_choice": "auto"})
+    assert [tool["name"] for tool in t.body["tools"]] == ["exec_command", "apply_patch", "tool_search"]
+    assert t.tools["exec_command"] == ClientTool("function", "exec_command")  # the default namespace: none
+    assert t.tools["apply_patch"] == ClientTool("custom", "apply_patch")
+    assert t.body["messages"] == [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}]
+    assert t.body["tool_choice"] == {"type": "auto", "disable_parallel_tool_use": True}
+
+
+def test_calls_in_the_default_namespace_are_its_members() -> None:
+    call = {**CALL, "name": "exec_command", "namespace": "functions", "arguments": '{"cmd": "ls"}'}
+    output = {"type": "function_call_output", "call_id": "call_1", "output": "ok"}
+    t = translate({"input": [LITE_TOOLS, USER, call, output]})
+    assert t.body["messages"][1]["content"][0]["name"] == "exec_command"
+
+
+@pytest.mark.parametrize(
+    ("items", "param", "fragment"),
+    [
+        pytest.param(
+            [{**LITE_TOOLS, "tools": [{"type": "code_interpreter"}]}, USER],
+            "input[0].tools[0].type",
+            'the built-in tool "code_interpreter" is not supported',
+            id="built-in-in-lite",
+        ),
+        pytest.param(
+            [{**LITE_TOOLS, "tools": [WEATHER, WEATHER]}, USER],
+            "input[0].tools[1].name",
+            'duplicate tool name "get_weather"',
+            id="duplicate-in-lite",
+        ),
+        pytest.param(
+            [{"type": "additional_tools", "role": "developer"}, USER],
+            "input[0].tools",
+            "Missing data",
+            id="lite-without-tools",
+        ),
+        pytest.param([USER, SEARCH_CALL], "input[1]", 'tool call "search-1" has no output', id="search-unanswered"),
+        pytest.param([USER, SEARCH_OUTPUT], "input[1].call_id", "no function_call", id="search-output-alone"),
+        pytest.param(
+            [USER, {**SEARCH_CALL, "call_id": ""}], "input[1].call_id", "Shorter than minimum", id="no-call-id"
+        ),
+        pytest.param([USER, {**SEARCH_CALL, "arguments": "q"}], "input[1].arguments", "Not a valid", id="arguments"),
+    ],
+)
+def test_refused_tool_search_and_lite_items(items: list[dict[str, Any]], param: str, fragment: str) -> None:
+    message, got = refused({"input": items, "tools": [TOOL_SEARCH]})
+    assert got == param and fragment in message, message

@@ -475,3 +475,34 @@ def test_produced_chars_count_text_arguments_and_thinking() -> None:
     msg = message([THINK, {"type": "text", "text": "abcd"}])
     translator, _ = run_stream(stream_of(msg))
     assert translator.produced_chars == len(THINK["thinking"]) + 4
+
+
+def test_a_client_run_tool_search_call_is_a_tool_search_call_item_json_and_stream() -> None:
+    """Codex reads ``tool_search_call`` with ``execution: "client"`` and its arguments as an object
+    (openai/codex codex-rs/protocol/src/models.rs, ResponseItem::ToolSearchCall)."""
+    tools = {**TOOLS, "tool_search": ClientTool("tool_search", "tool_search")}
+    args = {"query": "calendar create", "limit": 1}
+    msg = message([THINK, {"type": "tool_use", "id": "search-1", "name": "tool_search", "input": args}], "tool_use")
+    response, _ = anthropic_to_response(msg, skeleton(), ids=ItemIds("k"), tools=tools, summary=False, seal=None)
+    Response.model_validate(response)
+    expected = {
+        "id": "tsc_k002",
+        "type": "tool_search_call",
+        "status": "completed",
+        "call_id": "search-1",
+        "execution": "client",
+        "arguments": args,
+    }
+    assert response["output"][1] == expected
+    translator = ResponseEvents(
+        skeleton(), ids=ItemIds("k"), tools=tools, summary=False, seal=None, include_encrypted=False
+    )
+    out = [payload for name, data in stream_of(msg) for _, payload in translator.feed(name, data)]
+    for payload in out:
+        EVENTS.validate_python(payload)
+    added = [p for p in out if p["type"] == "response.output_item.added"][1]
+    assert added["item"]["type"] == "tool_search_call" and added["item"]["status"] == "in_progress"
+    done = [p for p in out if p["type"] == "response.output_item.done"][1]
+    assert done["item"] == expected
+    assert not [p for p in out if "function_call_arguments" in p["type"]]
+    assert translator.final_response()["output"] == response["output"]
