@@ -137,7 +137,7 @@ def _unset_keys(deployments: Sequence[Deployment]) -> dict[str, list[str]]:
     """Each key variable that is unset or empty, with the deployments that read it, in the file's order."""
     unset: dict[str, list[str]] = {}
     for d in deployments:
-        if not d.api_key:
+        if d.needs_key and not d.api_key:  # a cloud's own credentials need no key variable
             unset.setdefault(d.api_key_env, []).append(d.name)
     return unset
 
