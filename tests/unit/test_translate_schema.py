@@ -615,7 +615,7 @@ def test_strict_tool_refusal_names_the_client_path() -> None:
     assert message.startswith(f"{param}: must be false")
 
 
-# ---------------------------------------------------------------- bounded work (issue 32)
+# ---------------------------------------------------------------- each definition fitted once, inlining capped
 
 
 def chain(levels: int, leaf: dict[str, Any] | None = None) -> dict[str, Any]:
