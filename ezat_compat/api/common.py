@@ -66,13 +66,15 @@ def api_key(request: Request) -> str | None:
 
 
 def api_key_of(headers: Headers) -> str | None:
-    """The key from ``x-api-key`` or ``Authorization: Bearer``."""
-    key = headers.get("x-api-key")
+    """The key from ``x-api-key`` or ``Authorization: Bearer``, without the SP and HTAB around
+    it (HTTP's only optional whitespace: a U+00A0 is part of the value, so the key is unknown)."""
+    key = (headers.get("x-api-key") or "").strip(" \t")
     if key:
-        return key.strip()
+        return key
     scheme, _, token = (headers.get("authorization") or "").partition(" ")
-    if scheme.lower() == "bearer" and token.strip():
-        return token.strip()
+    token = token.strip(" \t")
+    if scheme.lower() == "bearer" and token:
+        return token
     return None
 
 

@@ -15,6 +15,7 @@ and the upstream refused it.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -40,7 +41,30 @@ from ezat_compat.wire.anthropic import load_messages_request
 from ezat_compat.wire.loading import RequestValidationError
 
 FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta")
+# What may be forwarded of them: visible ASCII with spaces or tabs inside. Only SP and HTAB are
+# whitespace around a field value (RFC 9110, 5.5 and 5.6.3), never the others Python's ``\s``
+# and ``str.strip()`` know (U+0085, U+00A0…), and both fields' values are ASCII tokens.
+FORWARDED_VALUE = re.compile(r"[\x21-\x7e](?:[\x20-\x7e\t]*[\x21-\x7e])?")
 COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
+
+
+def forwarded_headers(headers: Headers) -> dict[str, str]:
+    """The ``anthropic-version`` and ``anthropic-beta`` fields the client sent, without the SP
+    and HTAB around them, to go upstream; ``InvalidRequestError`` naming the field when a value
+    holds anything else than visible ASCII (``requests`` would refuse some of it, and no
+    version or beta name is anything else)."""
+    out: dict[str, str] = {}
+    for name in FORWARDED_HEADERS:
+        value = (headers.get(name) or "").strip(" \t")
+        if not value:
+            continue
+        if not FORWARDED_VALUE.fullmatch(value):
+            bad = next((c for c in value if not (" " <= c <= "~" or c == "\t")), value[0])
+            raise InvalidRequestError(
+                f"{name}: the header's value must be visible ASCII characters (found U+{ord(bad):04X})", param=name
+            )
+        out[name] = value
+    return out
 
 
 def output_limit_message(max_tokens: int, limit: int, model_name: str) -> str:
@@ -125,6 +149,7 @@ class AnthropicMessages:
             name = load_messages_request(body)["model"]
         except RequestValidationError as exc:
             raise invalid_request(exc) from None
+        forwarded = forwarded_headers(headers)
         model = resolve(name)
         stream = self.billed and body.get("stream") is True
         max_tokens = body.get("max_tokens")
@@ -146,7 +171,7 @@ class AnthropicMessages:
             session=headers.get("x-ezat-session"),
             path=self.path,
             stream_flag=None,
-            headers={h: v for h in FORWARDED_HEADERS if (v := headers.get(h))},
+            headers=forwarded,
             billed=self.billed,
         )
 

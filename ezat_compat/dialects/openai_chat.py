@@ -93,7 +93,7 @@ class OpenAIChat:
         """An unknown or forbidden model answers 404 / 403 before the rest of the body is judged
         (then the schema, then the translation: "Ignored and refused fields")."""
         model, req = model_then_body(body, resolve, load_chat_request, MODEL_NAME_MAX)
-        auto_cache = (headers.get("x-ezat-cache") or "").strip().lower() != "off"
+        auto_cache = (headers.get("x-ezat-cache") or "").strip(" \t").lower() != "off"
         translation = openai_to_anthropic(req, model, auto_cache=auto_cache)
         return Parsed(
             model=model,

@@ -57,7 +57,7 @@ class OpenAICompletions(OpenAIChat):
     def parse(self, body: Any, headers: Headers, resolve: Resolve) -> Parsed:
         """As chat: an unknown or forbidden model answers 404 / 403 before the body is judged."""
         model, req = model_then_body(body, resolve, load_completion_request, MODEL_NAME_MAX)
-        auto_cache = (headers.get("x-ezat-cache") or "").strip().lower() != "off"
+        auto_cache = (headers.get("x-ezat-cache") or "").strip(" \t").lower() != "off"
         chat = completion_to_chat(req)
         translation = openai_to_anthropic(chat, model, auto_cache=auto_cache)
         # An upstream 400 about the one message names the prompt.

@@ -286,7 +286,7 @@ class OpenAIResponses:
             items, ctx.items = outputs(items), outputs(ctx.items)
         ctx.context = [item for item, _ in earlier] + [item for item, _ in ctx.items]
         ctx.input_start = len(earlier)
-        auto_cache = (ctx.headers.get("x-ezat-cache") or "").strip().lower() != "off"
+        auto_cache = (ctx.headers.get("x-ezat-cache") or "").strip(" \t").lower() != "off"
         translation = responses_to_anthropic(
             ctx.loaded,
             earlier + items,

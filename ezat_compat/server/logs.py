@@ -9,7 +9,11 @@
   cost) and ``finish`` hands it to the app's sink: when the response is done, or for a stream
   when the stream ends. It never holds prompt or completion text, nor a key (only the key's
   public id).
-- ``access_line(fields, fmt)``: the line itself, one ``json.dumps`` of a flat dict.
+- ``access_line(fields, fmt)``: the line itself, one ``json.dumps`` of a flat dict; in the text
+  format ``key=value`` pairs, a value with a space, a quote, ``=``, a backslash or a control
+  character (C0, DEL, C1) written as a JSON string with every control character escaped, so a
+  request line can't forge log lines nor send terminal escapes (the text formatter escapes
+  them in messages too).
 - ``Outages``: a database or Redis outage logged once per incident, with its cause.
 - ``redact_query``: query strings keep their names, never their values (``?api_key=…``).
 """
@@ -20,6 +24,7 @@ import contextlib
 import importlib
 import json
 import logging
+import re
 import time
 import traceback
 from collections.abc import Callable, Mapping
@@ -38,6 +43,22 @@ REDACTED = "…"
 MODEL_NAME_MAX = 200  # a client's model string, as sent, is cut to this in the log line
 NO_MODEL = "-"  # the metrics' model label of routes without a model (/healthz, /metrics…)
 UNKNOWN_MODEL = "unknown"  # … of a model route whose model was not (or not yet) resolved
+# C0 (line ends and tabs included), DEL and C1: what could end a line early or drive a terminal.
+CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROLS_BUT_LF = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+_DEL_C1 = re.compile(r"[\x7f-\x9f]")  # what json.dumps(ensure_ascii=False) leaves as it is
+_QUOTED = re.compile(r'[\x00-\x20"=\\\x7f-\x9f]')  # a text value with any of these is a JSON string
+_SHORT_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escaped(match: re.Match[str]) -> str:
+    char = match.group()
+    return _SHORT_ESCAPES.get(char) or f"\\u{ord(char):04x}"
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with each control character (C0, DEL, C1) written as its JSON escape."""
+    return CONTROLS.sub(_escaped, text)
 
 
 # ---------------------------------------------------------------- time
@@ -100,6 +121,17 @@ class TextFormatter(logging.Formatter):
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s [%(process)d] [%(levelname)s] %(name)s: %(message)s")
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        """The record's line, its control characters escaped (a message can quote a client)."""
+        return escape_controls(super().formatMessage(record))
+
+    def formatException(self, ei: Any) -> str:
+        """The traceback on its lines, other control characters escaped."""
+        return _CONTROLS_BUT_LF.sub(_escaped, super().formatException(ei))
+
+    def formatStack(self, stack_info: str) -> str:
+        return _CONTROLS_BUT_LF.sub(_escaped, stack_info)
 
 
 class LineFormatter(logging.Formatter):
@@ -280,15 +312,21 @@ def access_line(fields: Mapping[str, Any], fmt: str = "json") -> str:
             return jsonfast.dumps_compact(fields, finite=True).decode()
         except UnicodeEncodeError:  # a lone surrogate in a field: json writes it as it is
             return json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
-    parts = [str(fields.get("time", ""))]
+    parts = [_text_value(str(fields.get("time", "")))]
     for name, value in fields.items():
         if name in ("time", "level", "logger") or value is None:
             continue
         text = str(value).lower() if isinstance(value, bool) else str(value)
-        if not text or any(c in text for c in ' "=\n'):
-            text = json.dumps(text, ensure_ascii=False)
-        parts.append(f"{name}={text}")
+        parts.append(f"{_text_value(name)}={_text_value(text)}")
     return " ".join(parts)
+
+
+def _text_value(text: str) -> str:
+    """A value of the text line: as it is, or a JSON string with every control character
+    escaped when it is empty or holds a space, a quote, ``=``, a backslash or a control."""
+    if text and not _QUOTED.search(text):
+        return text
+    return _DEL_C1.sub(_escaped, json.dumps(text, ensure_ascii=False))
 
 
 # ---------------------------------------------------------------- outages

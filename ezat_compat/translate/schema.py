@@ -24,6 +24,13 @@ the client's request (``response_format.json_schema.schema.properties.tags.addit
 properties they list), recursive or external ``$ref``, a schema without a type, an unknown
 type, an ``enum`` of objects or arrays, an ``enum`` with no value of its type.
 
+The work is bounded by the schema's size, never by what inlining makes of it: each referenced
+schema (a definition, an ``allOf`` ``$ref``'s target) is fitted once and copied at each further
+use, and the copies ``allOf`` inlines may add at most ``MAX_INLINED`` characters of JSON (a
+chain of definitions each listing the next one twice would otherwise double at every level);
+beyond that, or past ``MAX_DEPTH`` levels, the schema is refused with a 400 naming its path
+(``tools[3].function.parameters``). Recursive schemas are refused before any of this.
+
 Pure: plain data in, a new dict out; the input is never changed.
 """
 
@@ -47,6 +54,9 @@ DEFINITIONS = ("$defs", "definitions")
 # Regex features Anthropic's grammar refuses: backreferences, lookahead/lookbehind, word boundaries.
 UNSUPPORTED_PATTERN = re.compile(r"\\[1-9]|\\k<|\(\?<?[=!]|\\[bB]")
 MAX_DEPTH = 64  # nesting levels; deeper schemas are refused rather than recursed into without end
+# JSON characters the copies inlined for allOf $refs may add to one schema: far beyond any grammar
+# the API compiles ("The compiled grammar is too large"), far below what would hold a worker.
+MAX_INLINED = 256 * 1024
 
 _SCALARS = (str, int, float, bool, type(None))
 _TYPES_TEXT = ", ".join(TYPES)
@@ -57,16 +67,35 @@ def _bad(path: str, reason: str) -> InvalidRequestError:
 
 
 @dataclass(slots=True)
+class _Fitted:
+    """A referenced schema fitted once: the result, how many levels it goes down, its size as
+    JSON (measured when first inlined) and whether the result itself is already in the output."""
+
+    schema: dict[str, Any]
+    height: int
+    size: int | None = None
+    placed: bool = False
+
+
+@dataclass(slots=True)
 class _Document:
-    """The client's whole schema, for resolving ``$ref`` pointers, and where it sits."""
+    """The client's whole schema, for resolving ``$ref`` pointers, and where it sits; what
+    fitting it has done so far (each referenced schema once) and how much inlining added."""
 
     root: Mapping[str, Any]
     path: str
     # ref pointer -> done (True) / being walked (False): the recursion check's colours
     walked: dict[str, bool] = field(default_factory=dict)
+    resolved: dict[str, tuple[Any, str]] = field(default_factory=dict)  # ref pointer -> target
+    fitted: dict[int, _Fitted] = field(default_factory=dict)  # id(client schema) -> its fitting
+    sizes: dict[int, int] = field(default_factory=dict)  # id(inlined copy) -> its JSON size
+    deepest: int = 0  # the deepest level fitting has reached (for a reused schema's height)
+    inlined: int = 0  # JSON characters the inlined copies add
 
     def resolve(self, ref: Any, path: str) -> tuple[Any, str]:
         """A local ``$ref`` -> (the schema it points to, that schema's path in the request)."""
+        if isinstance(ref, str) and ref in self.resolved:
+            return self.resolved[ref]
         if not isinstance(ref, str):
             raise _bad(path, "must be a string")
         if not ref.startswith("#"):
@@ -85,6 +114,7 @@ class _Document:
                 where = f"{where}[{part}]"
             else:
                 raise _bad(path, f'$ref "{ref}" points to nothing in the schema')
+        self.resolved[ref] = (node, where)
         return node, where
 
     def check_refs(self, node: Any, path: str, depth: int = 0) -> None:
@@ -150,6 +180,8 @@ def fit_schema(schema: Mapping[str, Any], path: str) -> dict[str, Any]:
 def _fit(node: Any, path: str, doc: _Document, depth: int) -> dict[str, Any]:
     if depth > MAX_DEPTH:
         raise _bad(path, f"the schema is nested more than {MAX_DEPTH} levels deep")
+    if depth > doc.deepest:
+        doc.deepest = depth
     if not isinstance(node, Mapping):
         raise _bad(path, "must be a JSON schema object")
     rest = dict(node)
@@ -161,7 +193,10 @@ def _fit(node: Any, path: str, doc: _Document, depth: int) -> dict[str, Any]:
             defs = rest.pop(key)
             if not isinstance(defs, Mapping):
                 raise _bad(f"{path}.{key}", "must be an object of schemas")
-            out[key] = {name: _fit(child, f"{path}.{key}.{name}", doc, depth + 1) for name, child in defs.items()}
+            out[key] = {
+                name: _fit_once(child, f"{path}.{key}.{name}", doc, depth + 1, inlined=False)
+                for name, child in defs.items()
+            }
     if "$ref" in rest:
         doc.resolve(rest["$ref"], f"{path}.$ref")  # refuses external and dangling refs
         out["$ref"] = rest["$ref"]
@@ -211,8 +246,65 @@ def _combinators(rest: dict[str, Any], out: dict[str, Any], path: str, doc: _Doc
             while isinstance(part, Mapping) and "$ref" in part and hops <= MAX_DEPTH:
                 part, part_path = doc.resolve(part["$ref"], f"{part_path}.$ref")
                 hops += 1
-            fitted.append(_fit(part, part_path, doc, depth + 1))
+            if hops:
+                fitted.append(_fit_once(part, part_path, doc, depth + 1, inlined=True))
+            else:
+                fitted.append(_fit(part, part_path, doc, depth + 1))
         out["allOf"] = fitted
+
+
+def _fit_once(node: Any, path: str, doc: _Document, depth: int, *, inlined: bool) -> dict[str, Any]:
+    """A schema that can be reached more than once (a definition, an ``allOf`` ``$ref``'s
+    target) fitted the first time only; later uses get a copy, checked for depth, and an
+    ``inlined`` copy counts towards ``MAX_INLINED``."""
+    entry = doc.fitted.get(id(node))
+    if entry is None:
+        outer = doc.deepest
+        doc.deepest = depth
+        schema = _fit(node, path, doc, depth)
+        entry = doc.fitted[id(node)] = _Fitted(schema, doc.deepest - depth)
+        doc.deepest = max(outer, doc.deepest)
+    elif depth + entry.height > MAX_DEPTH:
+        raise _bad(path, f"the schema is nested more than {MAX_DEPTH} levels deep")
+    else:
+        doc.deepest = max(doc.deepest, depth + entry.height)
+    if inlined:
+        if entry.size is None:
+            entry.size = _measure(entry.schema, doc.sizes)
+        doc.inlined += entry.size
+        if doc.inlined > MAX_INLINED:
+            raise _bad(
+                doc.path,
+                f"the schema is too large once its allOf $refs are inlined (more than {MAX_INLINED} "
+                "characters); refer to shared definitions with $ref outside allOf, which is sent as is",
+            )
+    schema = _copy(entry.schema) if entry.placed else entry.schema
+    entry.placed = True
+    if inlined:
+        doc.sizes[id(schema)] = entry.size or 0
+    return schema
+
+
+def _measure(value: Any, known: Mapping[int, int]) -> int:
+    """``value``'s size as compact JSON (near enough), taking the size of a copy already
+    measured from ``known``: each fitted node is measured once."""
+    if isinstance(value, dict):
+        size = known.get(id(value))
+        if size is not None:
+            return size
+        return 1 + sum(len(_json(key)) + 2 + _measure(child, known) for key, child in value.items()) + (not value)
+    if isinstance(value, list):
+        return 1 + sum(1 + _measure(child, known) for child in value) + (not value)
+    return len(_json(value))
+
+
+def _copy(value: Any) -> Any:
+    """A fitted schema copied, so no two places in the output share a dict or a list."""
+    if isinstance(value, dict):
+        return {key: _copy(child) for key, child in value.items()}
+    if isinstance(value, list):
+        return [_copy(child) for child in value]
+    return value
 
 
 def _types(rest: dict[str, Any], out: dict[str, Any], path: str) -> tuple[str, ...]:

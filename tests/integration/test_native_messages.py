@@ -387,6 +387,45 @@ def test_our_own_errors_use_anthropics_envelope(gateway: Gateway, key: str) -> N
     assert int(limited_resp.headers["retry-after"]) >= 1
 
 
+def raw_post(gateway: Gateway, key: str, fields: list[tuple[str, bytes]], body: dict[str, Any]) -> requests.Response:
+    """A POST whose header field values go on the wire as the bytes given (``requests`` refuses
+    some): the answer read back with ``requests``' own parsing of a raw response."""
+    host, port = gateway.url.rsplit("/", 1)[1].rsplit(":", 1)
+    data = json.dumps(body).encode()
+    head = [b"POST /v1/messages HTTP/1.1", b"host: gateway", b"x-api-key: " + key.encode(), b"connection: close"]
+    head += [b"content-type: application/json", b"content-length: %d" % len(data)]
+    head += [name.encode() + b": " + value for name, value in fields]
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(b"\r\n".join(head) + b"\r\n\r\n" + data)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    status_line, rest = answer.split(b"\r\n", 1)
+    resp = requests.Response()
+    resp.status_code = int(status_line.split()[1])
+    head_text, resp._content = rest.split(b"\r\n\r\n", 1)
+    resp.headers.update(line.decode("latin-1").split(": ", 1) for line in head_text.split(b"\r\n") if line)
+    return resp
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        pytest.param("anthropic-beta", b"\xa0fast-mode-2026-02-01", id="beta-leading-nbsp"),
+        pytest.param("anthropic-beta", b"fast-mode-2026-02-01\xa0", id="beta-trailing-nbsp"),
+        pytest.param("anthropic-version", b"\x85", id="version-only-nel"),
+        pytest.param("anthropic-version", b"2023-06-01\x85", id="version-trailing-nel"),
+    ],
+)
+def test_header_values_with_whitespace_http_does_not_know_are_a_400_never_a_500(
+    gateway: Gateway, key: str, clean: dict[str, Sim], name: str, value: bytes
+) -> None:
+    resp = raw_post(gateway, key, [(name, value)], simple())
+    body = assert_anthropic_error(resp, 400, "invalid_request_error")
+    assert body["error"]["message"].startswith(f"{name}: the header's value must be visible ASCII characters")
+    assert clean["native-a"].requests() == []
+
+
 @pytest.mark.parametrize(
     "exc_type, status, make",
     [

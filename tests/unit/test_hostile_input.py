@@ -12,12 +12,17 @@ import json
 from typing import Any
 
 import pytest
+import requests
+from werkzeug.datastructures import Headers
 
+from ezat_compat.api.common import api_key_of
+from ezat_compat.dialects.anthropic_messages import AnthropicMessages
 from ezat_compat.errors import GatewayError
 from ezat_compat.pipeline import ClientRequest, Reply
 from ezat_compat.store.accounts import AuthContext
+from ezat_compat.upstream.providers import make_provider
 from ezat_compat.wire.json import MAX_DEPTH
-from tests.unit.test_pipeline import DIALECTS, MESSAGE, FakeLedger, gateway
+from tests.unit.test_pipeline import DIALECTS, MESSAGE, MODEL, FakeLedger, gateway
 
 USER = {"role": "user", "content": "hi"}
 OPENAI_OK = {"model": "m", "messages": [USER]}
@@ -221,3 +226,64 @@ def test_openai_bodies_the_spec_accepts_go_through(raw: bytes) -> None:
     reply, upstream, ledger = handle("openai", raw)
     assert isinstance(reply, Reply) and reply.status == 200, reply
     assert len(upstream.calls) == 1 and len(ledger.rows) == 1
+
+
+# Header values by HTTP's rule (RFC 9110, 5.5 and 5.6.3): only SP and HTAB are whitespace around
+# a value; U+0085 or U+00A0 (which Python's ``\s`` and ``str.strip()`` count) are part of it.
+# Forwarded upstream, a leading one made ``requests`` raise InvalidHeader: a 500 with a traceback.
+BAD_HEADERS = [
+    ("beta-ends-in-nbsp", "anthropic-beta", "fast-mode-2026-02-01\xa0", "U+00A0"),
+    ("beta-ends-in-nel", "anthropic-beta", "fast-mode-2026-02-01\x85", "U+0085"),
+    ("beta-starts-with-nbsp", "anthropic-beta", "\xa0fast-mode-2026-02-01", "U+00A0"),
+    ("beta-only-nbsp", "anthropic-beta", "\xa0", "U+00A0"),
+    ("beta-latin-1-inside", "anthropic-beta", "fast-m\xf6de", "U+00F6"),
+    ("beta-control-inside", "anthropic-beta", "a\x0bb", "U+000B"),
+    ("version-ends-in-nel", "anthropic-version", "2023-06-01\x85", "U+0085"),
+    ("version-starts-with-nel", "anthropic-version", "\x852023-06-01", "U+0085"),
+    ("version-ends-in-nbsp-after-a-space", "anthropic-version", "2023-06-01 \xa0", "U+00A0"),
+]
+
+
+@pytest.mark.parametrize(("name", "value", "found"), [r[1:] for r in BAD_HEADERS], ids=[r[0] for r in BAD_HEADERS])
+def test_a_forwarded_header_holding_other_whitespace_is_a_400_naming_it(name: str, value: str, found: str) -> None:
+    gw, upstream, ledger = gateway({"a": MESSAGE, "b": MESSAGE, "c": MESSAGE})
+    request = ClientRequest(request_id="r1", api_key="k", headers={name: value}, read_body=lambda: body(NATIVE_OK))
+    with pytest.raises(GatewayError) as caught:
+        gw.handle(DIALECTS["anthropic"], request)
+    err = caught.value
+    assert (err.status, err.param) == (400, name)
+    assert err.message == f"{name}: the header's value must be visible ASCII characters (found {found})"
+    assert_in_envelope("anthropic", err)
+    assert upstream.calls == [] and ledger.rows == [] and ledger.reserved == {}
+
+
+GOOD_HEADERS = [
+    ("sp-and-htab-around-dropped", {"anthropic-beta": " \tfast-mode-2026-02-01 \t"}, {
+        "anthropic-beta": "fast-mode-2026-02-01"}),
+    ("list-with-spaces-kept", {"anthropic-beta": "a, b,\tc"}, {"anthropic-beta": "a, b,\tc"}),
+    ("both", {"anthropic-version": "2023-06-01", "anthropic-beta": "x"}, {
+        "anthropic-version": "2023-06-01", "anthropic-beta": "x"}),
+    ("only-sp-is-no-value", {"anthropic-beta": "  ", "anthropic-version": ""}, {}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("sent", "forwarded"), [r[1:] for r in GOOD_HEADERS], ids=[r[0] for r in GOOD_HEADERS])
+def test_forwarded_headers_are_what_requests_can_send(sent: dict[str, str], forwarded: dict[str, str]) -> None:
+    parsed = AnthropicMessages().parse(NATIVE_OK, sent, lambda _name: MODEL)
+    assert parsed.headers == forwarded
+    provider = make_provider(MODEL.deployments[0])
+    requests.PreparedRequest().prepare_headers(provider.headers(parsed.headers, "application/json"))
+
+
+@pytest.mark.parametrize(
+    ("headers", "key"),
+    [
+        pytest.param({"x-api-key": " sk-1\t"}, "sk-1", id="x-api-key-sp-htab-dropped"),
+        pytest.param({"x-api-key": "sk-1\xa0"}, "sk-1\xa0", id="x-api-key-nbsp-kept-so-unknown"),
+        pytest.param({"authorization": "Bearer sk-1\x85"}, "sk-1\x85", id="bearer-nel-kept-so-unknown"),
+        pytest.param({"authorization": "Bearer \t"}, None, id="bearer-blank"),
+        pytest.param({"x-api-key": " ", "authorization": "Bearer sk-2"}, "sk-2", id="blank-x-api-key-then-bearer"),
+    ],
+)
+def test_the_api_key_is_read_by_the_http_rule(headers: dict[str, str], key: str | None) -> None:
+    assert api_key_of(Headers(headers)) == key

@@ -7,6 +7,7 @@ import itertools
 import json
 import logging
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from ezat_compat.server.logs import (
     Outages,
     RequestLog,
     RequestRecord,
+    TextFormatter,
     _write_directly,
     access_line,
     describe,
@@ -108,6 +110,48 @@ def test_the_request_line_is_flat_and_has_no_text() -> None:
     assert parsed["deployment"] == "dep" and parsed["stream"] is True
     text = access_line(fields, "text")
     assert text.startswith("1970-01-01T00:00:00.000Z ") and " status=200 " in text and " stream=true " in text
+
+
+CONTROL_PATHS = [
+    ("cr-forging-a-line", "/v1/x\r2027-01-01T00:00:00.000Z status=200 org=victim", "\\r2027"),
+    ("lf-forging-a-line", "/v1/x\nforged", "\\nforged"),
+    ("esc-clearing-the-terminal", "/v1/\x1b[2J\x1b]0;pwned\x07", "\\u001b[2J\\u001b]0;pwned\\u0007"),
+    ("nul-and-tab", "/v1/\x00\t", "\\u0000\\t"),
+    ("del", "/v1/\x7f", "\\u007f"),
+    ("c1-nel-and-csi", "/v1/\x85\x9b31m", "\\u0085\\u009b31m"),
+    ("only-controls-no-space", "\x1b", "\\u001b"),
+]
+
+
+@pytest.mark.parametrize(("path", "written"), [r[1:] for r in CONTROL_PATHS], ids=[r[0] for r in CONTROL_PATHS])
+def test_the_text_line_escapes_control_characters_in_every_field(path: str, written: str) -> None:
+    fields = RequestRecord(request_id="r1", method="GET\x1b", path=path, view="v").fields(now=0.0, wall=0.0)
+    line = access_line({**fields, "model": path, "error": "x\x9b"}, "text")
+    assert not any(c < " " or "\x7f" <= c <= "\x9f" for c in line)
+    assert 'method="GET\\u001b"' in line and 'error="x\\u009b"' in line
+    for name in ("path", "model"):
+        quoted = re.search(f' {name}=("(?:[^"\\\\]|\\\\.)*")', line)
+        assert quoted is not None and written in quoted.group(1)
+        assert json.loads(quoted.group(1)) == path  # a quoted value is a JSON string: the value as sent
+
+
+def test_plain_text_values_stay_unquoted_and_backslashes_are_quoted() -> None:
+    line = access_line({"time": "T", "path": "/v1/messages", "client": "a\\b", "empty": ""}, "text")
+    assert line == 'T path=/v1/messages client="a\\\\b" empty=""'
+
+
+def test_the_text_formatter_escapes_control_characters_but_keeps_the_traceback_lines() -> None:
+    try:
+        raise ValueError("boom\x1b[2J\nsecond line")
+    except ValueError:
+        record = logging.LogRecord(
+            "ezat_compat", logging.ERROR, __file__, 1, "unknown route %s", ("/x\r\x1b[1m\x85",), sys.exc_info()
+        )
+    text = TextFormatter().format(record)
+    first, *rest = text.split("\n")
+    assert first.endswith("ezat_compat: unknown route /x\\r\\u001b[1m\\u0085")
+    assert rest[0] == "Traceback (most recent call last):"
+    assert "ValueError: boom\\u001b[2J" in text and "\x1b" not in text and "\r" not in text
 
 
 def test_a_long_model_name_is_cut_in_the_line() -> None:

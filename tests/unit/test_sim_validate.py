@@ -13,7 +13,9 @@ import zlib
 from typing import Any
 
 import pytest
+from werkzeug.test import Client
 
+from ezat_compat.sim.app import make_app
 from ezat_compat.sim.errors import InvalidRequestError, SimError
 from ezat_compat.sim.events import message_events
 from ezat_compat.sim.images import image_size
@@ -461,6 +463,51 @@ def test_signatures_verify_only_the_signed_text() -> None:
     assert verify_thinking("a thought", signature)
     assert not verify_thinking("a thought.", signature)
     assert not verify_thinking("a thought", "EqQBCkYIBRgCIkA")
+
+
+# hmac.compare_digest refuses non-ASCII strings (TypeError): a 500 of the simulator's own.
+FOREIGN_SIGNATURES = [
+    ("latin-1", SIGNED["thinking"], "simsig1_é"),
+    ("cjk", SIGNED["thinking"], "签名"),
+    ("emoji", SIGNED["thinking"], sign_thinking(SIGNED["thinking"])[:-1] + "🙂"),
+    ("lone-surrogate", SIGNED["thinking"], "EqQB\ud800"),
+    ("surrogate-in-the-thought-too", "Let me \udc00look.", "\udc00"),
+]
+
+
+@pytest.mark.parametrize(
+    ("thought", "signature"), [r[1:] for r in FOREIGN_SIGNATURES], ids=[r[0] for r in FOREIGN_SIGNATURES]
+)
+def test_a_signature_of_any_characters_is_invalid_not_an_error(thought: str, signature: str) -> None:
+    assert not verify_thinking(thought, signature)
+    block = {"type": "thinking", "thinking": thought, "signature": signature}
+    with pytest.raises(InvalidRequestError) as caught:
+        validate_request(tool_loop(block, TOOL_USE, thinking=THINKING))
+    assert (caught.value.status, caught.value.message) == (
+        400,
+        "messages.1.content.0: Invalid `signature` in `thinking` block",
+    )
+
+
+@pytest.mark.parametrize(
+    ("thought", "signature"), [r[1:] for r in FOREIGN_SIGNATURES], ids=[r[0] for r in FOREIGN_SIGNATURES]
+)
+def test_the_simulator_answers_a_foreign_signature_with_the_apis_400(thought: str, signature: str) -> None:
+    block = {"type": "thinking", "thinking": thought, "signature": signature}
+    request = {"model": "claude-sim", "max_tokens": 64, **tool_loop(block, TOOL_USE, thinking=THINKING)}
+    raw = json.dumps(request).encode()  # ensure_ascii: a lone surrogate travels as its \u escape
+    answer = Client(make_app()).post(
+        "/v1/messages", data=raw, headers={"x-api-key": "k", "content-type": "application/json"}
+    )
+    assert answer.status_code == 400, answer.get_data(as_text=True)
+    assert answer.get_json()["error"] == {
+        "type": "invalid_request_error",
+        "message": "messages.1.content.0: Invalid `signature` in `thinking` block",
+    }
+
+
+def test_a_non_ascii_thought_signs_and_verifies() -> None:
+    assert verify_thinking("Überlegung 🙂", sign_thinking("Überlegung 🙂"))
 
 
 def test_emitted_thinking_verifies_when_sent_back() -> None:

@@ -6,13 +6,15 @@ through the whole request translation."""
 from __future__ import annotations
 
 import copy
+import json
+import time
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from ezat_compat.errors import InvalidRequestError
-from ezat_compat.translate.schema import fit_schema
+from ezat_compat.translate.schema import MAX_INLINED, fit_schema
 from tests.unit.test_translate_request import refused, translate
 
 P = "response_format.json_schema.schema"
@@ -611,3 +613,116 @@ def test_strict_tool_refusal_names_the_client_path() -> None:
     message, param = refused({"tools": [STRICT_WEATHER, tool]})
     assert param == "tools[1].function.parameters.properties.meta.additionalProperties"
     assert message.startswith(f"{param}: must be false")
+
+
+# ---------------------------------------------------------------- each definition fitted once, inlining capped
+
+
+def chain(levels: int, leaf: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``$defs`` D0…Dn where each lists the next one twice in ``allOf``: inlined naively, the
+    fitted schema doubles at every level (2**levels copies of the leaf)."""
+    defs: dict[str, Any] = {
+        f"D{i}": {"allOf": [{"$ref": f"#/$defs/D{i + 1}"}, {"$ref": f"#/$defs/D{i + 1}"}]} for i in range(levels)
+    }
+    defs[f"D{levels}"] = leaf or obj({"a": S})
+    return {"type": "object", "properties": {"x": {"allOf": [{"$ref": "#/$defs/D0"}]}}, "$defs": defs}
+
+
+def inlined_by_hand(schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema with every ``allOf`` ``$ref`` replaced by a copy of its target, as the fitting
+    did before it memoised: fitting this must give what fitting the original gives."""
+
+    def walk(node: Any, root: dict[str, Any]) -> Any:
+        if isinstance(node, list):
+            return [walk(child, root) for child in node]
+        if not isinstance(node, dict):
+            return node
+        out = {key: walk(child, root) for key, child in node.items()}
+        if isinstance(node.get("allOf"), list):
+            parts = []
+            for part in node["allOf"]:
+                while isinstance(part, dict) and isinstance(part.get("$ref"), str) and part["$ref"].startswith("#/"):
+                    target: Any = root
+                    for name in part["$ref"][2:].split("/"):
+                        target = target[name]
+                    part = target
+                parts.append(walk(part, root))
+            out["allOf"] = parts
+        return out
+
+    return walk(schema, schema)
+
+
+DIAMOND = {
+    "type": "object",
+    "properties": {
+        "a": {"allOf": [{"$ref": "#/$defs/Left"}, {"$ref": "#/$defs/Right"}]},
+        "b": {"allOf": [{"$ref": "#/$defs/Base"}], "description": "b"},
+        "c": {"anyOf": [{"allOf": [{"$ref": "#/$defs/Left"}]}, {"type": "null"}]},
+    },
+    "$defs": {
+        "Base": obj({"id": {"type": "integer", "minimum": 0}}),
+        "Left": {"allOf": [{"$ref": "#/$defs/Base"}, obj({"l": S})]},
+        "Right": {"allOf": [{"$ref": "#/$defs/Alias"}], "title": "R"},
+        "Alias": {"$ref": "#/$defs/Base"},
+    },
+}
+INLINING = [
+    *[pytest.param(row.schema, id=row.id) for row in FITS],
+    pytest.param(INSTRUCTOR_USER, id="instructor-user"),
+    pytest.param(AI_SDK_RECIPE, id="ai-sdk-recipe"),
+    pytest.param(DIAMOND, id="diamond-of-shared-definitions"),
+    pytest.param(chain(6), id="doubling-chain-6-levels"),
+]
+
+
+@pytest.mark.parametrize("schema", INLINING)
+def test_each_definition_fitted_once_gives_what_inlining_by_hand_gives(schema: dict[str, Any]) -> None:
+    assert fit_schema(schema, P) == fit_schema(inlined_by_hand(schema), P)
+
+
+def test_inlined_copies_share_nothing() -> None:
+    fitted = fit_schema(DIAMOND, P)
+    left_in_a = fitted["properties"]["a"]["allOf"][0]
+    left_in_c = fitted["properties"]["c"]["anyOf"][0]["allOf"][0]
+    assert left_in_a == left_in_c and left_in_a is not left_in_c
+    assert left_in_a["allOf"][0] is not fitted["$defs"]["Base"]
+    left_in_a["allOf"][0]["properties"]["id"]["type"] = "string"
+    assert fitted["$defs"]["Base"]["properties"]["id"]["type"] == "integer"
+
+
+def test_a_doubling_chain_is_refused_fast_naming_the_tool() -> None:
+    tool = {"type": "function", "function": {"name": "f", "strict": True, "parameters": chain(30)}}
+    started = time.perf_counter()
+    message, param = refused({"tools": [STRICT_WEATHER, tool]})
+    assert time.perf_counter() - started < 1.0  # naively: 2**30 copies, the worker killed
+    assert param == "tools[1].function.parameters"
+    assert message.startswith(f"{param}: the schema is too large once its allOf $refs are inlined")
+
+
+@pytest.mark.parametrize("levels", [8, 12, 30, 60])
+def test_a_doubling_chain_is_bounded_or_refused(levels: int) -> None:
+    started = time.perf_counter()
+    try:
+        fitted = fit_schema(chain(levels), P)
+    except InvalidRequestError as exc:
+        assert exc.param is not None and exc.param.startswith(P)
+        assert "too large" in exc.message or "nested more than" in exc.message
+    else:
+        assert len(json.dumps(fitted)) <= MAX_INLINED + 10_000
+    assert time.perf_counter() - started < 1.0
+
+
+def test_a_reused_definition_too_deep_where_it_is_inlined_is_refused() -> None:
+    deep: dict[str, Any] = S
+    for _ in range(40):
+        deep = {"type": "array", "items": deep}
+    shallow_use = {"allOf": [{"$ref": "#/$defs/Deep"}]}
+    deep_use: dict[str, Any] = shallow_use
+    for _ in range(30):
+        deep_use = {"type": "array", "items": deep_use}
+    schema = obj({"near": shallow_use, "far": deep_use}, **{"$defs": {"Deep": deep}})
+    with pytest.raises(InvalidRequestError) as caught:
+        fit_schema(schema, P)
+    assert "nested more than" in caught.value.message
+    assert fit_schema(obj({"near": shallow_use}, **{"$defs": {"Deep": deep}}), P)["properties"]["near"]
