@@ -14,13 +14,25 @@ cut asked from another greenlet (a shutdown) interrupts the upstream read.
 from __future__ import annotations
 
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 
 from flask import Response
 
 from ezat_compat.session import StreamSession
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+YIELD_EVERY = 256  # events relayed in a row before the writer lets other greenlets run
+
+
+def _no_pause() -> None:
+    """Outside gevent: a thread is preempted anyway."""
+
+
+def _pauser() -> Callable[[], None]:
+    """``gevent.sleep(0)`` under gevent's patched sockets (the worker), else nothing."""
+    from gevent import monkey, sleep
+
+    return sleep if monkey.is_module_patched("socket") else _no_pause
 
 
 def relay(session: StreamSession) -> Generator[bytes, None, None]:
@@ -28,6 +40,8 @@ def relay(session: StreamSession) -> Generator[bytes, None, None]:
     after ``keepalive_s`` without a write, and the session's ending."""
     keepalive_s = session.keepalive_s
     clock = time.monotonic
+    pause = _pauser()
+    relayed = 0  # events since the last pause
     try:
         head = session.head  # the first event's bytes: written with the rest of its read
         last_write = clock()
@@ -65,6 +79,10 @@ def relay(session: StreamSession) -> Generator[bytes, None, None]:
                     held = events[index:]
                     break
                 parts.append(session.relay(*event))
+            relayed += len(events)
+            if relayed >= YIELD_EVERY:  # a fast upstream: let the worker's other greenlets run
+                relayed = 0
+                pause()
             out = b"".join(parts) if len(parts) > 1 else parts[0] if parts else b""
             if out:
                 yield out
