@@ -65,7 +65,8 @@ reader.join(0.5)
 assert reader.dead and time.monotonic() - t < 1.6, time.monotonic() - t  # the reader gave up too
 """,
     "fast-stream-yields": """
-EVENT = b'event: content_block_delta\\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x"}}\\n\\n'
+EVENT = (b'event: content_block_delta\\ndata: {"type":"content_block_delta","index":0,'
+         b'"delta":{"type":"text_delta","text":"x"}}\\n\\n')
 def fast(conn):
     conn.sendall(b"HTTP/1.1 200 OK\\r\\ncontent-type: text/event-stream\\r\\nconnection: close\\r\\n\\r\\n")
     conn.sendall(EVENT * 100_000); conn.close()
