@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Generator, Iterator
+from functools import partial
 
 from flask import Response
 
@@ -22,6 +23,9 @@ from ezat_compat.session import StreamSession
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 YIELD_EVERY = 256  # events relayed in a row before the writer lets other greenlets run
+# gevent.sleep(0) only runs the callbacks that are ready, and the loop polls timers and sockets
+# once per ~50 of them; any sleep > 0 waits for the loop's next turn, which does both.
+PAUSE_S = 1e-6
 
 
 def _no_pause() -> None:
@@ -29,10 +33,11 @@ def _no_pause() -> None:
 
 
 def _pauser() -> Callable[[], None]:
-    """``gevent.sleep(0)`` under gevent's patched sockets (the worker), else nothing."""
+    """Under gevent's patched sockets (the worker): a wait for the event loop's next turn (other
+    greenlets' timers and sockets); else nothing."""
     from gevent import monkey, sleep
 
-    return sleep if monkey.is_module_patched("socket") else _no_pause
+    return partial(sleep, PAUSE_S) if monkey.is_module_patched("socket") else _no_pause
 
 
 def relay(session: StreamSession) -> Generator[bytes, None, None]:
@@ -79,10 +84,10 @@ def relay(session: StreamSession) -> Generator[bytes, None, None]:
                     held = events[index:]
                     break
                 parts.append(session.relay(*event))
-            relayed += len(events)
-            if relayed >= YIELD_EVERY:  # a fast upstream: let the worker's other greenlets run
-                relayed = 0
-                pause()
+                relayed += 1
+                if relayed >= YIELD_EVERY:  # a fast upstream: let the worker's other greenlets run
+                    relayed = 0
+                    pause()
             out = b"".join(parts) if len(parts) > 1 else parts[0] if parts else b""
             if out:
                 yield out

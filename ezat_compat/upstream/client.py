@@ -39,7 +39,8 @@ included) must come by a wall-clock deadline (``upstream_timeout_s`` for JSON, t
 deadline for streams): under gevent a ``gevent.Timeout`` around the send interrupts the read,
 and urllib3 closes the connection it was reading (outside gevent, in tests and tools, the read
 timeout bounds each read and the stream's writer gives up by the deadline); the reader pauses
-(``gevent.sleep(0)``) every ``YIELD_EVERY`` events so that a fast upstream can't hold the event loop.
+(a sleep until the event loop's next turn) every ``YIELD_EVERY`` events, so that a fast
+upstream can't hold the event loop.
 
 A stream is read on its own greenlet (a thread outside gevent) into a queue (``UpstreamStream``),
 so the writer can wait for the next event with a bound of its own, send keep-alives while the
@@ -58,6 +59,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from functools import partial
 from typing import Any
 
 import requests
@@ -82,6 +84,7 @@ log = logging.getLogger("ezat_compat")
 Event = tuple[str, str]
 READ_SIZE = 64 * 1024  # what one read of a body without chunks asks for
 YIELD_EVERY = 256  # the reader lets other greenlets run after this many events in a row
+PAUSE_S = 1e-6  # > 0: a wait for the event loop's next turn
 MAX_BODY_BYTES = 64 * 1024 * 1024  # ``[gateway] max_upstream_body_mb``'s default
 _END = object()  # the reader's last word: the body ended
 _WAKE = object()  # ``interrupt``: wake the waiting writer
@@ -142,14 +145,15 @@ def _no_bound(seconds: float, error: BaseException) -> contextlib.AbstractContex
 
 
 def _gevent_tools() -> tuple[Callable[[], None], Bound]:
-    """Under gevent's patched sockets: what lets other greenlets run (``gevent.sleep(0)``), and
+    """Under gevent's patched sockets: what lets other greenlets run (a sleep until the loop's
+    next turn, which runs timers and polls sockets: ``sleep(0)`` may not for ~50 turns), and
     a wall-clock bound on a block of socket reads (``gevent.Timeout(seconds, error)``: ``error``
     raised where the block waits; one timer, no syscall). Else neither."""
     try:
         from gevent import Timeout, monkey, sleep
 
         if monkey.is_module_patched("socket"):
-            return sleep, lambda seconds, error: Timeout(max(seconds, 0.001), error)
+            return partial(sleep, PAUSE_S), lambda seconds, error: Timeout(max(seconds, 0.001), error)
     except ImportError:  # pragma: no cover - gevent is a dependency
         pass
     return _no_pause, _no_bound

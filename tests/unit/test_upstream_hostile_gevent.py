@@ -1,5 +1,6 @@
 """A hostile upstream under gevent, as a worker runs (issue 32): a response head sent a byte at a
-time, endless ``100 Continue`` lines, and a stream so fast that its reader never waits. Each runs
+time, endless ``100 Continue`` lines, and a stream so fast that its reader (and the writer
+relaying it) never waits. Each runs
 in a child process with gevent's patches (the test process has none), against a raw-socket
 server on loopback in the same process."""
 
@@ -82,10 +83,46 @@ started = time.monotonic()
 for event in stream.events():
     count += 1
 took = time.monotonic() - started
+gevent.sleep(0.03)  # the tick pending during the read reports its lag
 stream.close()
 assert count == 100_000, count
 assert took > 0.3, took  # long enough that a loop never yielding would show
 assert max(lags) < 0.15, (max(lags), took)
+""",
+    "fast-relay-yields": """
+import json
+from ezat_compat.api.sse import relay
+from tests.unit.test_pipeline import DIALECTS, END, START, FakeStream, events, gateway, request
+
+class Reads(FakeStream):  # the events as the reader hands them on: 200 a read, all there at once
+    at = 0
+    def poll(self, wait_s=None):
+        out = self.script[self.at : self.at + 200]
+        self.at += len(out)
+        self.ended = not out
+        return out
+    def first(self):
+        self.at = 1
+        return self.script[0]
+text = {"type": "text_delta", "text": "x"}
+delta = ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": text})
+block = ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {"type": "text"}})
+script = events(START, block, *[delta] * 40_000, *END)
+gw, upstream, ledger = gateway({"a": script})
+upstream.open_stream = lambda deployment, *_, **__: Reads(deployment, script)
+lags = []
+def ticker():
+    while True:
+        t = time.monotonic(); gevent.sleep(0.01); lags.append(time.monotonic() - t - 0.01)
+gevent.spawn(ticker); gevent.sleep(0.05)
+session = gw.handle(DIALECTS["openai"], request("openai", stream=True))
+started = time.monotonic()
+out = b"".join(relay(session))
+took = time.monotonic() - started
+gevent.sleep(0.03)  # the tick pending during the relay reports its lag
+assert out.count(b'"content":"x"') == 40_000
+assert took > 0.2, took  # long enough that a writer never yielding would show
+assert max(lags) < 0.1, (max(lags), took)
 """,
 }
 
