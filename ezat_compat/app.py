@@ -98,6 +98,7 @@ def build_gateway(config: Config) -> Gateway:
             stream_idle_timeout_s=gw_cfg.stream_idle_timeout_s,
             pool_size=config.server.worker_connections,
             ca_file=gw_cfg.ca_file,
+            max_body_bytes=int(gw_cfg.max_upstream_body_mb * 1024 * 1024),
         ),
         images=ImageFetcher(
             threads=gw_cfg.image_fetch_threads,

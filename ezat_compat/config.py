@@ -169,6 +169,7 @@ class _GatewaySchema(_Strict):
     connect_timeout_s = fields.Float(load_default=10.0, validate=validate.Range(min=0, min_inclusive=False))
     keepalive_s = fields.Float(load_default=15.0, validate=validate.Range(min=0, min_inclusive=False))
     max_body_mb = fields.Float(load_default=32.0, validate=validate.Range(min=0, min_inclusive=False))
+    max_upstream_body_mb = fields.Float(load_default=64.0, validate=validate.Range(min=0, min_inclusive=False))
     allow_private_image_hosts = fields.Bool(load_default=False)
     image_fetch_threads = fields.Int(load_default=64, strict=True, validate=validate.Range(min=1, max=1024))
     image_fetch_org_threads = fields.Int(load_default=20, strict=True, validate=validate.Range(min=1, max=1024))

@@ -94,6 +94,7 @@ class GatewaySettings:
     connect_timeout_s: float = 10.0
     keepalive_s: float = 15.0
     max_body_mb: float = 32.0
+    max_upstream_body_mb: float = 64.0  # a non-streaming upstream answer larger than this fails over
     allow_private_image_hosts: bool = False
     image_fetch_threads: int = 64  # the worker's download pool, shared by every organization
     image_fetch_org_threads: int = 20  # of which one organization holds at most this many (20: one request's URLs)

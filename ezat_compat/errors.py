@@ -28,6 +28,9 @@ that build error bodies.
         │                          the gateway's configuration: fail over
         ├── UpstreamStatusError    a non-2xx answer: ``status``, ``retry_after``, the parsed
         │                          Anthropic error (``error_type``, ``message``) and raw ``body``
+        ├── UpstreamBodyError      an answer the gateway won't read: larger than
+        │                          ``max_upstream_body_mb``, or in a Content-Encoding it didn't
+        │                          ask for: fail over
         └── UpstreamStreamError    the stream broke after it started: never fail over
 
 Chat Completions reference, "Errors".
@@ -241,6 +244,13 @@ class UpstreamTLSError(UpstreamConnectError):
 
 class UpstreamTimeoutError(UpstreamError):
     """No complete answer before the deadline. Fail over if nothing reached the client."""
+
+
+class UpstreamBodyError(UpstreamError):
+    """The deployment's answer can't be taken: a body larger than ``[gateway]
+    max_upstream_body_mb``, or a ``Content-Encoding`` the gateway didn't ask for (it asks for
+    ``identity``: a compressed body could expand without bound). The deployment's fault, never
+    the client's: fail over."""
 
 
 class UpstreamAuthError(UpstreamError):

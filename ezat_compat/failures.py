@@ -25,6 +25,7 @@ from ezat_compat.errors import (
     RateLimitError,
     RequestTooLargeError,
     UpstreamAuthError,
+    UpstreamBodyError,
     UpstreamConnectError,
     UpstreamError,
     UpstreamStatusError,
@@ -118,6 +119,8 @@ def client_error(
             "The gateway could not authenticate to the upstream provider; this is a gateway configuration problem, "
             "not yours."
         )
+    if isinstance(exc, UpstreamBodyError):
+        return GatewayError("The upstream provider sent an answer the gateway can't take; try again shortly.")
     if isinstance(exc, UpstreamConnectError):
         return GatewayError("The upstream provider could not be reached; try again shortly.", retry_after=retry)
     if isinstance(exc, UpstreamStreamError):

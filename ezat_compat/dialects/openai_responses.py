@@ -64,7 +64,7 @@ log = logging.getLogger("ezat_compat")
 NOT_JSON = "The upstream provider sent a reply that is not JSON."
 STORE_OFF = "stored responses are switched off on this gateway; send the whole conversation in input"
 SEALED_BAD = (
-    "the encrypted reasoning can't be opened: it was changed, or comes from another gateway or organisation; "
+    "the encrypted reasoning can't be opened: it was changed, or comes from another organisation; "
     "send the reasoning item as this gateway returned it, or leave it out"
 )
 
@@ -316,10 +316,17 @@ class OpenAIResponses:
         return partial(resolve_references, outputs=outputs, store=store)
 
     def _unseal(self, org_id: int, sealed: Any, path: str) -> list[dict[str, Any]]:
+        """The sealed blocks; none when no key of the gateway's ring sealed them (a rotated key,
+        another node's): the turn goes on without that thinking, as kept thinking that expired
+        does (``restore_thinking``); a changed or foreign item answers 400 naming ``path``."""
         try:
-            return self.services.sealer.unseal(org_id, sealed)
+            blocks = self.services.sealer.unseal(org_id, sealed)
         except SealError:
             raise InvalidRequestError(f"{path}: {SEALED_BAD}", param=path) from None
+        if blocks is None:
+            log.info("sealed reasoning at %s was sealed under a key this gateway no longer holds: dropped", path)
+            return []
+        return blocks
 
     def restore_thinking(self, parsed: Parsed, found: Mapping[str, list[dict[str, Any]]]) -> None:
         """Kept thinking back at the start of the assistant tool turns; without it for the last

@@ -24,7 +24,23 @@ else (Chat Completions reference, "Errors": failover on refused connections, tim
     requests.exceptions.ConnectionError -> UpstreamConnectError   (refused, reset, DNS)
     requests.exceptions.Timeout         -> UpstreamTimeoutError   (no bytes within the read timeout)
     a non-2xx answer                    -> UpstreamStatusError
+    a body over ``max_body_bytes``, or
+    a Content-Encoding but identity     -> UpstreamBodyError
+    no response head by the deadline    -> UpstreamTimeoutError
     a stream broken after it started    -> UpstreamStreamError
+
+A hostile or broken upstream is contained (issue 32): a non-streaming body is read
+incrementally and refused past ``max_body_bytes`` (``[gateway] max_upstream_body_mb``); bodies
+are read as sent (``decode_content=False``) and a 2xx answer with a ``Content-Encoding`` other
+than ``identity`` is refused at its head: we ask for ``identity``, and refusing costs nothing
+where decoding with a bound would cost a decoder and a counter per read for an upstream that
+broke the protocol; the response head (1xx answers, which http.client skips in a loop,
+included) must come by a wall-clock deadline (``upstream_timeout_s`` for JSON, the first-event
+deadline for streams): under gevent a ``gevent.Timeout`` around the send interrupts the read,
+and urllib3 closes the connection it was reading (outside gevent, in tests and tools, the read
+timeout bounds each read and the stream's writer gives up by the deadline); the reader pauses
+(a sleep until the event loop's next turn) every ``YIELD_EVERY`` events, so that a fast
+upstream can't hold the event loop.
 
 A stream is read on its own greenlet (a thread outside gevent) into a queue (``UpstreamStream``),
 so the writer can wait for the next event with a bound of its own, send keep-alives while the
@@ -43,6 +59,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from functools import partial
 from typing import Any
 
 import requests
@@ -51,6 +68,7 @@ import urllib3
 from ezat_compat.domain import Deployment
 from ezat_compat.errors import (
     UpstreamAuthError,
+    UpstreamBodyError,
     UpstreamConnectError,
     UpstreamError,
     UpstreamStreamError,
@@ -65,6 +83,9 @@ from ezat_compat.upstream.sse import iter_sse
 log = logging.getLogger("ezat_compat")
 Event = tuple[str, str]
 READ_SIZE = 64 * 1024  # what one read of a body without chunks asks for
+YIELD_EVERY = 256  # the reader lets other greenlets run after this many events in a row
+PAUSE_S = 1e-6  # > 0: a wait for the event loop's next turn
+MAX_BODY_BYTES = 64 * 1024 * 1024  # ``[gateway] max_upstream_body_mb``'s default
 _END = object()  # the reader's last word: the body ended
 _WAKE = object()  # ``interrupt``: wake the waiting writer
 
@@ -109,6 +130,33 @@ def _spawner() -> Callable[[Callable[[], None]], Any]:
         return thread
 
     return start
+
+
+Bound = Callable[[float, BaseException], contextlib.AbstractContextManager[Any]]
+
+
+def _no_pause() -> None:
+    """Outside gevent: a thread is preempted anyway."""
+
+
+def _no_bound(seconds: float, error: BaseException) -> contextlib.AbstractContextManager[Any]:
+    """Outside gevent: nothing (the read timeout bounds each read)."""
+    return contextlib.nullcontext()
+
+
+def _gevent_tools() -> tuple[Callable[[], None], Bound]:
+    """Under gevent's patched sockets: what lets other greenlets run (a sleep until the loop's
+    next turn, which runs timers and polls sockets: ``sleep(0)`` may not for ~50 turns), and
+    a wall-clock bound on a block of socket reads (``gevent.Timeout(seconds, error)``: ``error``
+    raised where the block waits; one timer, no syscall). Else neither."""
+    try:
+        from gevent import Timeout, monkey, sleep
+
+        if monkey.is_module_patched("socket"):
+            return partial(sleep, PAUSE_S), lambda seconds, error: Timeout(max(seconds, 0.001), error)
+    except ImportError:  # pragma: no cover - gevent is a dependency
+        pass
+    return _no_pause, _no_bound
 
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:
@@ -189,14 +237,14 @@ def _root(exc: BaseException) -> BaseException:
 
 
 def _chunks(response: requests.Response) -> Iterable[bytes]:
-    """A stream's body as it arrives: each HTTP chunk of a chunked body (``iter_content(None)``:
-    the default size would read 128 bytes at a time). A stream without chunks ends with its
-    connection: each socket read's bytes as they come (``read1``; ``iter_content`` would wait
-    for a whole buffer)."""
+    """A body's bytes as they arrive, as sent (never decoded: ``_send`` refuses an encoding):
+    each HTTP chunk of a chunked body (urllib3's ``read_chunked``, what ``iter_content(None)``
+    reads, without its decoding). A body without chunks: each socket read's bytes as they come
+    (``read1``; ``iter_content`` would wait for a whole buffer)."""
     raw = response.raw
     if getattr(raw, "chunked", False):
-        return response.iter_content(chunk_size=None)
-    return iter(lambda: raw.read1(READ_SIZE), b"")
+        return raw.read_chunked(None, decode_content=False)
+    return iter(lambda: raw.read1(READ_SIZE, decode_content=False), b"")
 
 
 class UpstreamStream:
@@ -239,15 +287,26 @@ class UpstreamStream:
         open_response: Callable[[], requests.Response],
         spawn: Callable[[Callable[[], None]], Any],
         decode: Decoder = iter_sse,
+        pause: Callable[[], None] = _no_pause,
+        bound: Bound = _no_bound,
     ) -> None:
-        """Start the reader; ``decode`` turns the body's chunks into events (the provider's framing)."""
-        self._reader = spawn(lambda: self._read(open_response, decode))
+        """Start the reader; ``decode`` turns the body's chunks into events (the provider's
+        framing); ``pause`` lets other greenlets run, every ``YIELD_EVERY`` events; ``bound``
+        holds the response head to the first-event deadline."""
+        self._reader = spawn(lambda: self._read(open_response, decode, pause, bound))
 
-    def _read(self, open_response: Callable[[], requests.Response], decode: Decoder) -> None:
-        """The reader: the request, then every event of the body onto the queue, then ``_END``
-        (or the exception that stopped it)."""
+    def _read(
+        self,
+        open_response: Callable[[], requests.Response],
+        decode: Decoder,
+        pause: Callable[[], None],
+        bound: Bound,
+    ) -> None:
+        """The reader: the request (its head by the first-event deadline), then every event of
+        the body onto the queue, then ``_END`` (or the exception that stopped it)."""
         put = self._queue.put
         batch: list[Event] = []
+        count = 0
 
         def hand_on() -> None:  # the events of one read, as one item: one wake-up of the writer
             nonlocal batch
@@ -256,12 +315,19 @@ class UpstreamStream:
                 batch = []
 
         try:
-            self._response = response = open_response()
+            late = UpstreamTimeoutError(f"{self.deployment.name} sent no response head in time")
+            with bound(self.first_deadline - time.monotonic(), late):
+                self._response = response = open_response()
             if self._closed:
                 response.close()
                 return
             for event in decode(_chunks(response), before_read=hand_on):
                 batch.append(event)
+                count += 1
+                if count >= YIELD_EVERY:  # a fast upstream: let the other greenlets run
+                    count = 0
+                    hand_on()
+                    pause()
             hand_on()
             put(_END)
         except BaseException as exc:
@@ -381,7 +447,8 @@ class UpstreamClient:
     """Sends Anthropic requests to deployments through one ``requests.Session`` per process.
 
     ``pool_size``: the connections kept per origin (the worker's concurrency); ``ca_file``:
-    ``[gateway] ca_file``, trusted for every deployment besides its own."""
+    ``[gateway] ca_file``, trusted for every deployment besides its own; ``max_body_bytes``: the
+    largest non-streaming body taken (``[gateway] max_upstream_body_mb``)."""
 
     def __init__(
         self,
@@ -390,8 +457,10 @@ class UpstreamClient:
         stream_idle_timeout_s: float,
         pool_size: int = 1000,
         ca_file: str = "",
+        max_body_bytes: int = MAX_BODY_BYTES,
     ) -> None:
         self.connect_timeout_s = connect_timeout_s
+        self.max_body_bytes = max_body_bytes
         self.stream_idle_timeout_s = stream_idle_timeout_s
         self.pool_size = pool_size
         self.ca_file = ca_file
@@ -400,6 +469,8 @@ class UpstreamClient:
         self._pid = 0
         self._lock = threading.Lock()
         self._spawn: Callable[[Callable[[], None]], Any] | None = None
+        self._pause: Callable[[], None] = _no_pause
+        self._bound: Bound = _no_bound
 
     @property
     def session(self) -> requests.Session:
@@ -412,6 +483,7 @@ class UpstreamClient:
                     session.cookies = _no_cookies()
                     self._session, self._routes, self._pid = session, {}, pid()
                     self._spawn = _spawner()
+                    self._pause, self._bound = _gevent_tools()
         return self._session
 
     def _route(self, deployment: Deployment) -> _Route:
@@ -520,16 +592,23 @@ class UpstreamClient:
                     data[:200],
                 )
             raise error
+        encoding = response.headers.get("content-encoding")
+        if encoding is not None and encoding.strip().lower() not in ("identity", ""):
+            response.close()  # we asked for identity: a compressed body could expand without bound
+            log.warning("deployment %s answered in Content-Encoding %r: refused", deployment.name, encoding[:40])
+            raise UpstreamBodyError(f"{deployment.name} answered in an encoding the gateway didn't ask for")
         return response
 
     def _read(self, response: requests.Response, deadline: float, deployment: Deployment) -> bytes:
         """The whole body within the wall-clock ``deadline``: each read waits at most the time
-        left, so bytes that trickle can't stretch it. The connection goes back to the pool only
-        when the body was read to its end."""
+        left, so bytes that trickle can't stretch it; at most ``max_body_bytes`` of it, read as
+        sent (``UpstreamBodyError`` past that). The connection goes back to the pool only when
+        the body was read to its end."""
         chunks = []
         raw = response.raw
         sock = getattr(getattr(raw, "connection", None), "sock", None)
-        reads = response.iter_content(chunk_size=None) if getattr(raw, "chunked", False) else None
+        reads = iter(_chunks(response))
+        size, limit = 0, self.max_body_bytes
         try:
             while True:
                 left = deadline - time.monotonic()
@@ -537,16 +616,20 @@ class UpstreamClient:
                     raise UpstreamTimeoutError(f"{deployment.name} did not answer in time")
                 if sock is not None:
                     sock.settimeout(left)
-                chunk = next(reads, b"") if reads is not None else raw.read1(READ_SIZE)
+                chunk = next(reads, b"")
                 if not chunk:
                     break
+                size += len(chunk)
+                if size > limit:
+                    log.warning("deployment %s sent a body over %d bytes: refused", deployment.name, limit)
+                    raise UpstreamBodyError(f"{deployment.name} sent an answer larger than {limit} bytes")
                 chunks.append(chunk)
         except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
             response.close()
             if isinstance(exc, requests.exceptions.Timeout | urllib3.exceptions.TimeoutError | TimeoutError):
                 raise UpstreamTimeoutError(f"{deployment.name} did not answer in time") from None
             raise UpstreamConnectError(f"{deployment.name} broke the connection: {type(_root(exc)).__name__}") from None
-        except BaseException:
+        except BaseException:  # a refusal above, a deadline, this greenlet killed
             response.close()
             raise
         raw.release_conn()  # read to its end: the connection goes back to the pool
@@ -561,11 +644,12 @@ class UpstreamClient:
         timeout_s: float,
         headers: Mapping[str, str] | None = None,
     ) -> tuple[bytes, Mapping[str, str]]:
-        """A non-streaming call: the whole body within ``timeout_s`` (wall clock)."""
+        """A non-streaming call: the head and the whole body within ``timeout_s`` (wall clock)."""
         deadline = time.monotonic() + timeout_s
         route = self._route(deployment)
         all_headers = route.provider.headers(headers, "application/json")
-        response = self._send(route, deployment, path, body, all_headers, timeout_s, False)
+        with self._bound(timeout_s, UpstreamTimeoutError(f"{deployment.name} did not answer in time")):
+            response = self._send(route, deployment, path, body, all_headers, timeout_s, False)
         return self._read(response, deadline, deployment), response.headers
 
     def open_stream(
@@ -594,5 +678,7 @@ class UpstreamClient:
             lambda: self._send(route, deployment, path, body, all_headers, idle, True),
             self._spawn or _spawner(),
             route.provider.decode,
+            self._pause,
+            self._bound,
         )
         return stream

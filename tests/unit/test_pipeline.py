@@ -23,6 +23,7 @@ from ezat_compat.dialects.openai_chat import OpenAIChat
 from ezat_compat.domain import Config
 from ezat_compat.errors import (
     GatewayError,
+    UpstreamBodyError,
     UpstreamConnectError,
     UpstreamError,
     UpstreamStatusError,
@@ -261,6 +262,13 @@ def test_failover_walks_the_tier_then_the_next_and_sends_each_its_model() -> Non
     assert [json.loads(body)["model"] for _, body in upstream.calls] == ["ma", "mb", "mc"]
 
 
+def test_an_answer_the_upstream_client_refuses_fails_over() -> None:
+    gw, _, _ = gateway({"a": UpstreamBodyError("too large"), "b": UpstreamBodyError("gzip"), "c": MESSAGE})
+    call = admit(gw)
+    data, _ = gw.complete(call, "/v1/messages", b'{"max_tokens":1}')
+    assert data == MESSAGE and call.attempts == ["a", "b", "c"]
+
+
 def test_a_client_error_does_not_fail_over_and_keeps_the_deployment_healthy() -> None:
     gw, upstream, _ = gateway({"a": status(400), "b": MESSAGE, "c": MESSAGE})
     with pytest.raises(UpstreamStatusError):
@@ -483,6 +491,7 @@ NONSTREAM_CASES: list[tuple[str, Any, Any, dict[str, int]]] = [
     ("upstream-400", status(400), None, {"openai": 400, "anthropic": 400}),
     ("upstream-529-everywhere", status(529), None, {"openai": 503, "anthropic": 529}),
     ("upstream-unreachable", UpstreamConnectError("refused"), None, {"openai": 500, "anthropic": 500}),
+    ("upstream-body-refused", UpstreamBodyError("too large"), None, {"openai": 500, "anthropic": 500}),
     (
         "nothing-available",
         MESSAGE,

@@ -154,6 +154,37 @@ def test_sealed_thinking_of_another_organisation_is_refused_before_admission() -
     assert upstream.calls == [] and ledger.rows == []
 
 
+def _dialect(sealer: Sealer) -> OpenAIResponses:
+    return OpenAIResponses(ResponsesServices(ResponsesSettings(store=False), None, sealer, lambda: 1000.0))
+
+
+def test_after_a_key_rotation_the_old_key_still_opens() -> None:
+    items = _sealed_round(AUTH.org_id)  # sealed by SEALER (key A)
+    rotated = Sealer(bytes(range(1, 33)), old=[bytes(range(32))])  # B seals, A still opens
+    gw, upstream, _ = gateway({"a": TOOL_REPLY})
+    reply = gw.handle(_dialect(rotated), request({"input": items, "tools": [LOOKUP], "reasoning": {"effort": "high"}}))
+    assert isinstance(reply, Reply) and reply.status == 200
+    sent = json.loads(upstream.calls[-1][1])
+    assert "thinking" in sent
+    assistant = next(m for m in sent["messages"] if m["role"] == "assistant")
+    assert assistant["content"][0]["type"] == "thinking"
+
+
+def test_a_key_no_longer_held_drops_the_thinking_and_the_request_goes_on() -> None:
+    items = _sealed_round(AUTH.org_id)  # sealed by key A
+    gw, upstream, ledger = gateway({"a": TOOL_REPLY})
+    reply = gw.handle(
+        _dialect(Sealer(bytes(range(2, 34)))),  # key C, without A
+        request({"input": items, "tools": [LOOKUP], "reasoning": {"effort": "high"}}),
+    )
+    assert isinstance(reply, Reply) and reply.status == 200
+    sent = json.loads(upstream.calls[-1][1])
+    assert "thinking" not in sent  # the last tool turn lost its thinking: the request goes without
+    assert all(b["type"] != "thinking" for m in sent["messages"] for b in m["content"] if isinstance(b, dict))
+    ((_, row),) = ledger.rows
+    assert row.status == 200
+
+
 def test_previous_response_id_with_storage_off_is_400() -> None:
     gw, upstream, _ = gateway({"a": TOOL_REPLY})
     with pytest.raises(InvalidRequestError) as caught:

@@ -1,17 +1,30 @@
 """Sealed reasoning (docs/responses.md, "Reasoning"): blocks come back exactly; a changed byte,
-another organisation or another gateway's key fails to open; the key from the environment or
-generated once into the data folder (0600)."""
+another organisation fails to open; a key the ring doesn't hold gives nothing (the caller drops
+the thinking); older keys still open; the key from the environment or generated once into the
+data folder (0600)."""
 
 from __future__ import annotations
 
 import base64
+import json
 import os
 import stat
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from ezat_compat.sealing import KEY_ENV, KEY_FILE, PREFIX, Sealer, SealError, load_sealer
+from ezat_compat.sealing import (
+    KEY_ENV,
+    KEY_FILE,
+    KEY_ID_BYTES,
+    OLD_KEYS_ENV,
+    PREFIX,
+    PREFIX_V1,
+    Sealer,
+    SealError,
+    load_sealer,
+)
 
 BLOCKS = [
     {"type": "thinking", "thinking": "Tōkyō first\n", "signature": "EuYBCkQYAiJA+/=="},
@@ -29,7 +42,8 @@ def test_blocks_come_back_exactly() -> None:
 
 
 def _flip(sealed: str, at: int) -> str:
-    raw = bytearray(base64.urlsafe_b64decode(sealed[len(PREFIX) :] + "=" * (-len(sealed) % 4)))
+    text = sealed[len(PREFIX) :]
+    raw = bytearray(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
     raw[at] ^= 1
     return PREFIX + base64.urlsafe_b64encode(bytes(raw)).decode().rstrip("=")
 
@@ -37,7 +51,7 @@ def _flip(sealed: str, at: int) -> str:
 @pytest.mark.parametrize(
     ("change", "org"),
     [
-        pytest.param(lambda s: _flip(s, 0), 7, id="nonce-changed"),
+        pytest.param(lambda s: _flip(s, KEY_ID_BYTES), 7, id="nonce-changed"),
         pytest.param(lambda s: _flip(s, 20), 7, id="ciphertext-changed"),
         pytest.param(lambda s: _flip(s, -1), 7, id="tag-changed"),
         pytest.param(lambda s: s, 8, id="another-organisation"),
@@ -54,10 +68,43 @@ def test_tampered_or_foreign_fails(change, org: int) -> None:
         Sealer(KEY).unseal(org, change(sealed))
 
 
-def test_another_gateways_key_fails() -> None:
+def test_a_key_the_ring_does_not_hold_gives_nothing() -> None:
     sealed = Sealer(KEY).seal(7, BLOCKS)
-    with pytest.raises(SealError):
-        Sealer(bytes(32)).unseal(7, sealed)
+    assert Sealer(bytes(32)).unseal(7, sealed) is None  # rotated out, another node's key: dropped, not refused
+    assert Sealer(KEY).unseal(7, _flip(sealed, 0)) is None  # a changed key id names no key either
+
+
+def test_older_keys_open_and_the_current_key_seals() -> None:
+    a, b, c = KEY, bytes(32), bytes(range(1, 33))
+    sealed_a = Sealer(a).seal(7, BLOCKS)
+    ring = Sealer(b, old=[a])
+    assert ring.unseal(7, sealed_a) == BLOCKS
+    sealed_b = ring.seal(7, BLOCKS)
+    assert Sealer(b).unseal(7, sealed_b) == BLOCKS and Sealer(a).unseal(7, sealed_b) is None
+    assert Sealer(c, old=[b]).unseal(7, sealed_a) is None
+    with pytest.raises(SealError):  # a key of the ring, another organisation: still refused
+        ring.unseal(8, sealed_a)
+
+
+def test_the_first_format_is_opened_by_any_key_of_the_ring() -> None:
+    nonce = bytes(12)
+    sealed = AESGCM(KEY).encrypt(nonce, json.dumps(BLOCKS).encode(), b"ezat-compat reasoning v1 org:7")
+    v1 = PREFIX_V1 + base64.urlsafe_b64encode(nonce + sealed).decode().rstrip("=")
+    assert Sealer(bytes(32), old=[KEY]).unseal(7, v1) == BLOCKS
+    assert Sealer(bytes(32)).unseal(7, v1) is None
+
+
+def test_old_keys_from_the_environment_and_the_key_file(tmp_path: Path) -> None:
+    a, b, c = KEY, bytes(32), bytes(range(1, 33))
+    sealed_a, sealed_c = Sealer(a).seal(1, BLOCKS), Sealer(c).seal(1, BLOCKS)
+    ring = load_sealer(tmp_path, {KEY_ENV: b.hex(), OLD_KEYS_ENV: f"{a.hex()}, {base64.b64encode(c).decode()}"})
+    assert ring.unseal(1, sealed_a) == BLOCKS and ring.unseal(1, sealed_c) == BLOCKS
+    (tmp_path / "data").mkdir(mode=0o700)
+    (tmp_path / "data" / KEY_FILE).write_text(f"{b.hex()}\n{a.hex()}\n")
+    ring = load_sealer(tmp_path / "data", {})
+    assert ring.unseal(1, sealed_a) == BLOCKS and Sealer(b).unseal(1, ring.seal(1, BLOCKS)) == BLOCKS
+    with pytest.raises(ValueError, match=OLD_KEYS_ENV):
+        load_sealer(tmp_path, {KEY_ENV: b.hex(), OLD_KEYS_ENV: "short"})
 
 
 @pytest.mark.parametrize("encode", [bytes.hex, lambda k: base64.b64encode(k).decode()], ids=["hex", "base64"])

@@ -5,6 +5,7 @@ reuse, TLS). The exception map and the egress settings in process: test_upstream
 from __future__ import annotations
 
 import datetime
+import gzip
 import ipaddress
 import socket
 import socketserver
@@ -22,6 +23,7 @@ from cryptography.x509.oid import NameOID
 
 from ezat_compat.domain import Deployment
 from ezat_compat.errors import (
+    UpstreamBodyError,
     UpstreamConnectError,
     UpstreamStatusError,
     UpstreamStreamError,
@@ -341,3 +343,79 @@ def test_a_stream_that_drips_bytes_but_no_event_times_out_by_the_wall_clock(
         next(iter(stream.events()))
     assert time.monotonic() - started < 2  # the deadline, not a timeout per read
     stream.close()
+
+
+# ---------------------------------------------------------------- a hostile upstream (issue 32)
+
+
+def _capped() -> UpstreamClient:
+    return UpstreamClient(connect_timeout_s=2, stream_idle_timeout_s=5, max_body_bytes=1000)
+
+
+def _endless_length(sock: socket.socket, _: bytes) -> None:
+    sock.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2000000000\r\n\r\n")
+    for _ in range(200):  # 6.4 MB offered, far past the cap: the client must stop reading
+        sock.sendall(b"x" * 32768)
+
+
+def _endless_chunks(sock: socket.socket, _: bytes) -> None:
+    sock.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n")
+    for _ in range(200):
+        sock.sendall(b"8000\r\n" + b"x" * 32768 + b"\r\n")
+
+
+def _until_close(sock: socket.socket, _: bytes) -> None:
+    sock.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n")
+    for _ in range(200):
+        sock.sendall(b"x" * 32768)
+
+
+@pytest.mark.parametrize("script", [_endless_length, _endless_chunks, _until_close], ids=["length", "chunked", "close"])
+def test_a_body_over_the_cap_is_refused_and_fails_over(server: ScriptedServer, script: Script) -> None:
+    server.scripts = [script]
+    client = _capped()
+    started = time.monotonic()
+    with pytest.raises(UpstreamBodyError) as info:
+        client.complete(deployment(server.url), "/v1/messages", b"{}", timeout_s=5)
+    assert info.value.failover and time.monotonic() - started < 2
+    client.clear()
+
+
+def test_a_body_at_the_cap_is_taken(server: ScriptedServer) -> None:
+    server.scripts = [respond(200, b'{"a":"' + b"x" * 992 + b'"}')]
+    client = _capped()
+    assert len(client.complete(deployment(server.url), "/v1/messages", b"{}", timeout_s=5)[0]) == 1000
+    client.clear()
+
+
+GZIP_BOMB = gzip.compress(b" " * 10_000_000)  # 10 KB that decode to 10 MB
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate", "br", "GZIP"])
+def test_an_encoding_we_did_not_ask_for_is_refused(
+    server: ScriptedServer, client: UpstreamClient, encoding: str
+) -> None:
+    server.scripts = [respond(200, GZIP_BOMB, f"content-encoding: {encoding}\r\n")]
+    with pytest.raises(UpstreamBodyError) as info:
+        client.complete(deployment(server.url), "/v1/messages", b"{}", timeout_s=5)
+    assert info.value.failover
+    assert b"accept-encoding: identity" in server.requests[0].lower()
+
+
+def test_a_stream_in_an_encoding_we_did_not_ask_for_is_refused(server: ScriptedServer, client: UpstreamClient) -> None:
+    def script(sock: socket.socket, _: bytes) -> None:
+        sock.sendall(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-encoding: gzip\r\n"
+            b"transfer-encoding: chunked\r\n\r\n" + f"{len(GZIP_BOMB):x}\r\n".encode() + GZIP_BOMB + b"\r\n0\r\n\r\n"
+        )
+
+    server.scripts = [script]
+    stream = client.open_stream(deployment(server.url), "/v1/messages", b"{}", first_event_timeout_s=2)
+    with pytest.raises(UpstreamBodyError):
+        stream.first()
+    stream.close()
+
+
+def test_an_identity_encoding_is_taken(server: ScriptedServer, client: UpstreamClient) -> None:
+    server.scripts = [respond(200, b'{"ok":1}', "content-encoding: identity\r\n")]
+    assert client.complete(deployment(server.url), "/v1/messages", b"{}", timeout_s=5)[0] == b'{"ok":1}'

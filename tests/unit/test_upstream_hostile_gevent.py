@@ -1,0 +1,134 @@
+"""A hostile upstream under gevent, as a worker runs (issue 32): a response head sent a byte at a
+time, endless ``100 Continue`` lines, and a stream so fast that its reader (and the writer
+relaying it) never waits. Each runs
+in a child process with gevent's patches (the test process has none), against a raw-socket
+server on loopback in the same process."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+PRELUDE = """
+from gevent import monkey; monkey.patch_all()
+import socket, time, gevent
+from ezat_compat.domain import Deployment
+from ezat_compat.errors import UpstreamTimeoutError
+from ezat_compat.upstream.client import UpstreamClient
+
+def serve(script):
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    def accept():
+        while True:
+            conn, _ = listener.accept()
+            conn.recv(65536)
+            gevent.spawn(script, conn)
+    gevent.spawn(accept)
+    port = listener.getsockname()[1]
+    return Deployment(name="d1", base_url=f"http://127.0.0.1:{port}", upstream_model="m", api_key="k")
+
+def drip(conn):  # the head a byte a second (each read waits less than the read timeout)
+    for byte in b"HTTP/1.1 200 OK\\r\\ncontent-type: application/json\\r\\n" * 100:
+        conn.sendall(bytes([byte])); gevent.sleep(0.05)
+
+def continues(conn):  # 100 Continue for ever: http.client skips them in a loop
+    while True:
+        conn.sendall(b"HTTP/1.1 100 Continue\\r\\n\\r\\n"); gevent.sleep(0.05)
+
+client = UpstreamClient(connect_timeout_s=2, stream_idle_timeout_s=30)
+"""
+
+CASES = {
+    "json-drip": """
+d = serve(drip); t = time.monotonic()
+try: client.complete(d, "/v1/messages", b"{}", timeout_s=1); raise SystemExit("answered")
+except UpstreamTimeoutError: pass
+assert time.monotonic() - t < 1.5, time.monotonic() - t
+""",
+    "json-continue": """
+d = serve(continues); t = time.monotonic()
+try: client.complete(d, "/v1/messages", b"{}", timeout_s=1); raise SystemExit("answered")
+except UpstreamTimeoutError: pass
+assert time.monotonic() - t < 1.5, time.monotonic() - t
+""",
+    "stream-drip": """
+d = serve(drip); t = time.monotonic()
+stream = client.open_stream(d, "/v1/messages", b"{}", first_event_timeout_s=1)
+reader = stream._reader
+try: stream.first(); raise SystemExit("answered")
+except UpstreamTimeoutError: pass
+reader.join(0.5)
+assert reader.dead and time.monotonic() - t < 1.6, time.monotonic() - t  # the reader gave up too
+""",
+    "fast-stream-yields": """
+EVENT = (b'event: content_block_delta\\ndata: {"type":"content_block_delta","index":0,'
+         b'"delta":{"type":"text_delta","text":"x"}}\\n\\n')
+def fast(conn):
+    conn.sendall(b"HTTP/1.1 200 OK\\r\\ncontent-type: text/event-stream\\r\\nconnection: close\\r\\n\\r\\n")
+    conn.sendall(EVENT * 100_000); conn.close()
+d = serve(fast)
+lags = []
+def ticker():
+    while True:
+        t = time.monotonic(); gevent.sleep(0.01); lags.append(time.monotonic() - t - 0.01)
+gevent.spawn(ticker); gevent.sleep(0.05)
+stream = client.open_stream(d, "/v1/messages", b"{}", first_event_timeout_s=5)
+count = 0
+started = time.monotonic()
+for event in stream.events():
+    count += 1
+took = time.monotonic() - started
+gevent.sleep(0.03)  # the tick pending during the read reports its lag
+stream.close()
+assert count == 100_000, count
+assert took > 0.3, took  # long enough that a loop never yielding would show
+assert max(lags) < 0.15, (max(lags), took)
+""",
+    "fast-relay-yields": """
+import json
+from ezat_compat.api.sse import relay
+from tests.unit.test_pipeline import DIALECTS, END, START, FakeStream, events, gateway, request
+
+class Reads(FakeStream):  # the events as the reader hands them on: 200 a read, all there at once
+    at = 0
+    def poll(self, wait_s=None):
+        out = self.script[self.at : self.at + 200]
+        self.at += len(out)
+        self.ended = not out
+        return out
+    def first(self):
+        self.at = 1
+        return self.script[0]
+text = {"type": "text_delta", "text": "x"}
+delta = ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": text})
+block = ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {"type": "text"}})
+script = events(START, block, *[delta] * 40_000, *END)
+gw, upstream, ledger = gateway({"a": script})
+upstream.open_stream = lambda deployment, *_, **__: Reads(deployment, script)
+lags = []
+def ticker():
+    while True:
+        t = time.monotonic(); gevent.sleep(0.01); lags.append(time.monotonic() - t - 0.01)
+gevent.spawn(ticker); gevent.sleep(0.05)
+session = gw.handle(DIALECTS["openai"], request("openai", stream=True))
+started = time.monotonic()
+out = b"".join(relay(session))
+took = time.monotonic() - started
+gevent.sleep(0.03)  # the tick pending during the relay reports its lag
+assert out.count(b'"content":"x"') == 40_000
+assert took > 0.2, took  # long enough that a writer never yielding would show
+assert max(lags) < 0.1, (max(lags), took)
+""",
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_hostile_upstream_under_gevent(case: str) -> None:
+    script = textwrap.dedent(PRELUDE) + textwrap.dedent(CASES[case])
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
