@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import io
+import json
 import logging
 import os
+import re
+import shutil
 import subprocess
 import sys
 import time
@@ -16,6 +19,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from ezat_compat.domain import LoggingSettings, Usage
 from ezat_compat.server.logs import RequestLog, logging_config, reopen_log_files
 from ezat_compat.server.metrics import Metrics, ProcessTreeCollector
+from tests.conftest import IN_CI
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _quiet(name: str) -> logging.Logger:
@@ -121,3 +127,36 @@ def test_log_files_are_configured_and_reopened_by_path(tmp_path: Path) -> None:
         handler.close()
     assert (tmp_path / "access.log.1").read_text() == "before\nstill the old file\n"
     assert (tmp_path / "access.log").read_text() == "after\n"
+
+
+def test_the_grafana_dashboard_queries_only_metrics_the_gateway_exports() -> None:
+    """deploy/grafana-dashboard.json is built on these names: a rename must update it."""
+    metrics = Metrics(CollectorRegistry())
+    registry = CollectorRegistry()
+    registry.register(ProcessTreeCollector(os.getpid()))
+    families = [*metrics.registry.collect(), *registry.collect()]
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
+    known = {family.name + end for family in families for end in suffixes[family.type]}
+    known |= {"ezat_deployments_in_cooldown", "ezat_build_info"}  # computed at scrape time
+    dashboard = json.loads((REPO / "deploy" / "grafana-dashboard.json").read_text())
+    exprs = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+    selectors = [re.sub(r"\bby \([^)]*\)", "", expr) for expr in exprs]  # label names aside
+    used = {name for expr in selectors for name in re.findall(r"\b(?:ezat|gen_ai|process)_[a-z_]+", expr)}
+    assert used and used <= known, used - known
+    for wanted in ("ezat_cost_microdollars_total", "gen_ai_client_token_usage_sum", "ezat_failovers_total"):
+        assert wanted in used
+
+
+def test_the_dashboards_queries_are_valid_promql(tmp_path: Path) -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        if IN_CI:
+            pytest.fail("promtool is missing: .ci/run installs the Debian package prometheus")
+        pytest.skip("promtool is not installed (Debian package prometheus; .ci/run installs it under CI=true)")
+    dashboard = json.loads((REPO / "deploy" / "grafana-dashboard.json").read_text())
+    exprs = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+    rules = [{"record": f"dashboard:q{n}", "expr": e.replace("$__rate_interval", "5m")} for n, e in enumerate(exprs)]
+    path = tmp_path / "rules.json"  # YAML is a superset of JSON
+    path.write_text(json.dumps({"groups": [{"name": "dashboard", "rules": rules}]}))
+    done = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stdout + done.stderr
