@@ -1,9 +1,13 @@
-"""Logs: one line per record on stderr, ours and gunicorn's alike, and one line per request.
+"""Logs: one line per record, ours and gunicorn's alike, and one line per request; on stderr, or
+in the files ``[server] error_log`` and ``access_log`` name.
 
 - ``logging_config(settings, level)``: the ``logging.config.dictConfig`` dictionary that
   gunicorn applies (``logconfig_dict``) to its loggers and ours: JSON lines by default
   (``[logging] format = "text"`` for people), RFC 3339 UTC times everywhere, a traceback kept
   inside its record's one JSON line.
+- ``gunicorn_logger_class``: gunicorn's ``logger_class``; its ``reopen_files`` (SIGUSR1, in the
+  master and every worker: logrotate's ``postrotate``) reopens our files by path too
+  (``reopen_log_files``).
 - ``RequestRecord``: what the request log line says about one request. The app creates it
   when the request arrives, the pipeline fills it in (who, which model, where it went, what it
   cost) and ``finish`` hands it to the app's sink: when the response is done, or for a stream
