@@ -323,15 +323,15 @@ class Metrics:
 
     def billed(self, model: str, deployment: str, usage: Usage, cost_micros: int) -> None:
         """A billed request's tokens and cost: only what is non-zero is counted (typically input,
-        output and cost: three operations)."""
-        counts = (
+        output and cost: three operations). A failed request's zeros make no series."""
+        inp, out, read, write, reasoning = (
             usage.input_tokens,
             usage.output_tokens,
             usage.cache_read_tokens,
             usage.cache_write_tokens,
             usage.reasoning_tokens,
         )
-        if not (cost_micros or any(counts)):  # a failed request's zeros: no series made for them
+        if not (cost_micros or inp or out or read or write or reasoning):
             return
         key = (model, deployment)
         children = self._bills.get(key)
@@ -340,11 +340,18 @@ class Metrics:
                 *(self.child(self.tokens, model, deployment, kind) for kind in TOKEN_TYPES),
                 self.child(self.cost, model, deployment),
             )
-        for child, count in zip(children, counts, strict=False):
-            if count:
-                child.observe(count)
+        if inp:  # the order of TOKEN_TYPES
+            children[0].observe(inp)
+        if out:
+            children[1].observe(out)
+        if read:
+            children[2].observe(read)
+        if write:
+            children[3].observe(write)
+        if reasoning:
+            children[4].observe(reasoning)
         if cost_micros:
-            children[-1].inc(cost_micros)
+            children[5].inc(cost_micros)
 
     def render(self) -> tuple[bytes, str]:
         """The exposition text for ``GET /metrics``."""
