@@ -207,6 +207,8 @@ class _ServerSchema(_Strict):
     body_grace_s = fields.Float(load_default=10.0, validate=validate.Range(min=0, min_inclusive=False))
     body_min_rate_kbps = fields.Float(load_default=64.0, validate=validate.Range(min=0, min_inclusive=False))
     forwarded_allow_ips = fields.Str(load_default="127.0.0.1", validate=_allow_list)
+    access_log = fields.Str(load_default="-", validate=validate.Length(min=1))
+    error_log = fields.Str(load_default="-", validate=validate.Length(min=1))
 
     @validates_schema
     def _metrics_bind_apart(self, data: dict[str, Any], **_: Any) -> None:
@@ -316,6 +318,15 @@ def _build_model(raw: Mapping[str, Any], environ: Mapping[str, str], folder: str
     )
 
 
+def _log_files(server: Mapping[str, Any], folder: str) -> dict[str, Any]:
+    """``[server]`` with its log files' relative paths taken beside the config file ("-": stderr)."""
+    out = dict(server)
+    for name in ("access_log", "error_log"):
+        if out.get(name, "-") != "-":
+            out[name] = _beside(folder, out[name])
+    return out
+
+
 def parse_config(
     data: Mapping[str, Any], *, path: str = DEFAULT_CONFIG_NAME, environ: Mapping[str, str] | None = None
 ) -> Config:
@@ -336,7 +347,7 @@ def parse_config(
         gateway["redis_url"] = environ["EZAT_REDIS_URL"]
     return Config(
         gateway=GatewaySettings(**gateway),
-        server=ServerSettings(**loaded["server"]),
+        server=ServerSettings(**_log_files(loaded["server"], folder)),
         models=tuple(_build_model(m, environ, folder) for m in loaded["models"]),
         path=path,
         responses=ResponsesSettings(**loaded["responses"]),

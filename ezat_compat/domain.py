@@ -127,6 +127,8 @@ class ServerSettings:
     body_grace_s: float = 10.0  # a request body may take this long, then must keep up body_min_rate_kbps
     body_min_rate_kbps: float = 64.0  # KiB/s: 32 MB take at most 10 s + 512 s
     forwarded_allow_ips: str = "127.0.0.1"  # proxies whose X-Forwarded-For names the client (gunicorn's list)
+    access_log: str = "-"  # the request log's file ("-": stderr); reopened on SIGUSR1 (logrotate)
+    error_log: str = "-"  # the error log's file, ours and gunicorn's ("-": stderr); reopened on SIGUSR1
 
 
 LOG_FORMATS = ("json", "text")

@@ -11,8 +11,10 @@ file is refused in one line and the workers keep serving the configuration the m
 (``ezat_compat.server.serving``). ``[server] pidfile`` and the process titles (``[server] name``)
 are set here too.
 Logs: gunicorn's loggers and ours through one ``logconfig_dict`` (``[logging]``: JSON lines,
-RFC 3339 UTC times); gunicorn's access log (``EZAT_ACCESS_LOG``, off by default: the
-gateway writes its own line per request) never shows query values or credentials.
+RFC 3339 UTC times), to stderr or ``[server] access_log`` / ``error_log``, files the master
+and every worker reopen on SIGUSR1 (logrotate's ``postrotate``: gunicorn's convention, through
+``logger_class``); gunicorn's access log (``EZAT_ACCESS_LOG``, off by default: the gateway
+writes its own line per request) never shows query values or credentials.
 ``[server] metrics_bind`` adds a listener that serves ``/metrics``. The multiprocess folder
 this master made is removed on every exit, also after a SIGHUP (which reads this file again).
 """
@@ -75,11 +77,17 @@ def _observability_settings() -> None:
     # After PROMETHEUS_MULTIPROC_DIR is set (prometheus_client reads it at import), and light:
     # nothing here may import what the workers' gevent patching must come first for.
     from ezat_compat.server.drain import DRAIN_FILE_ENV
-    from ezat_compat.server.metrics import remove_at_exit
+    from ezat_compat.server.metrics import MASTER_PID_ENV, remove_at_exit
 
     global logconfig_dict, logger_class, bind
     logging.captureWarnings(True)  # warnings become records: one line each, like the rest
-    logconfig_dict = logging_config(_config.logging, _config.server.log_level, os.environ.get("EZAT_ACCESS_LOG"))
+    logconfig_dict = logging_config(
+        _config.logging,
+        _config.server.log_level,
+        os.environ.get("EZAT_ACCESS_LOG"),
+        request_log=_config.server.access_log,
+        error_log=_config.server.error_log,
+    )
     logger_class = gunicorn_logger_class()
     if _config.server.metrics_bind and _config.server.metrics_bind not in bind:
         bind = [*bind, _config.server.metrics_bind]
@@ -89,6 +97,7 @@ def _observability_settings() -> None:
     )
     if _metrics_dir:
         remove_at_exit(_metrics_dir)
+    os.environ[MASTER_PID_ENV] = str(os.getpid())  # the process tree's root for process_* (a re-exec: the new one)
 
 
 _metrics_dir = _metrics_folder()

@@ -1,9 +1,13 @@
-"""Logs: one line per record on stderr, ours and gunicorn's alike, and one line per request.
+"""Logs: one line per record, ours and gunicorn's alike, and one line per request; on stderr, or
+in the files ``[server] error_log`` and ``access_log`` name.
 
 - ``logging_config(settings, level)``: the ``logging.config.dictConfig`` dictionary that
   gunicorn applies (``logconfig_dict``) to its loggers and ours: JSON lines by default
   (``[logging] format = "text"`` for people), RFC 3339 UTC times everywhere, a traceback kept
   inside its record's one JSON line.
+- ``gunicorn_logger_class``: gunicorn's ``logger_class``; its ``reopen_files`` (SIGUSR1, in the
+  master and every worker: logrotate's ``postrotate``) reopens our files by path too
+  (``reopen_log_files``).
 - ``RequestRecord``: what the request log line says about one request. The app creates it
   when the request arrives, the pipeline fills it in (who, which model, where it went, what it
   cost) and ``finish`` hands it to the app's sink: when the response is done, or for a stream
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import io
 import json
 import logging
 import re
@@ -33,6 +38,8 @@ from typing import TYPE_CHECKING, Any
 
 from ezat_compat import jsonfast
 from ezat_compat.domain import LoggingSettings, Usage
+
+PROBE_VIEWS = frozenset({"metrics", "healthz", "readyz"})  # the app's views that are not traffic: never counted
 
 if TYPE_CHECKING:  # the gunicorn master imports this module before prometheus_client may be
     from ezat_compat.errors import GatewayError
@@ -141,24 +148,35 @@ class LineFormatter(logging.Formatter):
         return record.getMessage()
 
 
-def logging_config(settings: LoggingSettings, level: str, access_file: str | None = None) -> dict[str, Any]:
-    """The ``dictConfig`` of the process: gunicorn's error and access loggers and ours on
-    stderr in ``settings.format``; the request log (``ezat_compat.access``) on or off by
-    ``settings.access_log``, whatever the level; ``level`` for ours (``ezat_compat``) and
+def _handler(path: str, formatter: str) -> dict[str, Any]:
+    """A ``dictConfig`` handler writing to ``path`` ("-": stderr), appending."""
+    if path and path != "-":
+        return {"class": "logging.FileHandler", "formatter": formatter, "filename": path, "encoding": "utf-8"}
+    return {"class": "logging.StreamHandler", "formatter": formatter, "stream": "ext://sys.stderr"}
+
+
+def logging_config(
+    settings: LoggingSettings,
+    level: str,
+    access_file: str | None = None,
+    *,
+    request_log: str = "-",
+    error_log: str = "-",
+) -> dict[str, Any]:
+    """The ``dictConfig`` of the process: gunicorn's error logger and ours in ``settings.format``
+    on ``error_log`` (``[server] error_log``; "-": stderr); the request log
+    (``ezat_compat.access``) on ``request_log`` (``[server] access_log``), on or off by
+    ``settings.access_log`` whatever the level; ``level`` for ours (``ezat_compat``) and
     gunicorn's. Other libraries (Alembic's migration notes, SQLAlchemy, urllib3…) log through
     the root logger, which passes their warnings and errors only, unless the level is
     ``debug``. gunicorn's access log written to a file (``access_file``, not ``-``) keeps its
-    own line format."""
+    own line format. The files are reopened on SIGUSR1 (``gunicorn_logger_class``)."""
     formatter = "json" if settings.format == "json" else "text"
     level_name = (settings.level or level or "info").upper()
     libraries = level_name if level_name == "DEBUG" else max(level_name, "WARNING", key=logging.getLevelName)
-    access_handler: dict[str, Any] = {
-        "class": "logging.StreamHandler",
-        "formatter": formatter,
-        "stream": "ext://sys.stderr",
-    }
+    access_handler = _handler(access_file or "-", formatter)
     if access_file and access_file != "-":
-        access_handler = {"class": "logging.FileHandler", "formatter": "line", "filename": access_file}
+        access_handler["formatter"] = "line"
     return {
         "version": 1,
         "disable_existing_loggers": False,
@@ -168,8 +186,8 @@ def logging_config(settings: LoggingSettings, level: str, access_file: str | Non
             "line": {"()": LineFormatter},
         },
         "handlers": {
-            "stderr": {"class": "logging.StreamHandler", "formatter": formatter, "stream": "ext://sys.stderr"},
-            "requests": {"class": "logging.StreamHandler", "formatter": "line", "stream": "ext://sys.stderr"},
+            "stderr": _handler(error_log, formatter),  # named for its default
+            "requests": _handler(request_log, "line"),
             "gunicorn_access": access_handler,
         },
         "root": {"level": libraries, "handlers": ["stderr"]},
@@ -220,6 +238,7 @@ class RequestRecord:
     first_byte: float = 0.0  # time.monotonic() when the first bytes were ready
     usage: Usage | None = None
     cost_micros: int | None = None
+    counted: bool = True  # traffic, in the request metrics (False: a scrape or a probe)
     done: bool = False
     sink: Callable[[RequestRecord], None] = _noop
 
@@ -421,11 +440,39 @@ def redact_atoms(atoms: dict[str, Any]) -> dict[str, Any]:
     return atoms
 
 
+def reopen_log_files(loggers: list[logging.Logger]) -> int:
+    """Reopen, by its path, every file handler of ``loggers`` (each once): after logrotate moved
+    the file, the lines go to the new one. Each handler's stream is swapped under its lock
+    (``setStream``), so no line is written to a closed file; returns how many were reopened."""
+    seen: set[int] = set()
+    for logger in loggers:
+        for handler in logger.handlers:
+            if not isinstance(handler, logging.FileHandler) or id(handler) in seen:
+                continue
+            seen.add(id(handler))
+            fresh = open(handler.baseFilename, handler.mode, encoding=handler.encoding, errors=handler.errors)  # noqa: SIM115
+            if not isinstance(fresh, io.TextIOWrapper):  # a text mode: FileHandler's own
+                fresh.close()
+                continue
+            old = handler.setStream(fresh)  # flushes the old stream, under the handler's lock
+            if old is not None:
+                old.close()
+    return len(seen)
+
+
 def gunicorn_logger_class() -> type:
-    """gunicorn's logger with ``redact_atoms`` applied to every access line (``logger_class``)."""
+    """gunicorn's logger with ``redact_atoms`` applied to every access line (``logger_class``),
+    and ``reopen_files`` (SIGUSR1, in the master and, signalled by it, in every worker) reopening
+    our files too: the root logger's (the error log) and the request log's."""
     base: Any = importlib.import_module("gunicorn.glogging").Logger
 
     class GatewayGunicornLogger(base):
+        def reopen_files(self) -> None:
+            # Ours first, by their path; gunicorn's then reopens its own (and any other
+            # named logger's) file handlers: reopening one twice only opens it again.
+            reopen_log_files([logging.getLogger(), logging.getLogger(ACCESS_LOGGER)])
+            super().reopen_files()
+
         def access(self, resp: Any, req: Any, environ: Any, request_time: Any) -> None:
             # gunicorn counts our ``logconfig_dict`` as "access log on" and would build every
             # request's atoms for a line nobody asked for: only an ``accesslog`` turns it on.
@@ -475,8 +522,9 @@ def _write_directly(logger: logging.Logger, line: str) -> bool:
 
 
 class RequestLog:
-    """The sink of every ``RequestRecord``: counts the answer in the metrics and writes the
-    request's line on ``ezat_compat.access`` (when ``[logging] access_log`` is on)."""
+    """The sink of every ``RequestRecord``: counts the answer in the metrics (a billed one's
+    tokens and cost too; scrapes and probes are not traffic: never counted, not in flight) and
+    writes the request's line on ``ezat_compat.access`` (when ``[logging] access_log`` is on)."""
 
     def __init__(
         self, metrics: Metrics, fmt: str = "json", outages: Outages | None = None, logger: logging.Logger | None = None
@@ -487,8 +535,11 @@ class RequestLog:
         self.log = logger or logging.getLogger(ACCESS_LOGGER)
 
     def start(self, request_id: str, method: str, path: str, client: str, view: str) -> RequestRecord:
-        self.metrics.in_flight.inc()
+        counted = view not in PROBE_VIEWS
+        if counted:
+            self.metrics.in_flight.inc()
         return RequestRecord(
+            counted=counted,
             request_id=request_id,
             method=method,
             path=path,
@@ -500,13 +551,17 @@ class RequestLog:
 
     def finish(self, record: RequestRecord) -> None:
         now = time.monotonic()
-        metrics = self.metrics
-        metrics.in_flight.dec()
-        route = record.route or record.view
-        model = record.canonical_model or (UNKNOWN_MODEL if record.route else NO_MODEL)
-        metrics.answered(route, model, record.deployment, record.status, now - record.started)
-        if record.stream:
-            metrics.streamed(route, record.status, record.first_byte - record.started, now - record.first_byte)
+        if record.counted:
+            metrics = self.metrics
+            metrics.in_flight.dec()
+            route = record.route or record.view
+            model = record.canonical_model or (UNKNOWN_MODEL if record.route else NO_MODEL)
+            metrics.answered(route, model, record.deployment, record.status, now - record.started)
+            if record.stream:
+                metrics.streamed(route, record.status, record.first_byte - record.started, now - record.first_byte)
+            usage = record.usage
+            if usage is not None:
+                metrics.billed(model, record.deployment or "-", usage, record.cost_micros or 0)
         if self.log.isEnabledFor(logging.INFO):
             line = access_line(record.fields(now, time.time()), self.fmt)
             if not _write_directly(self.log, line):

@@ -8,12 +8,44 @@ at its import) and write their samples to shared files; ``/metrics`` sums them w
 ``multiprocess.mark_process_dead`` for a worker that exits. Outside gunicorn (tests, the Flask
 dev server) the default in-process values and this process's registry are used.
 
+Names follow Prometheus' naming rules (base units, ``_seconds``, ``_total`` on counters) and,
+where one exists, OpenTelemetry's GenAI semantic conventions as Prometheus renders them (dots
+become underscores, the unit is a suffix): "Semantic conventions for generative AI metrics",
+https://opentelemetry.io/docs/specs/semconv/gen-ai/gen-ai-metrics/ —
+
+- ``gen_ai.client.token.usage`` (histogram, ``{token}``, attribute ``gen_ai.token.type``):
+  ``gen_ai_client_token_usage{model,deployment,gen_ai_token_type}``, one observation per
+  non-zero type of a billed request; its ``_sum`` is the exact count of tokens of that type
+  (what ``usage --json`` sums). Types: ``input`` (uncached input, Anthropic's
+  ``input_tokens``), ``output``, and beyond the convention's two ``cache_read``,
+  ``cache_write`` and ``reasoning`` (part of ``output``, as in the usage rows). Buckets: the
+  convention's ``[1, 4, 16, … 67108864]``.
+- ``gen_ai.server.request.duration`` (s): ``gen_ai_server_request_duration_seconds
+  {route,status_class}``, every answer, from arrival to its last byte (a stream: its end).
+- ``gen_ai.server.time_to_first_token`` (s): ``gen_ai_server_time_to_first_token_seconds
+  {route}``, a stream's arrival to its first bytes.
+- ``gen_ai.client.operation.duration`` and ``gen_ai.client.operation.time_to_first_chunk``
+  (s): the gateway as the upstream's client, ``gen_ai_client_operation_duration_seconds
+  {model,deployment,stream}`` and ``gen_ai_client_operation_time_to_first_chunk_seconds
+  {model,deployment}``.
+
+The rest is the gateway's own (``ezat_``): ``ezat_cost_microdollars_total{model,deployment}``
+counts money as integers (micro-USD, exact in a float below 2**53, so it equals the ledger's
+sum), ``ezat_requests_total``, ``ezat_stream_duration_seconds``, ``ezat_requests_in_flight``,
+``ezat_streams_open``, ``ezat_failovers_total``, ``ezat_billing_errors_total``; computed at
+scrape time: ``ezat_deployments_in_cooldown``, ``ezat_build_info`` and the ``process_*``
+metrics of the gunicorn process tree (``ProcessTreeCollector``: prometheus_client's own
+process collector sees one process and doesn't apply in multiprocess mode).
+
 Every answer is counted, whatever its status (``answered``, called once per request by the
-app's request log). Label values are bounded: routes are the app's endpoint names, models are
-configured canonical ids (``unknown`` for a name nobody configured, ``-`` where no model
-applies), deployments are configured names, statuses are HTTP codes. A deployment is always
-named by two labels, ``model`` and ``deployment`` (a deployment's name is unique per model
-only). The cooldown gauge and ``ezat_build_info`` are computed at scrape time.
+app's request log), except scrapes and probes (``/metrics``, ``/healthz``, ``/readyz``: not
+traffic, and the in-flight gauge reads 0 when idle). Label values are bounded: routes are the
+app's endpoint names, models are configured canonical ids (``unknown`` for a name nobody
+configured, ``-`` where no model applies), deployments are configured names, statuses are HTTP
+codes; no organisation or key is ever a label. A deployment is always named by two labels,
+``model`` and ``deployment`` (a deployment's name is unique per model only). Per request the
+children are looked up once (``child``, and the tuples ``answered``/``streamed``/``billed``
+keep), and only non-zero token types and cost are counted.
 """
 
 from __future__ import annotations
@@ -23,7 +55,8 @@ import os
 import platform
 import shutil
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -33,13 +66,21 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from ezat_compat import __version__
 
+if TYPE_CHECKING:
+    from ezat_compat.domain import Usage
+
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 STREAM_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 3600)
+# gen_ai.client.token.usage's ExplicitBucketBoundaries, as the convention gives them.
+TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864)
+TOKEN_TYPES = ("input", "output", "cache_read", "cache_write", "reasoning")  # gen_ai_token_type's values
+MASTER_PID_ENV = "EZAT_MASTER_PID"  # set by gunicorn's config in the master: the process tree's root
 
 
 def status_class(status: int) -> str:
@@ -79,6 +120,76 @@ class _ScrapeCollector(Collector):
         yield family
 
 
+class ProcessTreeCollector(Collector):
+    """``process_*`` of the gunicorn process tree, read from ``/proc`` at scrape time: the
+    master (``root``) and its children (the workers) — CPU seconds, resident memory and open
+    descriptors summed, the master's start time. Nothing on a system without ``/proc``."""
+
+    def __init__(self, root: int, proc: str = "/proc") -> None:
+        self.root = root
+        self.proc = Path(proc)
+
+    def _stat(self, pid: str) -> list[str] | None:
+        """The fields of ``/proc/PID/stat`` after the command's name (state is [0], ppid [1])."""
+        try:
+            text = (self.proc / pid / "stat").read_text()
+        except OSError:  # gone meanwhile, or not ours to read
+            return None
+        return text.rpartition(")")[2].split()
+
+    def _tree(self) -> list[tuple[str, list[str]]]:
+        root = str(self.root)
+        found: list[tuple[str, list[str]]] = []
+        try:
+            names = [entry.name for entry in os.scandir(self.proc) if entry.name.isdigit()]
+        except OSError:
+            return found
+        for name in names:
+            fields = self._stat(name)
+            if fields is not None and len(fields) > 21 and (name == root or fields[1] == root):
+                found.append((name, fields))
+        return found
+
+    def _open_fds(self, pid: str) -> int:
+        try:
+            return len(os.listdir(self.proc / pid / "fd"))
+        except OSError:
+            return 0
+
+    def _boot_time(self) -> float:
+        try:
+            for line in (self.proc / "stat").read_text().splitlines():
+                if line.startswith("btime "):
+                    return float(line.split()[1])
+        except OSError:
+            pass
+        return 0.0
+
+    def collect(self) -> Iterator[Metric]:
+        tree = self._tree()
+        if not tree:
+            return
+        ticks = float(os.sysconf("SC_CLK_TCK"))
+        page = os.sysconf("SC_PAGE_SIZE")
+        cpu = sum(int(fields[11]) + int(fields[12]) for _, fields in tree) / ticks  # utime + stime
+        rss = sum(int(fields[21]) for _, fields in tree) * page
+        fds = sum(self._open_fds(pid) for pid, _ in tree)
+        root = next((fields for pid, fields in tree if pid == str(self.root)), tree[0][1])
+        yield CounterMetricFamily(
+            "process_cpu_seconds", "User and system CPU time of the master and its workers, in seconds", value=cpu
+        )
+        yield GaugeMetricFamily(
+            "process_resident_memory_bytes", "Resident memory of the master and its workers, in bytes", value=rss
+        )
+        yield GaugeMetricFamily("process_open_fds", "Open file descriptors of the master and its workers", value=fds)
+        yield GaugeMetricFamily(
+            "process_start_time_seconds",
+            "Start time of the master since the Unix epoch, in seconds",
+            value=self._boot_time() + int(root[19]) / ticks,
+        )
+        yield GaugeMetricFamily("ezat_processes", "Processes of the tree: the master and its workers", value=len(tree))
+
+
 class Metrics:
     """The gateway's metrics. One instance per process, created by the app factory."""
 
@@ -93,14 +204,14 @@ class Metrics:
             registry=reg,
         )
         self.duration = Histogram(
-            "ezat_request_duration_seconds",
+            "gen_ai_server_request_duration_seconds",
             "Gateway-side request duration, from arrival to the last byte (a stream: to its end)",
             ["route", "status_class"],
             buckets=LATENCY_BUCKETS,
             registry=reg,
         )
         self.stream_first_byte = Histogram(
-            "ezat_stream_first_byte_seconds",
+            "gen_ai_server_time_to_first_token_seconds",
             "Gateway-side time from a stream request's arrival to its first bytes",
             ["route"],
             buckets=LATENCY_BUCKETS,
@@ -120,14 +231,14 @@ class Metrics:
             multiprocess_mode="livesum" if self.multiprocess else "all",
         )
         self.upstream_latency = Histogram(
-            "ezat_upstream_latency_seconds",
+            "gen_ai_client_operation_duration_seconds",
             "Upstream call duration (whole body, or whole stream)",
             ["model", "deployment", "stream"],
             buckets=LATENCY_BUCKETS,
             registry=reg,
         )
         self.ttfb = Histogram(
-            "ezat_upstream_ttfb_seconds",
+            "gen_ai_client_operation_time_to_first_chunk_seconds",
             "Time to the upstream's first stream event",
             ["model", "deployment"],
             buckets=LATENCY_BUCKETS,
@@ -147,11 +258,25 @@ class Metrics:
             multiprocess_mode="livesum" if self.multiprocess else "all",
         )
         self.billing_errors = Counter("ezat_billing_errors", "Usage records that could not be written", registry=reg)
+        self.tokens = Histogram(
+            "gen_ai_client_token_usage",
+            "Tokens of billed requests by type, per request (the _sum: the tokens usage --json counts)",
+            ["model", "deployment", "gen_ai_token_type"],
+            buckets=TOKEN_BUCKETS,
+            registry=reg,
+        )
+        self.cost = Counter(
+            "ezat_cost_microdollars",
+            "Cost of billed requests in micro-USD (an integer: usage --json's cost_usd times 10**6)",
+            ["model", "deployment"],
+            registry=reg,
+        )
         self._cooling: Callable[[], list[str]] | None = None
         self._cooling_names: Mapping[str, tuple[str, str]] = {}
         self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
         self._answers: dict[tuple[str, str, str, int], tuple[Any, Any]] = {}  # answered()'s children
         self._streams: dict[tuple[str, int], tuple[Any, Any]] = {}  # streamed()'s children
+        self._bills: dict[tuple[str, str], tuple[Any, ...]] = {}  # billed()'s children
 
     def child(self, metric: Any, *labels: str) -> Any:
         """``metric.labels(*labels)``, remembered: ``labels`` checks the values and takes the
@@ -196,6 +321,38 @@ class Metrics:
         pair[0].observe(first_byte_s)
         pair[1].observe(duration_s)
 
+    def billed(self, model: str, deployment: str, usage: Usage, cost_micros: int) -> None:
+        """A billed request's tokens and cost: only what is non-zero is counted (typically input,
+        output and cost: three operations). A failed request's zeros make no series."""
+        inp, out, read, write, reasoning = (
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cache_read_tokens,
+            usage.cache_write_tokens,
+            usage.reasoning_tokens,
+        )
+        if not (cost_micros or inp or out or read or write or reasoning):
+            return
+        key = (model, deployment)
+        children = self._bills.get(key)
+        if children is None:  # looked up once per model and deployment (the labels are bounded)
+            children = self._bills[key] = (
+                *(self.child(self.tokens, model, deployment, kind) for kind in TOKEN_TYPES),
+                self.child(self.cost, model, deployment),
+            )
+        if inp:  # the order of TOKEN_TYPES
+            children[0].observe(inp)
+        if out:
+            children[1].observe(out)
+        if read:
+            children[2].observe(read)
+        if write:
+            children[3].observe(write)
+        if reasoning:
+            children[4].observe(reasoning)
+        if cost_micros:
+            children[5].inc(cost_micros)
+
     def render(self) -> tuple[bytes, str]:
         """The exposition text for ``GET /metrics``."""
         if self.multiprocess:
@@ -208,7 +365,17 @@ class Metrics:
         output = generate_latest(registry)
         extra = CollectorRegistry()
         extra.register(_ScrapeCollector(self._cooling, self._cooling_names))
+        extra.register(ProcessTreeCollector(_tree_root()))
         return output + generate_latest(extra), CONTENT_TYPE_LATEST
+
+
+def _tree_root() -> int:
+    """The gunicorn master's pid (set in its environment by gunicorn's config, inherited by the
+    workers); this process outside gunicorn."""
+    try:
+        return int(os.environ.get(MASTER_PID_ENV) or os.getpid())
+    except ValueError:
+        return os.getpid()
 
 
 _REMOVE_AT_EXIT: set[str] = set()

@@ -21,6 +21,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -230,7 +231,7 @@ def test_a_stream_is_logged_when_it_ends_not_when_its_headers_go_out(obs: ObsGat
         lines = resp.iter_lines()
         assert next(lines).startswith(b"data: ")
         in_flight = value(scrape(obs), "ezat_requests_in_flight")
-        assert in_flight >= 2  # this stream and the scrape itself
+        assert in_flight >= 1  # this stream (a scrape is not traffic)
         assert rid not in obs.log_text()  # still streaming: no line yet
         started = time.monotonic()
         rest = [chunk for chunk in lines if chunk]
@@ -284,7 +285,7 @@ def test_every_answer_is_counted_with_bounded_labels(obs: ObsGateway, key: str) 
     assert delta(req, route=route, model=MODEL, deployment="-", status="429") == 1
     assert delta(req, route="unmatched", model="-", deployment="-", status="404") == 1
     assert stranger not in after
-    hist = "ezat_request_duration_seconds_count"
+    hist = "gen_ai_server_request_duration_seconds_count"
     assert delta(hist, route=route, status_class="2xx") == 2
     assert delta(hist, route=route, status_class="4xx") == 3
     assert value(after, "ezat_build_info", version=__version__, python=samples_python(after)) == 1
@@ -309,10 +310,10 @@ def test_stream_histograms_and_in_flight(obs: ObsGateway, key: str) -> None:
         return text if grew else None
 
     after = wait_for(stream_counted, what="the stream's histograms")
-    assert value(after, "ezat_stream_first_byte_seconds_count", route="chat.completions") > value(
-        before, "ezat_stream_first_byte_seconds_count", route="chat.completions"
+    assert value(after, "gen_ai_server_time_to_first_token_seconds_count", route="chat.completions") > value(
+        before, "gen_ai_server_time_to_first_token_seconds_count", route="chat.completions"
     )
-    assert value(after, "ezat_requests_in_flight") == 1  # the scrape itself
+    assert value(after, "ezat_requests_in_flight") == 0  # idle: the scrape itself is not traffic
 
 
 def test_cooldown_gauge_names_model_and_deployment(obs: ObsGateway, key: str) -> None:
@@ -514,3 +515,81 @@ def test_the_metrics_folder_is_removed_on_exit_also_after_a_sighup(sims: dict[st
         gw.stop()
     assert not [p.name for p in tmp.iterdir() if p.name.startswith("ezat-metrics-")]
     assert os.path.isdir(tmp)
+
+
+# ---------------------------------------------------------------- tokens, cost and the process tree
+
+
+def _native(gw: Gateway, key: str, system: str, stream: bool = False) -> requests.Response:
+    body = {
+        "model": MODEL,
+        "max_tokens": 32,
+        "stream": stream,
+        "system": [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}],
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+    headers = {"x-api-key": key, "anthropic-version": "2023-06-01"}
+    return requests.post(gw.url + "/v1/messages", json=body, headers=headers, timeout=30)
+
+
+def test_token_and_cost_counters_match_usage_json_across_two_workers(sims: dict[str, Sim], tmp_path: Path) -> None:
+    """Through real gunicorn with 2 workers: ``/metrics`` (summed over the workers) counts the
+    tokens of each type and the micro-dollars that ``usage --json`` lists, exactly; scrapes and
+    probes are not traffic, in-flight reads 0 when idle, and ``process_*`` describe the tree."""
+    gw = Gateway(
+        root=tmp_path / "gw",
+        models=[ModelSpec(deployments=[{"name": "sim-a", "base_url": sims["fast"].url}])],
+        workers=2,
+    ).start()
+    try:
+        key = gw.new_key("acme")
+        system = "You are terse. " * 40  # past the simulator's --min-cache-tokens: written, then read
+        answers = [chat(gw, key, content=f"hello {n}") for n in range(6)]
+        answers += [chat(gw, key, content="streamed", stream=True)]
+        answers += [_native(gw, key, system), _native(gw, key, system), _native(gw, key, system, stream=True)]
+        assert [a.status_code for a in answers] == [200] * len(answers)
+        assert chat(gw, "ezat_sk_" + "n" * 32).status_code == 401  # counted as a request, never billed
+        for _ in range(3):
+            assert requests.get(gw.url + "/healthz", timeout=10).status_code == 200
+            assert requests.get(gw.url + "/readyz", timeout=10).status_code == 200
+            requests.get(gw.url + "/metrics", timeout=10).raise_for_status()
+
+        def all_rows() -> list[dict[str, Any]] | None:
+            found = gw.usage()
+            return found if len(found) == len(answers) else None
+
+        def idle() -> str | None:
+            found = requests.get(gw.url + "/metrics", timeout=10).text
+            return found if value(found, "ezat_requests_in_flight") == 0 else None
+
+        rows = wait_for(all_rows, what="every usage row")
+        text = wait_for(idle, what="in-flight 0 when idle")
+    finally:
+        gw.stop()
+    columns = {
+        "input": "input_tokens",
+        "output": "output_tokens",
+        "cache_read": "cache_read_tokens",
+        "cache_write": "cache_write_tokens",
+        "reasoning": "reasoning_tokens",
+    }
+    labels = {"model": MODEL, "deployment": "sim-a"}
+    assert {(r["canonical_model"], r["deployment"]) for r in rows} == {(MODEL, "sim-a")}
+    for kind, column in columns.items():
+        expected = sum(int(r[column]) for r in rows)
+        counted = value(text, "gen_ai_client_token_usage_sum", gen_ai_token_type=kind, **labels)
+        assert counted == expected, (kind, counted, expected)
+    for kind in ("input", "output", "cache_read", "cache_write"):  # the run exercised each of them
+        assert value(text, "gen_ai_client_token_usage_sum", gen_ai_token_type=kind, **labels) > 0, kind
+    micros = sum(int(Decimal(r["cost_usd"]) * 1_000_000) for r in rows)
+    assert micros > 0 and sum(Decimal(r["cost_usd"]) for r in rows) * 1_000_000 == micros
+    assert value(text, "ezat_cost_microdollars_total", **labels) == micros
+    requests_total = sum(v for (name, _), v in samples(text).items() if name == "ezat_requests_total")
+    assert requests_total == len(answers) + 1  # the 401 too; no scrape, no probe
+    assert not re.search(r'route="(metrics|healthz|readyz)"', text)
+    assert value(text, "ezat_requests_in_flight") == 0
+    assert value(text, "ezat_processes") == 3  # the master and its 2 workers
+    assert value(text, "process_cpu_seconds_total") > 0
+    assert value(text, "process_resident_memory_bytes") > 10 * 2**20
+    assert value(text, "process_open_fds") > 3
+    assert 0 < time.time() - value(text, "process_start_time_seconds") < 3600

@@ -504,9 +504,8 @@ def test_metrics_show_failovers_and_requests(gateway: Gateway, key: str, clean: 
             == 1
         )
     for name in ("m-metrics", "m-metrics-refused"):
-        assert (
-            delta("ezat_upstream_latency_seconds_count", model=f"test/{name}", deployment="ok-b", stream="false") == 1
-        )
+        upstream = "gen_ai_client_operation_duration_seconds_count"
+        assert delta(upstream, model=f"test/{name}", deployment="ok-b", stream="false") == 1
     # down-ra asked for 7 s: the cooldown gauge shows it (health is per model and deployment).
     assert metric(after, "ezat_deployments_in_cooldown", model="test/m-metrics", deployment="down-ra") == 1
 

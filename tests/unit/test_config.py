@@ -250,6 +250,17 @@ def test_server_pidfile_and_name(tmp_path: Path) -> None:
         load_config(write(tmp_path, '[server]\npidfil = "x"\n' + MINIMAL))
 
 
+def test_server_log_files_default_to_stderr_and_sit_beside_the_config(tmp_path: Path) -> None:
+    default = load_config(write(tmp_path, MINIMAL))
+    assert (default.server.access_log, default.server.error_log) == ("-", "-")
+    text = '[server]\naccess_log = "logs/access.log"\nerror_log = "/var/log/ezat/error.log"\n' + MINIMAL
+    files = load_config(write(tmp_path, text))
+    assert files.server.access_log == str(tmp_path / "logs" / "access.log")
+    assert files.server.error_log == "/var/log/ezat/error.log"
+    with pytest.raises(ConfigError, match=r"server.access_log"):
+        load_config(write(tmp_path, '[server]\naccess_log = ""\n' + MINIMAL))
+
+
 @pytest.mark.parametrize(
     "environ, warnings",
     [
