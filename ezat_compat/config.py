@@ -2,8 +2,9 @@
 ``domain.py``.
 
 Named by ``--config PATH`` or ``EZAT_CONFIG``; ``EZAT_DATABASE_URL`` and ``EZAT_REDIS_URL``
-override the file's URLs. Every key beyond ``id``, ``aliases``, ``price`` and a deployment's
-``name``/``base_url``/``upstream_model`` has a default; unknown keys are errors that name them.
+override the file's URLs, ``EZAT_DATA_DIR`` its ``data_dir``. Every key beyond ``id``, ``aliases``,
+``price`` and a deployment's ``name``/``base_url``/``upstream_model`` has a default; unknown keys
+are errors that name them.
 A bad file raises ``ConfigError`` whose message names the file and the key path
 (``ezat.toml: models[0].price.input: Not a valid number.``).
 """
@@ -41,6 +42,7 @@ from ezat_compat.server.forwarded import parse_allow_list
 from ezat_compat.wire.paths import flatten_errors, format_error
 
 DEFAULT_CONFIG_NAME = "ezat.toml"
+DATA_DIR_ENV = "EZAT_DATA_DIR"  # overrides [gateway] data_dir (the systemd unit sets its StateDirectory)
 _MIB = 1024 * 1024
 
 
@@ -333,6 +335,8 @@ def parse_config(
         gateway["database_url"] = environ["EZAT_DATABASE_URL"]
     if "EZAT_REDIS_URL" in environ:
         gateway["redis_url"] = environ["EZAT_REDIS_URL"]
+    if environ.get(DATA_DIR_ENV):
+        gateway["data_dir"] = environ[DATA_DIR_ENV]
     return Config(
         gateway=GatewaySettings(**gateway),
         server=ServerSettings(**loaded["server"]),
