@@ -412,7 +412,7 @@ def cmd_sim(args: argparse.Namespace, extra: list[str]) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from ezat_compat.demo import run_demo
 
-    return run_demo(bind=args.bind, directory=args.dir, sim_bind=args.sim_bind)
+    return run_demo(bind=args.bind, directory=args.dir, sim_bind=args.sim_bind, simulator=args.simulator)
 
 
 # ---------------------------------------------------------------- parser
@@ -434,6 +434,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--dir", default="ezat-demo", metavar="PATH", help="the demo's data folder")
     demo.add_argument(
         "--sim-bind", default="127.0.0.1:0", metavar="HOST:PORT", help="the simulator's address (default: a free port)"
+    )
+    demo.add_argument(
+        "--simulator",
+        action="store_true",
+        help="use the bundled simulator even when ANTHROPIC_API_KEY is set (default: Anthropic's API when it is)",
     )
 
     serve = sub.add_parser("serve", help="run the gateway under gunicorn (gevent workers)")
