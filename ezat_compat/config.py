@@ -356,8 +356,8 @@ def parse_config(
         gateway["redis_url"] = environ["EZAT_REDIS_URL"]
     if environ.get(DATA_DIR_ENV):
         gateway["data_dir"] = environ[DATA_DIR_ENV]
-    data = _beside(folder, gateway.get("data_dir", "")) or folder
-    gateway["database_url"] = sqlite_beside(gateway.get("database_url", GatewaySettings.database_url), data)
+    data_path = _beside(folder, gateway.get("data_dir", "")) or folder
+    gateway["database_url"] = sqlite_beside(gateway.get("database_url", GatewaySettings.database_url), data_path)
     return Config(
         gateway=GatewaySettings(**gateway),
         server=ServerSettings(**loaded["server"]),
