@@ -298,6 +298,38 @@ def _egress_lines(config: Config) -> list[str]:
     return lines
 
 
+def _write_problems(config: Config) -> list[str]:
+    """Why the gateway could not write what it writes, one phrase per place: the data folder
+    (usage journal, rate-limit counters, sealing key), a SQLite database's folder, the pidfile's
+    folder; and whether a sealing key can be read or made. Nothing is created."""
+    from sqlalchemy import make_url
+
+    from ezat_compat.datafiles import data_folder, writable_problem
+    from ezat_compat.sealing import sealing_key_problem
+    from ezat_compat.store.ledger import JOURNAL_DIR_ENV
+
+    folder = data_folder(config)
+    places = {"data_dir": folder}
+    if os.environ.get(JOURNAL_DIR_ENV):
+        places[JOURNAL_DIR_ENV] = os.environ[JOURNAL_DIR_ENV]
+    url = make_url(config.gateway.database_url)
+    database = url.database or ""
+    if url.get_backend_name() == "sqlite" and database not in ("", ":memory:") and not database.startswith("file:"):
+        places["database_url"] = os.path.dirname(os.path.abspath(database))
+    if config.server.pidfile:
+        places["pidfile"] = os.path.dirname(os.path.abspath(config.server.pidfile))
+    problems = []
+    for name, place in places.items():
+        problem = writable_problem(place)
+        if problem is not None:
+            problems.append(f"{name}: {problem}")
+    if not any(p.startswith("data_dir:") for p in problems):
+        problem = sealing_key_problem(folder)
+        if problem is not None:
+            problems.append(problem)
+    return problems
+
+
 def cmd_check_config(args: argparse.Namespace) -> int:
     """Validate the file and what it needs from the environment, as ``nginx -t`` does: no
     connection is made. Warnings (a deployment without its key) go to stderr; exit 0. A model that
@@ -312,6 +344,9 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     unusable = unusable_models(config)
     if unusable:
         raise CLIError("; ".join(unusable))
+    problems = _write_problems(config)
+    if problems:
+        raise CLIError("the gateway could not write its files: " + "; ".join(problems))
     for line in deployment_warnings(config):
         print(f"ezat-compat: warning: {line}", file=sys.stderr)
     for line in _egress_lines(config):
@@ -377,7 +412,7 @@ def cmd_sim(args: argparse.Namespace, extra: list[str]) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from ezat_compat.demo import run_demo
 
-    return run_demo(bind=args.bind, directory=args.dir, sim_bind=args.sim_bind)
+    return run_demo(bind=args.bind, directory=args.dir, sim_bind=args.sim_bind, simulator=args.simulator)
 
 
 # ---------------------------------------------------------------- parser
@@ -399,6 +434,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--dir", default="ezat-demo", metavar="PATH", help="the demo's data folder")
     demo.add_argument(
         "--sim-bind", default="127.0.0.1:0", metavar="HOST:PORT", help="the simulator's address (default: a free port)"
+    )
+    demo.add_argument(
+        "--simulator",
+        action="store_true",
+        help="use the bundled simulator even when ANTHROPIC_API_KEY is set (default: Anthropic's API when it is)",
     )
 
     serve = sub.add_parser("serve", help="run the gateway under gunicorn (gevent workers)")
@@ -443,7 +483,10 @@ def build_parser() -> argparse.ArgumentParser:
     usage.add_argument("--since", metavar="ISO8601")
     usage.add_argument("--json", action="store_true")
 
-    sub.add_parser("check-config", help="validate the configuration file (exit 0, or 1 with the error)")
+    sub.add_parser(
+        "check-config",
+        help="validate the configuration file and that its files can be written (exit 0, or 1 with the error)",
+    )
 
     dbp = sub.add_parser("db", help="the database: upgrade [--sql], current, check, backup PATH")
     db_sub = dbp.add_subparsers(dest="db_command", title="actions", metavar="ACTION", required=True)

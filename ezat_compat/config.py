@@ -2,8 +2,11 @@
 ``domain.py``.
 
 Named by ``--config PATH`` or ``EZAT_CONFIG``; ``EZAT_DATABASE_URL`` and ``EZAT_REDIS_URL``
-override the file's URLs. Every key beyond ``id``, ``aliases``, ``price`` and a deployment's
-``name``/``base_url``/``upstream_model`` has a default; unknown keys are errors that name them.
+override the file's URLs, ``EZAT_DATA_DIR`` its ``data_dir``. Relative paths are relative to the
+configuration file's folder: ``data_dir``, TLS files, and a SQLite database (relative to the data
+folder, which is that folder unless ``data_dir`` moves it). Every key beyond ``id``, ``aliases``,
+``price`` and a deployment's ``name``/``base_url``/``upstream_model`` has a default; unknown keys
+are errors that name them.
 A bad file raises ``ConfigError`` whose message names the file and the key path
 (``ezat.toml: models[0].price.input: Not a valid number.``).
 """
@@ -19,6 +22,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from marshmallow import RAISE, Schema, ValidationError, fields, validate, validates_schema
+from sqlalchemy import make_url
 
 from ezat_compat.catalog import is_pattern
 from ezat_compat.domain import (
@@ -41,6 +45,7 @@ from ezat_compat.server.forwarded import parse_allow_list
 from ezat_compat.wire.paths import flatten_errors, format_error
 
 DEFAULT_CONFIG_NAME = "ezat.toml"
+DATA_DIR_ENV = "EZAT_DATA_DIR"  # overrides [gateway] data_dir (the systemd unit sets its StateDirectory)
 _MIB = 1024 * 1024
 
 
@@ -275,6 +280,22 @@ def _beside(folder: str, value: str) -> str:
     return os.path.join(folder, value) if value and not os.path.isabs(value) else value
 
 
+def sqlite_beside(url: str, folder: str) -> str:
+    """``url`` with a relative SQLite path made absolute in ``folder`` (the data folder, which is
+    the configuration file's folder unless ``data_dir`` says otherwise), so that every command
+    finds the same database wherever it is run from; other URLs, absolute paths, ``:memory:``
+    and ``file:`` URIs are left as they are."""
+    if not url.startswith("sqlite"):
+        return url
+    parsed = make_url(url)
+    database = parsed.database or ""
+    if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:") or database.startswith("file:"):
+        return url
+    if os.path.isabs(database):
+        return url
+    return parsed.set(database=os.path.join(folder, database)).render_as_string(hide_password=False)
+
+
 def _base_url(deployment: Mapping[str, Any]) -> str:
     """The deployment's ``base_url``, else its provider's regional endpoint."""
     return deployment.get("base_url") or default_base_url(
@@ -345,6 +366,10 @@ def parse_config(
         gateway["database_url"] = environ["EZAT_DATABASE_URL"]
     if "EZAT_REDIS_URL" in environ:
         gateway["redis_url"] = environ["EZAT_REDIS_URL"]
+    if environ.get(DATA_DIR_ENV):
+        gateway["data_dir"] = environ[DATA_DIR_ENV]
+    data_path = _beside(folder, gateway.get("data_dir", "")) or folder
+    gateway["database_url"] = sqlite_beside(gateway.get("database_url", GatewaySettings.database_url), data_path)
     return Config(
         gateway=GatewaySettings(**gateway),
         server=ServerSettings(**_log_files(loaded["server"], folder)),

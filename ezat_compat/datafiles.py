@@ -11,12 +11,16 @@ database file's mode, so the database file must already be 0600 when SQLite firs
   a SQLite database's ``-wal``, ``-shm`` and ``-journal`` beside it) to 0600 — without ever
   opening it (closing a descriptor drops the process's locks on the file).
 - ``open_private(path, flags)``: ``os.open`` a file of the data folder, created 0600.
+- ``writable_problem(path)``: why the gateway could not write files in the folder (``None``
+  when it can), found by writing one: ``check-config`` asks it of every folder the gateway
+  writes to.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -76,3 +80,22 @@ def data_folder(config: Config) -> str:
     usage journal, the embedded rate-limit counters, the sealing key."""
     base = os.path.dirname(os.path.abspath(config.path or "."))
     return os.path.join(base, config.gateway.data_dir) if config.gateway.data_dir else base
+
+
+def writable_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why files can't be made in the folder ``path`` (``"not writable (Read-only file system)"``),
+    or ``None`` when they can. A folder that doesn't exist yet is judged by the nearest one that
+    does, in which it would be made. Found by making (and removing) a file: permission bits
+    don't show a read-only mount (systemd's ``ProtectSystem=strict``) or an ACL."""
+    folder = Path(os.path.abspath(path))
+    while not folder.exists():
+        folder = folder.parent
+    if not folder.is_dir():
+        return f"{folder} is not a folder"
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".ezat-write-check-", dir=folder)
+    except OSError as exc:
+        return f"{folder} is not writable ({exc.strerror})"
+    os.close(fd)
+    os.unlink(probe)
+    return None

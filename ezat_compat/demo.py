@@ -1,9 +1,9 @@
 """``ezat-compat demo``: the newcomer's command. No configuration, no network needed.
 
 It makes a data folder with a SQLite database and a config file, starts the simulator as the
-upstream (or uses Anthropic itself when ``ANTHROPIC_API_KEY`` is set), creates a demo
-organisation and key, serves the gateway under gunicorn and prints a curl line that works
-as pasted.
+upstream (or uses Anthropic itself when ``ANTHROPIC_API_KEY`` is set, unless ``--simulator``
+says otherwise: it says which before it starts), creates a demo organisation and key, serves
+the gateway under gunicorn and prints a curl line that works as pasted.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 
 from ezat_compat.config import load_config
@@ -27,7 +28,8 @@ DEMO_BALANCE_MICROS = 100_000_000  # $100 of simulated credit
 SIM_KEY_ENV = "EZAT_DEMO_UPSTREAM_KEY"  # the simulator accepts any non-empty key
 
 CATALOG = """\
-# Written by `ezat-compat demo`; a complete example of the configuration file.
+# Written by `ezat-compat demo`: a small configuration file. Every key, with its default and what
+# it does, is in deploy/ezat.example.toml and docs/config.md.
 [gateway]
 database_url = "sqlite:///{db}"
 keepalive_s = 15
@@ -177,9 +179,34 @@ def stop_process(proc: subprocess.Popen[str] | subprocess.Popen[bytes], grace_s:
             continue
 
 
-def run_demo(*, bind: str, directory: str, sim_bind: str = "127.0.0.1:0") -> int:
+def uses_anthropic(simulator: bool, environ: Mapping[str, str]) -> bool:
+    """Whether the demo's upstream is Anthropic's API: ``ANTHROPIC_API_KEY`` is set and
+    ``--simulator`` wasn't given."""
+    return bool(environ.get("ANTHROPIC_API_KEY")) and not simulator
+
+
+def upstream_notice(simulator: bool, environ: Mapping[str, str]) -> str:
+    """The line the demo prints first: which upstream it uses, and how to choose the other."""
+    if uses_anthropic(simulator, environ):
+        return (
+            "ezat-compat demo: ANTHROPIC_API_KEY is set, so the upstream is Anthropic's API "
+            "(https://api.anthropic.com; needs the network); pass --simulator to use the bundled simulator."
+        )
+    why = "--simulator" if simulator and environ.get("ANTHROPIC_API_KEY") else "no ANTHROPIC_API_KEY"
+    return f"ezat-compat demo: the upstream is the bundled simulator ({why}; no network needed)."
+
+
+def command_name() -> str:
+    """How to run ``ezat-compat`` as pasted: the script beside this interpreter (a venv's
+    ``bin/``, which needn't be on PATH), else the bare name."""
+    script = Path(sys.executable).with_name("ezat-compat")
+    return str(script) if script.exists() else "ezat-compat"
+
+
+def run_demo(*, bind: str, directory: str, sim_bind: str = "127.0.0.1:0", simulator: bool = False) -> int:
     """Serve the demo until Ctrl-C, SIGTERM or SIGHUP; then stop the gateway and the simulator
-    it started, whichever way it ends (also when start-up fails)."""
+    it started, whichever way it ends (also when start-up fails). ``simulator``: the simulator
+    even when ``ANTHROPIC_API_KEY`` is set."""
     _check_bind("--bind", bind)
     _check_bind("--sim-bind", sim_bind, any_port=True)
     root = Path(directory).resolve()
@@ -192,7 +219,8 @@ def run_demo(*, bind: str, directory: str, sim_bind: str = "127.0.0.1:0") -> int
     try:
         env: dict[str, str] = {}
         egress = ""  # Anthropic's API: the environment's proxy, as every requests program
-        if os.environ.get("ANTHROPIC_API_KEY"):
+        print(upstream_notice(simulator, os.environ), flush=True)
+        if uses_anthropic(simulator, os.environ):
             base_url, deployment, key_env = "https://api.anthropic.com", "anthropic", "ANTHROPIC_API_KEY"
         else:
             egress = '\nproxy = ""  # the simulator is on loopback: never through a company proxy'
@@ -228,7 +256,7 @@ Try it:
 
 Or with the OpenAI SDK: OpenAI(base_url="{base}/openai/v1", api_key="{key}")
 Or as an Anthropic base URL (the anthropic SDK, Claude Code):  ANTHROPIC_BASE_URL={base} ANTHROPIC_API_KEY={key}
-Admin commands use this demo's config:  ezat-compat --config {config_path} usage
+Admin commands use this demo's config:  {command_name()} --config {config_path} usage
 Press Ctrl-C to stop.
 """,
             flush=True,

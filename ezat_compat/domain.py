@@ -103,7 +103,9 @@ class GatewaySettings:
     cooldown_s: float = 30.0
     max_cooldown_s: float = 300.0
     thinking_ttl_s: float = 86400.0  # how long thinking blocks are kept for the client's next tool round
-    data_dir: str = ""  # counters and journal; relative to the config file's folder ("" = that folder)
+    # journal, counters, sealing key; relative to the config file's folder ("" = that folder);
+    # EZAT_DATA_DIR overrides it (the systemd unit points it at its StateDirectory)
+    data_dir: str = ""
     first_event_timeout_s: float = 30.0  # a stream without headers and a first event by then fails over
     web_search_max_uses: int = 10  # a web search tool sent without max_uses gets this many (and it is reserved)
     ca_file: str = ""  # a CA every deployment trusts besides the default bundle (a TLS-inspecting proxy's)

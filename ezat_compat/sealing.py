@@ -47,7 +47,7 @@ from typing import Any
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from ezat_compat.datafiles import private_dir
+from ezat_compat.datafiles import private_dir, writable_problem
 
 KEY_ENV = "EZAT_SEALING_KEY"
 OLD_KEYS_ENV = "EZAT_SEALING_KEYS_OLD"
@@ -170,6 +170,32 @@ def _keys_from_file(path: Path) -> list[bytes]:
     with os.fdopen(fd, "w") as out:
         out.write(key.hex() + "\n")
     return [key]
+
+
+def sealing_key_problem(folder: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> str | None:
+    """Why no sealing key could be had (``None`` when one can): ``EZAT_SEALING_KEY`` that isn't
+    a key, a key file that can't be read or isn't a key, or no key file and a data folder where
+    one can't be made. Nothing is created: ``check-config`` may run as another user (root) than
+    the server, and a key file it made would be unreadable to the server."""
+    environ = os.environ if environ is None else environ
+    text = environ.get(KEY_ENV, "")
+    if text.strip():
+        try:
+            _decode_key(text)
+        except ValueError as exc:
+            return str(exc)
+        return None
+    path = Path(folder) / KEY_FILE
+    if not path.exists():
+        problem = writable_problem(folder)
+        return None if problem is None else f"cannot make the sealing key {path}: {problem}; or set {KEY_ENV}"
+    try:
+        _decode_key(path.read_text())
+    except OSError as exc:
+        return f"cannot read the sealing key {path}: {exc.strerror}"
+    except ValueError:
+        return f"{path} holds no {KEY_BYTES}-byte key (hex or base64): restore it from a backup, or delete it"
+    return None
 
 
 def load_sealer(folder: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> Sealer:

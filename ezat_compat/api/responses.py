@@ -4,6 +4,7 @@ pipeline, and the stored responses: ``GET``/``DELETE /openai/v1/responses/<id>``
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any
@@ -21,7 +22,12 @@ from ezat_compat.translate.responses_response import client_view
 
 bp = Blueprint("openai_responses", __name__, url_prefix="/openai/v1")
 _EXTENSION = "ezat_responses"
+_SEAL_LOGGED = "ezat_responses.seal_failure_logged"
 _LOCK = threading.Lock()
+log = logging.getLogger("ezat_compat")
+NO_SEALING_KEY = (
+    "The gateway has no key to seal reasoning with: its operator must fix the sealing key (the gateway's log says how)."
+)
 LIST_LIMIT_MAX = 100
 
 
@@ -54,9 +60,18 @@ def dialect_of(app: Flask) -> OpenAIResponses:
             try:
                 sealer = load_sealer(folder)
             except (OSError, ValueError) as exc:
-                raise GatewayError(
-                    f"The gateway has no key to seal reasoning with ({exc}); set {KEY_ENV} or make {folder} writable."
-                ) from None
+                # The path and the cause are the operator's, logged once per process; the client
+                # learns only that the gateway is at fault (a server path is not its business).
+                if not app.extensions.get(_SEAL_LOGGED):
+                    app.extensions[_SEAL_LOGGED] = True
+                    log.error(
+                        "no key to seal reasoning with (%s): set %s or make %s writable by the server's user; "
+                        "every Responses request answers 500 until then",
+                        exc,
+                        KEY_ENV,
+                        folder,
+                    )
+                raise GatewayError(NO_SEALING_KEY) from None
             found = OpenAIResponses(ResponsesServices(settings, store, sealer, time.time))
             app.extensions[_EXTENSION] = found
     return found

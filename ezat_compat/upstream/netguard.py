@@ -149,6 +149,10 @@ def resolve_public(host: str, port: int, *, allow_private: bool, resolver: Resol
     when one of its addresses isn't public.
     """
     literal = parse_ip_literal(host)
+    if literal is None and not allow_private and is_localhost_name(host):
+        # RFC 6761 section 6.3: these names are loopback; refused without asking a resolver
+        # (a busy one made the refusal wait for the download deadline).
+        raise NonPublicAddressError(f"{host} is a loopback name, not a public address", host=host, address="127.0.0.1")
     addresses = [literal] if literal is not None else _resolve(host, port, resolver or socket.getaddrinfo)
     if not allow_private:
         for address in addresses:
@@ -159,6 +163,13 @@ def resolve_public(host: str, port: int, *, allow_private: bool, resolver: Resol
                     address=str(address),
                 )
     return str(addresses[0])
+
+
+def is_localhost_name(host: str) -> bool:
+    """``localhost`` and its subdomains (``a.localhost``), in any case, with or without the final
+    dot: names RFC 6761 section 6.3 reserves for loopback addresses."""
+    name = host.rstrip(".").lower()
+    return name == "localhost" or name.endswith(".localhost")
 
 
 def _resolve(host: str, port: int, resolver: Resolver) -> list[IPAddress]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -318,6 +319,64 @@ def test_check_config_fails_for_a_model_without_a_usable_deployment(config: Path
         "(deployment d) is not set in the environment"
     ]
     assert cli(config, "check-config", env={"ANTHROPIC_API_KEY": "k"}).returncode == 0
+
+
+def read_only(folder: Path, argv: list[str]) -> list[str]:
+    """``argv`` run with ``folder`` read-only, as systemd's ``ProtectSystem=strict`` leaves
+    /etc: a read-only bind mount in a mount namespace of its own when run as root (whom
+    permission bits don't stop), else the folder made 0500."""
+    if os.geteuid() != 0:
+        folder.chmod(0o500)
+        return argv
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "-m", "true"], check=False).returncode:
+        pytest.skip("running as root without mount namespaces (unshare -m)")
+    mount = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"'
+    return ["unshare", "-m", "sh", "-c", mount, str(folder), *argv]
+
+
+def test_check_config_fails_in_one_line_when_the_data_folder_is_read_only(config: Path, tmp_path: Path) -> None:
+    """The shipped unit's /etc/ezat is read-only: a data folder there left every Responses request
+    a 500 while check-config said the configuration was valid (issue 31, item 1)."""
+    state = tmp_path / "state"
+    state.mkdir()
+    config.write_text(config.read_text().replace("[gateway]\n", f'[gateway]\ndata_dir = "{state}"\n', 1))
+    argv = [sys.executable, "-m", "ezat_compat.cli", "--config", str(config), "check-config"]
+    env = {**os.environ, "ANTHROPIC_API_KEY": "k"}
+    env.pop("EZAT_SEALING_KEY", None)
+    done = subprocess.run(read_only(state, argv), capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 1 and done.stdout == "" and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"ezat-compat: the gateway could not write its files: data_dir: {state} is not writable "
+        f"({'Read-only file system' if os.geteuid() == 0 else 'Permission denied'})"
+    ]
+    # the unit's way out: EZAT_DATA_DIR names its StateDirectory, which is writable
+    writable = {**env, "EZAT_DATA_DIR": str(tmp_path / "var-lib")}
+    ok = subprocess.run(read_only(state, argv), capture_output=True, text=True, timeout=60, env=writable)
+    assert ok.returncode == 0, ok.stderr
+    assert not (tmp_path / "var-lib").exists()  # check-config makes nothing (it may run as another user)
+
+
+@pytest.mark.parametrize(
+    "key_file, env_key, message",
+    [
+        ("not a key\n", "", "ezat-sealing.key holds no 32-byte key (hex or base64): restore it from a backup"),
+        (None, "abc", "EZAT_SEALING_KEY must hold 32 bytes as hex or base64"),
+        ("ab" * 32 + "\n", "", None),
+        (None, "cd" * 32, None),
+    ],
+    ids=["bad-key-file", "bad-key-variable", "key-file", "key-variable"],
+)
+def test_check_config_reads_the_sealing_key(
+    config: Path, key_file: str | None, env_key: str, message: str | None
+) -> None:
+    if key_file is not None:
+        (config.parent / "ezat-sealing.key").write_text(key_file)
+    done = cli(config, "check-config", env={"ANTHROPIC_API_KEY": "k", "EZAT_SEALING_KEY": env_key})
+    if message is None:
+        assert done.returncode == 0, done.stderr
+    else:
+        assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert message in done.stderr, done.stderr
 
 
 @pytest.mark.parametrize(

@@ -25,14 +25,18 @@ pytestmark = pytest.mark.integration
         # A company proxy that can't reach this machine's loopback: the demo's simulator and its
         # own health check must not go through it.
         pytest.param({"HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9"}, id="company-proxy"),
+        # An exported key switched the demo to Anthropic's API silently (no network: a 500 on the
+        # printed curl); --simulator keeps the simulator, and the first line says which it is.
+        pytest.param({"ANTHROPIC_API_KEY": "sk-ant-exported"}, id="key-exported-simulator-flag"),
     ],
 )
 def test_demo_prints_a_curl_line_that_works_as_pasted(tmp_path: Path, proxy_environment: dict[str, str]) -> None:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "EZAT_CONFIG", "EZAT_DATABASE_URL")}
     env.update(proxy_environment)
+    flags = ["--simulator"] if "ANTHROPIC_API_KEY" in proxy_environment else []
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ezat_compat.cli", "demo", "--bind", f"127.0.0.1:{port}"],
+        [sys.executable, "-m", "ezat_compat.cli", "demo", "--bind", f"127.0.0.1:{port}", *flags],
         cwd=tmp_path,
         env=env,
         stdout=subprocess.PIPE,
@@ -42,6 +46,9 @@ def test_demo_prints_a_curl_line_that_works_as_pasted(tmp_path: Path, proxy_envi
     try:
         assert proc.stdout is not None
         curl = key = None
+        first = proc.stdout.readline()
+        assert first.startswith("ezat-compat demo: the upstream is the bundled simulator ("), first
+        assert ("--simulator;" in first) == bool(flags), first
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and curl is None:
             line = proc.stdout.readline()

@@ -543,6 +543,7 @@ def test_the_systemd_unit_verifies(tmp_path: Path) -> None:
         "KillMode=mixed",
         "User=ezat",
         "StateDirectory=ezat-compat",
+        "Environment=EZAT_DATA_DIR=/var/lib/ezat-compat",  # /etc/ezat is read-only (ProtectSystem=strict)
         "UMask=0077",
         "NoNewPrivileges=yes",
         "ProtectSystem=strict",

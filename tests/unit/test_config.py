@@ -40,11 +40,54 @@ def test_minimal_file_gets_every_default(tmp_path: Path) -> None:
         gw.keepalive_s,
         gw.max_body_mb,
         gw.allow_private_image_hosts,
-    ) == ("sqlite:///ezat.db", "", 590, 15, 32, False)
+    ) == (f"sqlite:///{tmp_path / 'ezat.db'}", "", 590, 15, 32, False)  # beside the file, not in the cwd
     assert model.price.cache_read == Decimal("0.30") and model.price.input == Decimal("3.0")
     assert model.deployments[0].api_key == "sk-test" and model.deployments[0].priority == 0
     assert model.deployments[0].weight == 1 and model.max_output_tokens == 64000 and model.sampling is False
     assert config.max_body_bytes == 32 * 1024 * 1024
+
+
+@pytest.mark.parametrize(
+    "url, data_dir, expected",
+    [
+        ("sqlite:///ezat.db", "", "sqlite:///{conf}/ezat.db"),
+        ("sqlite:///db/ezat.db", "", "sqlite:///{conf}/db/ezat.db"),
+        ("sqlite:///ezat.db", "state", "sqlite:///{conf}/state/ezat.db"),
+        ("sqlite:///ezat.db", "/var/lib/ezat-compat", "sqlite:////var/lib/ezat-compat/ezat.db"),
+        ("sqlite:////srv/ezat.db", "state", "sqlite:////srv/ezat.db"),
+        ("sqlite+pysqlite:///ezat.db?timeout=5", "", "sqlite+pysqlite:///{conf}/ezat.db?timeout=5"),
+        ("sqlite://", "", "sqlite://"),
+        ("sqlite:///:memory:", "", "sqlite:///:memory:"),
+        ("postgresql+psycopg://u@h/ezat.db", "", "postgresql+psycopg://u@h/ezat.db"),
+    ],
+    ids=[
+        "beside-the-file",
+        "subfolder",
+        "in-data-dir",
+        "absolute-data-dir",
+        "absolute",
+        "driver",
+        "memory",
+        "memory-path",
+        "postgresql",
+    ],
+)
+def test_a_relative_sqlite_path_is_in_the_data_folder(
+    tmp_path: Path, url: str, data_dir: str, expected: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A relative path was relative to the working directory: an admin command run elsewhere made
+    a second, empty database. It is now relative to the data folder, the config file's folder by
+    default, like every other relative path of the file."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    text = f'[gateway]\ndatabase_url = "{url}"\ndata_dir = "{data_dir}"\n' + MINIMAL
+    config = load_config(write(conf, text), environ={})
+    assert config.gateway.database_url == expected.format(conf=conf)
+    by_env = load_config(conf / "ezat.toml", environ={"EZAT_DATABASE_URL": url, "EZAT_DATA_DIR": data_dir})
+    assert by_env.gateway.database_url == expected.format(conf=conf)
 
 
 def test_environment_overrides_urls(tmp_path: Path) -> None:

@@ -193,3 +193,15 @@ def test_the_refusal_names_the_address():
         resolve_public("mixed.test", 80, allow_private=False, resolver=RESOLVER)
     assert caught.value.address == "10.0.0.1"
     assert caught.value.host == "mixed.test"
+
+
+@pytest.mark.parametrize("host", ["localhost", "LocalHost.", "images.localhost"])
+def test_localhost_names_are_refused_without_resolving(host: str) -> None:
+    """RFC 6761 section 6.3: loopback by definition. A resolver that is slow (a busy machine's
+    thread pool) made the refusal wait for the download deadline; it is never asked now."""
+
+    def resolver(*_: object, **__: object) -> list[object]:
+        raise AssertionError("the resolver was asked")
+
+    with pytest.raises(NonPublicAddressError):
+        resolve_public(host, 80, allow_private=False, resolver=resolver)  # type: ignore[arg-type]

@@ -134,3 +134,47 @@ def test_an_empty_key_file_is_refused_after_a_bounded_wait(tmp_path: Path, monke
     (tmp_path / KEY_FILE).write_text("")
     with pytest.raises(ValueError, match="is empty"):
         load_sealer(tmp_path, {})
+
+
+def test_a_sealing_failure_is_logged_once_with_its_path_and_answered_without_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Under the shipped unit the data folder was read-only: the client got "no key to seal reasoning
+    with (Permission denied …/ezat-sealing.key)", a server path (issue 31, item 1). The operator's
+    log names the path, once; the client's 500 names none."""
+    from types import SimpleNamespace
+
+    from flask import Flask
+
+    from ezat_compat.api.responses import NO_SEALING_KEY, dialect_of
+    from ezat_compat.config import parse_config
+    from ezat_compat.errors import GatewayError
+
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("")  # the key file can't be made inside it, whoever runs the test
+    config = parse_config(
+        {
+            "gateway": {"data_dir": str(blocked)},
+            "responses": {"store": False},
+            "models": [
+                {
+                    "id": "anthropic/m",
+                    "aliases": ["m"],
+                    "price": {"input": 3, "output": 15},
+                    "deployments": [{"name": "a", "base_url": "http://a", "upstream_model": "ma"}],
+                }
+            ],
+        },
+        path=str(tmp_path / "ezat.toml"),
+        environ={},
+    )
+    app = Flask("t")
+    app.extensions["ezat"] = SimpleNamespace(config=config)
+    for _ in range(3):
+        with pytest.raises(GatewayError) as caught, caplog.at_level("ERROR", logger="ezat_compat"):
+            dialect_of(app)
+        assert caught.value.status == 500 and caught.value.message == NO_SEALING_KEY
+        assert str(tmp_path) not in caught.value.message and "/" not in caught.value.message
+    (record,) = [r for r in caplog.records if "seal" in r.getMessage()]
+    assert str(blocked / KEY_FILE) in record.getMessage() and KEY_ENV in record.getMessage()
