@@ -29,7 +29,7 @@ else (Chat Completions reference, "Errors": failover on refused connections, tim
     no response head by the deadline    -> UpstreamTimeoutError
     a stream broken after it started    -> UpstreamStreamError
 
-A hostile or broken upstream is contained (issue 32): a non-streaming body is read
+A hostile or broken upstream is contained: a non-streaming body is read
 incrementally and refused past ``max_body_bytes`` (``[gateway] max_upstream_body_mb``); bodies
 are read as sent (``decode_content=False``) and a 2xx answer with a ``Content-Encoding`` other
 than ``identity`` is refused at its head: we ask for ``identity``, and refusing costs nothing

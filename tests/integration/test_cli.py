@@ -336,7 +336,7 @@ def read_only(folder: Path, argv: list[str]) -> list[str]:
 
 def test_check_config_fails_in_one_line_when_the_data_folder_is_read_only(config: Path, tmp_path: Path) -> None:
     """The shipped unit's /etc/ezat is read-only: a data folder there left every Responses request
-    a 500 while check-config said the configuration was valid (issue 31, item 1)."""
+    a 500 while check-config said the configuration was valid."""
     state = tmp_path / "state"
     state.mkdir()
     config.write_text(config.read_text().replace("[gateway]\n", f'[gateway]\ndata_dir = "{state}"\n', 1))

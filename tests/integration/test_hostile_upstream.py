@@ -1,4 +1,4 @@
-"""A hostile upstream behind a real gateway (issue 32, item 4): a body past the cap (by length,
+"""A hostile upstream behind a real gateway: a body past the cap (by length,
 chunked, until close), gzip the gateway never asked for, a response head a byte at a time and
 endless ``100 Continue``. Each attack is a failover reason: with a healthy deployment behind
 it the client gets its 200, without one a clear 5xx in time (a JSON request's head that never

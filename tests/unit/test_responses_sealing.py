@@ -140,7 +140,7 @@ def test_a_sealing_failure_is_logged_once_with_its_path_and_answered_without_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Under the shipped unit the data folder was read-only: the client got "no key to seal reasoning
-    with (Permission denied …/ezat-sealing.key)", a server path (issue 31, item 1). The operator's
+    with (Permission denied …/ezat-sealing.key)", a server path. The operator's
     log names the path, once; the client's 500 names none."""
     from types import SimpleNamespace
 

@@ -345,7 +345,7 @@ def test_a_stream_that_drips_bytes_but_no_event_times_out_by_the_wall_clock(
     stream.close()
 
 
-# ---------------------------------------------------------------- a hostile upstream (issue 32)
+# ---------------------------------------------------------------- a hostile upstream
 
 
 def _capped() -> UpstreamClient:

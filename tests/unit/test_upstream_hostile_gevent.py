@@ -1,4 +1,4 @@
-"""A hostile upstream under gevent, as a worker runs (issue 32): a response head sent a byte at a
+"""A hostile upstream under gevent, as a worker runs: a response head sent a byte at a
 time, endless ``100 Continue`` lines, and a stream so fast that its reader (and the writer
 relaying it) never waits. Each runs
 in a child process with gevent's patches (the test process has none), against a raw-socket
