@@ -16,7 +16,7 @@ down once the answer is written, so the worker ends the connection instead of re
 of the body. gunicorn offers no setting for a ``Connection: close`` of the app's (it drops the
 header), and its request object is not ours to change: the close is the socket's.
 
-This module and ``api/sse.py`` are the only gevent-aware code.
+This module, ``api/sse.py`` and ``cooperative.py`` are the gevent-aware code.
 """
 
 from __future__ import annotations

@@ -14,30 +14,14 @@ cut asked from another greenlet (a shutdown) interrupts the upstream read.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator, Iterator
-from functools import partial
+from collections.abc import Generator, Iterator
 
 from flask import Response
 
+from ezat_compat.cooperative import YIELD_EVERY, tools
 from ezat_compat.session import StreamSession
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
-YIELD_EVERY = 256  # events relayed in a row before the writer lets other greenlets run
-# gevent.sleep(0) only runs the callbacks that are ready, and the loop polls timers and sockets
-# once per ~50 of them; any sleep > 0 waits for the loop's next turn, which does both.
-PAUSE_S = 1e-6
-
-
-def _no_pause() -> None:
-    """Outside gevent: a thread is preempted anyway."""
-
-
-def _pauser() -> Callable[[], None]:
-    """Under gevent's patched sockets (the worker): a wait for the event loop's next turn (other
-    greenlets' timers and sockets); else nothing."""
-    from gevent import monkey, sleep
-
-    return partial(sleep, PAUSE_S) if monkey.is_module_patched("socket") else _no_pause
 
 
 def relay(session: StreamSession) -> Generator[bytes, None, None]:
@@ -45,7 +29,7 @@ def relay(session: StreamSession) -> Generator[bytes, None, None]:
     after ``keepalive_s`` without a write, and the session's ending."""
     keepalive_s = session.keepalive_s
     clock = time.monotonic
-    pause = _pauser()
+    pause = tools().pause
     relayed = 0  # events since the last pause
     try:
         head = session.head  # the first event's bytes: written with the rest of its read

@@ -59,12 +59,12 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from functools import partial
 from typing import Any
 
 import requests
 import urllib3
 
+from ezat_compat.cooperative import PLAIN, YIELD_EVERY, Bound, Tools, tools
 from ezat_compat.domain import Deployment
 from ezat_compat.errors import (
     UpstreamAuthError,
@@ -83,8 +83,6 @@ from ezat_compat.upstream.sse import iter_sse
 log = logging.getLogger("ezat_compat")
 Event = tuple[str, str]
 READ_SIZE = 64 * 1024  # what one read of a body without chunks asks for
-YIELD_EVERY = 256  # the reader lets other greenlets run after this many events in a row
-PAUSE_S = 1e-6  # > 0: a wait for the event loop's next turn
 MAX_BODY_BYTES = 64 * 1024 * 1024  # ``[gateway] max_upstream_body_mb``'s default
 _END = object()  # the reader's last word: the body ended
 _WAKE = object()  # ``interrupt``: wake the waiting writer
@@ -112,51 +110,6 @@ def _no_cookies() -> requests.cookies.RequestsCookieJar:
     jar = requests.cookies.RequestsCookieJar()
     jar.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
     return jar
-
-
-def _spawner() -> Callable[[Callable[[], None]], Any]:
-    """Starts the reader: a greenlet under gevent's patched sockets, else a daemon thread."""
-    try:
-        from gevent import monkey, spawn
-
-        if monkey.is_module_patched("socket"):
-            return spawn
-    except ImportError:  # pragma: no cover - gevent is a dependency
-        pass
-
-    def start(target: Callable[[], None]) -> threading.Thread:
-        thread = threading.Thread(target=target, name="ezat-upstream-stream", daemon=True)
-        thread.start()
-        return thread
-
-    return start
-
-
-Bound = Callable[[float, BaseException], contextlib.AbstractContextManager[Any]]
-
-
-def _no_pause() -> None:
-    """Outside gevent: a thread is preempted anyway."""
-
-
-def _no_bound(seconds: float, error: BaseException) -> contextlib.AbstractContextManager[Any]:
-    """Outside gevent: nothing (the read timeout bounds each read)."""
-    return contextlib.nullcontext()
-
-
-def _gevent_tools() -> tuple[Callable[[], None], Bound]:
-    """Under gevent's patched sockets: what lets other greenlets run (a sleep until the loop's
-    next turn, which runs timers and polls sockets: ``sleep(0)`` may not for ~50 turns), and
-    a wall-clock bound on a block of socket reads (``gevent.Timeout(seconds, error)``: ``error``
-    raised where the block waits; one timer, no syscall). Else neither."""
-    try:
-        from gevent import Timeout, monkey, sleep
-
-        if monkey.is_module_patched("socket"):
-            return partial(sleep, PAUSE_S), lambda seconds, error: Timeout(max(seconds, 0.001), error)
-    except ImportError:  # pragma: no cover - gevent is a dependency
-        pass
-    return _no_pause, _no_bound
 
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:
@@ -287,8 +240,8 @@ class UpstreamStream:
         open_response: Callable[[], requests.Response],
         spawn: Callable[[Callable[[], None]], Any],
         decode: Decoder = iter_sse,
-        pause: Callable[[], None] = _no_pause,
-        bound: Bound = _no_bound,
+        pause: Callable[[], None] = PLAIN.pause,
+        bound: Bound = PLAIN.bound,
     ) -> None:
         """Start the reader; ``decode`` turns the body's chunks into events (the provider's
         framing); ``pause`` lets other greenlets run, every ``YIELD_EVERY`` events; ``bound``
@@ -468,9 +421,7 @@ class UpstreamClient:
         self._routes: dict[str, _Route] = {}
         self._pid = 0
         self._lock = threading.Lock()
-        self._spawn: Callable[[Callable[[], None]], Any] | None = None
-        self._pause: Callable[[], None] = _no_pause
-        self._bound: Bound = _no_bound
+        self._tools: Tools = PLAIN
 
     @property
     def session(self) -> requests.Session:
@@ -482,8 +433,7 @@ class UpstreamClient:
                     session.trust_env = False  # each call names its proxies and TLS (read once, in egress)
                     session.cookies = _no_cookies()
                     self._session, self._routes, self._pid = session, {}, pid()
-                    self._spawn = _spawner()
-                    self._pause, self._bound = _gevent_tools()
+                    self._tools = tools()
         return self._session
 
     def _route(self, deployment: Deployment) -> _Route:
@@ -648,7 +598,7 @@ class UpstreamClient:
         deadline = time.monotonic() + timeout_s
         route = self._route(deployment)
         all_headers = route.provider.headers(headers, "application/json")
-        with self._bound(timeout_s, UpstreamTimeoutError(f"{deployment.name} did not answer in time")):
+        with self._tools.bound(timeout_s, UpstreamTimeoutError(f"{deployment.name} did not answer in time")):
             response = self._send(route, deployment, path, body, all_headers, timeout_s, False)
         return self._read(response, deadline, deployment), response.headers
 
@@ -676,9 +626,9 @@ class UpstreamClient:
         idle = self.stream_idle_timeout_s
         stream.start(
             lambda: self._send(route, deployment, path, body, all_headers, idle, True),
-            self._spawn or _spawner(),
+            self._tools.spawn,
             route.provider.decode,
-            self._pause,
-            self._bound,
+            self._tools.pause,
+            self._tools.bound,
         )
         return stream
