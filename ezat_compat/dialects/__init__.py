@@ -14,6 +14,7 @@ one module here plus one route.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
@@ -79,6 +80,20 @@ def event_data(data: str) -> Mapping[str, Any]:
     except ValueError:
         raise GatewayError("The upstream sent an event that is not JSON.") from None
     return parsed if isinstance(parsed, dict) else {}
+
+
+NOT_JSON = "The upstream provider sent a reply that is not JSON."
+
+
+def upstream_message(data: bytes) -> dict[str, Any]:
+    """The upstream's JSON answer as an object; a reply that is not one is a 500 that says so."""
+    try:
+        message = json.loads(data)
+    except ValueError:
+        raise GatewayError(NOT_JSON) from None
+    if not isinstance(message, dict):
+        raise GatewayError(NOT_JSON)
+    return message
 
 
 @dataclass(slots=True)

@@ -21,6 +21,7 @@ from typing import Any
 
 from ezat_compat.dialects import (
     MESSAGES_PATH,
+    NOT_JSON,
     Answer,
     EventTranslator,
     Headers,
@@ -184,7 +185,7 @@ class AnthropicMessages:
         try:
             message = json.loads(data)
         except ValueError:
-            raise GatewayError("The upstream provider sent a reply that is not JSON.") from None
+            raise GatewayError(NOT_JSON) from None
         if not isinstance(message, dict):
             return Answer(data, usage_from_anthropic(None))
         if "model" in message and message["model"] != parsed.model_name:

@@ -4,7 +4,6 @@ OpenAI's envelope with the spec's status table (529 becomes 503)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -20,6 +19,7 @@ from ezat_compat.dialects import (
     TranslatingStream,
     model_then_body,
     openai_error_response,
+    upstream_message,
 )
 from ezat_compat.errors import GatewayError, UpstreamError, render_openai
 from ezat_compat.failures import client_error
@@ -38,8 +38,6 @@ from ezat_compat.translate.thinking import (
 from ezat_compat.translate.upstream_errors import rewrite_upstream_message
 from ezat_compat.wire.openai import MODEL_NAME_MAX, load_chat_request
 from ezat_compat.wire.paths import format_path
-
-NOT_JSON = "The upstream provider sent a reply that is not JSON."
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,12 +115,7 @@ class OpenAIChat:
             translation.thinking = False
 
     def reply(self, parsed: Parsed, data: bytes, ids: ReplyIds) -> Answer:
-        try:
-            message = json.loads(data)
-        except ValueError:
-            raise GatewayError(NOT_JSON) from None
-        if not isinstance(message, dict):
-            raise GatewayError(NOT_JSON)
+        message = upstream_message(data)
         completion = anthropic_to_openai(
             message, completion_id="chatcmpl-" + ids.request_id, created=ids.created, model=parsed.model_name
         )

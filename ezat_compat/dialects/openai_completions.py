@@ -6,12 +6,19 @@ ledger names the endpoint ``completions``."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from ezat_compat.dialects import Answer, EventTranslator, Headers, Parsed, ReplyIds, Resolve, model_then_body
-from ezat_compat.dialects.openai_chat import NOT_JSON, ChunkTranslator, Context, OpenAIChat
-from ezat_compat.errors import GatewayError
+from ezat_compat.dialects import (
+    Answer,
+    EventTranslator,
+    Headers,
+    Parsed,
+    ReplyIds,
+    Resolve,
+    model_then_body,
+    upstream_message,
+)
+from ezat_compat.dialects.openai_chat import ChunkTranslator, Context, OpenAIChat
 from ezat_compat.jsonfast import encode_json
 from ezat_compat.jsonfast import sse_data as encode_chunk
 from ezat_compat.translate.completions import (
@@ -73,12 +80,7 @@ class OpenAICompletions(OpenAIChat):
         )
 
     def reply(self, parsed: Parsed, data: bytes, ids: ReplyIds) -> Answer:
-        try:
-            message = json.loads(data)
-        except ValueError:
-            raise GatewayError(NOT_JSON) from None
-        if not isinstance(message, dict):
-            raise GatewayError(NOT_JSON)
+        message = upstream_message(data)
         completion = anthropic_to_openai(
             message, completion_id=ID_PREFIX + ids.request_id, created=ids.created, model=parsed.model_name
         )

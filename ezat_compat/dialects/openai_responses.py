@@ -13,7 +13,6 @@ transaction), so before a stream's last event.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from ezat_compat.dialects import (
     TranslatingStream,
     model_then_body,
     openai_error_response,
+    upstream_message,
 )
 from ezat_compat.domain import Model, ResponsesSettings
 from ezat_compat.errors import GatewayError, InvalidRequestError, NotFoundError, UpstreamError, render_openai
@@ -61,7 +61,6 @@ from ezat_compat.wire.responses import MODEL_NAME_MAX, load_responses_request
 
 log = logging.getLogger("ezat_compat")
 
-NOT_JSON = "The upstream provider sent a reply that is not JSON."
 STORE_OFF = "stored responses are switched off on this gateway; send the whole conversation in input"
 SEALED_BAD = (
     "the encrypted reasoning can't be opened: it was changed, or comes from another organisation; "
@@ -355,12 +354,7 @@ class OpenAIResponses:
         )
 
     def reply(self, parsed: Parsed, data: bytes, ids: ReplyIds) -> Answer:
-        try:
-            message = json.loads(data)
-        except ValueError:
-            raise GatewayError(NOT_JSON) from None
-        if not isinstance(message, dict):
-            raise GatewayError(NOT_JSON)
+        message = upstream_message(data)
         ctx: Context = parsed.context
         translation = ctx.translation
         assert translation is not None

@@ -41,6 +41,16 @@ USER_AGENT = f"ezat-compat/{__version__}"
 Decoder = Callable[..., Iterator[Event]]  # (chunks, *, before_read=None) -> events
 
 
+def common_headers(accept: str) -> dict[str, str]:
+    """The header fields every provider sends (its own authentication and version added)."""
+    return {
+        "content-type": "application/json",
+        "accept": accept,
+        "user-agent": USER_AGENT,
+        "accept-encoding": "identity",
+    }
+
+
 class ProviderSetupError(Exception):
     """A deployment's provider can't be used as configured (its extra isn't installed, no
     credentials were found); the message is one line naming the deployment, never a secret."""
@@ -70,14 +80,9 @@ class Provider:
         return path
 
     def headers(self, extra: Mapping[str, str] | None, accept: str) -> dict[str, str]:
-        headers = {
-            "content-type": "application/json",
-            "accept": accept,
-            "user-agent": USER_AGENT,
-            "anthropic-version": self.deployment.anthropic_version,
-            "x-api-key": self.deployment.api_key,
-            "accept-encoding": "identity",
-        }
+        headers = common_headers(accept)
+        headers["anthropic-version"] = self.deployment.anthropic_version
+        headers["x-api-key"] = self.deployment.api_key
         if extra:
             headers.update(extra)
         return headers

@@ -43,7 +43,7 @@ import requests
 from ezat_compat.domain import Deployment
 from ezat_compat.errors import UpstreamAuthError, UpstreamStatusError
 from ezat_compat.upstream.bodies import encode_body
-from ezat_compat.upstream.providers import USER_AGENT, Event, Provider, ProviderSetupError, beta_list
+from ezat_compat.upstream.providers import Event, Provider, ProviderSetupError, beta_list, common_headers
 
 try:
     import botocore.session
@@ -139,12 +139,7 @@ class BedrockProvider(Provider):
 
     def headers(self, extra: Mapping[str, str] | None, accept: str) -> dict[str, str]:
         accept = "application/vnd.amazon.eventstream" if accept == "text/event-stream" else accept
-        headers = {
-            "content-type": "application/json",
-            "accept": accept,
-            "user-agent": USER_AGENT,
-            "accept-encoding": "identity",
-        }
+        headers = common_headers(accept)
         if self.deployment.api_key:
             headers["authorization"] = f"Bearer {self.deployment.api_key}"
         return headers

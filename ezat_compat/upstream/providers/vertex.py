@@ -30,7 +30,7 @@ import requests
 from ezat_compat.domain import Deployment
 from ezat_compat.errors import UpstreamAuthError, UpstreamStatusError
 from ezat_compat.upstream.bodies import encode_body
-from ezat_compat.upstream.providers import USER_AGENT, Provider, ProviderSetupError, beta_list
+from ezat_compat.upstream.providers import Provider, ProviderSetupError, beta_list, common_headers
 
 try:
     import google.auth
@@ -99,12 +99,7 @@ class VertexProvider(Provider):
         return self._paths[stream]
 
     def headers(self, extra: Mapping[str, str] | None, accept: str) -> dict[str, str]:
-        headers = {
-            "content-type": "application/json",
-            "accept": accept,
-            "user-agent": USER_AGENT,
-            "accept-encoding": "identity",
-        }
+        headers = common_headers(accept)
         if extra:
             headers.update(extra)
         return headers
