@@ -442,12 +442,12 @@ class UpstreamClient:
         session = self.session
         route = self._routes.get(deployment.name)
         if route is None or route.origin != deployment.base_url:
+            egress = egress_of(deployment, self.ca_file)
             try:
-                provider = make_provider(deployment)
+                provider = make_provider(deployment, egress)
             except ProviderSetupError as exc:  # check-config and the start name it first
                 log.error("%s", exc)
                 raise UpstreamAuthError(f"the provider of {deployment.name} can't be used") from None
-            egress = egress_of(deployment, self.ca_file)
             origin = origin_of(deployment.base_url)
             with self._lock:
                 adapter = session.adapters.get(origin)

@@ -242,3 +242,42 @@ def test_config_defaults_a_clouds_endpoint_key_and_price() -> None:
     assert d.price is not None and str(d.price.cache_read) == "0.4"
     vertex = parse_config(_config(provider="vertex", region="global", project="p"), environ={})
     assert vertex.models[0].deployments[0].base_url == "https://aiplatform.googleapis.com"
+
+
+@pytest.mark.parametrize(
+    ("proxy", "environment", "proxies", "trust_env"),
+    [
+        pytest.param(
+            "http://u:p@corp:3128",
+            {},
+            {"http": "http://u:p@corp:3128", "https": "http://u:p@corp:3128"},
+            False,
+            id="its-proxy",
+        ),
+        pytest.param("", {"HTTPS_PROXY": "http://env:3128"}, {}, False, id="no-proxy"),
+        pytest.param(None, {"HTTPS_PROXY": "http://env:3128"}, {}, True, id="the-environments"),
+    ],
+)
+def test_vertex_refreshes_its_token_through_the_deployments_egress(
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    proxy: str | None,
+    environment: dict[str, str],
+    proxies: Any,
+    trust_env: bool,
+) -> None:
+    """google-auth's token refresh is a call out of the network like the deployment's own: the
+    deployment's proxy (or the environment's, read by requests per URL), and one TLS context
+    with the extra CA files and the client certificate."""
+    from dataclasses import replace
+
+    from ezat_compat.upstream.egress import TLSAdapter, egress_of
+
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    deployment = replace(VERTEX, proxy=proxy)
+    provider: Any = make_provider(deployment, egress_of(deployment))
+    session = provider.token_session()
+    assert session.trust_env is trust_env
+    assert session.proxies == proxies
+    assert isinstance(session.get_adapter("https://oauth2.googleapis.com/token"), TLSAdapter)

@@ -33,6 +33,7 @@ from ezat_compat import __version__
 from ezat_compat.domain import Deployment
 from ezat_compat.errors import UpstreamStatusError
 from ezat_compat.upstream.bodies import with_model
+from ezat_compat.upstream.egress import Egress
 from ezat_compat.upstream.providers.betas import allowed_betas
 from ezat_compat.upstream.sse import iter_sse
 
@@ -136,9 +137,10 @@ def beta_list(provider: str, headers: Mapping[str, str] | None) -> list[str]:
     return allowed_betas(provider, headers["anthropic-beta"])
 
 
-def make_provider(deployment: Deployment) -> Provider:
+def make_provider(deployment: Deployment, egress: Egress | None = None) -> Provider:
     """The deployment's provider object (its SDK imported now); ``ProviderSetupError`` when its
-    extra is missing."""
+    extra is missing. ``egress``: the deployment's proxies, CAs and client certificate, which a
+    provider's own calls (Vertex's token refresh) go through too (None: the environment's)."""
     if deployment.provider == "bedrock":
         from ezat_compat.upstream.providers.bedrock import BedrockProvider
 
@@ -146,7 +148,7 @@ def make_provider(deployment: Deployment) -> Provider:
     if deployment.provider == "vertex":
         from ezat_compat.upstream.providers.vertex import VertexProvider
 
-        return VertexProvider(deployment)
+        return VertexProvider(deployment, egress)
     if deployment.provider == "foundry":
         return FoundryProvider(deployment)
     return Provider(deployment)

@@ -30,6 +30,7 @@ import requests
 from ezat_compat.domain import Deployment
 from ezat_compat.errors import UpstreamAuthError, UpstreamStatusError
 from ezat_compat.upstream.bodies import encode_body
+from ezat_compat.upstream.egress import Egress, TLSAdapter
 from ezat_compat.upstream.providers import Provider, ProviderSetupError, beta_list, common_headers
 
 try:
@@ -63,11 +64,11 @@ GOOGLE_STATUS: Mapping[str, tuple[int, str]] = {
 class VertexProvider(Provider):
     """A Vertex AI deployment (module docstring)."""
 
-    __slots__ = ("_credentials", "_lock", "_paths", "_transport")
+    __slots__ = ("_credentials", "_egress", "_lock", "_paths", "_transport")
     name = "vertex"
     rewrites = True
 
-    def __init__(self, deployment: Deployment) -> None:
+    def __init__(self, deployment: Deployment, egress: Egress | None = None) -> None:
         if google is None:
             raise ProviderSetupError(
                 f"deployment {deployment.name}: provider 'vertex' needs google-auth: pip install 'ezat-compat[vertex]'"
@@ -81,6 +82,7 @@ class VertexProvider(Provider):
         self._lock = threading.Lock()
         self._credentials: Any = None
         self._transport: Any = None
+        self._egress = egress
 
     def shape(
         self, body: bytes, source: Mapping[str, Any] | None, stream: bool | None, headers: Mapping[str, str] | None
@@ -104,6 +106,20 @@ class VertexProvider(Provider):
             headers.update(extra)
         return headers
 
+    def token_session(self) -> requests.Session:
+        """The Session google-auth refreshes the token with: the deployment's egress, as for its
+        calls — its ``proxy`` key (``""``: none; unset: the environment's, per URL), and the CA
+        bundle, extra CA files and client certificate in one TLS context (``egress.py``)."""
+        session = requests.Session()
+        egress = self._egress
+        if egress is None:
+            return session  # requests' own reading of the environment
+        if self.deployment.proxy is not None:  # set: it alone decides, as for the calls
+            session.trust_env = False
+            session.proxies = dict(egress.proxies)
+        session.mount("https://", TLSAdapter(egress.ssl_context(), pool_maxsize=2))
+        return session
+
     def credentials(self) -> Any:
         """The application default credentials, made once (google-auth refreshes them)."""
         if self._credentials is None:
@@ -114,7 +130,7 @@ class VertexProvider(Provider):
                     except google.auth.exceptions.DefaultCredentialsError as exc:
                         first = str(exc).split("\n", 1)[0]
                         raise ProviderSetupError(f"deployment {self.deployment.name}: {first}") from None
-                    self._transport = google.auth.transport.requests.Request()
+                    self._transport = google.auth.transport.requests.Request(session=self.token_session())
                     self._credentials = credentials
         return self._credentials
 
