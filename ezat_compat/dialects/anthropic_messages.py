@@ -33,11 +33,20 @@ from ezat_compat.dialects import (
     invalid_request,
 )
 from ezat_compat.domain import Usage
-from ezat_compat.errors import GatewayError, InvalidRequestError, UpstreamError, anthropic_status, render_anthropic
+from ezat_compat.errors import (
+    GatewayError,
+    InvalidRequestError,
+    UpstreamError,
+    anthropic_status,
+    render_anthropic,
+)
 from ezat_compat.failures import client_error
 from ezat_compat.jsonfast import encode_json
 from ezat_compat.store.hotpath import Rider
+from ezat_compat.translate.media import decode_base64, is_pdf, sniff_image_type
+from ezat_compat.translate.request import ImageSlot
 from ezat_compat.translate.response import merge_usage, usage_from_anthropic
+from ezat_compat.translate.tables import IMAGE_MEDIA_TYPES
 from ezat_compat.wire.anthropic import load_messages_request
 from ezat_compat.wire.loading import RequestValidationError
 
@@ -132,6 +141,56 @@ class EventMeter:
         return b"event: error\ndata: " + encode_json(render_anthropic(err)[1]) + b"\n\n"
 
 
+def _blocks(messages: Any) -> Any:
+    """(path, block) of every content block of ``messages`` and of every block in a tool_result."""
+    for i, message in enumerate(messages if isinstance(messages, list) else ()):
+        content = message.get("content") if isinstance(message, dict) else None
+        for j, block in enumerate(content if isinstance(content, list) else ()):
+            if not isinstance(block, dict):
+                continue
+            path = f"messages.{i}.content.{j}"
+            yield path, block
+            inner = block.get("content") if block.get("type") == "tool_result" else None
+            for k, nested in enumerate(inner if isinstance(inner, list) else ()):
+                if isinstance(nested, dict):
+                    yield f"{path}.tool_result.content.{k}", nested
+
+
+def native_media(messages: Any) -> list[ImageSlot]:
+    """The base64 images of a native request as image slots (the image step decodes each and
+    fits those over the upstream's limits; one that doesn't decode is a 400 naming it), after
+    the checks the API makes on their bytes, in its words: an image whose bytes are another type
+    than its ``media_type`` says, a PDF document that isn't one. A source the API refuses for its
+    shape (bad base64, an unknown media type) is left for the upstream to refuse in its words."""
+    slots: list[ImageSlot] = []
+    for path, block in _blocks(messages):
+        source = block.get("source")
+        if not isinstance(source, dict) or source.get("type") != "base64" or not isinstance(source.get("data"), str):
+            continue
+        kind, declared = block.get("type"), source.get("media_type")
+        if kind == "image" and declared in IMAGE_MEDIA_TYPES:
+            raw = decode_base64(source["data"])
+            if raw is None:
+                continue
+            found = sniff_image_type(raw[:16])
+            where = f"{path}.image.source.base64"
+            if found is not None and found != declared:
+                raise InvalidRequestError(
+                    f"{where}: The image was specified using the {declared} media type, "
+                    f"but the image appears to be a {found} image",
+                    param=where,
+                )
+            if found is None:
+                raise InvalidRequestError(f"{where}: Could not process image", param=where)
+            slots.append(ImageSlot(path=where, block=block, raw=raw))
+        elif kind == "document" and declared == "application/pdf":
+            raw = decode_base64(source["data"])
+            if raw is not None and not is_pdf(raw):
+                where = f"{path}.pdf.source.base64.data"
+                raise InvalidRequestError(f"{where}: The PDF specified was not valid.", param=where)
+    return slots
+
+
 class AnthropicMessages:
     """``POST /v1/messages``, JSON or ``"stream": true``."""
 
@@ -174,6 +233,7 @@ class AnthropicMessages:
             stream_flag=None,
             headers=forwarded,
             billed=self.billed,
+            image_slots=native_media(body.get("messages")),
         )
 
     def restore_thinking(self, parsed: Parsed, found: Mapping[str, list[dict[str, Any]]]) -> None:

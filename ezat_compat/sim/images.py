@@ -1,10 +1,17 @@
-"""Image sizes read from the encoded bytes (PNG, JPEG, GIF, WebP headers), no imaging library.
+"""Images as the API reads them: the size and type from the encoded bytes' headers (PNG, JPEG,
+GIF, WebP), and whether the pixels decode (Pillow, as the gateway's own image step uses).
 
 ``image_size`` returns (width, height) or None when the bytes are none of the four formats
-or their header is cut; the validator needs nothing else from an image.
+or their header is cut; ``image_type`` the media type the bytes are; ``decodes`` whether the
+whole image decodes (called after the size rules, so a bomb never gets this far).
 """
 
 from __future__ import annotations
+
+import io
+import warnings
+
+from PIL import Image
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 _JPEG_SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
@@ -22,6 +29,31 @@ def image_size(data: bytes) -> tuple[int, int] | None:
     if data[:2] == b"\xff\xd8":
         return _jpeg_size(data)
     return None
+
+
+def image_type(data: bytes) -> str | None:
+    """The media type of a PNG, JPEG, GIF or WebP image by its magic bytes, else None."""
+    if data.startswith(PNG_MAGIC):
+        return "image/png"
+    if data[:3] == b"\xff\xd8\xff":
+        return "image/jpeg"
+    if data[:6] in (b"GIF87a", b"GIF89a"):
+        return "image/gif"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return None
+
+
+def decodes(data: bytes) -> bool:
+    """True when Pillow reads the whole image (every pixel of its first frame)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with Image.open(io.BytesIO(data)) as image:
+                image.load()
+    except Exception:
+        return False
+    return True
 
 
 def _webp_size(data: bytes) -> tuple[int, int] | None:

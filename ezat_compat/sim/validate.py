@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ezat_compat.sim.errors import InvalidRequestError, SimError
-from ezat_compat.sim.images import image_size
+from ezat_compat.sim.images import decodes, image_size, image_type
 from ezat_compat.sim.request import content_blocks
 from ezat_compat.sim.shape import EFFORTS, check_shape, expected, is_server_tool
 from ezat_compat.sim.signing import verify_thinking
@@ -460,6 +460,47 @@ def _decoded_size(data: str) -> tuple[int, int] | None:
         return None
 
 
+def _declared_images(body: Mapping[str, Any]) -> Iterator[tuple[str, str, bytes]]:
+    """(path of the image's fields, declared media type, decoded bytes) of every base64 image."""
+    for path, _, block in _message_blocks(body):
+        if block["type"] == "image" and block["source"]["type"] == "base64":
+            try:
+                raw = binascii.a2b_base64(block["source"]["data"], strict_mode=True)
+            except binascii.Error:
+                continue  # the shape check refuses bad base64 first
+            yield f"{path}.image", block["source"]["media_type"], raw
+
+
+def _image_media_type(body: Mapping[str, Any], caps: ModelCaps) -> str | None:
+    for path, declared, raw in _declared_images(body):
+        found = image_type(raw)
+        if found is not None and found != declared:
+            return (
+                f"{path}.source.base64: The image was specified using the {declared} media type, "
+                f"but the image appears to be a {found} image"
+            )
+    return None
+
+
+def _image_decodes(body: Mapping[str, Any], caps: ModelCaps) -> str | None:
+    for _, _, raw in _declared_images(body):
+        if not decodes(raw):
+            return "Could not process image"
+    return None
+
+
+def _pdf_valid(body: Mapping[str, Any], caps: ModelCaps) -> str | None:
+    for path, _, block in _message_blocks(body):
+        if block["type"] == "document" and block["source"]["type"] == "base64":
+            try:
+                raw = binascii.a2b_base64(block["source"]["data"], strict_mode=True)
+            except binascii.Error:
+                continue
+            if not raw.startswith(b"%PDF-"):
+                return f"{path}.pdf.source.base64.data: The PDF specified was not valid."
+    return None
+
+
 def _image_bytes(body: Mapping[str, Any], caps: ModelCaps) -> str | None:
     limit = caps.max_image_base64_bytes
     for path, data in _base64_images(body):
@@ -615,6 +656,12 @@ RULES: tuple[Rule, ...] = (
     Rule("image_bytes", _ISSUE + "anthropics/claude-code/issues/8227", _image_bytes),
     Rule("image_side", _ISSUE + "anthropics/claude-code/issues/4778", _image_side),
     Rule("many_images_side", _ISSUE + "anthropics/claude-code/issues/9375", _many_images_side),
+    # litellm's thread quotes the API's refusal of a JPEG labelled image/png (and the path's form).
+    Rule("image_media_type", _ISSUE + "BerriAI/litellm/issues/24900", _image_media_type),
+    # Threads quote the whole answer: 400 invalid_request_error "Could not process image", no path.
+    Rule("image_decodes", _ISSUE + "anthropics/claude-code/issues/8647", _image_decodes),
+    # "messages.2.content.0.pdf.source.base64.data: The PDF specified was not valid."
+    Rule("pdf_valid", _ISSUE + "anthropics/claude-code/issues/5174", _pdf_valid),
     Rule(
         "schema_additional_properties",
         _ISSUE + "veryfront/veryfront-code/issues/3918",

@@ -624,3 +624,72 @@ def test_a_stream_that_ends_early_ends_with_an_error_event(gateway: Gateway, key
     names = [name for name, _ in events]
     assert names[:3] == ["message_start", "content_block_start", "content_block_delta"]
     assert names[-1] == "error", names
+
+
+# ---------------------------------------------------------------- images and PDFs the API can't read
+
+
+def _png(pixels: bytes | None = None, side: int = 16) -> bytes:
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    ihdr = struct.pack(">II5B", side, side, 8, 2, 0, 0, 0)
+    idat = pixels if pixels is not None else zlib.compress(b"\0" * ((side * 3 + 1) * side))
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
+
+
+def _with_blocks(*blocks: dict[str, Any]) -> dict[str, Any]:
+    return simple(messages=[{"role": "user", "content": [{"type": "text", "text": "look"}, *blocks]}])
+
+
+def _b64(data: bytes) -> str:
+    import base64
+
+    return base64.b64encode(data).decode()
+
+
+@pytest.mark.parametrize(
+    ("block", "message"),
+    [
+        pytest.param(
+            {
+                "type": "image",
+                "source": {"type": "base64", "media_type": "image/png", "data": _b64(_png(b"\x13" * 900))},
+            },
+            "messages.0.content.1.image.source.base64: the image could not be decoded",
+            id="png-random-idat",
+        ),
+        pytest.param(
+            {
+                "type": "image",
+                "source": {"type": "base64", "media_type": "image/png", "data": _b64(b"\xff\xd8\xff\xe0")},
+            },
+            "messages.0.content.1.image.source.base64: The image was specified using the image/png media type, "
+            "but the image appears to be a image/jpeg image",
+            id="jpeg-labelled-png",
+        ),
+        pytest.param(
+            {
+                "type": "document",
+                "source": {"type": "base64", "media_type": "application/pdf", "data": _b64(b"<html>")},
+            },
+            "messages.0.content.1.pdf.source.base64.data: The PDF specified was not valid.",
+            id="pdf-that-is-html",
+        ),
+    ],
+)
+def test_an_image_or_pdf_the_api_cannot_read_is_refused_before_the_upstream(
+    gateway: Gateway, key: str, clean: dict[str, Sim], block: dict[str, Any], message: str
+) -> None:
+    resp = post(gateway, _with_blocks(block), key)
+    error = assert_anthropic_error(resp, 400, "invalid_request_error")
+    assert error["error"]["message"].startswith(message), error
+    assert clean["native-a"].bodies() == []
+    good = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": _b64(_png())}}
+    assert post(gateway, _with_blocks(good), key).status_code == 200  # a PNG that decodes goes through
+    sent = clean["native-a"].bodies()[-1]["messages"][0]["content"][1]
+    assert sent == good  # as the client sent it: it fits, so it is not re-encoded
+

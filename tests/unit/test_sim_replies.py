@@ -19,7 +19,7 @@ from ezat_compat.sim.request import last_user_text, tokens
 from ezat_compat.sim.schema_json import schema_value
 from ezat_compat.sim.validate import ModelCaps, validate_request
 
-PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 16).decode()
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGNgYGAAAAAEAAH2FzhVAAAAAElFTkSuQmCC"  # 1x1, black
 PDF = base64.b64encode(b"%PDF-1.4 tiny").decode()
 WEATHER = {
     "name": "get_weather",

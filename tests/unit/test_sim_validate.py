@@ -36,15 +36,29 @@ CC_5M = {"type": "ephemeral"}
 CC_1H = {"type": "ephemeral", "ttl": "1h"}
 
 
-def png(width: int, height: int, padding: int = 0) -> bytes:
+def _chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
+def png(width: int, height: int, padding: int = 0, *, pixels: bytes | None = None) -> bytes:
+    """A black RGB PNG that decodes (``pixels``: the IDAT's bytes instead), then ``padding`` zero bytes."""
     ihdr = struct.pack(">II5B", width, height, 8, 2, 0, 0, 0)
-    chunk = struct.pack(">I", 13) + b"IHDR" + ihdr + struct.pack(">I", zlib.crc32(b"IHDR" + ihdr))
-    return b"\x89PNG\r\n\x1a\n" + chunk + b"\0" * padding
+    idat = pixels if pixels is not None else zlib.compress(b"\0" * ((width * 3 + 1) * height), 9)
+    return b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", ihdr) + _chunk(b"IDAT", idat) + _chunk(b"IEND", b"") + b"\0" * padding
 
 
-def image(data: bytes) -> dict[str, Any]:
+def image(data: bytes, media_type: str = "image/png") -> dict[str, Any]:
     encoded = base64.b64encode(data).decode()
-    return {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": encoded}}
+    return {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": encoded}}
+
+
+def pdf(data: bytes) -> dict[str, Any]:
+    encoded = base64.b64encode(data).decode()
+    return {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": encoded}}
+
+
+JPEG_MAGIC = b"\xff\xd8\xff\xe0" + b"\0" * 16
+RANDOM_IDAT = bytes((i * 7919 + 13) % 251 for i in range(3000))
 
 
 def body(*messages: dict[str, Any], **fields: Any) -> dict[str, Any]:
@@ -299,6 +313,33 @@ CASES: list[tuple[str, dict[str, Any], str, dict[str, Any], ModelCaps]] = [
         "messages.0.content.0.image.source.base64.data: At least one of the image dimensions exceed max allowed "
         "size for many-image requests: 2000 pixels",
         body(user(*(image(png(2100, 10)) for _ in range(20)))),
+        ModelCaps(),
+    ),
+    (
+        "image_media_type",
+        body(
+            user("weather?"),
+            assistant(TOOL_USE),
+            user({**TOOL_RESULT, "content": [text("radar"), image(JPEG_MAGIC)]}),
+            tools=[WEATHER],
+        ),
+        "messages.2.content.0.tool_result.content.1.image.source.base64: The image was specified using the "
+        "image/png media type, but the image appears to be a image/jpeg image",
+        body(user(text("look"), image(png(4, 4)))),
+        ModelCaps(),
+    ),
+    (
+        "image_decodes",
+        body(user(text("look"), image(png(64, 64, pixels=RANDOM_IDAT)))),
+        "Could not process image",
+        body(user(text("look"), image(png(64, 64)))),
+        ModelCaps(),
+    ),
+    (
+        "pdf_valid",
+        body(user(text("read"), pdf(b"<html>not a pdf</html>"))),
+        "messages.0.content.1.pdf.source.base64.data: The PDF specified was not valid.",
+        body(user(text("read"), pdf(b"%PDF-1.4\n%%EOF\n"))),
         ModelCaps(),
     ),
     (
