@@ -53,6 +53,7 @@ class GatewayError(Exception):
     anthropic_type: ClassVar[str] = "api_error"
     anthropic_status: ClassVar[int | None] = None  # when it differs from ``status``
     close_connection: ClassVar[bool] = False  # the server must close the connection after the answer
+    details: ClassVar[dict[str, str] | None] = None  # Anthropic's ``error.details``, when the error has one
 
     def __init__(
         self,
@@ -78,6 +79,14 @@ class InvalidRequestError(GatewayError):
     status = 400
     openai_type = "invalid_request_error"
     anthropic_type = "invalid_request_error"
+
+
+class ThreadUnsupportedError(InvalidRequestError):
+    """A message-thread turn the gateway can't serve (it keeps no upstream thread): 400 with
+    ``details.error_code`` ``thread_unsupported_request``, which clients read as "resend this
+    turn with the whole history"."""
+
+    details = {"error_code": "thread_unsupported_request"}
 
 
 class RouteNotFoundError(InvalidRequestError):
@@ -363,6 +372,8 @@ def render_anthropic(err: GatewayError, request_id: str | None = None) -> tuple[
         headers = {"retry-after": answer.retry_after} if answer.retry_after else {}
     else:
         body = {"type": "error", "error": {"type": err.anthropic_type, "message": err.message}}
+        if err.details:
+            body["error"]["details"] = dict(err.details)
         headers = error_headers(err)
     if request_id:
         body["request_id"] = request_id

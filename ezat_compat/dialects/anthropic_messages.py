@@ -36,6 +36,7 @@ from ezat_compat.domain import Usage
 from ezat_compat.errors import (
     GatewayError,
     InvalidRequestError,
+    ThreadUnsupportedError,
     UpstreamError,
     anthropic_status,
     render_anthropic,
@@ -51,6 +52,21 @@ from ezat_compat.wire.anthropic import load_messages_request
 from ezat_compat.wire.loading import RequestValidationError
 
 FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta")
+# Message threads (beta ``message-threads-2026-08-12``, sent by Claude Code and the SDKs' tool
+# runners): the API keeps a conversation and a turn sends only its new messages,
+# ``thread: {"type": "continue", "previous_message_id": "msg_…"}``; ``{"type": "create"}``
+# starts one and carries the whole history. That history lives in ONE upstream deployment,
+# which failover, Bedrock and Vertex know nothing of, so the gateway holds no threads: a
+# ``create`` goes upstream as the self-contained request it is (without ``thread`` and the
+# beta), anything else answers the refusal clients read as "resend the full history"
+# (``details.error_code`` ``thread_unsupported_request``). Sources: what Claude Code 2.1.289
+# sends and the client-compatible refusal, as quoted by gateways that hold no conversation
+# state (public code; the API's own thread reference is not public here).
+THREADS_BETA = "message-threads-2026-08-12"
+THREAD_REFUSAL = (
+    "thread: this gateway holds no conversation state (message threads are not supported); "
+    "resend this turn with the full message history."
+)
 # What may be forwarded of them: visible ASCII with spaces or tabs inside. Only SP and HTAB are
 # whitespace around a field value (RFC 9110, 5.5 and 5.6.3), never the others Python's ``\s``
 # and ``str.strip()`` know (U+0085, U+00A0…), and both fields' values are ASCII tokens.
@@ -74,7 +90,26 @@ def forwarded_headers(headers: Headers) -> dict[str, str]:
                 f"{name}: the header's value must be visible ASCII characters (found U+{ord(bad):04X})", param=name
             )
         out[name] = value
+    beta = out.get("anthropic-beta")
+    if beta is not None and THREADS_BETA in beta:
+        kept = ",".join(b.strip() for b in beta.split(",") if b.strip() and b.strip() != THREADS_BETA)
+        if kept:
+            out["anthropic-beta"] = kept
+        else:
+            del out["anthropic-beta"]
     return out
+
+
+def without_thread(body: Mapping[str, Any]) -> bool:
+    """True when ``body`` starts a thread (``thread: {"type": "create"}``: the request is whole,
+    and goes upstream without the field); False without ``thread``; any other ``thread`` is the
+    client-compatible refusal (``ThreadUnsupportedError``)."""
+    if "thread" not in body:
+        return False
+    thread = body["thread"]
+    if isinstance(thread, dict) and thread.get("type") == "create":
+        return True
+    raise ThreadUnsupportedError(THREAD_REFUSAL, param="thread")
 
 
 def output_limit_message(max_tokens: int, limit: int, model_name: str) -> str:
@@ -221,7 +256,12 @@ class AnthropicMessages:
             )
         # with_model puts "model" (and, for streams, "stream") back in front; every other field,
         # an explicit "stream": false included, goes upstream as the client sent it.
-        upstream = {k: v for k, v in body.items() if k != "model" and not (stream and k == "stream")}
+        drop_thread = without_thread(body)
+        upstream = {
+            k: v
+            for k, v in body.items()
+            if k != "model" and not (stream and k == "stream") and not (drop_thread and k == "thread")
+        }
         return Parsed(
             model=model,
             model_name=name,

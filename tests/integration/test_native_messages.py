@@ -693,3 +693,47 @@ def test_an_image_or_pdf_the_api_cannot_read_is_refused_before_the_upstream(
     sent = clean["native-a"].bodies()[-1]["messages"][0]["content"][1]
     assert sent == good  # as the client sent it: it fits, so it is not re-encoded
 
+
+# ---------------------------------------------------------------- message threads (beta)
+
+THREADS_BETA = "message-threads-2026-08-12"
+
+
+def test_a_thread_create_goes_upstream_whole_and_without_the_thread(
+    gateway: Gateway, key: str, clean: dict[str, Sim]
+) -> None:
+    """Claude Code's first turn: ``thread: {"type": "create"}`` with the whole history and the
+    beta. The simulator refuses ``thread`` as the API does without the beta: the gateway sends
+    neither (it keeps no upstream thread), and the turn is answered as any other."""
+    resp = post(
+        gateway,
+        simple(thread={"type": "create"}),
+        key,
+        headers={"anthropic-beta": f"claude-code-20250219,{THREADS_BETA}", "anthropic-version": SDK_VERSION_HEADER},
+    )
+    assert resp.status_code == 200, resp.text
+    (received,) = clean["native-a"].requests()
+    assert "thread" not in received["body"]
+    assert received["headers"]["anthropic-beta"] == "claude-code-20250219"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_a_thread_continuation_is_the_refusal_that_makes_clients_resend_the_history(
+    gateway: Gateway, key: str, clean: dict[str, Sim], stream: bool
+) -> None:
+    body = simple(thread={"type": "continue", "previous_message_id": "msg_01XYZ"}, stream=stream)
+    resp = post(gateway, body, key, headers={"anthropic-beta": THREADS_BETA})
+    error = assert_anthropic_error_with_details(resp)
+    assert error["error"]["details"] == {"error_code": "thread_unsupported_request"}
+    assert error["error"]["message"].startswith("thread: ")
+    assert clean["native-a"].requests() == []
+    before = [r for r in gateway.usage("--org", "native-org") if r["request_id"] == resp.headers["request-id"]]
+    assert before == []  # refused before admission: nothing held, nothing billed
+
+
+def assert_anthropic_error_with_details(resp: requests.Response) -> dict[str, Any]:
+    assert resp.status_code == 400, resp.text
+    body = resp.json()
+    assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
+    assert set(body["error"]) == {"type", "message", "details"}
+    return body
