@@ -107,7 +107,7 @@ class Reads(FakeStream):  # the events as the reader hands them on: 200 a read, 
 text = {"type": "text_delta", "text": "x"}
 delta = ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": text})
 block = ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {"type": "text"}})
-script = events(START, block, *[delta] * 40_000, *END)
+script = events(START, block, *[delta] * 120_000, *END)
 gw, upstream, ledger = gateway({"a": script})
 upstream.open_stream = lambda deployment, *_, **__: Reads(deployment, script)
 lags = []
@@ -120,7 +120,7 @@ started = time.monotonic()
 out = b"".join(relay(session))
 took = time.monotonic() - started
 gevent.sleep(0.03)  # the tick pending during the relay reports its lag
-assert out.count(b'"content":"x"') == 40_000
+assert out.count(b'"content":"x"') == 120_000
 assert took > 0.2, took  # long enough that a writer never yielding would show
 assert max(lags) < 0.1, (max(lags), took)
 """,
