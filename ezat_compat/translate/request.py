@@ -41,12 +41,15 @@ class ImageSlot:
     a data URL: its ``block["source"]`` is already the base64 source and ``raw`` holds the bytes
     it decodes to (decoded here once, so the image step needn't decode the text again). Every
     image passes through the image step before the request goes out ("Images and PDFs").
+    ``pdf``: the URL is a PDF's (a ``document`` block): downloaded under the same rules and
+    guards, checked to be a PDF by its bytes, sent as a base64 document; never fitted.
     """
 
     path: str
     block: dict[str, Any]
     url: str | None = None
     raw: bytes | None = None
+    pdf: bool = False
 
 
 @dataclass(slots=True)

@@ -100,22 +100,25 @@ def _part_block(
             raise _bad(path, f"model {model_name} does not accept PDF files")
         data = part.get("file_data")
         if data is None:
-            return _pdf_url_block(part, path)
+            return _pdf_url_block(part, path, slots)
         return pdf_block(str(data), f"{path}.file_data", part.get("filename"))
     return None  # an earlier refusal: dropped, as chat drops refusal parts
 
 
-def _pdf_url_block(part: Mapping[str, Any], path: str) -> dict[str, Any]:
-    """``input_file`` with ``file_url`` -> a document whose PDF the upstream fetches itself
-    (Messages API, PDF support: a ``url`` document source); ``filename`` becomes its title."""
+def _pdf_url_block(part: Mapping[str, Any], path: str, slots: list[ImageSlot]) -> dict[str, Any]:
+    """``input_file`` with ``file_url`` -> a base64 document block whose PDF the gateway
+    downloads (added to ``slots``), under the rules, limits and guards of image URLs: the
+    upstream may not reach the host (an intranet URL), Bedrock and Vertex take no URL sources,
+    and the public-address guard must apply. ``filename`` becomes its title."""
     url = str(part.get("file_url"))
     parts = urllib.parse.urlsplit(url)
     if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
         raise _bad(f"{path}.file_url", "must be an http(s) URL of a PDF file")
-    block: dict[str, Any] = {"type": "document", "source": {"type": "url", "url": url}}
+    block: dict[str, Any] = {"type": "document", "source": None}
     filename = part.get("filename")
     if filename:
         block["title"] = filename
+    slots.append(ImageSlot(path=f"{path}.file_url", block=block, url=url, pdf=True))
     return block
 
 

@@ -73,6 +73,17 @@ NOT_PUBLIC = could_not("the host is not a public address")
 INVALID_URL = could_not("the URL is not valid")
 UNEXPECTED = could_not("unexpected error")
 NOT_AN_IMAGE = "the file is not a JPEG, PNG, GIF or WebP image"
+NOT_A_PDF = "the file is not a PDF"
+
+
+def pdf_reason(reason: str) -> str:
+    """A download's ``reason`` for a PDF URL (the same rules as an image URL's): what it says
+    of "the image" it says of the PDF."""
+    return (
+        reason.replace("the image downloads", "the downloads")
+        .replace("the image", "the PDF")
+        .replace("image URLs", "file URLs")
+    )
 
 
 def timed_out(limits: ImageLimits) -> str:

@@ -34,6 +34,7 @@ pool, each bounded by ``fit_timeout_s``; it raises ``InvalidRequestError`` namin
 
 from __future__ import annotations
 
+import base64
 import logging
 import os
 import threading
@@ -42,7 +43,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from typing import TypeVar
 
-from ezat_compat.translate.media import sniff_image_type
+from ezat_compat.translate.media import PDF_MEDIA_TYPE, is_pdf, sniff_image_type
 from ezat_compat.translate.request import ImageSlot
 from ezat_compat.upstream.image_download import Downloader, FetchedImage, as_fetched, reason_for, url_problem
 from ezat_compat.upstream.image_fitting import (
@@ -55,6 +56,7 @@ from ezat_compat.upstream.image_fitting import (
     write_sources,
 )
 from ezat_compat.upstream.image_limits import (
+    NOT_A_PDF,
     NOT_AN_IMAGE,
     NOT_PUBLIC,
     NOT_RESOLVED,
@@ -63,6 +65,7 @@ from ezat_compat.upstream.image_limits import (
     ImageFetchError,
     ImageLimits,
     Refused,
+    pdf_reason,
     timed_out,
     timed_out_waiting,
     too_many_urls,
@@ -82,6 +85,15 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+
+def _sniff_pdf(data: bytes) -> str | None:
+    return PDF_MEDIA_TYPE if is_pdf(data) else None
+
+
+def _kept(data: bytes, media_type: str) -> bytes:
+    return data
+
 
 T = TypeVar("T")
 
@@ -186,6 +198,10 @@ class ImageFetcher:
         data doesn't decode). Without images it does nothing; images that fit cost a header
         read and one decode each (on the calling thread), images that are fitted the fit alone.
         """
+        pdfs = [slot for slot in slots if slot.pdf]
+        if pdfs:
+            other_bytes += self._fetch_pdfs(pdfs, org)
+            slots = [slot for slot in slots if not slot.pdf]
         if not slots:
             return
         images: list[Image | None] = [None] * len(slots)
@@ -210,6 +226,23 @@ class ImageFetcher:
 
         fit_all(slots, ready, limits, other_bytes=other_bytes, run=run, timeout_s=self._fit_timeout_s)
         write_sources(slots, ready)
+
+    def _fetch_pdfs(self, slots: Sequence[ImageSlot], org: str) -> int:
+        """Download the PDF URL slots (the rules of image URLs, a PDF by its bytes) and set each
+        block's base64 source; the base64 bytes they add to the body."""
+        try:
+            files = self._download_all(
+                [slot.url or "" for slot in slots], _kept, org, sniff=_sniff_pdf, refused=NOT_A_PDF
+            )
+        except ImageFetchError as exc:
+            failed = slots[min(max(exc.index, 0), len(slots) - 1)]
+            raise invalid_part(failed, pdf_reason(exc.reason)) from None
+        added = 0
+        for slot, raw in zip(slots, files, strict=True):
+            data = base64.b64encode(raw).decode("ascii")
+            slot.block["source"] = {"type": "base64", "media_type": PDF_MEDIA_TYPE, "data": data}
+            added += len(data)
+        return added
 
     def close(self) -> None:
         """Stop this process's download threads (queued downloads are dropped); a later
@@ -264,9 +297,18 @@ class ImageFetcher:
         if future.cancelled():
             lanes.abandon()
 
-    def _download_all(self, urls: Sequence[str], finish: Callable[[bytes, str], T], org: str) -> list[T]:
+    def _download_all(
+        self,
+        urls: Sequence[str],
+        finish: Callable[[bytes, str], T],
+        org: str,
+        *,
+        sniff: Callable[[bytes], str | None] = sniff_image_type,
+        refused: str = NOT_AN_IMAGE,
+    ) -> list[T]:
         """``fetch_all`` with what each worker makes of its bytes and media type: ``finish``
-        runs on the pool and may raise ``Refused``."""
+        runs on the pool and may raise ``Refused``. ``sniff`` names the bytes' type (None:
+        refused with ``refused``): an image's by default."""
         urls = list(urls)
         limits = self._limits
         if len(urls) > limits.max_urls:
@@ -278,7 +320,7 @@ class ImageFetcher:
         if not urls:
             return []
         batch = Batch(limits)
-        jobs = [partial(self._download, batch, index, url, finish) for index, url in enumerate(urls)]
+        jobs = [partial(self._download, batch, index, url, finish, sniff, refused) for index, url in enumerate(urls)]
         try:
             lanes = self._run(jobs, org, batch.deadline, batch.stop)
         except Exception as err:  # e.g. the executor was shut down under us
@@ -315,14 +357,22 @@ class ImageFetcher:
 
     # ------------------------------------------------------------ one download (worker side)
 
-    def _download(self, batch: Batch, index: int, url: str, finish: Callable[[bytes, str], T]) -> T:
+    def _download(
+        self,
+        batch: Batch,
+        index: int,
+        url: str,
+        finish: Callable[[bytes, str], T],
+        sniff: Callable[[bytes], str | None],
+        refused: str,
+    ) -> T:
         """Runs on the pool: one URL, redirects included. Raises ImageFetchError or Cancelled."""
         try:
             batch.check()
             data = self._downloader.download_bytes(batch, url)
-            media_type = sniff_image_type(data)
+            media_type = sniff(data)
             if media_type is None:
-                raise Refused(NOT_AN_IMAGE)
+                raise Refused(refused)
             return finish(data, media_type)
         except Cancelled:
             raise

@@ -90,6 +90,7 @@ def _png_chunk(kind: bytes, data: bytes) -> bytes:
     return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
 
+PDF_FILE = b"%PDF-1.4\n1 0 obj<</Type/Catalog>>endobj\ntrailer<</Root 1 0 R>>\n%%EOF\n"
 PNG_RANDOM_IDAT = (
     b"\x89PNG\r\n\x1a\n"
     + _png_chunk(b"IHDR", struct.pack(">IIBBBBB", 64, 64, 8, 2, 0, 0, 0))
@@ -164,6 +165,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def route_random_idat(self) -> None:
         """A PNG whose header reads and whose IDAT is random bytes (CRCs right): it doesn't decode."""
         self.reply(200, "image/png", PNG_RANDOM_IDAT)
+
+    def route_pdf(self) -> None:
+        self.reply(200, "application/pdf", PDF_FILE)
 
     def route_png_as_text(self) -> None:
         self.reply(200, "text/plain", PNG)

@@ -1142,3 +1142,71 @@ def test_no_request_of_this_module_left_a_traceback_in_the_gateway_logs(gw, defa
     for server in (gw, default_gw):
         log = server.log_text()
         assert "Traceback" not in log and "unexpected error" not in log, log[-3000:]
+
+
+# ---------------------------------------------------------------- PDFs by URL (Responses API)
+
+
+def responses_post(gateway: Gateway, key: str, body: Any) -> requests.Response:
+    return requests.post(
+        gateway.url + "/openai/v1/responses",
+        json=body,
+        timeout=60,
+        headers={"authorization": f"Bearer {key}"},
+    )
+
+
+def pdf_by_url(url: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "model": MODEL,
+        "max_output_tokens": 16,
+        "store": False,
+        "input": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "input_file", "file_url": url, **extra},
+                    {"type": "input_text", "text": "Sum up."},
+                ],
+            }
+        ],
+    }
+
+
+def test_a_pdf_by_url_is_downloaded_and_sent_as_a_base64_document(gw, key, sim, images):
+    tag = f"pdf-{time.monotonic_ns()}"
+    sim.clear()
+    resp = responses_post(gw, key, pdf_by_url(images.url(f"/pdf?tag={tag}"), filename="report.pdf"))
+    assert resp.status_code == 200, resp.text
+    assert len(images.seen(tag)) == 1  # the gateway fetched it, not the upstream
+    body = only_body(sim)
+    validate_anthropic_request(body)
+    assert content_blocks(body)[0] == {
+        "type": "document",
+        "source": {"type": "base64", "media_type": "application/pdf", "data": b64(PDF)},
+        "title": "report.pdf",
+    }
+
+
+@pytest.mark.parametrize(
+    ("route", "reason"),
+    [
+        ("/html-as-png", "the file is not a PDF"),
+        ("/status/404", "could not download the PDF (HTTP 404)"),
+    ],
+    ids=["not-a-pdf", "http-404"],
+)
+def test_a_pdf_url_that_fails_is_a_400_naming_the_part(gw, key, sim, images, route, reason):
+    sim.clear()
+    resp = responses_post(gw, key, pdf_by_url(images.url(route)))
+    assert_refused(resp, "input[0].content[0].file_url", reason)
+    assert sim.bodies() == []
+
+
+def test_a_pdf_url_to_a_private_host_is_refused_by_the_image_guard(default_gw, default_key, sim, images):
+    tag = f"pdf-guard-{time.monotonic_ns()}"
+    sim.clear()
+    resp = responses_post(default_gw, default_key, pdf_by_url(images.url(f"/pdf?tag={tag}")))
+    assert_refused(resp, "input[0].content[0].file_url", NOT_PUBLIC.replace("the image", "the PDF"))
+    assert images.seen(tag) == []
+    assert sim.bodies() == []

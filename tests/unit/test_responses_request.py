@@ -60,8 +60,11 @@ def translate(
     except RequestValidationError as exc:
         raise invalid_request(exc) from None
     result = responses_to_anthropic(req, input_items(req), model(**model_changes), unseal=unseal, auto_cache=auto_cache)
-    for slot in result.image_slots:
-        slot.block["source"] = {"type": "base64", "media_type": "image/png", "data": PNG_URL.split(",", 1)[1]}
+    for slot in result.image_slots:  # what the image step makes of each downloaded URL
+        if slot.pdf:
+            slot.block["source"] = {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0xLjQK"}
+        else:
+            slot.block["source"] = {"type": "base64", "media_type": "image/png", "data": PNG_URL.split(",", 1)[1]}
     if check:  # (the SDK's request types have no thinking blocks: rows that put some back skip it)
         validate_anthropic_request(result.body)
     return result
@@ -299,16 +302,20 @@ def test_parts_text_image_pdf() -> None:
     assert content[2]["title"] == "a.pdf"
 
 
-def test_a_pdf_by_url_is_a_document_the_upstream_fetches() -> None:
+def test_a_pdf_by_url_is_a_document_the_gateway_downloads() -> None:
     part = {"type": "input_file", "file_url": "https://example.com/a.pdf", "filename": "report.pdf"}
-    t = translate({"input": [{"role": "user", "content": [part, {"type": "input_text", "text": "Sum it up"}]}]})
+    t = translate(
+        {"input": [{"role": "user", "content": [part, {"type": "input_text", "text": "Sum it up"}]}]}, check=False
+    )
     document, _text = t.body["messages"][0]["content"]
-    assert document == {
-        "type": "document",
-        "source": {"type": "url", "url": "https://example.com/a.pdf"},
-        "title": "report.pdf",
-    }
-    assert t.image_slots == []  # not downloaded by the gateway
+    assert document["type"] == "document" and document["title"] == "report.pdf"
+    (slot,) = t.image_slots
+    assert (slot.path, slot.url, slot.pdf, slot.block is document) == (
+        "input[0].content[0].file_url",
+        "https://example.com/a.pdf",
+        True,
+        True,
+    )
 
 
 def test_image_url_to_download_is_a_slot_named_by_its_path() -> None:
