@@ -39,7 +39,8 @@ pidfile = _config.server.pidfile or None
 # Titles need the setproctitle package (a dependency): "master [ezat-compat: /etc/ezat/ezat.toml]".
 proc_name = serving.process_title(_config, bind[0])
 workers = int(os.environ.get("EZAT_WORKERS") or _config.server.workers)
-worker_class = "gevent"
+# gunicorn's gevent worker, its own 400/414/431 refusals in the JSON envelope (server/worker.py).
+worker_class = "ezat_compat.server.worker.JSONErrorsGeventWorker"
 worker_connections = _config.server.worker_connections
 timeout = _config.server.timeout_s
 graceful_timeout = _config.server.graceful_timeout_s
