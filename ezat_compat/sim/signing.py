@@ -7,6 +7,11 @@ block it emitted verifies when sent back unmodified and any edit, invented block
 from elsewhere does not. Signatures are compared as UTF-8 bytes, so any string a client sends
 (non-ASCII, a lone surrogate from a ``\\ud800`` escape) is just an invalid signature: a 400
 like the real API's, never an error of the simulator's own.
+
+One secret for every provider the simulator speaks: "signature values are compatible across
+platforms (Claude APIs, Amazon Bedrock, and Google Cloud). Values generated on one platform work
+on another" (https://platform.claude.com/docs/en/build-with-claude/extended-thinking), so a block
+signed while speaking Bedrock verifies while speaking Vertex, as the real platforms do.
 """
 
 from __future__ import annotations
