@@ -256,3 +256,58 @@ def test_check_config_fails_in_one_line_without_credentials(stack: tuple[Gateway
     assert done.returncode == 1
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "bedrock-bad" in lines[0] and "missing" in lines[0]
+
+
+@pytest.fixture(scope="module")
+def wrong_google(stack: tuple[Gateway, Sim, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """A gateway whose application default credentials are a service account the simulator's
+    token endpoint doesn't know (another key): Vertex can't get a token."""
+    _, sim, _ = stack
+    root = tmp_path_factory.mktemp("wrong-google")
+    other = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = other.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+    _service_account(root / "sa.json", sim.url + "/token", pem)
+    vertex = {
+        "provider": "vertex",
+        "project": "ezat-sim",
+        "region": "us-east5",
+        "base_url": sim.url,
+        "upstream_model": VERTEX_MODEL,
+    }
+    foundry = {"provider": "foundry", "base_url": sim.url + "/anthropic", "api_key_env": "FOUNDRY_KEY"}
+    models = [
+        _model(
+            "vertex-bad-then-foundry",
+            {"name": "vertex-bad", **vertex, "priority": 0},
+            {"name": "foundry-next", **foundry, "priority": 1},
+        ),
+        _model("vertex-bad-only", {"name": "vertex-bad-alone", **vertex}),
+    ]
+    env = {"GOOGLE_APPLICATION_CREDENTIALS": str(root / "sa.json"), "FOUNDRY_KEY": FOUNDRY_KEY}
+    gw = Gateway(root=root / "gw", models=models, env=env).start()
+    try:
+        yield gw
+    finally:
+        gw.stop()
+
+
+def test_a_wrong_google_credential_fails_over_then_answers_500(wrong_google: Gateway) -> None:
+    gw = wrong_google
+    key = gw.new_key("clouds", balance="100")
+    with _client(gw, key) as client:
+        reply = client.chat.completions.create(
+            model="vertex-bad-then-foundry", messages=[{"role": "user", "content": "Fail over please"}]
+        )
+        assert reply.choices[0].message.content
+        row = next(r for r in gw.usage() if r["request_id"] == reply.id.removeprefix("chatcmpl-"))
+        assert row["deployment"] == "foundry-next" and row["status"] == 200
+        with pytest.raises(openai.InternalServerError) as caught:
+            client.chat.completions.create(model="vertex-bad-only", messages=[{"role": "user", "content": "No"}])
+    assert caught.value.status_code == 500  # never a 401: the client's key was fine
+    error = caught.value.body
+    assert isinstance(error, dict) and error["type"] == "server_error"
+    log = gw.log_text()
+    assert "vertex-bad" in log and "vertex-bad-alone" in log
+    assert "PRIVATE KEY" not in log and "assertion=" not in log
