@@ -311,3 +311,91 @@ def test_a_wrong_google_credential_fails_over_then_answers_500(wrong_google: Gat
     log = gw.log_text()
     assert "vertex-bad" in log and "vertex-bad-alone" in log
     assert "PRIVATE KEY" not in log and "assertion=" not in log
+
+
+def _png_data_url() -> str:
+    import base64
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (32, 32), (200, 30, 30)).save(buffer, "PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+WEATHER_TOOL: Any = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather for a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+
+
+@pytest.mark.parametrize("alias", list(PROVIDER_PATHS))
+def test_tools_images_reasoning_and_caching_on_each_provider(stack: tuple[Gateway, Sim, str], alias: str) -> None:
+    gw, sim, key = stack
+    prefix, deployment = PROVIDER_PATHS[alias]
+    long_system = f"[{alias}] You are a careful assistant who answers briefly. " * 120
+    system = {
+        "role": "system",
+        "content": [{"type": "text", "text": long_system, "cache_control": {"type": "ephemeral"}}],
+    }
+    ask = 'Weather in Oslo? [[sim:tool=get_weather,args={"city": "Oslo"}]]'
+    with _client(gw, key) as client:
+        first = client.chat.completions.create(
+            model=alias,
+            messages=[system, {"role": "user", "content": ask}],
+            tools=[WEATHER_TOOL],
+            reasoning_effort="high",
+            max_completion_tokens=4000,
+        )
+        assert first.choices[0].finish_reason == "tool_calls"
+        (call,) = first.choices[0].message.tool_calls or []
+        assert call.type == "function" and json.loads(call.function.arguments) == {"city": "Oslo"}
+        assert first.usage is not None and first.usage.completion_tokens_details is not None
+        assert (first.usage.completion_tokens_details.reasoning_tokens or 0) > 0  # it thought
+        second = client.chat.completions.create(
+            model=alias,
+            messages=[
+                system,
+                {"role": "user", "content": ask},
+                {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+                {"role": "tool", "tool_call_id": call.id, "content": "Oslo: 9°C"},
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "And this?"},
+                        {"type": "image_url", "image_url": {"url": _png_data_url()}},
+                    ],
+                },
+            ],
+            tools=[WEATHER_TOOL],
+            reasoning_effort="high",
+            max_completion_tokens=4000,
+        )
+    assert second.choices[0].finish_reason == "stop" and second.choices[0].message.content
+    assert second.usage is not None and second.usage.prompt_tokens_details is not None
+    assert (second.usage.prompt_tokens_details.cached_tokens or 0) > 1024  # the system prompt, read back
+    body = _last(sim, prefix)["body"]
+    blocks = [b["type"] for m in body["messages"] for b in (m["content"] if isinstance(m["content"], list) else [])]
+    assert "image" in blocks and "tool_result" in blocks and "thinking" in blocks  # its own thinking, put back
+    row = next(r for r in gw.usage() if r["request_id"] == second.id.removeprefix("chatcmpl-"))
+    assert (
+        row["deployment"] == deployment and row["cache_read_tokens"] == second.usage.prompt_tokens_details.cached_tokens
+    )
+    assert row["input_tokens"] + row["cache_write_tokens"] + row["cache_read_tokens"] == second.usage.prompt_tokens
+
+
+@pytest.mark.parametrize("alias", list(PROVIDER_PATHS))
+def test_a_responses_stream_on_each_provider(stack: tuple[Gateway, Sim, str], alias: str) -> None:
+    gw, _, key = stack
+    with _client(gw, key) as client:
+        events = list(client.responses.create(model=alias, input="Stream me a greeting", stream=True))
+    kinds = [e.type for e in events]
+    assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
+    assert "response.output_text.delta" in kinds
+    done = events[-1].response  # type: ignore[union-attr]
+    assert done.output_text and done.usage is not None and done.usage.output_tokens > 0
