@@ -412,7 +412,9 @@ def cmd_sim(args: argparse.Namespace, extra: list[str]) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from ezat_compat.demo import run_demo
 
-    return run_demo(bind=args.bind, directory=args.dir, sim_bind=args.sim_bind, simulator=args.simulator)
+    return run_demo(
+        bind=args.bind, directory=args.dir, sim_bind=args.sim_bind, simulator=args.simulator, clouds=args.clouds
+    )
 
 
 # ---------------------------------------------------------------- parser
@@ -439,6 +441,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--simulator",
         action="store_true",
         help="use the bundled simulator even when ANTHROPIC_API_KEY is set (default: Anthropic's API when it is)",
+    )
+    demo.add_argument(
+        "--clouds",
+        action="store_true",
+        help="add a model on Amazon Bedrock (throttled) failing over to Google Vertex AI, both simulated "
+        "(needs the bedrock and vertex extras)",
     )
 
     serve = sub.add_parser("serve", help="run the gateway under gunicorn (gevent workers)")

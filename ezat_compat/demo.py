@@ -89,6 +89,40 @@ upstream_model = "claude-haiku-4-5"
 """
 
 
+CLOUDS_MODEL = "anthropic/claude-clouds"
+CLOUDS_CATALOG = """
+# `demo --clouds`: one model on two clouds, both spoken by simulators. Bedrock (tier 0) is
+# throttled (every answer 503), so each request fails over to Vertex AI (tier 1).
+[[models]]
+id = "{model}"
+aliases = ["claude-clouds"]
+context_window = 200000
+max_output_tokens = 64000
+efforts = ["low", "medium", "high", "xhigh", "max"]
+thinking = "adaptive"
+price = {{ input = 3.0, output = 15.0, cache_write = 3.75, cache_read = 0.30 }}
+
+[[models.deployments]]
+name = "bedrock-us-east-1"
+provider = "bedrock"
+region = "us-east-1"
+base_url = "{bedrock_url}"  # the simulator speaking Bedrock (SigV4 checked); default: Bedrock's regional endpoint
+upstream_model = "anthropic.claude-sonnet-5-5-v1:0"
+priority = 0
+proxy = ""
+
+[[models.deployments]]
+name = "vertex-us-east5"
+provider = "vertex"
+project = "ezat-demo"
+region = "us-east5"
+base_url = "{vertex_url}"  # the simulator speaking Vertex AI (OAuth tokens from its /token)
+upstream_model = "claude-sonnet-5-5@20260101"
+priority = 1
+proxy = ""
+"""
+
+
 class DemoError(Exception):
     """The demo could not start; the message says why and what to do."""
 
@@ -135,10 +169,10 @@ def wait_healthy(url: str, proc: subprocess.Popen[str] | subprocess.Popen[bytes]
     raise DemoError(f"the gateway did not answer on {url} within {timeout_s:g} s")
 
 
-def curl_line(base: str, key: str) -> str:
+def curl_line(base: str, key: str, *, model: str = DEMO_MODEL) -> str:
     body = json.dumps(
         {
-            "model": DEMO_MODEL,
+            "model": model,
             "max_completion_tokens": 64,
             "messages": [{"role": "user", "content": "What is a prompt cache?"}],
         }
@@ -146,6 +180,16 @@ def curl_line(base: str, key: str) -> str:
     return (
         f"curl {base}/openai/v1/chat/completions -H 'Authorization: Bearer {key}' "
         f"-H 'content-type: application/json' -d '{body}'"
+    )
+
+
+def clouds_notice(base: str, key: str, config_path: Path) -> str:
+    """What ``--clouds`` adds to the demo's greeting: the model on two clouds and how to see the failover."""
+    return (
+        f"\nOn the clouds: model {CLOUDS_MODEL} is on Amazon Bedrock (throttled: every answer 503) and on\n"
+        "Google Vertex AI; each request fails over from Bedrock to Vertex. Try it, then see its ledger row\n"
+        f'say "deployment": "vertex-us-east5" in `{command_name()} --config {config_path} usage --json`:\n\n'
+        f"  {curl_line(base, key, model=CLOUDS_MODEL)}\n\n"
     )
 
 
@@ -203,10 +247,79 @@ def command_name() -> str:
     return str(script) if script.exists() else "ezat-compat"
 
 
-def run_demo(*, bind: str, directory: str, sim_bind: str = "127.0.0.1:0", simulator: bool = False) -> int:
-    """Serve the demo until Ctrl-C, SIGTERM or SIGHUP; then stop the gateway and the simulator
+def clouds_setup(root: Path) -> dict[str, str]:
+    """``--clouds``: the credentials the simulator accepts — a Google service account made here
+    (its key written 0600 in the demo's folder, its token endpoint the simulator's) and the
+    simulator's AWS test keys — as the gateway's environment; botocore and google-auth must be
+    installed (the ``bedrock`` and ``vertex`` extras)."""
+    missing = [name for name in ("botocore", "google.auth") if _missing(name)]
+    if missing:
+        raise DemoError(
+            f"--clouds needs {' and '.join(missing)}: pip install -e '.[bedrock,vertex]' (the cloud providers' extras)"
+        )
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    from ezat_compat.datafiles import private_file
+    from ezat_compat.sim.clouds import SIM_AWS_ACCESS_KEY_ID, SIM_AWS_SECRET_ACCESS_KEY
+
+    folder = root / "clouds"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    account = folder / "service-account.json"
+    if not account.exists():
+        pem = (
+            rsa.generate_private_key(public_exponent=65537, key_size=2048)
+            .private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+            .decode()
+        )
+        private_file(str(account))
+        account.write_text(
+            json.dumps(
+                {
+                    "type": "service_account",
+                    "project_id": "ezat-demo",
+                    "private_key_id": "demo-key-1",
+                    "private_key": pem,
+                    "client_email": "gateway@ezat-demo.iam.gserviceaccount.com",
+                    "client_id": "1",
+                    "token_uri": "",  # set to the simulator's /token when it is up
+                }
+            )
+        )
+    empty = folder / "aws-config"
+    empty.touch()
+    return {
+        "AWS_ACCESS_KEY_ID": SIM_AWS_ACCESS_KEY_ID,
+        "AWS_SECRET_ACCESS_KEY": SIM_AWS_SECRET_ACCESS_KEY,
+        "AWS_CONFIG_FILE": str(empty),  # never the user's own AWS profiles
+        "AWS_SHARED_CREDENTIALS_FILE": str(empty),
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "GOOGLE_APPLICATION_CREDENTIALS": str(account),
+    }
+
+
+def _missing(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is None
+    except ModuleNotFoundError:
+        return True
+
+
+def _point_tokens_at(account: Path, token_uri: str) -> None:
+    data = json.loads(account.read_text())
+    data["token_uri"] = token_uri
+    account.write_text(json.dumps(data))
+
+
+def run_demo(
+    *, bind: str, directory: str, sim_bind: str = "127.0.0.1:0", simulator: bool = False, clouds: bool = False
+) -> int:
+    """Serve the demo until Ctrl-C, SIGTERM or SIGHUP; then stop the gateway and the simulators
     it started, whichever way it ends (also when start-up fails). ``simulator``: the simulator
-    even when ``ANTHROPIC_API_KEY`` is set."""
+    even when ``ANTHROPIC_API_KEY`` is set. ``clouds``: also a model on Bedrock (throttled)
+    failing over to Vertex AI, both spoken by simulators."""
     _check_bind("--bind", bind)
     _check_bind("--sim-bind", sim_bind, any_port=True)
     root = Path(directory).resolve()
@@ -215,29 +328,38 @@ def run_demo(*, bind: str, directory: str, sim_bind: str = "127.0.0.1:0", simula
     # SIGINT too: a demo started with SIGINT ignored (nohup, a background job) still stops on Ctrl-C
     previous = {sig: signal.signal(sig, _raise_stop) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     sim: subprocess.Popen[str] | None = None
+    throttled: subprocess.Popen[str] | None = None
     gateway: subprocess.Popen[bytes] | None = None
     try:
         env: dict[str, str] = {}
         egress = ""  # Anthropic's API: the environment's proxy, as every requests program
+        if clouds and uses_anthropic(simulator, os.environ):
+            raise DemoError("--clouds runs on the simulators: add --simulator (ANTHROPIC_API_KEY is set)")
+        if clouds:
+            env.update(clouds_setup(root))
         print(upstream_notice(simulator, os.environ), flush=True)
         if uses_anthropic(simulator, os.environ):
             base_url, deployment, key_env = "https://api.anthropic.com", "anthropic", "ANTHROPIC_API_KEY"
         else:
             egress = '\nproxy = ""  # the simulator is on loopback: never through a company proxy'
-            sim, base_url = start_simulator("--name", "demo-sim", "--token-delay-ms", "15", bind=sim_bind)
+            google = ("--google-service-account", env["GOOGLE_APPLICATION_CREDENTIALS"]) if clouds else ()
+            sim, base_url = start_simulator("--name", "demo-sim", "--token-delay-ms", "15", *google, bind=sim_bind)
             deployment, key_env = "simulator", SIM_KEY_ENV
             env[SIM_KEY_ENV] = "demo-upstream-key"
-        config_path = root / "ezat.toml"
-        config_path.write_text(
-            CATALOG.format(
-                db=(root / "ezat.db").as_posix(),
-                bind=bind,
-                base_url=base_url,
-                deployment=deployment,
-                key_env=key_env,
-                egress=egress,
-            )
+        catalog = CATALOG.format(
+            db=(root / "ezat.db").as_posix(),
+            bind=bind,
+            base_url=base_url,
+            deployment=deployment,
+            key_env=key_env,
+            egress=egress,
         )
+        if clouds:
+            _point_tokens_at(Path(env["GOOGLE_APPLICATION_CREDENTIALS"]), base_url + "/token")
+            throttled, bedrock_url = start_simulator("--name", "demo-bedrock", "--fail-status", "503")
+            catalog += CLOUDS_CATALOG.format(model=CLOUDS_MODEL, bedrock_url=bedrock_url, vertex_url=base_url)
+        config_path = root / "ezat.toml"
+        config_path.write_text(catalog)
         config = load_config(config_path, environ={**os.environ, **env})
         key = _demo_key(config.gateway.database_url)
         gateway = subprocess.Popen(gunicorn_argv(config), env={**serving_environment(config, bind=bind), **env})
@@ -257,7 +379,7 @@ Try it:
 Or with the OpenAI SDK: OpenAI(base_url="{base}/openai/v1", api_key="{key}")
 Or as an Anthropic base URL (the anthropic SDK, Claude Code):  ANTHROPIC_BASE_URL={base} ANTHROPIC_API_KEY={key}
 Admin commands use this demo's config:  {command_name()} --config {config_path} usage
-Press Ctrl-C to stop.
+{clouds_notice(base, key, config_path) if clouds else ""}Press Ctrl-C to stop.
 """,
             flush=True,
         )
@@ -267,11 +389,12 @@ Press Ctrl-C to stop.
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        for proc in (gateway, sim):
+        for proc in (gateway, sim, throttled):
             if proc is not None:
                 stop_process(proc)
-        if sim is not None and sim.stdout is not None:
-            sim.stdout.close()
+        for started in (sim, throttled):
+            if started is not None and started.stdout is not None:
+                started.stdout.close()
 
 
 def _demo_key(database_url: str) -> str:
