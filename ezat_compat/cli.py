@@ -364,7 +364,11 @@ def cmd_db(args: argparse.Namespace) -> int:
 
     url = _database_url(args)
     if args.db_command == "upgrade" and args.sql:
-        sys.stdout.write(db.upgrade_sql(url, from_revision=args.from_revision))
+        start = args.from_revision
+        if start is None:  # say what the script does to the database it is for (stderr: stdout is the SQL)
+            start, note = db.upgrade_sql_start(url)
+            print(f"ezat-compat db upgrade --sql: {note}", file=sys.stderr)
+        sys.stdout.write(db.upgrade_sql(url, from_revision=start))
         return 0
     if args.db_command == "backup":
         size = db.backup_sqlite(url, args.path)
@@ -504,7 +508,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--from",
         dest="from_revision",
         metavar="REVISION",
-        help="with --sql: the database's current revision (`db current`); default: an empty database",
+        help="with --sql: the revision to start from; default: the database's own (`db current`), or none",
     )
     db_sub.add_parser("current", help="the schema revision of the database")
     db_sub.add_parser("check", help="exit 0 when the schema is this release's, else 1 saying what to run")

@@ -307,6 +307,38 @@ def upgrade_sql(url: str, *, from_revision: str | None = None) -> str:
     return buffer.getvalue()
 
 
+def upgrade_sql_start(url: str) -> tuple[str | None, str]:
+    """``db upgrade --sql`` without ``--from``: the revision the database of ``url`` is at (None:
+    no schema, or it can't be read) and one line saying what the printed SQL will do to it.
+    A SQLite file that doesn't exist is not created. ``SchemaError`` when the database's
+    schema is newer than this release knows."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and (not parsed.database or not os.path.exists(parsed.database)):
+        return None, f"{describe_url(url)} does not exist yet: the SQL below creates the schema on an empty database"
+    try:
+        engine = open_engine(url)
+        try:
+            state = schema_state(engine)
+        finally:
+            engine.dispose()
+    except DatabaseUnavailable as exc:
+        return None, (
+            f"could not read the database's revision ({exc}): the SQL below creates the schema on an empty "
+            "database; for an existing one pass --from REVISION (`ezat-compat db current` tells it)"
+        )
+    if not state.known:
+        raise SchemaError(state.describe())
+    if not state.current:
+        return None, "the database has no schema yet: the SQL below creates it"
+    revision = state.current[-1]
+    if state.up_to_date:
+        return revision, f"the database is at revision {revision}, this release's newest: there is nothing to apply"
+    return revision, (
+        f"the database is at revision {revision}: the SQL below upgrades it from {revision} to {state.head} "
+        "(--from REVISION starts elsewhere)"
+    )
+
+
 def backup_sqlite(url: str, destination: str | os.PathLike[str]) -> int:
     """Copy the live SQLite database of ``url`` to ``destination`` with SQLite's online backup
     API: a consistent snapshot that includes every committed transaction, the WAL's too, while

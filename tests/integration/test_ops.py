@@ -386,6 +386,31 @@ def test_upgrade_sql_for_dbas(db_config: Path) -> None:
     assert not (db_config.parent / "ezat.db").exists()  # --sql touched no database
 
 
+def test_upgrade_sql_without_from_says_what_it_prints_for_the_database_it_is_for(db_config: Path) -> None:
+    fresh = cli(db_config, "db", "upgrade", "--sql")
+    assert fresh.returncode == 0, fresh.stderr
+    assert "does not exist yet: the SQL below creates the schema" in fresh.stderr
+    assert "CREATE TABLE orgs" in fresh.stdout
+    assert not (db_config.parent / "ezat.db").exists()  # it read nothing into being
+    from alembic import command
+
+    from ezat_compat.store.db import alembic_config, locked_connection, make_engine
+
+    engine = make_engine(f"sqlite:///{db_config.parent / 'ezat.db'}")
+    with locked_connection(engine) as conn:
+        command.upgrade(alembic_config(conn), "0001")
+    engine.dispose()
+    older = cli(db_config, "db", "upgrade", "--sql")
+    assert older.returncode == 0, older.stderr
+    assert f"the database is at revision 0001: the SQL below upgrades it from 0001 to {HEAD}" in older.stderr
+    assert "CREATE TABLE orgs" not in older.stdout  # a script that applies to this database
+    assert "WHERE alembic_version.version_num = '0001'" in older.stdout
+    assert cli(db_config, "db", "upgrade").returncode == 0
+    current = cli(db_config, "db", "upgrade", "--sql")
+    assert f"at revision {HEAD}, this release's newest: there is nothing to apply" in current.stderr
+    assert "CREATE TABLE" not in current.stdout and "UPDATE alembic_version" not in current.stdout
+
+
 def test_the_alembic_command_uses_the_gateways_database(db_config: Path) -> None:
     alembic = [sys.executable, "-m", "alembic", "-c", str(REPO / "alembic.ini")]
     env = {**os.environ, "EZAT_CONFIG": str(db_config)}
