@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ezat_compat import jsonfast
+from ezat_compat import __version__, jsonfast
 from ezat_compat.domain import LoggingSettings, Usage
 
 PROBE_VIEWS = frozenset({"metrics", "healthz", "readyz"})  # the app's views that are not traffic: never counted
@@ -292,6 +292,7 @@ class RequestRecord:
             "time": rfc3339(wall),
             "level": "info",
             "logger": "access",
+            "version": __version__,  # which release answered (a rolling upgrade runs two)
             "request_id": self.request_id,
             "method": self.method,
             "path": self.path,

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from ezat_compat import __version__
 from ezat_compat.app import metrics_listener
 from ezat_compat.domain import LoggingSettings, Usage
 from ezat_compat.server.logs import (
@@ -108,6 +109,7 @@ def test_the_request_line_is_flat_and_has_no_text() -> None:
     assert (fields["cost_usd"], fields["attempts"], fields["endpoint"]) == ("0.001234", 2, "messages")
     parsed = json.loads(access_line(fields))
     assert parsed["deployment"] == "dep" and parsed["stream"] is True
+    assert parsed["version"] == __version__  # the release that answered (two run during a rolling upgrade)
     text = access_line(fields, "text")
     assert text.startswith("1970-01-01T00:00:00.000Z ") and " status=200 " in text and " stream=true " in text
 
