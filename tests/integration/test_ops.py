@@ -569,6 +569,7 @@ def test_the_systemd_unit_verifies(tmp_path: Path) -> None:
         "User=ezat",
         "StateDirectory=ezat-compat",
         "Environment=EZAT_DATA_DIR=/var/lib/ezat-compat",  # /etc/ezat is read-only (ProtectSystem=strict)
+        "LogsDirectory=ezat",  # /var/log too: [server] access_log/error_log files go to /var/log/ezat
         "UMask=0077",
         "NoNewPrivileges=yes",
         "ProtectSystem=strict",
@@ -576,6 +577,8 @@ def test_the_systemd_unit_verifies(tmp_path: Path) -> None:
         "PrivateTmp=yes",
     ):
         assert f"\n{directive}\n" in text, directive
+    rotated = (REPO / "deploy" / "logrotate.conf").read_text()
+    assert "/var/log/ezat/" in rotated  # the folder the unit makes is the one logrotate rotates
     stop_s = int(text.split("\nTimeoutStopSec=", 1)[1].split()[0])
     from ezat_compat.domain import GatewaySettings, ServerSettings
 
