@@ -12,7 +12,11 @@ uses these, and gets plain-thread equivalents outside gevent (tests, tools):
   ``YIELD_EVERY`` events in a row;
 - ``bound(seconds, error)``: a wall-clock bound on a block of socket reads
   (``gevent.Timeout(seconds, error)``: ``error`` raised where the block waits; one timer, no
-  system call); nothing outside gevent, where each read's own timeout bounds it.
+  system call); nothing outside gevent, where each read's own timeout bounds it;
+- ``off_loop(work)``: ``work()`` on one of the hub's real OS threads (gevent's threadpool),
+  the calling greenlet waiting cooperatively: for CPU-heavy library calls that release the GIL
+  (Pillow's decoders and resamplers), so the loop goes on meanwhile; called in place outside
+  gevent, where the caller is a thread already.
 
 ``tools()`` chooses once per process (a forked worker chooses again: gunicorn's gevent worker
 patches after the fork).
@@ -51,11 +55,34 @@ def _thread(target: Callable[[], None]) -> threading.Thread:
     return thread
 
 
+def _in_place(work: Callable[[], Any]) -> Any:
+    """Outside gevent: the caller's own thread does the work."""
+    return work()
+
+
+def _on_hub_threadpool(work: Callable[[], Any]) -> Any:
+    """``work()`` on a hub thread; its exception is raised here, in the caller (gevent's pool
+    would print a task's exception with its arguments, an image's bytes among them)."""
+    from gevent import get_hub
+
+    def caught() -> tuple[bool, Any]:
+        try:
+            return True, work()
+        except BaseException as exc:  # handed to the caller, who raises it
+            return False, exc
+
+    done, value = get_hub().threadpool.apply(caught)
+    if done:
+        return value
+    raise value
+
+
 @dataclass(frozen=True, slots=True)
 class Tools:
     spawn: Spawn
     pause: Callable[[], None]
     bound: Bound
+    off_loop: Callable[[Callable[[], Any]], Any] = _in_place
 
 
 PLAIN = Tools(spawn=_thread, pause=_no_pause, bound=_no_bound)
@@ -71,6 +98,7 @@ def _choose() -> Tools:
                 spawn=spawn,
                 pause=partial(sleep, PAUSE_S),
                 bound=lambda seconds, error: Timeout(max(seconds, 0.001), error),
+                off_loop=_on_hub_threadpool,
             )
     except ImportError:  # pragma: no cover - gevent is a dependency
         pass

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 
+from ezat_compat.cooperative import tools
 from ezat_compat.errors import InvalidRequestError
 from ezat_compat.translate.media import decode_base64
 from ezat_compat.translate.request import ImageSlot
@@ -130,12 +131,14 @@ def check_all(slots: Sequence[ImageSlot], images: list[Image]) -> None:
     """Decode the pixels of each image not decoded yet (``check_pixels``), in slot order, on the
     calling thread: the upstream refuses an image whose data doesn't decode, so the first one is
     a 400 naming its part (``… : the image could not be decoded``). A fitted image was decoded
-    by its fit and is not decoded again; an image that fits costs this one decode, no hand-off
-    to the pool (under gevent the pool's threads are greenlets of the same thread)."""
+    by its fit and is not decoded again; an image that fits costs this one decode, on one of the
+    hub's real threads under gevent (``cooperative.off_loop``: the pool's "threads" are greenlets
+    of the loop's own thread there)."""
+    off_loop = tools().off_loop  # the decode on a real thread: the loop goes on meanwhile
     for index, image in enumerate(images):
         if not image.decoded:
             try:
-                check_pixels(image.raw)
+                off_loop(partial(check_pixels, image.raw))
             except ImageFitError as exc:
                 raise invalid_part(slots[index], exc.reason) from None
             images[index] = replace(image, decoded=True)
@@ -148,7 +151,8 @@ def _run_fits(
     run: RunOnPool,
     timeout_s: float,
 ) -> None:
-    jobs = [partial(_fitted, images[index], target) for index, target in work]
+    off_loop = tools().off_loop  # Pillow's decode and resampling: on a real thread, the loop goes on
+    jobs = [partial(off_loop, partial(_fitted, images[index], target)) for index, target in work]
     lanes = run(jobs, time.monotonic() + timeout_s)
     for position, (index, _target) in enumerate(work):
         err = lanes.errors.get(position)

@@ -58,7 +58,15 @@ _QUALITIES = (85, 70)  # JPEG and WebP: the qualities tried at each scale before
 _NO_DITHER = Image.Dither.NONE
 _MAX_ROUNDS = 8  # scale steps before giving up (each shrinks the area by at least 19%)
 
+# The pixel budgets, far below Pillow's bomb limit (~89.5 million): decoding and fitting cost
+# CPU and memory by the pixel (a 1-bit 9400 x 9400 PNG of 10.8 KB took ~4 s and ~1 GB to fit),
+# while the model sees ~1.15 megapixels of any image (the API scales larger ones down). 50
+# megapixels takes an 8000 x 6000 photo; a request's images together take 200.
+MAX_IMAGE_PIXELS = 50_000_000
+MAX_REQUEST_PIXELS = 200_000_000
+
 UNDECODABLE = "the image could not be decoded"
+TOO_MANY_PIXELS_IN_ALL = f"the images of this request have more than {MAX_REQUEST_PIXELS} pixels in all"
 CANNOT_FIT = "the image could not be made small enough for the model"
 NO_ROOM = "the images of this request cannot fit the upstream's request size limit"
 
@@ -147,6 +155,10 @@ def probe(raw: bytes) -> Probe:
     limit = Image.MAX_IMAGE_PIXELS
     if limit is not None and width * height > limit:  # whatever the warning filters of the process say
         raise ImageFitError(_too_many_pixels())
+    if width * height > MAX_IMAGE_PIXELS:
+        raise ImageFitError(
+            f"the image has {width * height} pixels ({width} x {height}); at most {MAX_IMAGE_PIXELS} are accepted"
+        )
     return Probe(media_type=media_type, width=width, height=height)
 
 
@@ -182,6 +194,8 @@ def plan(
     """
     if not sizes:
         return []
+    if sum(image.width * image.height for image, _ in sizes) > MAX_REQUEST_PIXELS:
+        raise ImageFitError(TOO_MANY_PIXELS_IN_ALL)
     max_side = limits.max_side(len(sizes))
     capped = [min(b64, limits.max_image_bytes) for _, b64 in sizes]
     budget = limits.max_request_bytes - other_bytes - _BLOCK_OVERHEAD * len(sizes)

@@ -14,6 +14,7 @@ import base64
 import io
 import random
 import struct
+import time
 import zlib
 from collections.abc import Iterator
 from typing import Any
@@ -26,6 +27,9 @@ from ezat_compat.errors import InvalidRequestError
 from ezat_compat.translate.media import sniff_image_type
 from ezat_compat.translate.request import ImageSlot, openai_to_anthropic
 from ezat_compat.upstream.imagefit import (
+    MAX_IMAGE_PIXELS,
+    MAX_REQUEST_PIXELS,
+    TOO_MANY_PIXELS_IN_ALL,
     FitTarget,
     ImageFitError,
     Probe,
@@ -394,6 +398,41 @@ def test_a_truncated_image_that_must_be_fitted_is_refused(fetcher):
     raw = noise(9000, 300)[: 4 * MIB]
     slot = data_slot(raw, "messages[0].content[1].image_url.url")
     assert str(refusal(fetcher, slot)) == f"{slot.path}: the image could not be decoded"
+
+
+def test_an_image_over_the_pixel_budget_is_refused_from_its_header():
+    assert probe(png_header_only(7000, 7000)).width == 7000  # 49 megapixels: within the budget
+    with pytest.raises(ImageFitError) as caught:
+        probe(png_header_only(7100, 7100))
+    assert caught.value.reason == (
+        f"the image has 50410000 pixels (7100 x 7100); at most {MAX_IMAGE_PIXELS} are accepted"
+    )
+
+
+def test_the_issues_near_bomb_png_is_refused_at_once(fetcher):
+    """A 1-bit 9400 x 9400 PNG of 11 KB, just under Pillow's bomb limit: it took ~4 s and ~1 GB
+    to fit; the pixel budget refuses it from its header, before any pixel is decoded."""
+    raw = zlib.compress((b"\x00" + bytes(1175)) * 9400, 9)
+    ihdr = struct.pack(">IIBBBBB", 9400, 9400, 1, 0, 0, 0, 0)
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", raw) + chunk(b"IEND", b"")
+    assert Image.MAX_IMAGE_PIXELS > 9400 * 9400  # not a bomb by Pillow's count
+    started = time.monotonic()
+    err = refusal(fetcher, data_slot(png, "messages[0].content[1].image_url.url"))
+    assert f"at most {MAX_IMAGE_PIXELS} are accepted" in str(err)
+    assert time.monotonic() - started < 1.0
+
+
+def test_a_request_whose_images_have_too_many_pixels_in_all_is_refused():
+    big = Probe(media_type="image/png", width=7000, height=7000)  # 49 megapixels each
+    assert plan([(big, 1000)] * 4, LIMITS) is not None  # 196 in all: within the request's budget
+    with pytest.raises(ImageFitError) as caught:
+        plan([(big, 1000)] * 5, LIMITS)
+    assert caught.value.reason == TOO_MANY_PIXELS_IN_ALL
+    assert str(MAX_REQUEST_PIXELS) in TOO_MANY_PIXELS_IN_ALL
 
 
 def test_probe_reads_the_header_only():

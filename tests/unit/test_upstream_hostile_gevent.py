@@ -132,3 +132,40 @@ def test_a_hostile_upstream_under_gevent(case: str) -> None:
     script = textwrap.dedent(PRELUDE) + textwrap.dedent(CASES[case])
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+IMAGE_OFF_LOOP = """
+from gevent import monkey; monkey.patch_all()
+import io, time, gevent
+from PIL import Image
+from ezat_compat.translate.request import ImageSlot
+from ezat_compat.upstream.image_fitting import Image as Held, check_all
+from ezat_compat.upstream.imagefit import b64_length, probe
+
+buffer = io.BytesIO()
+Image.new("RGB", (6500, 6500), (10, 200, 30)).save(buffer, "PNG")  # ~42 megapixels, a small file
+raw = buffer.getvalue()
+images = [Held(raw=raw, probe=probe(raw), b64=b64_length(len(raw)), fresh=False)]
+slots = [ImageSlot(path="messages[0].content[0].image_url.url", block={}, raw=raw)]
+lags = []
+def ticker():
+    while True:
+        t = time.monotonic(); gevent.sleep(0.01); lags.append(time.monotonic() - t - 0.01)
+gevent.spawn(ticker); gevent.sleep(0.05)
+started = time.monotonic()
+check_all(slots, images)  # decodes every pixel once
+took = time.monotonic() - started
+gevent.sleep(0.03)
+assert images[0].decoded
+assert took > 0.15, took  # long enough that a decode on the loop's own thread would show
+assert max(lags) < 0.1, (max(lags), took)
+"""
+
+
+def test_an_image_decode_runs_off_the_event_loop() -> None:
+    """A big image's decode (``check_all``) runs on one of the hub's real threads: another
+    greenlet's timers keep their time meanwhile (a stream's pings would)."""
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(IMAGE_OFF_LOOP)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
