@@ -53,6 +53,7 @@ def _ledger(db: Path) -> Counter[str]:
         conn.close()
 
 
+@pytest.mark.timeout(SOAK_S + 180)  # the soak itself, then the load's last requests and the checks
 def test_admin_commands_beside_traffic_through_haproxy_lose_no_usage(
     behind_haproxy: tuple[Gateway, Proxy],
 ) -> None:
