@@ -25,6 +25,7 @@ from typing import Any
 
 from ezat_compat.catalog import Catalog
 from ezat_compat.cooldowns import Cooldowns
+from ezat_compat.cooperative import tools
 from ezat_compat.dialects import Dialect, Headers, KeptThinking, Parsed, ReplyIds
 from ezat_compat.domain import Config, Deployment, Model, Price, Usage
 from ezat_compat.endpoints import offers
@@ -185,7 +186,7 @@ class Gateway:
         auth = self.authenticate(request.api_key)
         record.org, record.key = auth.org_name, auth.key_public_id
         try:
-            body = decode_body(request.read_body())
+            body = decode_body(request.read_body(), pause=tools().pause)  # a huge body shares the loop
         except BodyError as exc:
             path = dialect.body_path(exc.path) if exc.path else None
             raise InvalidRequestError(f"{path}: {exc.message}" if path else exc.message, param=path) from None

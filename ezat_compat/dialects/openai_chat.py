@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from ezat_compat.cooperative import tools
 from ezat_compat.dialects import (
     Answer,
     EventTranslator,
@@ -92,7 +93,7 @@ class OpenAIChat:
         (then the schema, then the translation: "Ignored and refused fields")."""
         model, req = model_then_body(body, resolve, load_chat_request, MODEL_NAME_MAX)
         auto_cache = (headers.get("x-ezat-cache") or "").strip(" \t").lower() != "off"
-        translation = openai_to_anthropic(req, model, auto_cache=auto_cache)
+        translation = openai_to_anthropic(req, model, auto_cache=auto_cache, pause=tools().pause)
         return Parsed(
             model=model,
             model_name=req["model"],

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from ezat_compat.cooperative import tools
 from ezat_compat.dialects import (
     Answer,
     EventTranslator,
@@ -292,6 +293,7 @@ class OpenAIResponses:
             ctx.model,
             unseal=partial(self._unseal, org_id),
             auto_cache=auto_cache,
+            pause=tools().pause,
         )
         ctx.translation = translation
         parsed.body = translation.body

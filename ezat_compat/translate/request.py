@@ -10,6 +10,7 @@ Semantic problems raise ``InvalidRequestError`` naming the client's path.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,13 @@ from ezat_compat.translate.tables import (
 from ezat_compat.wire.json import BodyError, decode_json_text
 
 TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,128}")
+PAUSE_EVERY = 256  # messages (or items) translated between two calls of the caller's ``pause``
+
+
+def _no_pause() -> None:
+    """The default ``pause``: translation alone needs none."""
+
+
 _IMAGE_TYPES_TEXT = "image/jpeg, image/png, image/gif or image/webp"
 
 
@@ -272,10 +280,18 @@ def _turn(conv: _Conversation, role: str, index: int) -> _Turn:
     return turn
 
 
-def _messages(messages: list[dict[str, Any]], model: Model, model_name: str, slots: list[ImageSlot]) -> _Conversation:
+def _messages(
+    messages: list[dict[str, Any]],
+    model: Model,
+    model_name: str,
+    slots: list[ImageSlot],
+    pause: Callable[[], None] = _no_pause,
+) -> _Conversation:
     conv = _Conversation()
     last_empty_user: int | None = None
     for i, message in enumerate(messages):
+        if i % PAUSE_EVERY == PAUSE_EVERY - 1:
+            pause()
         role = message["role"]
         path = f"messages[{i}]"
         content = message.get("content")
@@ -559,15 +575,18 @@ def anthropic_body(
     return body
 
 
-def openai_to_anthropic(req: dict[str, Any], model: Model, *, auto_cache: bool = True) -> Translation:
+def openai_to_anthropic(
+    req: dict[str, Any], model: Model, *, auto_cache: bool = True, pause: Callable[[], None] = _no_pause
+) -> Translation:
     """Translate a validated Chat Completions request for ``model``.
 
     ``auto_cache`` is False when the client sent ``x-ezat-cache: off``. The model name in
-    messages is the one the client sent (``req["model"]``).
+    messages is the one the client sent (``req["model"]``). ``pause`` is called every
+    ``PAUSE_EVERY`` messages (a worker's cooperative yield: a long conversation shares the loop).
     """
     name = req["model"]
     slots: list[ImageSlot] = []
-    conv = _messages(req["messages"], model, name, slots)
+    conv = _messages(req["messages"], model, name, slots, pause)
     if not conv.seen_turn_message:
         raise _bad("messages", "must contain at least one user message")
     _finish_conversation(conv, model, name)
@@ -593,6 +612,8 @@ def openai_to_anthropic(req: dict[str, Any], model: Model, *, auto_cache: bool =
     messages = []
     message_pairs: list[tuple[dict[str, Any], str]] = []
     for k, turn in enumerate(conv.turns):
+        if k % PAUSE_EVERY == PAUSE_EVERY - 1:
+            pause()
         ordered = turn.ordered()
         message_pairs.extend(ordered)
         content = []

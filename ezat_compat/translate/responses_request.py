@@ -26,10 +26,12 @@ from typing import Any
 from ezat_compat.domain import Model
 from ezat_compat.translate.ids import encode_tool_id
 from ezat_compat.translate.request import (
+    PAUSE_EVERY,
     ImageSlot,
     _auto_breakpoints,
     _bad,
     _blank,
+    _no_pause,
     _reasoning,
     _sampling,
     _text_block,
@@ -235,10 +237,17 @@ def _output_block(
 
 
 def _conversation(
-    items: Sequence[tuple[dict[str, Any], str]], model: Model, model_name: str, slots: list[ImageSlot], unseal: Unseal
+    items: Sequence[tuple[dict[str, Any], str]],
+    model: Model,
+    model_name: str,
+    slots: list[ImageSlot],
+    unseal: Unseal,
+    pause: Callable[[], None] = _no_pause,
 ) -> _Conversation:
     conv = _Conversation()
     for i, (item, path) in enumerate(items):
+        if i % PAUSE_EVERY == PAUSE_EVERY - 1:
+            pause()
         kind = item.get("type", "message")
         if kind == "message":
             role = str(item.get("role"))
@@ -342,13 +351,15 @@ def responses_to_anthropic(
     *,
     unseal: Unseal,
     auto_cache: bool = True,
+    pause: Callable[[], None] = _no_pause,
 ) -> ResponsesTranslation:
     """Translate a Responses request for ``model``. ``items``: the conversation to send as
-    (item, client path) pairs; ``auto_cache`` is False with ``x-ezat-cache: off``."""
+    (item, client path) pairs; ``auto_cache`` is False with ``x-ezat-cache: off``; ``pause``
+    is called every ``PAUSE_EVERY`` items (a worker's cooperative yield)."""
     name = str(req["model"])
     slots: list[ImageSlot] = []
     instructions = req.get("instructions")
-    conv = _conversation(items, model, name, slots, unseal)
+    conv = _conversation(items, model, name, slots, unseal, pause)
     if instructions and not _blank(instructions):
         conv.system.insert(0, (_text_block(instructions), "instructions"))
     _finish(conv, model, name)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 MAX_DEPTH = 200  # nested arrays and objects; deeper than any real request, tool schemas included
@@ -36,6 +36,9 @@ _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 TOO_DEEP = f"is nested more than {MAX_DEPTH} levels deep"
 NOT_FINITE = "NaN, Infinity and -Infinity are not valid JSON numbers"
 SURROGATE = "contains a lone UTF-16 surrogate (\\ud800-\\udfff), which is not valid Unicode text."
+
+
+WALK_PAUSE_EVERY = 4096  # values walked between two cooperative pauses
 
 
 class BodyError(Exception):
@@ -71,12 +74,20 @@ def _key(key: str) -> str:
     return key.encode("utf-8", "backslashreplace").decode("ascii") if _LONE_SURROGATE.search(key) else key
 
 
-def _walk(data: Any, surrogates: bool) -> None:
+def _no_pause() -> None:
+    """The default ``pause``: parsing alone needs none."""
+
+
+def _walk(data: Any, surrogates: bool, pause: Callable[[], None] = _no_pause) -> None:
     """Raise ``BodyError`` at the first part nested deeper than ``MAX_DEPTH`` or, when
     ``surrogates``, at the first string or key holding a lone surrogate (depth first, in order).
     Iterative: the walk itself never nears the recursion limit."""
     stack: list[tuple[Any, tuple[str | int, ...]]] = [(data, ())]
+    seen = 0
     while stack:
+        seen += 1
+        if seen % WALK_PAUSE_EVERY == 0:  # a huge body shares the worker's loop
+            pause()
         value, path = stack.pop()
         if isinstance(value, str):
             if surrogates and _LONE_SURROGATE.search(value):
@@ -112,14 +123,15 @@ def _loads(text: str, subject: str) -> Any:
         raise BodyError(f"{subject}is not valid JSON: {exc}.") from None
 
 
-def _check(data: Any, depth_possible: bool, surrogates: bool) -> Any:
+def _check(data: Any, depth_possible: bool, surrogates: bool, pause: Callable[[], None] = _no_pause) -> Any:
     if depth_possible or surrogates:
-        _walk(data, surrogates)
+        _walk(data, surrogates, pause)
     return data
 
 
-def decode_body(raw: bytes) -> Any:
-    """The parsed JSON body; ``BodyError`` when it breaks one of the rules above."""
+def decode_body(raw: bytes, pause: Callable[[], None] = _no_pause) -> Any:
+    """The parsed JSON body; ``BodyError`` when it breaks one of the rules above. ``pause`` is
+    called every ``WALK_PAUSE_EVERY`` values of the rules' walk (a worker's cooperative yield)."""
     if not raw:
         raise BodyError("The request body is empty; send a JSON object.")
     try:
@@ -130,7 +142,7 @@ def decode_body(raw: bytes) -> Any:
         raise BodyError(f"The request body is not valid UTF-8 text: {exc.reason} at byte {exc.start}.") from None
     data = _loads(text, "The request body ")
     depth_possible = text.count("[") + text.count("{") > MAX_DEPTH
-    return _check(data, depth_possible, _SURROGATE_ESCAPE.search(text) is not None)
+    return _check(data, depth_possible, _SURROGATE_ESCAPE.search(text) is not None, pause)
 
 
 def decode_json_text(text: str) -> Any:

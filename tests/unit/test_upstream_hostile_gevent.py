@@ -169,3 +169,46 @@ def test_an_image_decode_runs_off_the_event_loop() -> None:
         [sys.executable, "-c", textwrap.dedent(IMAGE_OFF_LOOP)], capture_output=True, text=True, timeout=60, check=False
     )
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+BIG_BODY_SHARES_THE_LOOP = """
+from gevent import monkey; monkey.patch_all()
+import json, time, gevent
+from ezat_compat.catalog import Catalog
+from ezat_compat.config import parse_config
+from ezat_compat.cooperative import tools
+from ezat_compat.translate.request import openai_to_anthropic
+from ezat_compat.wire.json import decode_body
+from ezat_compat.wire.openai import load_chat_request
+
+deployment = {"name": "d", "base_url": "http://h", "upstream_model": "x"}
+spec = {"id": "anthropic/m", "aliases": ["m"], "price": {"input": 3, "output": 15}, "deployments": [deployment]}
+model = Catalog(parse_config({"models": [spec]}).models).resolve("m")
+turns = [{"role": "user" if i % 2 == 0 else "assistant", "content": "hi"} for i in range(200_000)]
+raw = json.dumps({"model": "m", "messages": [*turns, {"role": "user", "content": "end"}]}).encode()
+lags = []
+def ticker():
+    while True:
+        t = time.monotonic(); gevent.sleep(0.01); lags.append(time.monotonic() - t - 0.01)
+gevent.spawn(ticker); gevent.sleep(0.05)
+started = time.monotonic()
+request = load_chat_request(decode_body(raw, pause=tools().pause))
+openai_to_anthropic(request, model, pause=tools().pause)
+took = time.monotonic() - started
+gevent.sleep(0.03)
+assert took > 1.5, took  # several seconds of work: without its pauses, one stall as long
+assert max(lags) < 0.8, (max(lags), took)
+"""
+
+
+def test_a_body_of_200000_messages_shares_the_event_loop() -> None:
+    """Parsing, validating and translating 200,000 tiny messages (~4 s of CPU) pause every few
+    hundred messages: another greenlet's timers (a stream's pings) wait well under a second."""
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(BIG_BODY_SHARES_THE_LOOP)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
