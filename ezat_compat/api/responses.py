@@ -16,6 +16,7 @@ from ezat_compat.datafiles import data_folder
 from ezat_compat.dialects.openai_responses import OpenAIResponses, ResponsesServices, not_found
 from ezat_compat.errors import GatewayError, InvalidRequestError
 from ezat_compat.sealing import KEY_ENV, load_sealer
+from ezat_compat.store.accounts import AuthContext
 from ezat_compat.store.responses import DAY_S, ResponseStore, StoredResponse
 from ezat_compat.translate.item_references import item_key
 from ezat_compat.translate.responses_response import client_view
@@ -77,21 +78,37 @@ def dialect_of(app: Flask) -> OpenAIResponses:
     return found
 
 
-def _stored(response_id: str) -> StoredResponse:
-    """The key's organisation's stored response, or 404."""
-    auth = gateway().authenticate(api_key(request))
+def _admitted() -> AuthContext:
+    """The key of this request, its request counted against its ``rpm`` as a POST's is (429
+    past it): reading stored responses is traffic like any other."""
+    gw = gateway()
+    auth = gw.authenticate(api_key(request))
+    gw.limits.settle_tokens(gw.limits.admit(auth, 0), 0)  # no tokens: only the request is counted
+    return auth
+
+
+def _stored(response_id: str, *, context: bool = True) -> StoredResponse:
+    """The key's organisation's stored response, or 404; ``context=False``: without the
+    conversation (not read from the database at all)."""
+    auth = _admitted()
     services = dialect().services
-    found = services.store.get(auth.org_id, response_id, services.clock()) if services.store else None
+    found = services.store.get(auth.org_id, response_id, services.clock(), context=context) if services.store else None
     if found is None:
         raise not_found(response_id)
     return found
+
+
+def _input_item_id(item: dict[str, Any], response_id: str, n: int) -> str:
+    """The id the list shows for input item ``n``: its own, or one made from the response's."""
+    own = item.get("id")
+    return own if own is not None else f"in_{item_key(response_id)}{n:03d}"
 
 
 def _input_item(item: dict[str, Any], response_id: str, n: int) -> dict[str, Any]:
     """An input item as the list shows it: with an id, and message content as parts."""
     out = dict(item)
     out.setdefault("type", "message")
-    out.setdefault("id", f"in_{item_key(response_id)}{n:03d}")
+    out["id"] = _input_item_id(item, response_id, n)
     if out["type"] == "message" and isinstance(out.get("content"), str):
         kind = "output_text" if out.get("role") == "assistant" else "input_text"
         out["content"] = [{"type": kind, "text": out["content"]}]
@@ -107,13 +124,13 @@ def create_response() -> Response:
 
 @bp.get("/responses/<response_id>")
 def retrieve_response(response_id: str) -> Response:
-    found = _stored(response_id)
+    found = _stored(response_id, context=False)
     return json_response(client_view(found.response, found.encrypted))
 
 
 @bp.delete("/responses/<response_id>")
 def delete_response(response_id: str) -> Response:
-    auth = gateway().authenticate(api_key(request))
+    auth = _admitted()
     services = dialect().services
     if services.store is None or not services.store.delete(auth.org_id, response_id, services.clock()):
         raise not_found(response_id)
@@ -125,32 +142,34 @@ def list_input_items(response_id: str) -> Response:
     """The response's input items, newest first unless ``order=asc``; ``limit`` (1-100, 20)
     and ``after`` / ``before`` (an item id) page through them."""
     found = _stored(response_id)
-    items = [_input_item(item, response_id, n) for n, item in enumerate(found.input)]
     order = request.args.get("order", "desc")
     if order not in ("asc", "desc"):
         raise InvalidRequestError("order: must be asc or desc", param="order")
-    if order == "desc":
-        items.reverse()
     try:
         limit = int(request.args.get("limit", "20"))
     except ValueError:
         raise InvalidRequestError("limit: must be an integer", param="limit") from None
     if not 1 <= limit <= LIST_LIMIT_MAX:
         raise InvalidRequestError(f"limit: must be between 1 and {LIST_LIMIT_MAX}", param="limit")
-    ids = [item["id"] for item in items]
+    numbered = list(enumerate(found.input))
+    if order == "desc":
+        numbered.reverse()
+    # The ids alone to find the page; only the page's items are built.
+    ids = [_input_item_id(item, response_id, n) for n, item in numbered]
     after, before = request.args.get("after"), request.args.get("before")
     if after is not None:
-        items = items[ids.index(after) + 1 :] if after in ids else []
-    if before is not None:
-        ids = [item["id"] for item in items]
-        items = items[: ids.index(before)] if before in ids else items
-    page = items[:limit]
+        start = ids.index(after) + 1 if after in ids else len(ids)
+        numbered, ids = numbered[start:], ids[start:]
+    if before is not None and before in ids:
+        end = ids.index(before)
+        numbered, ids = numbered[:end], ids[:end]
+    page = [_input_item(item, response_id, n) for n, item in numbered[:limit]]
     return json_response(
         {
             "object": "list",
             "data": page,
             "first_id": page[0]["id"] if page else None,
             "last_id": page[-1]["id"] if page else None,
-            "has_more": len(items) > limit,
+            "has_more": len(numbered) > limit,
         }
     )

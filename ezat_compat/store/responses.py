@@ -149,9 +149,12 @@ class ResponseStore:
             self._next_purge = now + self._purge_every_s
             self.purge(now)
 
-    def get(self, org_id: int, response_id: str, now: float) -> StoredResponse | None:
-        """The organisation's response ``response_id``, or None (unknown, expired or another's)."""
-        query = select(responses.c.context, responses.c.input_start, responses.c.response, responses.c.encrypted)
+    def get(self, org_id: int, response_id: str, now: float, *, context: bool = True) -> StoredResponse | None:
+        """The organisation's response ``response_id``, or None (unknown, expired or another's).
+        ``context=False``: the response alone (its ``context`` empty): a retrieve never reads the
+        conversation, which may be tens of megabytes."""
+        columns = [responses.c.input_start, responses.c.response, responses.c.encrypted]
+        query = select(*columns, responses.c.context) if context else select(*columns)
         try:
             with self._engine.connect() as conn:
                 row = conn.execute(
@@ -165,7 +168,8 @@ class ResponseStore:
             raise _reading(exc) from exc
         if row is None:
             return None
-        return StoredResponse(loads(row.response), loads(row.context), int(row.input_start), bool(row.encrypted))
+        kept = loads(row.context) if context else []
+        return StoredResponse(loads(row.response), kept, int(row.input_start) if context else 0, bool(row.encrypted))
 
     def outputs(self, org_id: int, response_ids: Sequence[str], now: float) -> dict[str, list[dict[str, Any]]]:
         """The output items of the organisation's live responses among ``response_ids``, by

@@ -280,6 +280,39 @@ def test_get_input_items_and_delete(gateway: Gateway, key: str) -> None:
     )
 
 
+def test_reading_stored_responses_counts_against_the_keys_rpm(gateway: Gateway) -> None:
+    """GET, input_items and DELETE are requests like a POST: a key with ``--rpm 3`` gets three
+    in a minute, whatever their kind, then 429 with retry-after."""
+    key = gateway.new_key("resp-rpm", "--rpm", "3")
+    created = create(gateway, key, input="Count me")  # 1
+    path = f"/openai/v1/responses/{created['id']}"
+    assert get(gateway, key, path).status_code == 200  # 2
+    assert get(gateway, key, path + "/input_items").status_code == 200  # 3
+    refused = get(gateway, key, path)
+    assert refused.status_code == 429 and refused.json()["error"]["code"] == "rate_limit_exceeded"
+    assert int(refused.headers["retry-after"]) >= 1
+    listed = get(gateway, key, path + "/input_items")
+    assert listed.status_code == 429
+
+
+def test_input_items_page_through_a_long_conversation(gateway: Gateway, key: str) -> None:
+    turns = [{"role": "user", "content": f"turn {n}"} for n in range(45)]
+    created = create(gateway, key, input=turns)
+    path = f"/openai/v1/responses/{created['id']}/input_items"
+    first = get(gateway, key, path + "?order=asc&limit=20").json()
+    assert [i["content"][0]["text"] for i in first["data"]] == [f"turn {n}" for n in range(20)]
+    assert first["has_more"] is True
+    second = get(gateway, key, path + f"?order=asc&limit=20&after={first['last_id']}").json()
+    assert [i["content"][0]["text"] for i in second["data"]] == [f"turn {n}" for n in range(20, 40)]
+    last = get(gateway, key, path + f"?order=asc&limit=20&after={second['last_id']}").json()
+    assert [i["content"][0]["text"] for i in last["data"]] == [f"turn {n}" for n in range(40, 45)]
+    assert last["has_more"] is False
+    before = get(gateway, key, path + f"?order=asc&before={second['first_id']}&limit=3").json()
+    assert [i["content"][0]["text"] for i in before["data"]] == ["turn 0", "turn 1", "turn 2"]
+    newest = get(gateway, key, path + "?limit=2").json()
+    assert [i["content"][0]["text"] for i in newest["data"]] == ["turn 44", "turn 43"]
+
+
 def test_another_organisations_response_is_not_found(gateway: Gateway, key: str) -> None:
     created = create(gateway, key, input="Mine")
     other = gateway.new_key("resp-other-org")

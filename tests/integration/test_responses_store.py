@@ -49,6 +49,14 @@ def test_put_and_get_per_organisation(store: ResponseStore) -> None:
     assert store.get(2, "resp_1", NOW + 1) is None  # another organisation's id is not found
 
 
+def test_a_retrieve_reads_the_response_without_its_conversation(store: ResponseStore) -> None:
+    store.put(1, RESPONSE, CONTEXT, 1, True, NOW)
+    found = store.get(1, "resp_1", NOW + 1, context=False)
+    assert found is not None and found.response == RESPONSE and found.encrypted is True
+    assert found.context == [] and found.input == []  # the conversation was never read
+    assert store.get(2, "resp_1", NOW + 1, context=False) is None
+
+
 def test_expired_responses_are_not_found_and_purged(store: ResponseStore, engine: Engine) -> None:
     store.put(1, RESPONSE, CONTEXT, 0, False, NOW)
     assert store.get(1, "resp_1", NOW + TTL - 1) is not None
