@@ -17,27 +17,16 @@ from typing import Any
 
 import openai
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
 
 from ezat_compat.sim.clouds import SIM_AWS_ACCESS_KEY_ID, SIM_AWS_SECRET_ACCESS_KEY
 from tests.integration.harness import Gateway, ModelSpec, Sim
-from tests.integration.test_clouds import BEDROCK_MODEL, VERTEX_MODEL, _service_account
+from tests.integration.test_clouds import _service_account, bedrock_at, private_pem, vertex_at
+from tests.integration.test_tool_loops import TOOLS
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROUNDS = 5
 CITIES = ("Oslo", "Paris", "Lima", "Nairobi", "Quito")
-TOOLS: list[Any] = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "Current weather for a city",
-            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-        },
-    }
-]
 KILL_AFTER = {1: "anthropic", 3: "bedrock"}  # round -> the deployment that dies after it
 
 
@@ -47,10 +36,7 @@ def ask_for(city: str) -> str:
 
 @pytest.fixture
 def clouds(tmp_path: Path) -> Iterator[tuple[Gateway, dict[str, Sim], str]]:
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    ).decode()
+    pem = private_pem()
     _service_account(tmp_path / "sa-sim.json", "unused", pem)
     sims = {
         "anthropic": Sim(name="anthropic").start(),
@@ -61,23 +47,8 @@ def clouds(tmp_path: Path) -> Iterator[tuple[Gateway, dict[str, Sim], str]]:
     (tmp_path / "aws-config").write_text("")
     deployments = [
         {"name": "anthropic", "base_url": sims["anthropic"].url, "priority": 0},
-        {
-            "name": "bedrock",
-            "provider": "bedrock",
-            "region": "us-east-1",
-            "base_url": sims["bedrock"].url,
-            "upstream_model": BEDROCK_MODEL,
-            "priority": 1,
-        },
-        {
-            "name": "vertex",
-            "provider": "vertex",
-            "project": "ezat-sim",
-            "region": "us-east5",
-            "base_url": sims["vertex"].url,
-            "upstream_model": VERTEX_MODEL,
-            "priority": 2,
-        },
+        {"name": "bedrock", **bedrock_at(sims["bedrock"].url), "priority": 1},
+        {"name": "vertex", **vertex_at(sims["vertex"].url), "priority": 2},
     ]
     env = {
         "AWS_ACCESS_KEY_ID": SIM_AWS_ACCESS_KEY_ID,

@@ -55,6 +55,34 @@ def _service_account(path: Path, token_uri: str, pem: str) -> None:
     )
 
 
+def bedrock_at(url: str) -> dict[str, Any]:
+    """A Bedrock deployment's provider keys, its endpoint the simulator at ``url``."""
+    return {"provider": "bedrock", "region": "us-east-1", "base_url": url, "upstream_model": BEDROCK_MODEL}
+
+
+def vertex_at(url: str) -> dict[str, Any]:
+    """A Vertex AI deployment's provider keys, its endpoint the simulator at ``url``."""
+    return {
+        "provider": "vertex",
+        "project": "ezat-sim",
+        "region": "us-east5",
+        "base_url": url,
+        "upstream_model": VERTEX_MODEL,
+    }
+
+
+def foundry_at(url: str) -> dict[str, Any]:
+    return {"provider": "foundry", "base_url": url + "/anthropic", "api_key_env": "FOUNDRY_KEY"}
+
+
+def private_pem() -> str:
+    """A new RSA key, PEM (PKCS#8): a test service account's."""
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+
+
 def _model(alias: str, *deployments: dict[str, Any]) -> ModelSpec:
     return ModelSpec(id=f"anthropic/{alias}", aliases=(alias,), deployments=deployments)
 
@@ -62,10 +90,7 @@ def _model(alias: str, *deployments: dict[str, Any]) -> ModelSpec:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Gateway, Sim, str]]:
     root = tmp_path_factory.mktemp("clouds")
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    ).decode()
+    pem = private_pem()
     _service_account(root / "sa-sim.json", "unused", pem)
     sim = Sim(name="cloud", flags=("--google-service-account", str(root / "sa-sim.json"))).start()
     _service_account(root / "sa.json", sim.url + "/token", pem)
@@ -73,15 +98,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Gateway, S
         f"[wrong]\naws_access_key_id = {SIM_AWS_ACCESS_KEY_ID}\naws_secret_access_key = {WRONG_SECRET}\n"
     )
     (root / "aws-config").write_text("")
-    bedrock = {"provider": "bedrock", "region": "us-east-1", "base_url": sim.url, "upstream_model": BEDROCK_MODEL}
-    vertex = {
-        "provider": "vertex",
-        "project": "ezat-sim",
-        "region": "us-east5",
-        "base_url": sim.url,
-        "upstream_model": VERTEX_MODEL,
-    }
-    foundry = {"provider": "foundry", "base_url": sim.url + "/anthropic", "api_key_env": "FOUNDRY_KEY"}
+    bedrock, vertex, foundry = bedrock_at(sim.url), vertex_at(sim.url), foundry_at(sim.url)
     models = [
         _model("on-bedrock", {"name": "bedrock-good", **bedrock, "price": BEDROCK_PRICE}),
         _model("on-vertex", {"name": "vertex-good", **vertex}),
@@ -264,19 +281,8 @@ def wrong_google(stack: tuple[Gateway, Sim, str], tmp_path_factory: pytest.TempP
     token endpoint doesn't know (another key): Vertex can't get a token."""
     _, sim, _ = stack
     root = tmp_path_factory.mktemp("wrong-google")
-    other = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    pem = other.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    ).decode()
-    _service_account(root / "sa.json", sim.url + "/token", pem)
-    vertex = {
-        "provider": "vertex",
-        "project": "ezat-sim",
-        "region": "us-east5",
-        "base_url": sim.url,
-        "upstream_model": VERTEX_MODEL,
-    }
-    foundry = {"provider": "foundry", "base_url": sim.url + "/anthropic", "api_key_env": "FOUNDRY_KEY"}
+    _service_account(root / "sa.json", sim.url + "/token", private_pem())  # a key the simulator doesn't know
+    vertex, foundry = vertex_at(sim.url), foundry_at(sim.url)
     models = [
         _model(
             "vertex-bad-then-foundry",

@@ -134,6 +134,14 @@ def test_a_hostile_upstream_under_gevent(case: str) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
 
 
+# Another greenlet's timer every 10 ms; ``lags`` holds how late each tick was (a stream's pings would be).
+TICKER = """lags = []
+def ticker():
+    while True:
+        t = time.monotonic(); gevent.sleep(0.01); lags.append(time.monotonic() - t - 0.01)
+gevent.spawn(ticker); gevent.sleep(0.05)
+"""
+
 IMAGE_OFF_LOOP = """
 from gevent import monkey; monkey.patch_all()
 import io, time, gevent
@@ -147,12 +155,7 @@ Image.new("RGB", (6500, 6500), (10, 200, 30)).save(buffer, "PNG")  # ~42 megapix
 raw = buffer.getvalue()
 images = [Held(raw=raw, probe=probe(raw), b64=b64_length(len(raw)), fresh=False)]
 slots = [ImageSlot(path="messages[0].content[0].image_url.url", block={}, raw=raw)]
-lags = []
-def ticker():
-    while True:
-        t = time.monotonic(); gevent.sleep(0.01); lags.append(time.monotonic() - t - 0.01)
-gevent.spawn(ticker); gevent.sleep(0.05)
-started = time.monotonic()
+{TICKER}started = time.monotonic()
 check_all(slots, images)  # decodes every pixel once
 took = time.monotonic() - started
 gevent.sleep(0.03)
@@ -166,7 +169,11 @@ def test_an_image_decode_runs_off_the_event_loop() -> None:
     """A big image's decode (``check_all``) runs on one of the hub's real threads: another
     greenlet's timers keep their time meanwhile (a stream's pings would)."""
     done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(IMAGE_OFF_LOOP)], capture_output=True, text=True, timeout=60, check=False
+        [sys.executable, "-c", textwrap.dedent(IMAGE_OFF_LOOP).replace("{TICKER}", TICKER)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
 
@@ -186,12 +193,7 @@ spec = {"id": "anthropic/m", "aliases": ["m"], "price": {"input": 3, "output": 1
 model = Catalog(parse_config({"models": [spec]}).models).resolve("m")
 turns = [{"role": "user" if i % 2 == 0 else "assistant", "content": "hi"} for i in range(200_000)]
 raw = json.dumps({"model": "m", "messages": [*turns, {"role": "user", "content": "end"}]}).encode()
-lags = []
-def ticker():
-    while True:
-        t = time.monotonic(); gevent.sleep(0.01); lags.append(time.monotonic() - t - 0.01)
-gevent.spawn(ticker); gevent.sleep(0.05)
-started = time.monotonic()
+{TICKER}started = time.monotonic()
 request = load_chat_request(decode_body(raw, pause=tools().pause))
 openai_to_anthropic(request, model, pause=tools().pause)
 took = time.monotonic() - started
@@ -205,7 +207,7 @@ def test_a_body_of_200000_messages_shares_the_event_loop() -> None:
     """Parsing, validating and translating 200,000 tiny messages (~4 s of CPU) pause every few
     hundred messages: another greenlet's timers (a stream's pings) wait well under a second."""
     done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(BIG_BODY_SHARES_THE_LOOP)],
+        [sys.executable, "-c", textwrap.dedent(BIG_BODY_SHARES_THE_LOOP).replace("{TICKER}", TICKER)],
         capture_output=True,
         text=True,
         timeout=120,
