@@ -511,12 +511,13 @@ class UpstreamClient:
         """Send and read the head (``stream=True``: the body is read by the caller); a non-2xx
         answer is read whole within ``read_timeout`` and raised as ``UpstreamStatusError``."""
         provider = route.provider
-        if provider.rewrites:  # a cloud: its path, then its signature or token on the final request
-            request = self._prepared(route, deployment, provider.path(path, stream), body, headers)
-            provider.authorize(request)
-        else:
-            request = self._prepared(route, deployment, path, body, headers)
+        request: requests.PreparedRequest | None = None
         try:  # the route's adapter itself: Session.send would only add what we turn off (module docstring)
+            if provider.rewrites:  # a cloud: its path, then its signature or token on the final request
+                request = self._prepared(route, deployment, provider.path(path, stream), body, headers)
+                provider.authorize(request)
+            else:
+                request = self._prepared(route, deployment, path, body, headers)
             response = route.adapter.send(
                 request,
                 stream=True,
@@ -525,7 +526,9 @@ class UpstreamClient:
                 proxies=route.proxies,
             )
         except requests.RequestException as exc:
-            raise mapped(exc, deployment, request.url or "") from None
+            raise mapped(
+                exc, deployment, (request.url if request is not None else None) or deployment.base_url
+            ) from None
         except (ValueError, OSError) as exc:  # a header value requests refuses, a broken socket
             raise UpstreamConnectError(f"request to {deployment.name} failed: {type(exc).__name__}") from None
         if response.status_code >= 300:

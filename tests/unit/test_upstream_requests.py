@@ -250,6 +250,16 @@ def test_an_upstreams_cookies_never_ride_along() -> None:
     assert not upstream.session.cookies
 
 
+@responses.activate
+def test_a_header_value_requests_refuses_is_an_upstream_failure_not_a_crash() -> None:
+    """The request is prepared inside the call's error handling: a header value ``requests``
+    won't send (a line break) is a failed attempt like a broken socket, and nothing is sent."""
+    responses.post("http://a.test/v1/messages", json=MESSAGE)
+    with pytest.raises(UpstreamConnectError):
+        client().complete(deployment(), "/v1/messages", b"{}", timeout_s=5, headers={"anthropic-beta": "a\r\nx: y"})
+    assert len(responses.calls) == 0
+
+
 def test_an_event_larger_than_the_cap_breaks_the_stream() -> None:
     from ezat_compat.upstream.sse import iter_sse
 
