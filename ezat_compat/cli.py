@@ -335,12 +335,12 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     connection is made. Warnings (a deployment without its key) go to stderr; exit 0. A model that
     no deployment can serve (none has its key) fails, naming the variables to set."""
     from ezat_compat.server.serving import deployment_warnings, parse_bind, unusable_models
-    from ezat_compat.store.db import describe_url, open_engine
+    from ezat_compat.store.db import check_url, describe_url
 
     path = resolve_config_path(args.config)
     config = load_config(path)
     parse_bind(os.environ.get("EZAT_BIND") or config.server.bind)  # the bind's form (not whether it is free)
-    open_engine(config.gateway.database_url).dispose()  # a supported URL whose driver is installed
+    check_url(config.gateway.database_url)  # a supported URL whose driver is installed; nothing is created
     unusable = unusable_models(config)
     if unusable:
         raise CLIError("; ".join(unusable))

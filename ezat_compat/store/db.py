@@ -264,6 +264,17 @@ def open_engine(url: str) -> Engine:
         raise DatabaseUnavailable(f"{describe_url(url)}: its driver is not installed ({exc.name})") from None
 
 
+def check_url(url: str) -> None:
+    """What ``open_engine`` refuses (an unparsable or unsupported URL, a driver not installed),
+    without creating anything: a SQLite file is never made here (``check-config``)."""
+    try:
+        sqlite = make_url(url).get_backend_name() == "sqlite"
+    except (ArgumentError, ValueError):
+        sqlite = False  # open_engine says what is wrong with it
+    if not sqlite:
+        open_engine(url).dispose()  # PostgreSQL's engine connects on first use: nothing is made
+
+
 def schema_state(engine: Engine) -> SchemaState:
     """Read the stamped revision (a read, no lock). Raises ``DatabaseUnavailable``."""
     try:

@@ -289,12 +289,19 @@ def test_serve_runs_gunicorn_with_gevent_workers(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=30)
         sim.stop()
-    assert "Using worker: gevent" in stderr and stderr.count("Booting worker") >= 2
+    # gunicorn's gevent worker, as ours (server/worker.py: its own refusals in the JSON envelope)
+    assert "Using worker: ezat_compat.server.worker.JSONErrorsGeventWorker" in stderr
+    assert stderr.count("Booting worker") >= 2
 
 
 def test_check_config_validates_without_connecting(config: Path) -> None:
     done = cli(config, "check-config", env={"ANTHROPIC_API_KEY": "k"})
     assert done.returncode == 0 and done.stderr == ""
+    fresh = config.parent / "fresh"
+    fresh.mkdir()
+    (fresh / "ezat.toml").write_text(config.read_text().replace(str(config.parent / "ezat.db"), str(fresh / "new.db")))
+    assert cli(fresh / "ezat.toml", "check-config", env={"ANTHROPIC_API_KEY": "k"}).returncode == 0
+    assert not (fresh / "new.db").exists()  # it creates nothing (the README says so), not even the database
     egress, verdict = done.stdout.strip().splitlines()
     assert egress.startswith("deployment ") and "proxy: " in egress and "CA bundle: " in egress  # test_egress.py
     assert verdict == (
