@@ -222,6 +222,25 @@ def cmd_keys(args: argparse.Namespace) -> int:
                     ],
                 )
             )
+    elif args.keys_command == "update":
+        changes: dict[str, int | None] = {}
+        if args.spend_limit is not None:
+            changes["spend_limit_micros"] = None if args.spend_limit == "none" else _usd(args.spend_limit)
+        for name in ("rpm", "tpm"):
+            value = getattr(args, name)
+            if value is not None:
+                try:
+                    changes[name] = None if value == "none" else _positive_int(value)
+                except argparse.ArgumentTypeError as exc:
+                    raise CLIError(f"keys update --{name}: {exc}") from None
+        if not changes:
+            raise CLIError("keys update: say what to change (--spend-limit, --rpm, --tpm)")
+        info = accounts.update_key(args.key_id, **changes).to_json()
+        limits = ", ".join(
+            f"{label} {info[field] if info[field] is not None else 'none'}"
+            for label, field in (("spend limit (USD)", "spend_limit_usd"), ("rpm", "rpm"), ("tpm", "tpm"))
+        )
+        print(f"updated key {args.key_id}: {limits}")
     elif args.keys_command == "revoke":
         accounts.revoke_key(args.key_id)
         print(f"revoked key {args.key_id}")
@@ -473,7 +492,7 @@ def build_parser() -> argparse.ArgumentParser:
     orgs_sub.add_parser("suspend", help="refuse every key of the organization (403) until resumed").add_argument("name")
     orgs_sub.add_parser("resume", help="let a suspended organization's keys work again").add_argument("name")
 
-    keys = sub.add_parser("keys", help="API keys: create, list, revoke")
+    keys = sub.add_parser("keys", help="API keys: create, list, update, revoke")
     keys_sub = keys.add_subparsers(dest="keys_command", title="actions", metavar="ACTION", required=True)
     kc = keys_sub.add_parser("create", help="a new key for an organization (the secret is printed once)")
     kc.add_argument("--org", required=True, metavar="NAME")
@@ -486,6 +505,13 @@ def build_parser() -> argparse.ArgumentParser:
     kl = keys_sub.add_parser("list", help="every key (of one organization: --org NAME), never its secret")
     kl.add_argument("--org", metavar="NAME")
     kl.add_argument("--json", action="store_true")
+    ku = keys_sub.add_parser(
+        "update", help="change a key's spend limit, rpm or tpm (none: no limit), from its next request on"
+    )
+    ku.add_argument("key_id", metavar="KEY_ID")
+    ku.add_argument("--spend-limit", metavar="USD|none")
+    ku.add_argument("--rpm", metavar="N|none")
+    ku.add_argument("--tpm", metavar="N|none")
     kr = keys_sub.add_parser("revoke", help="revoke a key by its id (KEY_ID from keys list): 401 from then on")
     kr.add_argument("key_id", metavar="KEY_ID")
 

@@ -351,6 +351,25 @@ class Accounts:
         with self._engine.connect() as conn:
             return [_key_info(row) for row in conn.execute(query)]
 
+    def update_key(self, public_id: str, **changes: int | None) -> KeyInfo:
+        """Change a key's ``spend_limit_micros``, ``rpm`` or ``tpm`` (None: no limit), seen by
+        the gateway on the key's next request; ``StoreError`` if there is no such key. What is
+        spent and held is kept: a limit below it refuses the key's next request (402)."""
+        allowed = {"spend_limit_micros", "rpm", "tpm"}
+        unknown = set(changes) - allowed
+        if unknown:
+            raise StoreError(f"can't change {', '.join(sorted(unknown))}")
+        _check_positive("spend limit", changes.get("spend_limit_micros"), zero_ok=True)
+        _check_positive("rpm", changes.get("rpm"))
+        _check_positive("tpm", changes.get("tpm"))
+        with self._writer.begin() as conn:
+            if changes:
+                conn.execute(update(api_keys).where(api_keys.c.public_id == public_id).values(**changes))
+            row = conn.execute(_KEYS.where(api_keys.c.public_id == public_id)).first()
+        if row is None:
+            raise StoreError(f"There is no key {public_id!r}; `keys list` shows the ids (key_…).")
+        return _key_info(row)
+
     def revoke_key(self, public_id: str, *, now: datetime | None = None) -> KeyInfo:
         """Revoke a key by its public id (``key_…``); it answers 401 from the next request on.
         Revoking twice keeps the first revocation time. ``StoreError`` if there is no such key."""

@@ -566,7 +566,7 @@ class Ledger:
             f"plus max_tokens of output), but key {row.public_id} has {_usd(max(left, 0))} left of its "
             f"{_usd(row.spend_limit_micros)} limit ({_usd(row.spent_micros)} spent, "
             f"{_usd(row.reserved_micros)} held by requests in flight). "
-            "Ask your administrator to raise the key's spend limit, or lower max_tokens."
+            "Ask your administrator to raise the key's spend limit (ezat-compat keys update), or lower max_tokens."
         )
 
     # ------------------------------------------------------------ reports (`ezat-compat usage`)

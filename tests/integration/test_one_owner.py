@@ -115,5 +115,16 @@ def test_what_the_cli_changes_is_seen_on_the_next_request(served: Gateway) -> No
     _probe(gateway)
     assert chat(gateway.url, key, "topped up", stream=False).status == 200
     (listed,) = [k for k in json.loads(gateway.cli("keys", "list", "--json").stdout) if k["org"] == "poor"]
+    gateway.cli("keys", "update", listed["id"], "--spend-limit", "0")
+    assert chat(gateway.url, key, "no spending allowed", stream=False).status == 402  # seen at once
+    updated = gateway.cli("keys", "update", listed["id"], "--spend-limit", "none", "--rpm", "1")
+    assert updated.stdout.strip() == f"updated key {listed['id']}: spend limit (USD) none, rpm 1, tpm none"
+    assert chat(gateway.url, key, "one a minute", stream=False).status == 200
+    assert chat(gateway.url, key, "the second this minute", stream=False).status == 429
+    gateway.cli("keys", "update", listed["id"], "--rpm", "none")
+    assert chat(gateway.url, key, "no limit again", stream=False).status == 200
+    refused = gateway.cli("keys", "update", listed["id"], "--rpm", "0", check=False)
+    assert refused.returncode == 1 and "--rpm" in refused.stderr
+    assert gateway.cli("keys", "update", "key_nope", "--rpm", "5", check=False).returncode == 1
     gateway.cli("keys", "revoke", listed["id"])
     assert chat(gateway.url, key, "revoked", stream=False).status == 401
