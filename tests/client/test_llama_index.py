@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.client.test_responses_frameworks import README_BASE, README_KEY, _readme_example
 from tests.conftest import IN_CI
 from tests.integration.harness import Gateway
 
@@ -57,6 +58,24 @@ def llama_python() -> Path:
                 _missing(f"could not install llama-index from the package index: {done.stderr[-500:]}")
             stamp.write_text(wanted)
     return python
+
+
+def test_the_readmes_llama_index_example_runs_as_printed(gateway: Gateway, llama_python: Path, tmp_path: Path) -> None:
+    """The README's llama-index block, with only the address and the key changed: one
+    completion on the legacy Completions API, one on Chat Completions."""
+    key = gateway.new_key("llama-index-readme")
+    source = _readme_example("from llama_index")
+    assert README_BASE in source and README_KEY in source
+    script = tmp_path / "example.py"
+    script.write_text(source.replace(README_BASE, gateway.url).replace(README_KEY, key))
+    done = subprocess.run([str(llama_python), str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == [
+        "Hello from the simulator. You said: What is a prompt cache?",
+        "Hello from the simulator. You said: And a prompt prefix?",
+    ]
+    endpoints = sorted(row["endpoint"] for row in gateway.usage("--org", "llama-index-readme"))
+    assert endpoints == ["chat.completions", "completions"]
 
 
 def test_openai_like_with_its_defaults_completes_streams_and_chats(gateway: Gateway, llama_python: Path) -> None:
