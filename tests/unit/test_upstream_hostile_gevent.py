@@ -191,20 +191,20 @@ from ezat_compat.wire.openai import load_chat_request
 deployment = {"name": "d", "base_url": "http://h", "upstream_model": "x"}
 spec = {"id": "anthropic/m", "aliases": ["m"], "price": {"input": 3, "output": 15}, "deployments": [deployment]}
 model = Catalog(parse_config({"models": [spec]}).models).resolve("m")
-turns = [{"role": "user" if i % 2 == 0 else "assistant", "content": "hi"} for i in range(200_000)]
+turns = [{"role": "user" if i % 2 == 0 else "assistant", "content": "hi"} for i in range(100_000)]
 raw = json.dumps({"model": "m", "messages": [*turns, {"role": "user", "content": "end"}]}).encode()
 {TICKER}started = time.monotonic()
 request = load_chat_request(decode_body(raw, pause=tools().pause))
 openai_to_anthropic(request, model, pause=tools().pause)
 took = time.monotonic() - started
 gevent.sleep(0.03)
-assert took > 1.5, took  # several seconds of work: without its pauses, one stall as long
-assert max(lags) < 0.8, (max(lags), took)
+assert took > 0.8, took  # seconds of work: without its pauses, one stall as long
+assert max(lags) < 0.5 and max(lags) < took / 3, (max(lags), took)
 """
 
 
-def test_a_body_of_200000_messages_shares_the_event_loop() -> None:
-    """Parsing, validating and translating 200,000 tiny messages (~4 s of CPU) pause every few
+def test_a_body_of_100000_messages_shares_the_event_loop() -> None:
+    """Parsing, validating and translating 100,000 tiny messages (~2 s of CPU) pause every few
     hundred messages: another greenlet's timers (a stream's pings) wait well under a second."""
     done = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(BIG_BODY_SHARES_THE_LOOP).replace("{TICKER}", TICKER)],
