@@ -32,6 +32,7 @@ from ezat_compat.wire.json import BodyError, decode_json_text
 
 TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,128}")
 PAUSE_EVERY = 256  # messages (or items) translated between two calls of the caller's ``pause``
+TOOLS_PAUSE_EVERY = 64  # tools, each maybe a strict schema to fit
 
 
 def _no_pause() -> None:
@@ -362,12 +363,15 @@ def _finish_conversation(conv: _Conversation, model: Model, model_name: str) -> 
 # ---------------------------------------------------------------- tools
 
 
-def _tools(tools: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str]]:
+def _tools(tools: list[dict[str, Any]], pause: Callable[[], None] = _no_pause) -> list[tuple[dict[str, Any], str]]:
     """Function tools -> Anthropic tools: name, description, schema, strict, cache_control.
-    A ``strict`` tool's schema is fitted to structured outputs (``schema.fit_schema``). Spec: "Tools"."""
+    A ``strict`` tool's schema is fitted to structured outputs (``schema.fit_schema``). Spec:
+    "Tools". ``pause`` every ``TOOLS_PAUSE_EVERY`` tools (a schema's fitting is the heavy part)."""
     out: list[tuple[dict[str, Any], str]] = []
     names: set[str] = set()
     for t, tool in enumerate(tools):
+        if t % TOOLS_PAUSE_EVERY == TOOLS_PAUSE_EVERY - 1:
+            pause()
         fn = tool["function"]
         name = fn["name"]
         path = f"tools[{t}].function.name"
@@ -591,7 +595,7 @@ def openai_to_anthropic(
         raise _bad("messages", "must contain at least one user message")
     _finish_conversation(conv, model, name)
 
-    tool_pairs = _tools(req["tools"]) if req.get("tools") else []
+    tool_pairs = _tools(req["tools"], pause) if req.get("tools") else []
     if tool_pairs and not model.tools:
         raise _bad("tools", f"model {name} does not support tools")
     choice = None

@@ -366,7 +366,7 @@ def responses_to_anthropic(
 
     declared = [(tool, f"tools[{t}]", False) for t, tool in enumerate(req.get("tools") or ())]
     declared += [t for t in conv.tools if not t[2]] + [t for t in conv.tools if t[2]]
-    tool_pairs, tool_names, _ = tools_to_anthropic(declared, model, name) if declared else ([], {}, False)
+    tool_pairs, tool_names, _ = tools_to_anthropic(declared, model, name, pause) if declared else ([], {}, False)
     parallel = req.get("parallel_tool_calls")
     choice = tool_choice_to_anthropic(req.get("tool_choice"), tool_names, parallel, model, name) if tool_pairs else None
     forced = choice is not None and choice["type"] in ("any", "tool")

@@ -12,12 +12,12 @@ whole list (names, duplicates, the tool choice) is judged here. Pure.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ezat_compat.domain import Model
-from ezat_compat.translate.request import TOOL_NAME, _bad
+from ezat_compat.translate.request import TOOL_NAME, TOOLS_PAUSE_EVERY, _bad, _no_pause
 from ezat_compat.translate.schema import fit_schema
 from ezat_compat.translate.tables import TOOL_CHOICE_TO_ANTHROPIC
 
@@ -148,14 +148,17 @@ def _web_search(tool: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def tools_to_anthropic(
-    tools: Sequence[tuple[dict[str, Any], str, bool]], model: Model, model_name: str
+    tools: Sequence[tuple[dict[str, Any], str, bool]],
+    model: Model,
+    model_name: str,
+    pause: Callable[[], None] = _no_pause,
 ) -> tuple[list[tuple[dict[str, Any], str]], dict[str, ClientTool], bool]:
     """Tools as (tool, client path, found) -> (Anthropic tools with their paths, Anthropic
     name -> client tool, web search translated). ``tools``: the request's, then those of its
     ``additional_tools`` items, then those a client-run tool search found (``found``: a name
     already there is left out, as a tool found twice; elsewhere a duplicate is refused).
     Namespaces are flattened; web_search only for models with it (the schema refused the other
-    built-ins)."""
+    built-ins). ``pause`` every ``TOOLS_PAUSE_EVERY`` tools (a worker's cooperative yield)."""
     out: list[tuple[dict[str, Any], str]] = []
     names: dict[str, ClientTool] = {}
     web_search = False
@@ -168,7 +171,9 @@ def tools_to_anthropic(
         names[block["name"]] = client
         out.append((block, path))
 
-    for tool, path, found in tools:
+    for position, (tool, path, found) in enumerate(tools):
+        if position % TOOLS_PAUSE_EVERY == TOOLS_PAUSE_EVERY - 1:
+            pause()
         kind = tool.get("type")
         if kind in ("function", "custom"):
             add(*_one_tool(tool, path, None), path, found)
