@@ -341,11 +341,14 @@ def _build_model(raw: Mapping[str, Any], environ: Mapping[str, str], folder: str
 
 
 def _log_files(server: Mapping[str, Any], folder: str) -> dict[str, Any]:
-    """``[server]`` with its log files' relative paths taken beside the config file ("-": stderr)."""
+    """``[server]`` with its files' relative paths taken beside the config file: the log files
+    ("-": stderr) and the pidfile ("": none), as every other path of the file."""
     out = dict(server)
     for name in ("access_log", "error_log"):
         if out.get(name, "-") != "-":
             out[name] = _beside(folder, out[name])
+    if out.get("pidfile"):
+        out["pidfile"] = _beside(folder, out["pidfile"])
     return out
 
 

@@ -289,6 +289,8 @@ def test_server_pidfile_and_name(tmp_path: Path) -> None:
     named = load_config(write(tmp_path, text))
     assert named.server.pidfile == "/run/ezat-compat/ezat-compat.pid" and named.server.name == "eu-1"
     assert process_title(named, "127.0.0.1:8080") == "ezat-compat: eu-1"
+    relative = load_config(write(tmp_path, '[server]\npidfile = "run/ezat.pid"\n' + MINIMAL))
+    assert relative.server.pidfile == str(tmp_path / "run" / "ezat.pid")  # beside the file, not the cwd
     with pytest.raises(ConfigError, match=r"ezat.toml: server.pidfil: Unknown field."):
         load_config(write(tmp_path, '[server]\npidfil = "x"\n' + MINIMAL))
 
