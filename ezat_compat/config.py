@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from marshmallow import RAISE, Schema, ValidationError, fields, validate, validates_schema
+from marshmallow import RAISE, Schema, ValidationError, fields, pre_load, validate, validates_schema
 from sqlalchemy import make_url
 
 from ezat_compat.catalog import is_pattern
@@ -104,6 +104,18 @@ class _DeploymentSchema(_Strict):
     ca_file = fields.Str(load_default="")
     client_cert = fields.Str(load_default="")
     client_key = fields.Str(load_default="")
+
+    @pre_load
+    def _version_where_it_is_sent(self, data: Any, **_: Any) -> Any:
+        """``anthropic_version`` only where it goes out as the header (Anthropic, Foundry): the
+        clouds put their own version in the body (``bedrock-2023-05-31``, ``vertex-2023-10-16``),
+        so a value there would silently do nothing."""
+        if isinstance(data, dict) and "anthropic_version" in data and data.get("provider") in ("bedrock", "vertex"):
+            provider = data["provider"]
+            raise ValidationError(
+                {"anthropic_version": [f"anthropic_version is not used by provider {provider!r} (it sends its own)."]}
+            )
+        return data
 
     @validates_schema
     def _key_goes_with_a_cert(self, data: dict[str, Any], **_: Any) -> None:

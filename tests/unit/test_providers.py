@@ -228,6 +228,16 @@ def _config(**deployment: Any) -> dict[str, Any]:
         pytest.param({"provider": "foundry"}, "base_url", id="foundry-without-base-url"),
         pytest.param({"base_url": "https://a.test", "region": "us-east-1"}, "not used by provider", id="stray-region"),
         pytest.param({"provider": "azure"}, "provider", id="unknown-provider"),
+        pytest.param(
+            {"provider": "bedrock", "region": "us-east-1", "anthropic_version": "2023-06-01"},
+            "anthropic_version is not used by provider 'bedrock'",
+            id="bedrock-anthropic-version",
+        ),
+        pytest.param(
+            {"provider": "vertex", "region": "us-east5", "project": "p", "anthropic_version": "2023-06-01"},
+            "anthropic_version is not used by provider 'vertex'",
+            id="vertex-anthropic-version",
+        ),
     ],
 )
 def test_config_refuses_a_provider_without_its_keys(deployment: dict[str, Any], problem: str) -> None:
