@@ -422,6 +422,21 @@ def test_the_alembic_command_uses_the_gateways_database(db_config: Path) -> None
     assert cli(db_config, "db", "check").returncode == 0
 
 
+def test_the_alembic_command_finds_a_relative_database_where_the_gateway_does(db_config: Path, tmp_path: Path) -> None:
+    """A relative SQLite ``EZAT_DATABASE_URL`` is the data folder's file (the config's folder
+    here), for the ``alembic`` command as for the gateway and the admin commands, wherever it runs."""
+    alembic = [sys.executable, "-m", "alembic", "-c", str(REPO / "alembic.ini")]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {**os.environ, "EZAT_CONFIG": str(db_config), "EZAT_DATABASE_URL": "sqlite:///relative.db"}
+    up = subprocess.run(
+        [*alembic, "upgrade", "head"], capture_output=True, text=True, timeout=60, env=env, cwd=elsewhere
+    )
+    assert up.returncode == 0, up.stderr
+    assert (db_config.parent / "relative.db").exists() and not (elsewhere / "relative.db").exists()
+    assert cli(db_config, "db", "check", env={"EZAT_DATABASE_URL": "sqlite:///relative.db"}).returncode == 0
+
+
 WRITER = """
 import sqlite3, sys, time
 conn = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=10)

@@ -8,8 +8,10 @@ Three ways in:
 - Offline mode (``ezat-compat db upgrade --sql``, ``alembic upgrade head --sql``): the SQL is
   written out for a DBA to apply, nothing is connected.
 - The ``alembic`` command itself (the repository's ``alembic.ini``): the database is the
-  gateway's (``sqlalchemy.url`` when set, else ``EZAT_DATABASE_URL``, else the config file named
-  by ``EZAT_CONFIG`` or ``./ezat.toml``), migrated with the same lock as ``migrate``.
+  gateway's, found as the admin commands find it (``sqlalchemy.url`` when set; else the config
+  file named by ``EZAT_CONFIG`` or ``./ezat.toml``, ``EZAT_DATABASE_URL`` overriding its URL and a
+  relative SQLite path taken in the data folder; else ``EZAT_DATABASE_URL`` as it is), migrated
+  with the same lock as ``migrate``.
 """
 
 from __future__ import annotations
@@ -28,9 +30,10 @@ def _database_url() -> str:
 
     from ezat_compat.config import load_config, resolve_config_path
 
-    if os.environ.get("EZAT_DATABASE_URL"):
+    path = resolve_config_path(None)
+    if not os.path.exists(path) and os.environ.get("EZAT_DATABASE_URL"):
         return os.environ["EZAT_DATABASE_URL"]
-    return load_config(resolve_config_path(None)).gateway.database_url
+    return load_config(path).gateway.database_url  # EZAT_DATABASE_URL applied, a relative path resolved
 
 
 def _configure(connection: Connection) -> None:
