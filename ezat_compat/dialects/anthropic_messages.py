@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from ezat_compat.dialects import (
@@ -176,19 +176,29 @@ class EventMeter:
         return b"event: error\ndata: " + encode_json(render_anthropic(err)[1]) + b"\n\n"
 
 
-def _blocks(messages: Any) -> Any:
-    """(path, block) of every content block of ``messages`` and of every block in a tool_result."""
+def _sourced_blocks(messages: Any) -> Iterator[tuple[dict[str, Any], tuple[int, int, int | None]]]:
+    """(block, where) of every content block with a ``source``, in the messages and in their
+    tool_results; ``where`` is (message, block, tool_result block or None), made into a path only
+    for a block that is refused or kept: a long conversation has thousands of blocks, nearly all
+    without a source, and this runs on every native request."""
     for i, message in enumerate(messages if isinstance(messages, list) else ()):
         content = message.get("content") if isinstance(message, dict) else None
-        for j, block in enumerate(content if isinstance(content, list) else ()):
+        if not isinstance(content, list):
+            continue
+        for j, block in enumerate(content):
             if not isinstance(block, dict):
                 continue
-            path = f"messages.{i}.content.{j}"
-            yield path, block
-            inner = block.get("content") if block.get("type") == "tool_result" else None
-            for k, nested in enumerate(inner if isinstance(inner, list) else ()):
-                if isinstance(nested, dict):
-                    yield f"{path}.tool_result.content.{k}", nested
+            if "source" in block:
+                yield block, (i, j, None)
+            elif block.get("type") == "tool_result" and isinstance(inner := block.get("content"), list):
+                for k, nested in enumerate(inner):
+                    if isinstance(nested, dict) and "source" in nested:
+                        yield nested, (i, j, k)
+
+
+def _path(where: tuple[int, int, int | None]) -> str:
+    i, j, k = where
+    return f"messages.{i}.content.{j}" if k is None else f"messages.{i}.content.{j}.tool_result.content.{k}"
 
 
 def native_media(messages: Any) -> list[ImageSlot]:
@@ -198,8 +208,8 @@ def native_media(messages: Any) -> list[ImageSlot]:
     than its ``media_type`` says, a PDF document that isn't one. A source the API refuses for its
     shape (bad base64, an unknown media type) is left for the upstream to refuse in its words."""
     slots: list[ImageSlot] = []
-    for path, block in _blocks(messages):
-        source = block.get("source")
+    for block, where in _sourced_blocks(messages):
+        source = block["source"]
         if not isinstance(source, dict) or source.get("type") != "base64" or not isinstance(source.get("data"), str):
             continue
         kind, declared = block.get("type"), source.get("media_type")
@@ -208,21 +218,21 @@ def native_media(messages: Any) -> list[ImageSlot]:
             if raw is None:
                 continue
             found = sniff_image_type(raw[:16])
-            where = f"{path}.image.source.base64"
+            path = f"{_path(where)}.image.source.base64"
             if found is not None and found != declared:
                 raise InvalidRequestError(
-                    f"{where}: The image was specified using the {declared} media type, "
+                    f"{path}: The image was specified using the {declared} media type, "
                     f"but the image appears to be a {found} image",
-                    param=where,
+                    param=path,
                 )
             if found is None:
-                raise InvalidRequestError(f"{where}: Could not process image", param=where)
-            slots.append(ImageSlot(path=where, block=block, raw=raw))
+                raise InvalidRequestError(f"{path}: Could not process image", param=path)
+            slots.append(ImageSlot(path=path, block=block, raw=raw))
         elif kind == "document" and declared == "application/pdf":
             raw = decode_base64(source["data"])
             if raw is not None and not is_pdf(raw):
-                where = f"{path}.pdf.source.base64.data"
-                raise InvalidRequestError(f"{where}: The PDF specified was not valid.", param=where)
+                path = f"{_path(where)}.pdf.source.base64.data"
+                raise InvalidRequestError(f"{path}: The PDF specified was not valid.", param=path)
     return slots
 
 
