@@ -83,7 +83,7 @@ def _admitted() -> AuthContext:
     past it): reading stored responses is traffic like any other."""
     gw = gateway()
     auth = gw.authenticate(api_key(request))
-    gw.limits.settle_tokens(gw.limits.admit(auth, 0), 0)  # no tokens: only the request is counted
+    gw.limits.admit(auth, 0)  # no tokens, so nothing held: only the request is counted
     return auth
 
 

@@ -28,15 +28,11 @@ from ezat_compat.translate.tables import (
     REASONING_EFFORT_TO_EFFORT,
     TOOL_CHOICE_TO_ANTHROPIC,
 )
-from ezat_compat.wire.json import BodyError, decode_json_text
+from ezat_compat.wire.json import BodyError, decode_json_text, no_pause
 
 TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,128}")
 PAUSE_EVERY = 256  # messages (or items) translated between two calls of the caller's ``pause``
 TOOLS_PAUSE_EVERY = 64  # tools, each maybe a strict schema to fit
-
-
-def _no_pause() -> None:
-    """The default ``pause``: translation alone needs none."""
 
 
 _IMAGE_TYPES_TEXT = "image/jpeg, image/png, image/gif or image/webp"
@@ -286,7 +282,7 @@ def _messages(
     model: Model,
     model_name: str,
     slots: list[ImageSlot],
-    pause: Callable[[], None] = _no_pause,
+    pause: Callable[[], None] = no_pause,
 ) -> _Conversation:
     conv = _Conversation()
     last_empty_user: int | None = None
@@ -363,7 +359,7 @@ def _finish_conversation(conv: _Conversation, model: Model, model_name: str) -> 
 # ---------------------------------------------------------------- tools
 
 
-def _tools(tools: list[dict[str, Any]], pause: Callable[[], None] = _no_pause) -> list[tuple[dict[str, Any], str]]:
+def _tools(tools: list[dict[str, Any]], pause: Callable[[], None] = no_pause) -> list[tuple[dict[str, Any], str]]:
     """Function tools -> Anthropic tools: name, description, schema, strict, cache_control.
     A ``strict`` tool's schema is fitted to structured outputs (``schema.fit_schema``). Spec:
     "Tools". ``pause`` every ``TOOLS_PAUSE_EVERY`` tools (a schema's fitting is the heavy part)."""
@@ -580,7 +576,7 @@ def anthropic_body(
 
 
 def openai_to_anthropic(
-    req: dict[str, Any], model: Model, *, auto_cache: bool = True, pause: Callable[[], None] = _no_pause
+    req: dict[str, Any], model: Model, *, auto_cache: bool = True, pause: Callable[[], None] = no_pause
 ) -> Translation:
     """Translate a validated Chat Completions request for ``model``.
 

@@ -31,7 +31,6 @@ from ezat_compat.translate.request import (
     _auto_breakpoints,
     _bad,
     _blank,
-    _no_pause,
     _reasoning,
     _sampling,
     _text_block,
@@ -52,6 +51,7 @@ from ezat_compat.translate.schema import fit_schema
 from ezat_compat.translate.tables import (
     DEFAULT_MAX_TOKENS,
 )
+from ezat_compat.wire.json import no_pause
 
 TEXT_PARTS = ("input_text", "output_text", "text", "summary_text")
 
@@ -242,7 +242,7 @@ def _conversation(
     model_name: str,
     slots: list[ImageSlot],
     unseal: Unseal,
-    pause: Callable[[], None] = _no_pause,
+    pause: Callable[[], None] = no_pause,
 ) -> _Conversation:
     conv = _Conversation()
     for i, (item, path) in enumerate(items):
@@ -351,7 +351,7 @@ def responses_to_anthropic(
     *,
     unseal: Unseal,
     auto_cache: bool = True,
-    pause: Callable[[], None] = _no_pause,
+    pause: Callable[[], None] = no_pause,
 ) -> ResponsesTranslation:
     """Translate a Responses request for ``model``. ``items``: the conversation to send as
     (item, client path) pairs; ``auto_cache`` is False with ``x-ezat-cache: off``; ``pause``

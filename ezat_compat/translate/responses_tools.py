@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ezat_compat.domain import Model
-from ezat_compat.translate.request import TOOL_NAME, TOOLS_PAUSE_EVERY, _bad, _no_pause
+from ezat_compat.translate.request import TOOL_NAME, TOOLS_PAUSE_EVERY, _bad
 from ezat_compat.translate.schema import fit_schema
 from ezat_compat.translate.tables import TOOL_CHOICE_TO_ANTHROPIC
+from ezat_compat.wire.json import no_pause
 
 WEB_SEARCH_TYPES = ("web_search", "web_search_preview", "web_search_2025_08_26", "web_search_preview_2025_03_11")
 ANTHROPIC_WEB_SEARCH = {"type": "web_search_20250305", "name": "web_search"}
@@ -151,7 +152,7 @@ def tools_to_anthropic(
     tools: Sequence[tuple[dict[str, Any], str, bool]],
     model: Model,
     model_name: str,
-    pause: Callable[[], None] = _no_pause,
+    pause: Callable[[], None] = no_pause,
 ) -> tuple[list[tuple[dict[str, Any], str]], dict[str, ClientTool], bool]:
     """Tools as (tool, client path, found) -> (Anthropic tools with their paths, Anthropic
     name -> client tool, web search translated). ``tools``: the request's, then those of its

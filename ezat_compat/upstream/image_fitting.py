@@ -128,12 +128,12 @@ def fit_all(
 
 
 def check_all(slots: Sequence[ImageSlot], images: list[Image]) -> None:
-    """Decode the pixels of each image not decoded yet (``check_pixels``), in slot order, on the
-    calling thread: the upstream refuses an image whose data doesn't decode, so the first one is
-    a 400 naming its part (``… : the image could not be decoded``). A fitted image was decoded
-    by its fit and is not decoded again; an image that fits costs this one decode, on one of the
-    hub's real threads under gevent (``cooperative.off_loop``: the pool's "threads" are greenlets
-    of the loop's own thread there)."""
+    """Decode the pixels of each image not decoded yet (``check_pixels``), in slot order: the
+    upstream refuses an image whose data doesn't decode, so the first one is a 400 naming its
+    part (``… : the image could not be decoded``). A fitted image was decoded by its fit and is
+    not decoded again; an image that fits costs this one decode, on one of the hub's real
+    threads under gevent (``cooperative.off_loop``: the pool's "threads" are greenlets of the
+    loop's own thread there)."""
     off_loop = tools().off_loop  # the decode on a real thread: the loop goes on meanwhile
     for index, image in enumerate(images):
         if not image.decoded:

@@ -196,7 +196,8 @@ class ImageFetcher:
         can't be used (a failed download, bytes Pillow can't decode, a decompression bomb):
         every image's pixels are decoded once before it is sent (the upstream refuses one whose
         data doesn't decode). Without images it does nothing; images that fit cost a header
-        read and one decode each (on the calling thread), images that are fitted the fit alone.
+        read and one decode each (on one of the hub's real threads under gevent: ``cooperative.off_loop``),
+        images that are fitted the fit alone.
         """
         pdfs = [slot for slot in slots if slot.pdf]
         if pdfs:

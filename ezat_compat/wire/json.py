@@ -74,11 +74,11 @@ def _key(key: str) -> str:
     return key.encode("utf-8", "backslashreplace").decode("ascii") if _LONE_SURROGATE.search(key) else key
 
 
-def _no_pause() -> None:
-    """The default ``pause``: parsing alone needs none."""
+def no_pause() -> None:
+    """The default ``pause`` of a long loop here and in the translators: alone, none is needed."""
 
 
-def _walk(data: Any, surrogates: bool, pause: Callable[[], None] = _no_pause) -> None:
+def _walk(data: Any, surrogates: bool, pause: Callable[[], None] = no_pause) -> None:
     """Raise ``BodyError`` at the first part nested deeper than ``MAX_DEPTH`` or, when
     ``surrogates``, at the first string or key holding a lone surrogate (depth first, in order).
     Iterative: the walk itself never nears the recursion limit."""
@@ -123,13 +123,13 @@ def _loads(text: str, subject: str) -> Any:
         raise BodyError(f"{subject}is not valid JSON: {exc}.") from None
 
 
-def _check(data: Any, depth_possible: bool, surrogates: bool, pause: Callable[[], None] = _no_pause) -> Any:
+def _check(data: Any, depth_possible: bool, surrogates: bool, pause: Callable[[], None] = no_pause) -> Any:
     if depth_possible or surrogates:
         _walk(data, surrogates, pause)
     return data
 
 
-def decode_body(raw: bytes, pause: Callable[[], None] = _no_pause) -> Any:
+def decode_body(raw: bytes, pause: Callable[[], None] = no_pause) -> Any:
     """The parsed JSON body; ``BodyError`` when it breaks one of the rules above. ``pause`` is
     called every ``WALK_PAUSE_EVERY`` values of the rules' walk (a worker's cooperative yield)."""
     if not raw:
