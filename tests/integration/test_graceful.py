@@ -198,7 +198,9 @@ def test_a_sigterm_during_a_reloads_wait_is_heard_at_once(slow_sim: Sim, tmp_pat
     gw = start(tmp_path, slow_sim, drain_s=2, graceful_timeout_s=60)
     try:
         key = gw.new_key("acme")
-        streams = Streams(gw, key, 4, 25)
+        # ~25 s of stream (the simulator sends 3 words a delta: "75" streams for ~25 s), so that
+        # they outlast the reload's new workers booting on a busy machine, the TERM and the drain
+        streams = Streams(gw, key, 4, 75)
         time.sleep(2)
         assert gw.proc is not None
         gw.proc.send_signal(signal.SIGHUP)
