@@ -307,7 +307,7 @@ def _egress_lines(config: Config) -> list[str]:
             if problem is not None:
                 raise CLIError(f"deployment {deployment.name}: {problem}")
             try:  # the provider, its region and where its credentials come from (never the secret)
-                provider = make_provider(deployment).describe()
+                provider = make_provider(deployment, egress).describe()
             except ProviderSetupError as exc:
                 raise CLIError(str(exc)) from None
             lines.append(

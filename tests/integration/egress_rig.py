@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import threading
@@ -280,6 +281,16 @@ class PKI:
         _write_key(client_key, self.client_key)
         return self
 
+    def server_context(self, *, require_client_cert: bool = False) -> ssl.SSLContext:
+        """A server's TLS context with the 127.0.0.1 certificate; ``require_client_cert``: a
+        client certificate the CA signed is required (mTLS)."""
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(self.server_cert, self.server_key)
+        if require_client_cert:
+            context.verify_mode = ssl.CERT_REQUIRED
+            context.load_verify_locations(cafile=self.ca)
+        return context
+
 
 # ---------------------------------------------------------------- the simulator over TLS
 
@@ -397,12 +408,29 @@ class _Quiet(BaseHTTPRequestHandler):
         return
 
 
+class _TlsHTTPServer(ThreadingHTTPServer):
+    """A ThreadingHTTPServer whose connections are TLS (the handshake in the handler's thread);
+    a client that gives up the handshake is not an error of the test's server."""
+
+    context: ssl.SSLContext
+
+    def get_request(self) -> tuple[Any, Any]:
+        sock, address = super().get_request()
+        return self.context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False), address
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], (ssl.SSLError, ConnectionError)):
+            super().handle_error(request, client_address)
+
+
 class RecordingServer:
     """A threaded HTTP server on a free 127.0.0.1 port that answers every request with one
-    fixed ``status``, ``content_type`` and ``body``, and records the paths it saw."""
+    fixed ``status``, ``content_type`` and ``body``, and records the paths it saw; with
+    ``context`` (``PKI.server_context``) it speaks HTTPS."""
 
-    def __init__(self, status: int, content_type: str, body: bytes) -> None:
+    def __init__(self, status: int, content_type: str, body: bytes, context: ssl.SSLContext | None = None) -> None:
         self.paths: list[str] = []
+        self.scheme = "https" if context is not None else "http"
         self._lock = threading.Lock()
         server = self
 
@@ -422,7 +450,12 @@ class RecordingServer:
             do_GET = _answer
             do_POST = _answer
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        if context is not None:
+            tls = _TlsHTTPServer(("127.0.0.1", 0), Handler)
+            tls.context = context
+            self.httpd: ThreadingHTTPServer = tls
+        else:
+            self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.port = int(self.httpd.server_address[1])
         self._thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
@@ -430,7 +463,7 @@ class RecordingServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     def seen(self, needle: str) -> list[str]:
         with self._lock:

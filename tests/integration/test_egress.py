@@ -23,17 +23,24 @@ Outside CI the proxy tests skip when tinyproxy is missing; under CI=true they mu
 
 from __future__ import annotations
 
+import datetime
 import json
+import os
 import re
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import botocore.exceptions
 import pytest
 import requests
 
+from ezat_compat.domain import Deployment
+from ezat_compat.upstream.egress import egress_of
+from ezat_compat.upstream.providers import make_provider
 from tests.integration.egress_rig import (
+    EGRESS_VARS,
     PKI,
     EgressGateway,
     EgressModel,
@@ -705,3 +712,161 @@ def test_check_config_fails_in_one_line_on_a_missing_or_unreadable_file(pki: PKI
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert str(path) in lines[0], lines
+
+
+# ---------------------------------------------------------------- Bedrock's credential calls (STS AssumeRole)
+
+ROLE_KEYS = ("ASIAEZATFAKESTSKEY01", "fake-sts-secret-access-key", "fake-sts-session-token")
+AWS_CONFIG = """\
+[profile ezat]
+role_arn = arn:aws:iam::123456789012:role/ezat-bedrock
+source_profile = base
+region = us-east-1
+
+[profile base]
+aws_access_key_id = AKIAEZATBASEKEY00001
+aws_secret_access_key = base-secret-access-key
+"""
+
+
+def assume_role_response() -> bytes:
+    """STS's AssumeRole answer as the service sends it (STS API reference, "AssumeRole":
+    ``AssumeRoleResponse`` / ``AssumeRoleResult`` / ``Credentials``), valid for an hour."""
+    expiration = (datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    key, secret, token = ROLE_KEYS
+    return f"""<AssumeRoleResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/">
+  <AssumeRoleResult>
+    <SourceIdentity>ezat</SourceIdentity>
+    <AssumedRoleUser>
+      <Arn>arn:aws:sts::123456789012:assumed-role/ezat-bedrock/ezat</Arn>
+      <AssumedRoleId>AROA3XFRBF535PLBIFPI4:ezat</AssumedRoleId>
+    </AssumedRoleUser>
+    <Credentials>
+      <AccessKeyId>{key}</AccessKeyId>
+      <SecretAccessKey>{secret}</SecretAccessKey>
+      <SessionToken>{token}</SessionToken>
+      <Expiration>{expiration}</Expiration>
+    </Credentials>
+    <PackedPolicySize>6</PackedPolicySize>
+  </AssumeRoleResult>
+  <ResponseMetadata>
+    <RequestId>c6104cbe-af31-11e0-8154-cbc7ccf896c7</RequestId>
+  </ResponseMetadata>
+</AssumeRoleResponse>
+""".encode()
+
+
+@pytest.fixture(scope="module")
+def sts() -> Iterator[RecordingServer]:
+    """A fake STS over plain HTTP: every request gets the AssumeRole answer."""
+    server = RecordingServer(200, "text/xml", assume_role_response())
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def mtls_sts(pki: PKI) -> Iterator[RecordingServer]:
+    """A fake STS over TLS that requires a client certificate the test CA signed."""
+    server = RecordingServer(200, "text/xml", assume_role_response(), pki.server_context(require_client_cert=True))
+    yield server
+    server.close()
+
+
+def assume_role_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, sts_url: str) -> None:
+    """botocore's environment for profile ``ezat`` (a role assumed with profile ``base``'s
+    static keys) and STS at ``sts_url`` (``AWS_ENDPOINT_URL_STS``); none of this machine's AWS
+    or egress variables, one attempt per call."""
+    for name in [n for n in os.environ if n.startswith("AWS_")] + list(EGRESS_VARS):
+        monkeypatch.delenv(name, raising=False)
+    config = tmp_path / "aws-config"
+    config.write_text(AWS_CONFIG)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_ENDPOINT_URL_STS", sts_url)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+
+
+def bedrock_credentials(**egress: Any) -> Any:
+    """The frozen credentials of a Bedrock deployment on profile ``ezat`` with the egress keys
+    ``egress``, made as the upstream client makes its provider."""
+    deployment = Deployment(
+        name="bedrock-sts",
+        base_url="https://bedrock-runtime.us-east-1.amazonaws.com",
+        upstream_model="anthropic.claude-x-v1:0",
+        provider="bedrock",
+        region="us-east-1",
+        api_key_env="",
+        aws_profile="ezat",
+        **egress,
+    )
+    provider: Any = make_provider(deployment, egress_of(deployment))
+    return provider.credentials().get_frozen_credentials()
+
+
+def sts_requests(proxy: Tinyproxy, mark: int, sts: RecordingServer) -> list[tuple[str, str]]:
+    """The requests to ``sts`` (plain or a CONNECT tunnel) the proxy logged after ``mark``."""
+    return [(method, target) for method, target in proxy.requests_since(mark) if f"127.0.0.1:{sts.port}" in target]
+
+
+@pytest.mark.parametrize(
+    ("own_proxy", "environment_proxy", "through_proxy"),
+    [
+        pytest.param("tinyproxy", False, True, id="its-proxy"),
+        pytest.param("", True, False, id="no-proxy-overrides-the-environment"),
+        pytest.param(None, True, True, id="the-environments-proxy"),
+    ],
+)
+def test_bedrocks_sts_call_leaves_through_the_deployments_proxy(
+    proxy: Tinyproxy,
+    sts: RecordingServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    own_proxy: str | None,
+    environment_proxy: bool,
+    through_proxy: bool,
+) -> None:
+    """The role is assumed (STS AssumeRole, as botocore does for a profile with ``role_arn``)
+    through the deployment's ``proxy``; ``proxy = ""`` goes direct though ``HTTP(S)_PROXY``
+    name the proxy; without the key, botocore follows them."""
+    assume_role_environment(monkeypatch, tmp_path, sts.url)
+    if environment_proxy:
+        monkeypatch.setenv("HTTP_PROXY", proxy.url)
+        monkeypatch.setenv("HTTPS_PROXY", proxy.url)
+    mark, answered = proxy.mark(), len(sts.seen("/"))
+    frozen = bedrock_credentials(proxy=proxy.url if own_proxy == "tinyproxy" else own_proxy)
+    assert (frozen.access_key, frozen.secret_key, frozen.token) == ROLE_KEYS
+    assert len(sts.seen("/")) == answered + 1
+    if through_proxy:
+        assert wait_for(lambda: sts_requests(proxy, mark, sts)) == [("POST", sts.url + "/")]
+    else:
+        assert sts_requests(proxy, mark, sts) == []
+
+
+@pytest.mark.parametrize("with_ca_file", [True, False], ids=["its-ca-file-and-certificate", "without-its-ca-file"])
+def test_bedrocks_sts_call_trusts_its_ca_file_and_shows_its_client_certificate(
+    proxy: Tinyproxy,
+    mtls_sts: RecordingServer,
+    pki: PKI,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    with_ca_file: bool,
+) -> None:
+    """An STS over mTLS, through the proxy's CONNECT tunnel: the deployment's ``ca_file`` is
+    trusted besides the bundle (one combined file for botocore) and its client certificate is
+    shown; without the ``ca_file`` the certificate can't be verified."""
+    assume_role_environment(monkeypatch, tmp_path, mtls_sts.url)
+    mark = proxy.mark()
+    egress = {
+        "proxy": proxy.url,
+        "ca_file": str(pki.ca) if with_ca_file else "",
+        "client_cert": str(pki.client_cert),
+        "client_key": str(pki.client_key),
+    }
+    if with_ca_file:
+        frozen = bedrock_credentials(**egress)
+        assert (frozen.access_key, frozen.secret_key, frozen.token) == ROLE_KEYS
+    else:
+        with pytest.raises(botocore.exceptions.SSLError, match=SSL_REASON):
+            bedrock_credentials(**egress)
+    assert wait_for(lambda: sts_requests(proxy, mark, mtls_sts)) == [("CONNECT", f"127.0.0.1:{mtls_sts.port}")]

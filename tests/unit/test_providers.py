@@ -5,12 +5,18 @@ from __future__ import annotations
 
 import base64
 import json
+import stat
 import time
 from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
+import botocore.utils
 import pytest
 import requests
+from botocore import UNSIGNED
+from botocore.config import Config
 
 from ezat_compat.config import ConfigError, parse_config
 from ezat_compat.domain import Deployment
@@ -279,8 +285,6 @@ def test_vertex_refreshes_its_token_through_the_deployments_egress(
     """google-auth's token refresh is a call out of the network like the deployment's own: the
     deployment's proxy (or the environment's, read by requests per URL), and one TLS context
     with the extra CA files and the client certificate."""
-    from dataclasses import replace
-
     from ezat_compat.upstream.egress import TLSAdapter, egress_of
 
     for name, value in environment.items():
@@ -291,3 +295,112 @@ def test_vertex_refreshes_its_token_through_the_deployments_egress(
     assert session.trust_env is trust_env
     assert session.proxies == proxies
     assert isinstance(session.get_adapter("https://oauth2.googleapis.com/token"), TLSAdapter)
+
+
+BASE_PEM = b"-----BEGIN CERTIFICATE-----\nYmFzZQ==\n-----END CERTIFICATE-----\n"
+EXTRA_PEM = b"-----BEGIN CERTIFICATE-----\nZXh0cmE=\n-----END CERTIFICATE-----"  # no final newline
+CORP = "http://u:p@corp:3128"
+
+
+def _aws_egress_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
+    """The PEM files of a Bedrock deployment's egress and an environment of none but these:
+    ``REQUESTS_CA_BUNDLE`` the base bundle, no AWS files, no ``AWS_CA_BUNDLE``."""
+    files = {name: tmp_path / f"{name}.pem" for name in ("base", "aws", "extra", "cert", "key")}
+    for name, path in files.items():
+        path.write_bytes(EXTRA_PEM if name == "extra" else BASE_PEM.replace(b"YmFzZQ==", name.encode()))
+    for name in ("AWS_CA_BUNDLE", "CURL_CA_BUNDLE", "HTTP_PROXY", "http_proxy", "https_proxy", "NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(files["base"]))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    return files
+
+
+@pytest.mark.parametrize(
+    ("proxy", "key", "proxies"),
+    [
+        pytest.param(CORP, True, {"http": CORP, "https": CORP}, id="its-proxy"),
+        pytest.param("", True, {}, id="no-proxy-is-direct"),
+        pytest.param(None, False, None, id="the-environments-read-by-botocore"),
+    ],
+)
+def test_bedrock_credential_calls_leave_through_the_deployments_egress(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, proxy: str | None, key: bool, proxies: Any
+) -> None:
+    """botocore's STS and SSO clients take the session's default client config (proxies, client
+    certificate) and its ``ca_bundle``: one file, the base bundle followed by the extra CA."""
+    from ezat_compat.upstream.egress import egress_of
+
+    files = _aws_egress_files(tmp_path, monkeypatch)
+    monkeypatch.setenv("HTTPS_PROXY", "http://env:3128")
+    deployment = replace(
+        BEDROCK,
+        proxy=proxy,
+        ca_file=str(files["extra"]),
+        client_cert=str(files["cert"]),
+        client_key=str(files["key"]) if key else "",
+    )
+    provider: Any = make_provider(deployment, egress_of(deployment))
+    session = provider.credentials_session()
+    config = session.get_default_client_config()
+    cert = (str(files["cert"]), str(files["key"])) if key else str(files["cert"])
+    assert (config.proxies, config.client_cert) == (proxies, cert)
+    bundle = Path(session.get_config_variable("ca_bundle"))
+    assert bundle.read_bytes() == files["base"].read_bytes() + EXTRA_PEM + b"\n"
+    assert stat.S_IMODE(bundle.stat().st_mode) == 0o600
+    # an SSO client as botocore makes it (its own Config merged over the session's default)
+    sso = botocore.utils.create_nested_client(
+        session, "sso", config=Config(region_name="us-east-1", signature_version=UNSIGNED)
+    )
+    assert (sso.meta.config.proxies, sso.meta.config.client_cert) == (proxies, cert)
+
+
+@pytest.mark.parametrize(
+    ("aws_ca_bundle", "extra", "expected"),
+    [
+        pytest.param(False, False, ["base"], id="requests-bundle"),
+        pytest.param(True, False, ["aws"], id="aws-ca-bundle-kept"),
+        pytest.param(False, True, ["base", "extra"], id="requests-bundle-and-extra"),
+        pytest.param(True, True, ["aws", "extra"], id="aws-ca-bundle-and-extra"),
+    ],
+)
+def test_bedrock_credential_calls_trust_one_bundle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, aws_ca_bundle: bool, extra: bool, expected: list[str]
+) -> None:
+    from ezat_compat.upstream.egress import egress_of
+
+    files = _aws_egress_files(tmp_path, monkeypatch)
+    if aws_ca_bundle:
+        monkeypatch.setenv("AWS_CA_BUNDLE", str(files["aws"]))
+    deployment = replace(BEDROCK, ca_file=str(files["extra"]) if extra else "")
+    provider: Any = make_provider(deployment, egress_of(deployment))
+    session = provider.credentials_session()
+    assert session.get_default_client_config() is None  # nothing to set: no proxy key, no certificate
+    bundle = session.get_config_variable("ca_bundle")
+    if len(expected) == 1:
+        assert bundle == str(files[expected[0]])
+    else:
+        assert Path(bundle).read_bytes() == b"".join(files[name].read_bytes() for name in expected) + b"\n"
+
+
+def test_bedrock_without_an_egress_leaves_botocore_to_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _aws_egress_files(tmp_path, monkeypatch)
+    provider: Any = make_provider(BEDROCK)
+    session = provider.credentials_session()
+    assert session.get_default_client_config() is None
+    assert session.get_config_variable("ca_bundle") is None
+
+
+@pytest.mark.parametrize("missing", ["extra", "base", "cert"])
+def test_bedrock_names_a_missing_egress_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, missing: str) -> None:
+    from ezat_compat.upstream.egress import egress_of
+    from ezat_compat.upstream.providers import ProviderSetupError
+
+    files = _aws_egress_files(tmp_path, monkeypatch)
+    deployment = replace(BEDROCK, ca_file=str(files["extra"]), client_cert=str(files["cert"]))
+    provider: Any = make_provider(deployment, egress_of(deployment))
+    files[missing].unlink()
+    with pytest.raises(ProviderSetupError, match=f"deployment b: .*{files[missing]}"):
+        provider.credentials()

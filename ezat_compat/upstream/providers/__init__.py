@@ -140,11 +140,12 @@ def beta_list(provider: str, headers: Mapping[str, str] | None) -> list[str]:
 def make_provider(deployment: Deployment, egress: Egress | None = None) -> Provider:
     """The deployment's provider object (its SDK imported now); ``ProviderSetupError`` when its
     extra is missing. ``egress``: the deployment's proxies, CAs and client certificate, which a
-    provider's own calls (Vertex's token refresh) go through too (None: the environment's)."""
+    provider's own calls (Vertex's token refresh, Bedrock's STS and SSO credential calls) go
+    through too (None: the environment's)."""
     if deployment.provider == "bedrock":
         from ezat_compat.upstream.providers.bedrock import BedrockProvider
 
-        return BedrockProvider(deployment)
+        return BedrockProvider(deployment, egress)
     if deployment.provider == "vertex":
         from ezat_compat.upstream.providers.vertex import VertexProvider
 

@@ -13,6 +13,9 @@
   ``aws_profile``, SSO, container and instance roles), refreshed by botocore; each request is
   signed with ``SigV4Auth(credentials, "bedrock", region)``. With ``api_key_env`` set, a Bedrock
   API key is sent as ``Authorization: Bearer`` instead (Bedrock user guide, "API keys").
+  botocore's own calls for them (STS AssumeRole and AssumeRoleWithWebIdentity, SSO) leave
+  through the deployment's egress, as its requests do: its ``proxy``, its CA files and its
+  client certificate, set with botocore's public session settings (``credentials_session``).
 - The stream is AWS event-stream framing (``application/vnd.amazon.eventstream``), decoded
   with botocore's ``EventStreamBuffer``: each ``chunk`` event's payload is
   ``{"bytes": "<base64>"}`` whose bytes are one Anthropic stream event's JSON (the service
@@ -29,10 +32,14 @@ Bedrock, so it is what this provider calls.
 
 from __future__ import annotations
 
+import atexit
 import base64
 import binascii
+import contextlib
 import json
 import logging
+import os
+import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
@@ -43,9 +50,11 @@ import requests
 from ezat_compat.domain import Deployment
 from ezat_compat.errors import UpstreamAuthError, UpstreamStatusError
 from ezat_compat.upstream.bodies import encode_body
+from ezat_compat.upstream.egress import Egress
 from ezat_compat.upstream.providers import Event, Provider, ProviderSetupError, beta_list, common_headers
 
 try:
+    import botocore.config
     import botocore.session
     from botocore.auth import SigV4Auth
     from botocore.awsrequest import AWSRequest
@@ -100,11 +109,11 @@ def envelope(error_type: str, message: str) -> bytes:
 class BedrockProvider(Provider):
     """A Bedrock deployment (module docstring)."""
 
-    __slots__ = ("_credentials", "_lock", "_paths", "_session")
+    __slots__ = ("_ca_file", "_credentials", "_egress", "_lock", "_paths", "_session")
     name = "bedrock"
     rewrites = True
 
-    def __init__(self, deployment: Deployment) -> None:
+    def __init__(self, deployment: Deployment, egress: Egress | None = None) -> None:
         if botocore is None:
             raise ProviderSetupError(
                 f"deployment {deployment.name}: provider 'bedrock' needs botocore: pip install 'ezat-compat[bedrock]'"
@@ -115,6 +124,8 @@ class BedrockProvider(Provider):
         self._lock = threading.Lock()
         self._session: Any = None
         self._credentials: Any = None
+        self._egress = egress
+        self._ca_file = ""  # the combined CA file of the credential calls, once written
         logging.getLogger("botocore.auth").setLevel(logging.INFO)  # its debug lines hold the signature
 
     # -- the request ----------------------------------------------------------------------------
@@ -144,13 +155,79 @@ class BedrockProvider(Provider):
             headers["authorization"] = f"Bearer {self.deployment.api_key}"
         return headers
 
+    def credentials_session(self) -> Any:
+        """The botocore session the credentials are found and refreshed with. With an egress,
+        every client botocore makes for them (``create_nested_client``: STS, SSO) gets it
+        through the session's public settings: a default client ``Config`` with ``proxies``
+        (only when the deployment sets ``proxy``: ``{}`` for ``""`` is direct; unset, botocore
+        reads the environment per URL, as requests does) and ``client_cert``; the
+        ``ca_bundle`` variable naming one file, the bundle followed by the extra CA files
+        (``_ca_bundle``). Egress None: botocore's own reading of the environment.
+        ``ProviderSetupError`` when a file it names can't be read."""
+        session = botocore.session.Session(profile=self.deployment.aws_profile or None)
+        egress = self._egress
+        if egress is None:
+            return session
+        options: dict[str, Any] = {}
+        if self.deployment.proxy is not None:
+            options["proxies"] = dict(egress.proxies)
+        if egress.client_cert:
+            for what, path in (("client_cert", egress.client_cert), ("client_key", egress.client_key)):
+                if path and not os.path.isfile(path):
+                    raise ProviderSetupError(f"deployment {self.deployment.name}: {what} {path}: no such file")
+            options["client_cert"] = (
+                (egress.client_cert, egress.client_key) if egress.client_key else egress.client_cert
+            )
+        if options:
+            session.set_default_client_config(botocore.config.Config(**options))
+        bundle = self._ca_bundle(session.get_config_variable("ca_bundle"), egress)
+        if bundle:
+            session.set_config_variable("ca_bundle", bundle)
+        return session
+
+    def _ca_bundle(self, configured: str | None, egress: Egress) -> str:
+        """The one CA file botocore's ``ca_bundle`` names for the credential calls ("": keep
+        ``configured``, botocore's own ``AWS_CA_BUNDLE`` or the profile's ``ca_bundle``). With
+        extra CA files: a private copy (0600, removed at exit) of the bundle (``configured``,
+        else the egress's: ``REQUESTS_CA_BUNDLE``, ``CURL_CA_BUNDLE`` or certifi's) followed by
+        them, read now."""
+        if not egress.extra_ca_files:
+            if configured:
+                return ""
+            if not os.path.isfile(egress.ca_bundle):
+                raise ProviderSetupError(
+                    f"deployment {self.deployment.name}: CA bundle {egress.ca_bundle}: no such file"
+                )
+            return egress.ca_bundle
+        parts = []
+        named = [("CA bundle", configured or egress.ca_bundle)] + [("ca_file", p) for p in egress.extra_ca_files]
+        for what, path in named:
+            try:
+                with open(path, "rb") as f:
+                    data = f.read()
+            except OSError as exc:
+                raise ProviderSetupError(
+                    f"deployment {self.deployment.name}: {what} {path}: {exc.strerror or exc}"
+                ) from None
+            parts.append(data if data.endswith(b"\n") else data + b"\n")
+        try:
+            if not self._ca_file:  # one per provider, written again if the credentials are made again
+                fd, self._ca_file = tempfile.mkstemp(prefix="ezat-aws-ca-", suffix=".pem")  # mode 0600
+                os.close(fd)
+                atexit.register(_remove, self._ca_file, os.getpid())
+            with open(self._ca_file, "wb") as f:
+                f.write(b"".join(parts))
+        except OSError as exc:
+            raise ProviderSetupError(f"deployment {self.deployment.name}: the combined CA file: {exc}") from None
+        return self._ca_file
+
     def credentials(self) -> Any:
         """botocore's credentials (refreshable ones refresh themselves); made once, on first use."""
         if self._credentials is None:
             with self._lock:
                 if self._credentials is None:
                     try:
-                        session = botocore.session.Session(profile=self.deployment.aws_profile or None)
+                        session = self.credentials_session()
                         credentials = session.get_credentials()
                     except BotoCoreError as exc:
                         raise ProviderSetupError(f"deployment {self.deployment.name}: {exc}") from None
@@ -216,8 +293,17 @@ class BedrockProvider(Provider):
         credentials = self.credentials()
         method = getattr(credentials, "method", "") or "unknown"
         profile = f" (profile {d.aws_profile})" if d.aws_profile else ""
-        lines.append(f"credentials: AWS SigV4, found by botocore's chain in {method}{profile}")
+        via = "; its STS and SSO calls use this egress" if self._egress is not None else ""
+        lines.append(f"credentials: AWS SigV4, found by botocore's chain in {method}{profile}{via}")
         return lines
+
+
+def _remove(path: str, owner: int) -> None:
+    """Remove the combined CA file at exit, in the process that wrote it only (a forked
+    worker's exit must not take it from the others)."""
+    if os.getpid() == owner:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
 
 def _header(headers: Mapping[str, str], name: str) -> str:
