@@ -12,8 +12,6 @@ import textwrap
 
 import pytest
 
-pytestmark = pytest.mark.integration
-
 PRELUDE = """
 from gevent import monkey; monkey.patch_all()
 import socket, time, gevent
