@@ -161,8 +161,9 @@ def describe(egress: Egress, url: str) -> list[str]:
     return lines
 
 
-def check_files(egress: Egress) -> str | None:
-    """The first problem with a file the egress names, in one line; None when all can be used."""
+def missing_file(egress: Egress) -> str | None:
+    """The first file the egress names that is missing or unreadable, in one line; None when
+    every one can be read."""
     named = [("CA bundle", egress.ca_bundle)] + [("ca_file", p) for p in egress.extra_ca_files]
     if egress.client_cert:
         named.append(("client_cert", egress.client_cert))
@@ -173,6 +174,14 @@ def check_files(egress: Egress) -> str | None:
             return f"{what} {path}: no such file"
         if not os.access(path, os.R_OK):
             return f"{what} {path}: not readable"
+    return None
+
+
+def check_files(egress: Egress) -> str | None:
+    """The first problem with a file the egress names, in one line; None when all can be used."""
+    problem = missing_file(egress)
+    if problem is not None:
+        return problem
     try:
         egress.ssl_context()
     except (OSError, ssl.SSLError) as exc:

@@ -50,7 +50,7 @@ import requests
 from ezat_compat.domain import Deployment
 from ezat_compat.errors import UpstreamAuthError, UpstreamStatusError
 from ezat_compat.upstream.bodies import encode_body
-from ezat_compat.upstream.egress import Egress
+from ezat_compat.upstream.egress import Egress, missing_file
 from ezat_compat.upstream.providers import Event, Provider, ProviderSetupError, beta_list, common_headers
 
 try:
@@ -168,13 +168,13 @@ class BedrockProvider(Provider):
         egress = self._egress
         if egress is None:
             return session
+        problem = missing_file(egress)
+        if problem is not None:
+            raise ProviderSetupError(f"deployment {self.deployment.name}: {problem}")
         options: dict[str, Any] = {}
         if self.deployment.proxy is not None:
             options["proxies"] = dict(egress.proxies)
         if egress.client_cert:
-            for what, path in (("client_cert", egress.client_cert), ("client_key", egress.client_key)):
-                if path and not os.path.isfile(path):
-                    raise ProviderSetupError(f"deployment {self.deployment.name}: {what} {path}: no such file")
             options["client_cert"] = (
                 (egress.client_cert, egress.client_key) if egress.client_key else egress.client_cert
             )
@@ -192,13 +192,7 @@ class BedrockProvider(Provider):
         else the egress's: ``REQUESTS_CA_BUNDLE``, ``CURL_CA_BUNDLE`` or certifi's) followed by
         them, read now."""
         if not egress.extra_ca_files:
-            if configured:
-                return ""
-            if not os.path.isfile(egress.ca_bundle):
-                raise ProviderSetupError(
-                    f"deployment {self.deployment.name}: CA bundle {egress.ca_bundle}: no such file"
-                )
-            return egress.ca_bundle
+            return "" if configured else egress.ca_bundle
         parts = []
         named = [("CA bundle", configured or egress.ca_bundle)] + [("ca_file", p) for p in egress.extra_ca_files]
         for what, path in named:
