@@ -14,60 +14,76 @@ they are valid for the models whose ``sampling`` is true; they are checked by ha
 from __future__ import annotations
 
 import collections.abc
+import functools
+from types import SimpleNamespace
 from typing import Any
 
-from anthropic.types import (
-    Base64ImageSourceParam,
-    Base64PDFSourceParam,
-    CacheControlEphemeralParam,
-    DocumentBlockParam,
-    ImageBlockParam,
-    OutputConfigParam,
-    TextBlockParam,
-    ThinkingConfigAdaptiveParam,
-    ThinkingConfigEnabledParam,
-    ToolChoiceAnyParam,
-    ToolChoiceAutoParam,
-    ToolChoiceNoneParam,
-    ToolChoiceToolParam,
-    ToolParam,
-    ToolResultBlockParam,
-    ToolUseBlockParam,
-    URLPDFSourceParam,
-)
-from anthropic.types.assistant_message_param import AssistantMessageParam
-from anthropic.types.json_output_format_param import JSONOutputFormatParam
-from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
-from anthropic.types.user_message_param import UserMessageParam
-from pydantic import TypeAdapter
-
-_ADAPTER = TypeAdapter(MessageCreateParamsNonStreaming)
 LEGACY_SAMPLING = {"temperature", "top_p", "top_k"}
+
+
+@functools.cache
+def _sdk() -> SimpleNamespace:
+    """The SDK's types and the tables of them, at the first validation: importing the ``anthropic``
+    SDK takes seconds, which a test module that validates nothing (and its collection) doesn't pay."""
+    from anthropic.types import (
+        Base64ImageSourceParam,
+        Base64PDFSourceParam,
+        CacheControlEphemeralParam,
+        DocumentBlockParam,
+        ImageBlockParam,
+        OutputConfigParam,
+        TextBlockParam,
+        ThinkingConfigAdaptiveParam,
+        ThinkingConfigEnabledParam,
+        ToolChoiceAnyParam,
+        ToolChoiceAutoParam,
+        ToolChoiceNoneParam,
+        ToolChoiceToolParam,
+        ToolParam,
+        ToolResultBlockParam,
+        ToolUseBlockParam,
+        URLPDFSourceParam,
+    )
+    from anthropic.types.assistant_message_param import AssistantMessageParam
+    from anthropic.types.json_output_format_param import JSONOutputFormatParam
+    from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
+    from anthropic.types.user_message_param import UserMessageParam
+    from pydantic import TypeAdapter
+
+    return SimpleNamespace(
+        adapter=TypeAdapter(MessageCreateParamsNonStreaming),
+        request=MessageCreateParamsNonStreaming,
+        user=UserMessageParam,
+        assistant=AssistantMessageParam,
+        text=TextBlockParam,
+        tool=ToolParam,
+        cache_control=CacheControlEphemeralParam,
+        output_config=OutputConfigParam,
+        json_output_format=JSONOutputFormatParam,
+        blocks={
+            "text": TextBlockParam,
+            "image": ImageBlockParam,
+            "document": DocumentBlockParam,
+            "tool_use": ToolUseBlockParam,
+            "tool_result": ToolResultBlockParam,
+        },
+        sources={
+            ("image", "base64"): Base64ImageSourceParam,
+            ("document", "base64"): Base64PDFSourceParam,
+            ("document", "url"): URLPDFSourceParam,
+        },
+        tool_choices={
+            "auto": ToolChoiceAutoParam,
+            "any": ToolChoiceAnyParam,
+            "tool": ToolChoiceToolParam,
+            "none": ToolChoiceNoneParam,
+        },
+        thinking={"adaptive": ThinkingConfigAdaptiveParam, "enabled": ThinkingConfigEnabledParam},
+    )
 
 
 def _keys(typed_dict: Any) -> set[str]:
     return set(typed_dict.__required_keys__) | set(typed_dict.__optional_keys__)
-
-
-BLOCKS = {
-    "text": TextBlockParam,
-    "image": ImageBlockParam,
-    "document": DocumentBlockParam,
-    "tool_use": ToolUseBlockParam,
-    "tool_result": ToolResultBlockParam,
-}
-SOURCES = {
-    ("image", "base64"): Base64ImageSourceParam,
-    ("document", "base64"): Base64PDFSourceParam,
-    ("document", "url"): URLPDFSourceParam,
-}
-TOOL_CHOICES = {
-    "auto": ToolChoiceAutoParam,
-    "any": ToolChoiceAnyParam,
-    "tool": ToolChoiceToolParam,
-    "none": ToolChoiceNoneParam,
-}
-THINKING = {"adaptive": ThinkingConfigAdaptiveParam, "enabled": ThinkingConfigEnabledParam}
 
 
 def _consume(value: Any) -> Any:
@@ -83,19 +99,19 @@ def _check(obj: Any, typed_dict: Any, path: str, problems: list[str]) -> None:
     unknown = set(obj) - _keys(typed_dict)
     problems.extend(f"{path}.{k}" for k in sorted(unknown))
     if "cache_control" in obj and obj["cache_control"] is not None:
-        _check(obj["cache_control"], CacheControlEphemeralParam, f"{path}.cache_control", problems)
+        _check(obj["cache_control"], _sdk().cache_control, f"{path}.cache_control", problems)
 
 
 def _check_block(block: dict[str, Any], path: str, problems: list[str]) -> None:
     kind = block.get("type")
-    typed = BLOCKS.get(kind)
+    typed = _sdk().blocks.get(kind)
     if typed is None:
         problems.append(f"{path}.type={kind!r}")
         return
     _check(block, typed, path, problems)
     source = block.get("source")
     if isinstance(source, dict):
-        typed_source = SOURCES.get((kind, source.get("type")))
+        typed_source = _sdk().sources.get((kind, source.get("type")))
         if typed_source is None:
             problems.append(f"{path}.source.type={source.get('type')!r}")
         else:
@@ -115,26 +131,27 @@ def validate_anthropic_request(body: dict[str, Any]) -> None:
         assert isinstance(value, int | float) and not isinstance(value, bool), f"{name} must be a number"
         assert 0 <= value <= 1, f"{name} out of range"
     assert not {"temperature", "top_p"} <= set(sampling), "temperature and top_p together"
-    _consume(_ADAPTER.validate_python(body))
+    sdk = _sdk()
+    _consume(sdk.adapter.validate_python(body))
     problems: list[str] = []
-    _check(body, MessageCreateParamsNonStreaming, "", problems)
+    _check(body, sdk.request, "", problems)
     for i, message in enumerate(body["messages"]):
-        role_type = UserMessageParam if message["role"] == "user" else AssistantMessageParam
+        role_type = sdk.user if message["role"] == "user" else sdk.assistant
         _check(message, role_type, f"messages[{i}]", problems)
         if isinstance(message["content"], list):
             for j, block in enumerate(message["content"]):
                 _check_block(block, f"messages[{i}].content[{j}]", problems)
     if isinstance(body.get("system"), list):
         for i, block in enumerate(body["system"]):
-            _check(block, TextBlockParam, f"system[{i}]", problems)
+            _check(block, sdk.text, f"system[{i}]", problems)
     for i, tool in enumerate(body.get("tools", [])):
-        _check(tool, ToolParam, f"tools[{i}]", problems)
+        _check(tool, sdk.tool, f"tools[{i}]", problems)
     if "tool_choice" in body:
-        _check(body["tool_choice"], TOOL_CHOICES[body["tool_choice"]["type"]], "tool_choice", problems)
+        _check(body["tool_choice"], sdk.tool_choices[body["tool_choice"]["type"]], "tool_choice", problems)
     if "thinking" in body:
-        _check(body["thinking"], THINKING[body["thinking"]["type"]], "thinking", problems)
+        _check(body["thinking"], sdk.thinking[body["thinking"]["type"]], "thinking", problems)
     if "output_config" in body:
-        _check(body["output_config"], OutputConfigParam, "output_config", problems)
+        _check(body["output_config"], sdk.output_config, "output_config", problems)
         if "format" in body["output_config"]:
-            _check(body["output_config"]["format"], JSONOutputFormatParam, "output_config.format", problems)
+            _check(body["output_config"]["format"], sdk.json_output_format, "output_config.format", problems)
     assert not problems, f"fields the anthropic SDK does not define: {problems}"

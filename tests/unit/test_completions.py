@@ -9,7 +9,6 @@ import json
 from typing import Any
 
 import pytest
-from openai.types import Completion
 
 from ezat_compat.config import parse_config
 from ezat_compat.dialects import ReplyIds
@@ -163,6 +162,8 @@ def anthropic_message(text: str, stop_reason: str) -> dict[str, Any]:
     ],
 )
 def test_a_reply_is_a_text_completion(text: str, stop_reason: str, finish_reason: str) -> None:
+    from openai.types import Completion  # (here, not at collection: the SDK takes seconds to import)
+
     answer = DIALECT.reply(parse({}), json.dumps(anthropic_message(text, stop_reason)).encode(), IDS)
     body = json.loads(answer.body)
     Completion.model_validate(body)
@@ -196,6 +197,8 @@ def lines(raw: bytes) -> list[Any]:
 
 @pytest.mark.parametrize("include_usage", [False, True], ids=["no-usage", "usage"])
 def test_a_stream_is_text_completion_chunks_then_done(include_usage: bool) -> None:
+    from openai.types import Completion
+
     parsed = parse({"stream": True, "stream_options": {"include_usage": include_usage}})
     translator = DIALECT.translator(parsed, IDS)
     raw = b"".join(translator.feed(event, json.dumps(data)) for event, data in stream_events("Hello", "max_tokens"))

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import gc
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -63,19 +61,3 @@ def test_a_request_leaves_nothing_for_the_cyclic_collector(name: str, stream: bo
     for i in range(1, 4):
         serve(dialect, body, stream, f"r{i}")
     assert gc.collect() == 0
-
-
-def test_a_worker_sets_its_loaded_app_aside_from_the_collector() -> None:
-    """``serving.tune_collector`` (gunicorn's post_worker_init): what exists then is frozen,
-    the first generation is ``YOUNG_GENERATION``; run in a process of its own."""
-    script = (
-        "import gc, json, flask, sqlalchemy\n"
-        "from ezat_compat.server import serving\n"
-        "before = gc.get_freeze_count()\n"
-        "serving.tune_collector()\n"
-        "print(json.dumps([before, gc.get_freeze_count(), list(gc.get_threshold()), serving.YOUNG_GENERATION]))\n"
-    )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
-    before, frozen, threshold, young = json.loads(done.stdout)
-    assert before == 0 and frozen > 10_000  # the loaded modules' objects
-    assert threshold == [young, 10, 10] and young == 10_000

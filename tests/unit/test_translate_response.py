@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from openai.types.chat import ChatCompletion
 
 from ezat_compat.domain import Usage
 from ezat_compat.translate.ids import encode_tool_id
@@ -30,6 +29,8 @@ def message(content: list[dict[str, Any]], stop_reason: str | None = "end_turn",
 
 
 def completion(msg: dict[str, Any], model: str = "Claude-Sonnet-5.5 ") -> dict[str, Any]:
+    from openai.types.chat import ChatCompletion  # (here, not at collection: the SDK takes seconds to import)
+
     out = anthropic_to_openai(msg, completion_id="chatcmpl-req1", created=1793318400, model=model)
     ChatCompletion.model_validate(out)  # the official SDK's type parses it
     return out

@@ -12,15 +12,15 @@ from typing import Any
 
 import pydantic
 import pytest
-from anthropic.types import RawMessageStreamEvent
-from openai.lib.streaming.chat import ChatCompletionStreamState
-from openai.types.chat import ChatCompletionChunk
 
 from ezat_compat.domain import Usage
 from ezat_compat.translate.ids import encode_tool_id
 from ezat_compat.translate.response import usage_to_openai
 from ezat_compat.translate.stream import DONE, StreamTranslator, encode_chunk, encode_error
 from ezat_compat.upstream.sse import iter_sse
+
+# The SDKs' types are imported in the tests that use them: importing an SDK takes seconds, which
+# collecting this module (in each of the suite's processes) would otherwise pay.
 
 ID = "chatcmpl-019a3f2e-8c41-7d2b-9e57-3b6f0c1d2a4e"
 CREATED = 1793376000
@@ -714,6 +714,8 @@ def test_produced_chars_counts_text_and_arguments_not_thinking(row: Row):
 
 @by_id(ALL_ROWS)
 def test_every_chunk_is_a_valid_openai_chunk(row: Row):
+    from openai.types.chat import ChatCompletionChunk
+
     _, chunks = translate(row.events)
     for c in chunks:
         ChatCompletionChunk.model_validate(c)
@@ -735,6 +737,9 @@ def test_envelope_is_the_same_on_every_chunk(row: Row):
 
 @by_id(ALL_ROWS)
 def test_openai_sdk_accumulates_the_reply(row: Row):
+    from openai.lib.streaming.chat import ChatCompletionStreamState
+    from openai.types.chat import ChatCompletionChunk
+
     _, chunks = translate(row.events)
     if not chunks:
         return
@@ -752,6 +757,8 @@ def test_openai_sdk_accumulates_the_reply(row: Row):
 @by_id(ALL_ROWS)
 def test_events_match_the_anthropic_sdk_types(row: Row):
     """Keeps the builders above honest: the SDK parses every event of a known type."""
+    from anthropic.types import RawMessageStreamEvent
+
     adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(RawMessageStreamEvent)
     for event, data in row.events:
         delta = data.get("delta", {})
@@ -820,6 +827,8 @@ USAGE_ROWS = [
 
 @pytest.mark.parametrize(("start", "delta", "expected"), USAGE_ROWS)
 def test_usage_merging(start: Event, delta: Event, expected: dict[str, Any]):
+    from openai.types.chat import ChatCompletionChunk
+
     translator, _ = translate([start, text_start(0), text(0, "x"), delta, message_stop()])
     assert usage_to_openai(translator.usage) == expected
     usage_chunk = translator.usage_chunk()
@@ -845,6 +854,8 @@ def test_usage_is_a_usage_record_for_billing():
 @pytest.mark.parametrize("include_usage", [True, False], ids=["include-usage", "no-usage"])
 def test_include_usage_puts_usage_null_on_choice_chunks(include_usage: bool):
     """As OpenAI does: with include_usage every chunk but the usage chunk has "usage": null."""
+    from openai.types.chat import ChatCompletionChunk
+
     translator, chunks = translate(ROWS[0].events, include_usage=include_usage)
     for c in chunks:
         assert ("usage" in c) == include_usage
@@ -890,6 +901,8 @@ ODD_EVENTS: list[Event | tuple[str, Any]] = [
     ("event", "data"), ODD_EVENTS, ids=[f"{i}-{e or 'blank'}" for i, (e, _) in enumerate(ODD_EVENTS)]
 )
 def test_odd_data_never_raises(event: str, data: Any):
+    from openai.types.chat import ChatCompletionChunk
+
     translator = StreamTranslator(completion_id=ID, created=CREATED, model=MODEL, include_usage=True)
     for c in translator.feed(event, data):
         ChatCompletionChunk.model_validate(c)
@@ -899,6 +912,8 @@ def test_odd_data_never_raises(event: str, data: Any):
 
 
 def test_all_odd_events_in_one_stream():
+    from openai.types.chat import ChatCompletionChunk
+
     translator, chunks = translate([(e, d) for e, d in ODD_EVENTS] + [message_stop()])
     assert translator.done and chunks[0]["choices"][0]["delta"] == ROLE
     for c in chunks:
@@ -947,6 +962,9 @@ def test_state_before_and_after():
 
 
 def test_recorded_stream_end_to_end():
+    from openai.lib.streaming.chat import ChatCompletionStreamState
+    from openai.types.chat import ChatCompletionChunk
+
     translator = StreamTranslator(completion_id=ID, created=CREATED, model=MODEL, include_usage=True)
     state: ChatCompletionStreamState[None] = ChatCompletionStreamState()
     for event, data in iter_sse([FIXTURE.read_bytes()]):
@@ -1031,6 +1049,9 @@ NO_ARGUMENT_STREAMS = [
 def test_no_argument_calls_parse_as_json_however_the_bytes_are_split(events: list[Event], expected: list[Any]):
     """The upstream bytes split at every boundary, decoded, translated and accumulated by the
     openai SDK: every call's arguments parse as a JSON object."""
+    from openai.lib.streaming.chat import ChatCompletionStreamState
+    from openai.types.chat import ChatCompletionChunk
+
     raw = _sse(events)
     checked: dict[bytes, str] = {}  # the bytes sent for a split -> the split that checked them first
     for cut in range(len(raw) + 1):

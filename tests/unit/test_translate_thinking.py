@@ -16,8 +16,6 @@ from typing import Any
 
 import pydantic
 import pytest
-from anthropic.lib.streaming._messages import accumulate_event
-from anthropic.types import RawMessageStreamEvent
 
 from ezat_compat.domain import Model, Price
 from ezat_compat.translate.ids import encode_tool_id
@@ -32,6 +30,8 @@ from ezat_compat.translate.thinking import (
 )
 from ezat_compat.upstream.sse import iter_sse
 
+# The SDKs' types are imported in the tests that use them: importing an SDK takes seconds, which
+# collecting this module (in each of the suite's processes) would otherwise pay.
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 RECORDED = ["thinking_tools", "redacted_thinking_tool"]
 SIG = "EuYBCkQYAiJAjAcQ3n+6Rk9VnW/2QhLcHqRiDb0xV7t3ZC4yWn8pD1fUaL+o9s2gXJrE5MmkQe0z=="
@@ -99,6 +99,9 @@ def _message(name: str) -> dict[str, Any]:
 @pytest.mark.parametrize("name", RECORDED)
 def test_recorded_stream_is_its_message(name: str) -> None:
     """The fixture pair is consistent by the anthropic SDK's accumulator."""
+    from anthropic.lib.streaming._messages import accumulate_event
+    from anthropic.types import RawMessageStreamEvent
+
     snapshot = None
     bufs: dict[int, bytes] = {}
     adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(RawMessageStreamEvent)

@@ -5,6 +5,7 @@ reuse, TLS). The exception map and the egress settings in process: test_upstream
 from __future__ import annotations
 
 import datetime
+import functools
 import gzip
 import ipaddress
 import socket
@@ -388,14 +389,17 @@ def test_a_body_at_the_cap_is_taken(server: ScriptedServer) -> None:
     client.clear()
 
 
-GZIP_BOMB = gzip.compress(b" " * 10_000_000)  # 10 KB that decode to 10 MB
+@functools.cache
+def gzip_bomb() -> bytes:
+    """10 KB that decode to 10 MB (made at first use, not at collection)."""
+    return gzip.compress(b" " * 10_000_000)
 
 
 @pytest.mark.parametrize("encoding", ["gzip", "deflate", "br", "GZIP"])
 def test_an_encoding_we_did_not_ask_for_is_refused(
     server: ScriptedServer, client: UpstreamClient, encoding: str
 ) -> None:
-    server.scripts = [respond(200, GZIP_BOMB, f"content-encoding: {encoding}\r\n")]
+    server.scripts = [respond(200, gzip_bomb(), f"content-encoding: {encoding}\r\n")]
     with pytest.raises(UpstreamBodyError) as info:
         client.complete(deployment(server.url), "/v1/messages", b"{}", timeout_s=5)
     assert info.value.failover
@@ -403,10 +407,12 @@ def test_an_encoding_we_did_not_ask_for_is_refused(
 
 
 def test_a_stream_in_an_encoding_we_did_not_ask_for_is_refused(server: ScriptedServer, client: UpstreamClient) -> None:
+    bomb = gzip_bomb()
+
     def script(sock: socket.socket, _: bytes) -> None:
         sock.sendall(
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-encoding: gzip\r\n"
-            b"transfer-encoding: chunked\r\n\r\n" + f"{len(GZIP_BOMB):x}\r\n".encode() + GZIP_BOMB + b"\r\n0\r\n\r\n"
+            b"transfer-encoding: chunked\r\n\r\n" + f"{len(bomb):x}\r\n".encode() + bomb + b"\r\n0\r\n\r\n"
         )
 
     server.scripts = [script]

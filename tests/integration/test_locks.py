@@ -7,6 +7,10 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
+pytestmark = pytest.mark.integration
+
 
 def test_a_patched_process_gets_a_thread_lock_where_it_asked_for_one() -> None:
     script = textwrap.dedent(

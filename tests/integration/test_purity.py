@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.integration
+
 PACKAGE = Path(__file__).resolve().parents[2] / "ezat_compat"
 PURE = [
     *(f"ezat_compat.translate.{p.stem}" for p in sorted((PACKAGE / "translate").glob("*.py"))),

@@ -12,6 +12,8 @@ import textwrap
 
 import pytest
 
+pytestmark = pytest.mark.integration
+
 PRELUDE = """
 from gevent import monkey; monkey.patch_all()
 import socket, time, gevent
