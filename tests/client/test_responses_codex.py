@@ -8,6 +8,11 @@ The simulator is scripted with ``[[sim:tool=…,args=…]]``: the prompt's marke
 call, and the first command prints the marker of the second (a marker in a tool's output scripts
 the next call). A simulator without these markers skips the test.
 
+With a catalog entry copied from Codex's bundled models (``codex debug models --bundled``: the
+first with Responses-lite, the tool search and the freeform ``apply_patch``, which also runs in
+code mode), ``codex exec`` writes a file with a command, edits it with ``apply_patch`` and shows
+it with another command, through one scripted ``exec`` call.
+
 Without Node, a Codex turn of a copied catalog entry (``supports_search_tool``,
 ``use_responses_lite``) is sent as Codex writes it, with the openai SDK: its tools in an
 ``additional_tools`` input item, a client-run ``tool_search`` among them, and the search's
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -48,6 +54,27 @@ def _scriptable(sim: Sim) -> bool:
     return resp.status_code == 200
 
 
+DOCS = Path(__file__).parents[2] / "docs" / "responses.md"
+DOC_BASE = "http://127.0.0.1:8080/openai/v1"
+
+
+def _doc_block(language: str) -> str:
+    """The ``language`` block of the docs' Codex section, as printed there."""
+    section = DOCS.read_text().split("\n## The Codex CLI\n", 1)[1].split("\n## ", 1)[0]
+    (block,) = re.findall(rf"```{language}\n(.*?)```", section, re.S)
+    return block
+
+
+def _codex_config(home: Path, gateway: Gateway, *top: str) -> None:
+    """``home/config.toml``: the docs' provider block for this gateway, ``top`` lines first."""
+    home.mkdir(parents=True, exist_ok=True)
+    block = _doc_block("toml")
+    assert DOC_BASE in block
+    (home / "config.toml").write_text(
+        "".join(line + "\n" for line in top) + block.replace(DOC_BASE, gateway.url + "/openai/v1")
+    )
+
+
 def test_codex_exec_writes_then_edits_a_file_over_two_tool_rounds(
     gateway: Gateway,
     sim: Sim,
@@ -58,18 +85,8 @@ def test_codex_exec_writes_then_edits_a_file_over_two_tool_rounds(
         pytest.skip("the simulator has no tool=/args= markers to script Codex's tool call")
     key = gateway.new_key("resp-codex")
     home, scratch = tmp_path / "codex-home", tmp_path / "scratch"
-    home.mkdir()
     scratch.mkdir()
-    (home / "config.toml").write_text(
-        f'model = "{MODEL}"\n'
-        'model_provider = "ezat"\n'
-        'model_reasoning_effort = "high"\n'
-        "[model_providers.ezat]\n"
-        'name = "EZAT"\n'
-        f'base_url = "{gateway.url}/openai/v1"\n'
-        'env_key = "EZAT_API_KEY"\n'
-        'wire_api = "responses"\n'
-    )
+    _codex_config(home, gateway, 'model_reasoning_effort = "high"')
     prompt = f"Write notes.txt, then edit it. [[sim:tool=exec_command,args={json.dumps({'cmd': WRITE})}]]"
     sim.clear()
     done = subprocess.run(
@@ -228,3 +245,87 @@ def test_a_built_in_tool_we_cant_run_is_a_400_naming_it(gateway: Gateway, tool: 
         )  # type: ignore[list-item]
     body = caught.value.body
     assert isinstance(body, dict) and body["param"] == param and body["message"].startswith(param + ": ")
+
+
+def _copied_catalog(codex: Path, home: Path) -> Path:
+    """The docs' command, run as printed with ``home`` as the user's home: one entry of Codex's
+    bundled models (the first with Responses-lite) copied under our model's id."""
+    subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", _doc_block("bash")],
+        env={**os.environ, "HOME": str(home), "PATH": f"{codex.parent}:{os.environ['PATH']}"},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    catalog = home / ".codex" / "ezat-catalog.json"
+    (entry,) = json.loads(catalog.read_text())["models"]
+    assert entry["slug"] == MODEL
+    # What a Responses-lite entry turns on, all of it through the gateway below.
+    assert entry["supports_search_tool"] and entry["apply_patch_tool_type"] == "freeform"
+    return catalog
+
+
+# The copied entry runs in code mode: its one model-facing tool, ``exec``, takes JavaScript that
+# calls Codex's tools; this script writes the file with a command, edits it with apply_patch and
+# shows it with another command.
+PATCH = "*** Begin Patch\n*** Update File: notes.txt\n@@\n-hello from codex\n+goodbye from codex\n*** End Patch\n"
+SCRIPT = (
+    "await tools.exec_command({cmd: \"printf 'hello from codex\\\\n' > notes.txt\"});\n"
+    f"const patched = await tools.apply_patch({json.dumps(PATCH)});\n"
+    'const shown = await tools.exec_command({cmd: "cat notes.txt"});\n'
+    "text(JSON.stringify(patched)); text(JSON.stringify(shown));\n"
+)
+
+
+def test_codex_exec_with_a_copied_catalog_entry_patches_a_file_and_runs_a_command(
+    gateway: Gateway, sim: Sim, node_clients: Path, tmp_path: Path
+) -> None:
+    """The issue's second client path: a bundled entry copied under our id (Responses-lite, the
+    tool search, freeform ``apply_patch``, code mode) completes a task through the gateway."""
+    if not _scriptable(sim):
+        pytest.skip("the simulator has no tool=/args= markers to script Codex's tool call")
+    key = gateway.new_key("codex-entry")
+    home, scratch = tmp_path / "home", tmp_path / "scratch"
+    scratch.mkdir()
+    codex = node_clients / "node_modules" / ".bin" / "codex"
+    catalog = _copied_catalog(codex, home)
+    codex_home = home / ".codex"
+    _codex_config(
+        codex_home, gateway, 'model_reasoning_effort = "high"', f"model_catalog_json = {json.dumps(str(catalog))}"
+    )
+    prompt = "Write notes.txt, patch it, show it. [[sim:tool=exec,args=" + json.dumps({"input": SCRIPT}) + "]]"
+    sim.clear()
+    done = subprocess.run(
+        [
+            str(codex),
+            "exec",
+            "--skip-git-repo-check",
+            "--dangerously-bypass-approvals-and-sandbox",
+            "-C",
+            scratch,
+            prompt,
+        ],
+        env={**os.environ, "CODEX_HOME": str(codex_home), "EZAT_API_KEY": key},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, f"codex exec failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    assert (scratch / "notes.txt").read_text() == "goodbye from codex\n"  # written, then patched
+    assert "goodbye from codex" in done.stdout  # its last message quotes the script's output
+    bodies = sim.bodies()
+    assert len(bodies) == 2  # the script's round, then the answer
+    assert bodies[0]["tools"][0]["name"] == "exec"  # code mode's one tool, freeform (one string)
+    assert bodies[0]["tools"][0]["input_schema"]["required"] == ["input"]
+    assert all(b["thinking"] == {"type": "adaptive"} and b["output_config"]["effort"] == "high" for b in bodies)
+    answer = bodies[1]["messages"]
+    called = [b for m in answer if m["role"] == "assistant" for b in m["content"] if b["type"] == "tool_use"]
+    assert [b["name"] for b in called] == ["exec"] and called[0]["input"] == {"input": SCRIPT}
+    assert answer[-2]["content"][0]["type"] == "thinking"  # the sealed reasoning, sent back by Codex
+    results = [b for b in answer[-1]["content"] if b["type"] == "tool_result"]
+    assert len(results) == 1 and "goodbye from codex" in json.dumps(results[0])
+    rows = gateway.usage("--org", "codex-entry")
+    assert len(rows) == 2 and all(r["endpoint"] == "responses" and r["status"] == 200 for r in rows)
