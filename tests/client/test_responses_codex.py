@@ -75,6 +75,29 @@ def _codex_config(home: Path, gateway: Gateway, *top: str) -> None:
     )
 
 
+def _codex_exec(codex: Path, home: Path, scratch: Path, key: str, prompt: str) -> subprocess.CompletedProcess[str]:
+    """``codex exec`` of ``prompt`` in ``scratch``, its config in ``home``, as a user runs it with
+    approvals and the sandbox off; it must succeed."""
+    done = subprocess.run(
+        [
+            str(codex),
+            "exec",
+            "--skip-git-repo-check",
+            "--dangerously-bypass-approvals-and-sandbox",
+            "-C",
+            scratch,
+            prompt,
+        ],
+        env={**os.environ, "CODEX_HOME": str(home), "EZAT_API_KEY": key},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, f"codex exec failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    return done
+
+
 def test_codex_exec_writes_then_edits_a_file_over_two_tool_rounds(
     gateway: Gateway,
     sim: Sim,
@@ -89,23 +112,7 @@ def test_codex_exec_writes_then_edits_a_file_over_two_tool_rounds(
     _codex_config(home, gateway, 'model_reasoning_effort = "high"')
     prompt = f"Write notes.txt, then edit it. [[sim:tool=exec_command,args={json.dumps({'cmd': WRITE})}]]"
     sim.clear()
-    done = subprocess.run(
-        [
-            str(node_clients / "node_modules" / ".bin" / "codex"),
-            "exec",
-            "--skip-git-repo-check",
-            "--dangerously-bypass-approvals-and-sandbox",
-            "-C",
-            str(scratch),
-            prompt,
-        ],
-        env={**os.environ, "CODEX_HOME": str(home), "EZAT_API_KEY": key},
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert done.returncode == 0, f"codex exec failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    done = _codex_exec(node_clients / "node_modules" / ".bin" / "codex", home, scratch, key, prompt)
     assert (scratch / "notes.txt").read_text() == "goodbye from codex"
     assert "goodbye from codex" in done.stdout  # its last message quotes the second command's output
     bodies = sim.bodies()
@@ -297,23 +304,7 @@ def test_codex_exec_with_a_copied_catalog_entry_patches_a_file_and_runs_a_comman
     )
     prompt = "Write notes.txt, patch it, show it. [[sim:tool=exec,args=" + json.dumps({"input": SCRIPT}) + "]]"
     sim.clear()
-    done = subprocess.run(
-        [
-            str(codex),
-            "exec",
-            "--skip-git-repo-check",
-            "--dangerously-bypass-approvals-and-sandbox",
-            "-C",
-            scratch,
-            prompt,
-        ],
-        env={**os.environ, "CODEX_HOME": str(codex_home), "EZAT_API_KEY": key},
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert done.returncode == 0, f"codex exec failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    done = _codex_exec(codex, codex_home, scratch, key, prompt)
     assert (scratch / "notes.txt").read_text() == "goodbye from codex\n"  # written, then patched
     assert "goodbye from codex" in done.stdout  # its last message quotes the script's output
     bodies = sim.bodies()

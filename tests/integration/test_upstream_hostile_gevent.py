@@ -144,6 +144,20 @@ def ticker():
 gevent.spawn(ticker); gevent.sleep(0.05)
 """
 
+
+def _ticked(script: str, timeout_s: float) -> None:
+    """Run ``script`` (its ``{TICKER}`` the ticker greenlet) in a process of its own; its
+    assertions must hold."""
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script).replace("{TICKER}", TICKER)],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
 IMAGE_OFF_LOOP = """
 from gevent import monkey; monkey.patch_all()
 import io, time, gevent
@@ -170,14 +184,7 @@ assert max(lags) < 0.1, (max(lags), took)
 def test_an_image_decode_runs_off_the_event_loop() -> None:
     """A big image's decode (``check_all``) runs on one of the hub's real threads: another
     greenlet's timers keep their time meanwhile (a stream's pings would)."""
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(IMAGE_OFF_LOOP).replace("{TICKER}", TICKER)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    _ticked(IMAGE_OFF_LOOP, timeout_s=60)
 
 
 BIG_BODY_SHARES_THE_LOOP = """
@@ -211,11 +218,4 @@ def test_a_body_of_100000_messages_shares_the_event_loop() -> None:
     """Parsing, validating and translating 100,000 tiny messages (~2 s of CPU) pause every few
     hundred messages: another greenlet's timers (a stream's pings) wait for a small share of the
     whole (~0.15 s of 1.5 s on an idle 2-core machine), never for all of it."""
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(BIG_BODY_SHARES_THE_LOOP).replace("{TICKER}", TICKER)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    _ticked(BIG_BODY_SHARES_THE_LOOP, timeout_s=120)
