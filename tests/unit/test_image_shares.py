@@ -67,9 +67,8 @@ def test_a_place_is_granted_within_the_pool_and_the_orgs_share(total, per_org, h
     for holder, count in held.items():
         for _ in range(count):
             assert shares.acquire(holder, 0, later(), never) == GRANTED
-    started = time.monotonic()
-    assert shares.acquire(org, 0, later(), never) == expected
-    assert time.monotonic() - started < (0.02 if expected == GRANTED else 1)
+    # A deadline already past: a place is granted only if it is free at once, never after a wait.
+    assert shares.acquire(org, 0, time.monotonic(), never) == expected
 
 
 def test_a_released_place_goes_to_the_waiting_org_that_holds_fewest_not_the_earliest():
@@ -109,10 +108,8 @@ def test_a_waiter_over_its_orgs_share_does_not_hold_up_another_org():
         assert shares.acquire("a", 0, later(), never) == GRANTED
     blocked = Waiting(shares, "a", timeout_s=0.5)
     settle()
-    started = time.monotonic()
-    for _ in range(2):
-        assert shares.acquire("b", 0, later(), never) == GRANTED
-    assert time.monotonic() - started < 0.05
+    for _ in range(2):  # at once (a deadline already past), though a's waiter is in line first
+        assert shares.acquire("b", 0, time.monotonic(), never) == GRANTED
     assert blocked.done.wait(2) and blocked.outcome == ORG_BUSY
 
 

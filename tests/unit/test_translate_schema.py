@@ -693,16 +693,16 @@ def test_inlined_copies_share_nothing() -> None:
 
 def test_a_doubling_chain_is_refused_fast_naming_the_tool() -> None:
     tool = {"type": "function", "function": {"name": "f", "strict": True, "parameters": chain(30)}}
-    started = time.perf_counter()
+    started = time.process_time()  # this process's CPU: what another process's load doesn't change
     message, param = refused({"tools": [STRICT_WEATHER, tool]})
-    assert time.perf_counter() - started < 1.0  # naively: 2**30 copies, the worker killed
+    assert time.process_time() - started < 1.0  # naively: 2**30 copies, the worker killed
     assert param == "tools[1].function.parameters"
     assert message.startswith(f"{param}: the schema is too large once its allOf $refs are inlined")
 
 
 @pytest.mark.parametrize("levels", [8, 12, 30, 60])
 def test_a_doubling_chain_is_bounded_or_refused(levels: int) -> None:
-    started = time.perf_counter()
+    started = time.process_time()
     try:
         fitted = fit_schema(chain(levels), P)
     except InvalidRequestError as exc:
@@ -710,7 +710,7 @@ def test_a_doubling_chain_is_bounded_or_refused(levels: int) -> None:
         assert "too large" in exc.message or "nested more than" in exc.message
     else:
         assert len(json.dumps(fitted)) <= MAX_INLINED + 10_000
-    assert time.perf_counter() - started < 1.0
+    assert time.process_time() - started < 1.0
 
 
 def test_a_reused_definition_too_deep_where_it_is_inlined_is_refused() -> None:
