@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 from pathlib import Path
 
@@ -32,6 +31,7 @@ import pytest
 import requests
 
 from tests.integration.harness import Gateway, Sim
+from tests.support.docs import code_block
 
 pytestmark = pytest.mark.integration
 MODEL = "anthropic/claude-sonnet-5-5"
@@ -58,17 +58,10 @@ DOCS = Path(__file__).parents[2] / "docs" / "responses.md"
 DOC_BASE = "http://127.0.0.1:8080/openai/v1"
 
 
-def _doc_block(language: str) -> str:
-    """The ``language`` block of the docs' Codex section, as printed there."""
-    section = DOCS.read_text().split("\n## The Codex CLI\n", 1)[1].split("\n## ", 1)[0]
-    (block,) = re.findall(rf"```{language}\n(.*?)```", section, re.S)
-    return block
-
-
 def _codex_config(home: Path, gateway: Gateway, *top: str) -> None:
     """``home/config.toml``: the docs' provider block for this gateway, ``top`` lines first."""
     home.mkdir(parents=True, exist_ok=True)
-    block = _doc_block("toml")
+    block = code_block(DOCS, "toml", "[model_providers.ezat]")
     assert DOC_BASE in block
     (home / "config.toml").write_text(
         "".join(line + "\n" for line in top) + block.replace(DOC_BASE, gateway.url + "/openai/v1")
@@ -258,7 +251,7 @@ def _copied_catalog(codex: Path, home: Path) -> Path:
     """The docs' command, run as printed with ``home`` as the user's home: one entry of Codex's
     bundled models (the first with Responses-lite) copied under our model's id."""
     subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", _doc_block("bash")],
+        ["bash", "-euo", "pipefail", "-c", code_block(DOCS, "bash", "codex debug models --bundled")],
         env={**os.environ, "HOME": str(home), "PATH": f"{codex.parent}:{os.environ['PATH']}"},
         stdin=subprocess.DEVNULL,
         capture_output=True,

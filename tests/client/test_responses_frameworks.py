@@ -5,7 +5,6 @@ the README prints it, and LangChain's ``ChatOpenAI(use_responses_api=True)`` in 
 from __future__ import annotations
 
 import asyncio
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.integration.harness import Gateway, Sim
+from tests.support.docs import code_block
 
 pytestmark = pytest.mark.integration
 MODEL = "anthropic/claude-sonnet-5-5"
@@ -84,9 +84,7 @@ README_KEY = "ezat_sk_…"
 
 def _readme_example(marker: str) -> str:
     """The README's Python code block that contains ``marker``, as printed there."""
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.DOTALL)
-    (found,) = [block for block in blocks if marker in block]
-    return found
+    return code_block(README, "python", marker)
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,7 @@ from ezat_compat.dialects.openai_completions import OpenAICompletions
 from ezat_compat.domain import Model
 from ezat_compat.errors import InvalidRequestError
 from ezat_compat.translate.completions import chunk_to_completion, completion_to_chat
+from tests.support import sdk_types
 from tests.support.anthropic_types import validate_anthropic_request
 
 DIALECT = OpenAICompletions()
@@ -162,11 +163,9 @@ def anthropic_message(text: str, stop_reason: str) -> dict[str, Any]:
     ],
 )
 def test_a_reply_is_a_text_completion(text: str, stop_reason: str, finish_reason: str) -> None:
-    from openai.types import Completion  # (here, not at collection: the SDK takes seconds to import)
-
     answer = DIALECT.reply(parse({}), json.dumps(anthropic_message(text, stop_reason)).encode(), IDS)
     body = json.loads(answer.body)
-    Completion.model_validate(body)
+    sdk_types.text_completion(body)
     assert body["id"] == "cmpl-r1" and body["object"] == "text_completion" and body["model"] == "test"
     assert body["created"] == IDS.created
     assert body["choices"] == [{"text": text, "index": 0, "logprobs": None, "finish_reason": finish_reason}]
@@ -197,8 +196,6 @@ def lines(raw: bytes) -> list[Any]:
 
 @pytest.mark.parametrize("include_usage", [False, True], ids=["no-usage", "usage"])
 def test_a_stream_is_text_completion_chunks_then_done(include_usage: bool) -> None:
-    from openai.types import Completion
-
     parsed = parse({"stream": True, "stream_options": {"include_usage": include_usage}})
     translator = DIALECT.translator(parsed, IDS)
     raw = b"".join(translator.feed(event, json.dumps(data)) for event, data in stream_events("Hello", "max_tokens"))
@@ -208,9 +205,9 @@ def test_a_stream_is_text_completion_chunks_then_done(include_usage: bool) -> No
     if include_usage:
         usage_chunk = chunks[-2]
         assert usage_chunk["choices"] == [] and usage_chunk["usage"]["completion_tokens"] == 3
-        Completion.model_validate(usage_chunk)
+        sdk_types.text_completion(usage_chunk)
     texts = [c for c in chunks[:-1] if isinstance(c, dict) and c["choices"]]
-    Completion.model_validate(texts[-1])  # (the SDK's type wants a finish reason: it reads chunks unchecked)
+    sdk_types.text_completion(texts[-1])  # (the SDK's type wants a finish reason: it reads chunks unchecked)
     for chunk in texts:
         assert chunk["id"] == "cmpl-r1" and chunk["object"] == "text_completion"
     assert [c["choices"][0]["text"] for c in texts] == ["He", "ll", "o", ""]

@@ -9,7 +9,6 @@ same reply (recorded fixtures and synthetic streams built from a message).
 from __future__ import annotations
 
 import copy
-import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from ezat_compat.translate.responses_response import (
 from ezat_compat.translate.responses_stream import ResponseEvents
 from ezat_compat.translate.responses_tools import ClientTool
 from ezat_compat.upstream.sse import iter_sse
+from tests.support import sdk_types
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 TOOLS = {
@@ -35,24 +35,6 @@ TOOLS = {
     "apply_patch": ClientTool("custom", "apply_patch"),
     "multi_agent__spawn": ClientTool("function", "spawn", "multi_agent"),
 }
-
-
-@functools.cache
-def _openai_types() -> tuple[Any, Any]:
-    """The openai SDK's ``Response`` model and an adapter of its ``ResponseStreamEvent`` union, at their
-    first use: importing the SDK takes seconds, which collecting this module doesn't pay."""
-    from openai.types.responses import Response, ResponseStreamEvent
-    from pydantic import TypeAdapter
-
-    return Response, TypeAdapter(ResponseStreamEvent)
-
-
-def validate_response(response: dict[str, Any]) -> None:
-    _openai_types()[0].model_validate(response)
-
-
-def validate_event(payload: dict[str, Any]) -> None:
-    _openai_types()[1].validate_python(payload)
 
 
 SIG = "EuYBCkQYAiJAjAcQ3n+6Rk9VnW/2QhLcHqRiDb0xV7t3ZC4yWn8pD1fU=="
@@ -108,7 +90,7 @@ def to_response(msg: dict[str, Any], *, summary: bool = False, sealed: bool = Tr
     response, _ = anthropic_to_response(
         msg, skeleton(), ids=ItemIds("k"), tools=TOOLS, summary=summary, seal=seal if sealed else None
     )
-    validate_response(response)
+    sdk_types.response(response)
     return response
 
 
@@ -159,7 +141,7 @@ def run_stream(
     assert translator.done
     out.append(translator.final_event()[1])
     for payload in out:
-        validate_event(payload)
+        sdk_types.response_event(payload)
     assert [p["sequence_number"] for p in out] == list(range(len(out)))
     # type first, sequence_number last: EventWriter splices a response event's bytes on that order
     assert all(next(iter(p)) == "type" and list(p)[-1] == "sequence_number" for p in out)
@@ -484,7 +466,7 @@ def test_an_error_event_ends_with_error_then_response_failed() -> None:
     failed = translator.failed_events({"message": "The upstream is overloaded.", "code": None, "param": None})
     assert [k for k, _ in failed] == ["error", "response.failed"]
     for _, payload in failed:
-        validate_event(payload)
+        sdk_types.response_event(payload)
     response = failed[1][1]["response"]
     assert response["status"] == "failed" and response["error"]["message"] == "The upstream is overloaded."
 
@@ -502,7 +484,7 @@ def test_a_client_run_tool_search_call_is_a_tool_search_call_item_json_and_strea
     args = {"query": "calendar create", "limit": 1}
     msg = message([THINK, {"type": "tool_use", "id": "search-1", "name": "tool_search", "input": args}], "tool_use")
     response, _ = anthropic_to_response(msg, skeleton(), ids=ItemIds("k"), tools=tools, summary=False, seal=None)
-    validate_response(response)
+    sdk_types.response(response)
     expected = {
         "id": "tsc_k002",
         "type": "tool_search_call",
@@ -517,7 +499,7 @@ def test_a_client_run_tool_search_call_is_a_tool_search_call_item_json_and_strea
     )
     out = [payload for name, data in stream_of(msg) for _, payload in translator.feed(name, data)]
     for payload in out:
-        validate_event(payload)
+        sdk_types.response_event(payload)
     added = [p for p in out if p["type"] == "response.output_item.added"][1]
     assert added["item"]["type"] == "tool_search_call" and added["item"]["status"] == "in_progress"
     done = [p for p in out if p["type"] == "response.output_item.done"][1]

@@ -13,6 +13,7 @@ from ezat_compat.domain import Usage
 from ezat_compat.translate.ids import encode_tool_id
 from ezat_compat.translate.response import anthropic_to_openai, merge_usage, usage_from_anthropic, usage_to_openai
 from ezat_compat.translate.upstream_errors import rewrite_upstream_message
+from tests.support import sdk_types
 
 
 def message(content: list[dict[str, Any]], stop_reason: str | None = "end_turn", **usage: Any) -> dict[str, Any]:
@@ -29,10 +30,8 @@ def message(content: list[dict[str, Any]], stop_reason: str | None = "end_turn",
 
 
 def completion(msg: dict[str, Any], model: str = "Claude-Sonnet-5.5 ") -> dict[str, Any]:
-    from openai.types.chat import ChatCompletion  # (here, not at collection: the SDK takes seconds to import)
-
     out = anthropic_to_openai(msg, completion_id="chatcmpl-req1", created=1793318400, model=model)
-    ChatCompletion.model_validate(out)  # the official SDK's type parses it
+    sdk_types.chat_completion(out)  # the official SDK's type parses it
     return out
 
 

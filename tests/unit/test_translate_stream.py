@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pydantic
 import pytest
 
 from ezat_compat.domain import Usage
@@ -18,9 +17,7 @@ from ezat_compat.translate.ids import encode_tool_id
 from ezat_compat.translate.response import usage_to_openai
 from ezat_compat.translate.stream import DONE, StreamTranslator, encode_chunk, encode_error
 from ezat_compat.upstream.sse import iter_sse
-
-# The SDKs' types are imported in the tests that use them: importing an SDK takes seconds, which
-# collecting this module (in each of the suite's processes) would otherwise pay.
+from tests.support import sdk_types
 
 ID = "chatcmpl-019a3f2e-8c41-7d2b-9e57-3b6f0c1d2a4e"
 CREATED = 1793376000
@@ -714,11 +711,9 @@ def test_produced_chars_counts_text_and_arguments_not_thinking(row: Row):
 
 @by_id(ALL_ROWS)
 def test_every_chunk_is_a_valid_openai_chunk(row: Row):
-    from openai.types.chat import ChatCompletionChunk
-
     _, chunks = translate(row.events)
     for c in chunks:
-        ChatCompletionChunk.model_validate(c)
+        sdk_types.chat_chunk(c)
         assert json.loads(encode_chunk(c).removeprefix(b"data: ")) == c
 
 
@@ -737,15 +732,12 @@ def test_envelope_is_the_same_on_every_chunk(row: Row):
 
 @by_id(ALL_ROWS)
 def test_openai_sdk_accumulates_the_reply(row: Row):
-    from openai.lib.streaming.chat import ChatCompletionStreamState
-    from openai.types.chat import ChatCompletionChunk
-
     _, chunks = translate(row.events)
     if not chunks:
         return
-    state: ChatCompletionStreamState[None] = ChatCompletionStreamState()
+    state = sdk_types.chat_stream_state()
     for c in chunks:
-        state.handle_chunk(ChatCompletionChunk.model_validate(c))
+        state.handle_chunk(sdk_types.chat_chunk(c))
     choice = state.current_completion_snapshot.choices[0]
     assert choice.message.role == "assistant"
     assert (choice.message.content or None) == (row.content or None)
@@ -757,9 +749,6 @@ def test_openai_sdk_accumulates_the_reply(row: Row):
 @by_id(ALL_ROWS)
 def test_events_match_the_anthropic_sdk_types(row: Row):
     """Keeps the builders above honest: the SDK parses every event of a known type."""
-    from anthropic.types import RawMessageStreamEvent
-
-    adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(RawMessageStreamEvent)
     for event, data in row.events:
         delta = data.get("delta", {})
         if (
@@ -768,7 +757,7 @@ def test_events_match_the_anthropic_sdk_types(row: Row):
             or (delta.get("stop_reason") == "some_future_reason")
         ):
             continue  # outside the SDK's union on purpose
-        assert adapter.validate_python(data).type == event
+        assert sdk_types.anthropic_event(data).type == event
 
 
 # -- usage ----------------------------------------------------------------------------------
@@ -827,8 +816,6 @@ USAGE_ROWS = [
 
 @pytest.mark.parametrize(("start", "delta", "expected"), USAGE_ROWS)
 def test_usage_merging(start: Event, delta: Event, expected: dict[str, Any]):
-    from openai.types.chat import ChatCompletionChunk
-
     translator, _ = translate([start, text_start(0), text(0, "x"), delta, message_stop()])
     assert usage_to_openai(translator.usage) == expected
     usage_chunk = translator.usage_chunk()
@@ -840,7 +827,7 @@ def test_usage_merging(start: Event, delta: Event, expected: dict[str, Any]):
         "choices": [],
         "usage": expected,
     }
-    parsed = ChatCompletionChunk.model_validate(usage_chunk)
+    parsed = sdk_types.chat_chunk(usage_chunk)
     assert parsed.usage is not None and parsed.usage.total_tokens == expected["total_tokens"]
 
 
@@ -854,13 +841,11 @@ def test_usage_is_a_usage_record_for_billing():
 @pytest.mark.parametrize("include_usage", [True, False], ids=["include-usage", "no-usage"])
 def test_include_usage_puts_usage_null_on_choice_chunks(include_usage: bool):
     """As OpenAI does: with include_usage every chunk but the usage chunk has "usage": null."""
-    from openai.types.chat import ChatCompletionChunk
-
     translator, chunks = translate(ROWS[0].events, include_usage=include_usage)
     for c in chunks:
         assert ("usage" in c) == include_usage
         assert c.get("usage") is None
-        ChatCompletionChunk.model_validate(c)
+        sdk_types.chat_chunk(c)
     if include_usage:
         assert [{k: v for k, v in c.items() if k != "usage"} for c in chunks] == expected_chunks(ROWS[0])
     assert translator.usage_chunk()["usage"] == usage_to_openai(translator.usage)
@@ -901,23 +886,19 @@ ODD_EVENTS: list[Event | tuple[str, Any]] = [
     ("event", "data"), ODD_EVENTS, ids=[f"{i}-{e or 'blank'}" for i, (e, _) in enumerate(ODD_EVENTS)]
 )
 def test_odd_data_never_raises(event: str, data: Any):
-    from openai.types.chat import ChatCompletionChunk
-
     translator = StreamTranslator(completion_id=ID, created=CREATED, model=MODEL, include_usage=True)
     for c in translator.feed(event, data):
-        ChatCompletionChunk.model_validate(c)
+        sdk_types.chat_chunk(c)
     chunks = translator.feed("message_stop", {})
     assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
-    ChatCompletionChunk.model_validate(translator.usage_chunk())
+    sdk_types.chat_chunk(translator.usage_chunk())
 
 
 def test_all_odd_events_in_one_stream():
-    from openai.types.chat import ChatCompletionChunk
-
     translator, chunks = translate([(e, d) for e, d in ODD_EVENTS] + [message_stop()])
     assert translator.done and chunks[0]["choices"][0]["delta"] == ROLE
     for c in chunks:
-        ChatCompletionChunk.model_validate(c)
+        sdk_types.chat_chunk(c)
 
 
 @pytest.mark.parametrize(
@@ -962,16 +943,13 @@ def test_state_before_and_after():
 
 
 def test_recorded_stream_end_to_end():
-    from openai.lib.streaming.chat import ChatCompletionStreamState
-    from openai.types.chat import ChatCompletionChunk
-
     translator = StreamTranslator(completion_id=ID, created=CREATED, model=MODEL, include_usage=True)
-    state: ChatCompletionStreamState[None] = ChatCompletionStreamState()
+    state = sdk_types.chat_stream_state()
     for event, data in iter_sse([FIXTURE.read_bytes()]):
         for c in translator.feed(event, json.loads(data)):
-            state.handle_chunk(ChatCompletionChunk.model_validate(json.loads(encode_chunk(c)[6:])))
+            state.handle_chunk(sdk_types.chat_chunk(json.loads(encode_chunk(c)[6:])))
     assert translator.done
-    state.handle_chunk(ChatCompletionChunk.model_validate(translator.usage_chunk()))
+    state.handle_chunk(sdk_types.chat_chunk(translator.usage_chunk()))
     completion = state.current_completion_snapshot
     message = completion.choices[0].message
     assert message.content == (
@@ -1049,9 +1027,6 @@ NO_ARGUMENT_STREAMS = [
 def test_no_argument_calls_parse_as_json_however_the_bytes_are_split(events: list[Event], expected: list[Any]):
     """The upstream bytes split at every boundary, decoded, translated and accumulated by the
     openai SDK: every call's arguments parse as a JSON object."""
-    from openai.lib.streaming.chat import ChatCompletionStreamState
-    from openai.types.chat import ChatCompletionChunk
-
     raw = _sse(events)
     checked: dict[bytes, str] = {}  # the bytes sent for a split -> the split that checked them first
     for cut in range(len(raw) + 1):
@@ -1065,9 +1040,9 @@ def test_no_argument_calls_parse_as_json_however_the_bytes_are_split(events: lis
         if sent in checked:  # the same bytes as an earlier split: the SDK would see the same
             continue
         checked[sent] = f"split at byte {cut}"
-        state: ChatCompletionStreamState[None] = ChatCompletionStreamState()
+        state = sdk_types.chat_stream_state()
         for line in sent.split(b"\n\n")[:-1]:
-            state.handle_chunk(ChatCompletionChunk.model_validate(json.loads(line[6:])))
+            state.handle_chunk(sdk_types.chat_chunk(json.loads(line[6:])))
         calls = state.current_completion_snapshot.choices[0].message.tool_calls or []
         got = [(c.id, c.function.name, json.loads(c.function.arguments)) for c in calls]
         assert got == expected, f"split at byte {cut}"

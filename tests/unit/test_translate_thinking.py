@@ -14,7 +14,6 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import pydantic
 import pytest
 
 from ezat_compat.domain import Model, Price
@@ -29,9 +28,8 @@ from ezat_compat.translate.thinking import (
     without_thinking,
 )
 from ezat_compat.upstream.sse import iter_sse
+from tests.support import sdk_types
 
-# The SDKs' types are imported in the tests that use them: importing an SDK takes seconds, which
-# collecting this module (in each of the suite's processes) would otherwise pay.
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 RECORDED = ["thinking_tools", "redacted_thinking_tool"]
 SIG = "EuYBCkQYAiJAjAcQ3n+6Rk9VnW/2QhLcHqRiDb0xV7t3ZC4yWn8pD1fUaL+o9s2gXJrE5MmkQe0z=="
@@ -100,15 +98,13 @@ def _message(name: str) -> dict[str, Any]:
 def test_recorded_stream_is_its_message(name: str) -> None:
     """The fixture pair is consistent by the anthropic SDK's accumulator."""
     from anthropic.lib.streaming._messages import accumulate_event
-    from anthropic.types import RawMessageStreamEvent
 
     snapshot = None
     bufs: dict[int, bytes] = {}
-    adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(RawMessageStreamEvent)
     for event, data in _events(name):
         if event == "ping":
             continue
-        snapshot = accumulate_event(event=adapter.validate_python(data), current_snapshot=snapshot, json_bufs=bufs)
+        snapshot = accumulate_event(event=sdk_types.anthropic_event(data), current_snapshot=snapshot, json_bufs=bufs)
     assert snapshot is not None
     assert snapshot.model_dump(exclude_none=True, exclude={"usage"})["content"] == _message(name)["content"]
 
