@@ -4,7 +4,7 @@
 
 One run starts the simulator (fast mode), our gateway under gunicorn (gevent workers, SQLite
 ledger, a key with rpm/tpm set: auth, limits, translation and the ledger write on every
-request), the stack floor (``floor_app.py``: bare Flask + gevent + the urllib3 hop to the
+request), the stack floor (``floor_app.py``: bare Flask + gevent + the requests hop to the
 simulator, under gunicorn with the gateway's worker settings), LiteLLM's proxy from its cached
 venv (``litellm_env``; installed on first use, except in ``--quick`` mode) and a slow image
 server, all on 127.0.0.1. The load generator (``loadgen.py``, its own process) drives each
@@ -658,7 +658,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             )
         results["meta"]["litellm"] = litellm_meta
         results["meta"]["floor"] = (
-            "bare Flask + gevent + urllib3 hop: gunicorn with the gateway's worker settings, relays the "
+            "bare Flask + gevent + requests hop: gunicorn with the gateway's worker settings, relays the "
             "simulator's answer (no auth, DB, validation or translation)"
         )
         results["meta"]["long_stream"] = {"text_deltas": long_deltas, "concurrency": LONG_CONCURRENCY}
