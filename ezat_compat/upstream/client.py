@@ -93,10 +93,10 @@ class _Route:
     header fields, signing, stream framing: ``providers/``), its prepared request template per
     path."""
 
-    __slots__ = ("adapter", "egress", "origin", "provider", "proxies", "templates")
+    __slots__ = ("adapter", "deployment", "egress", "provider", "proxies", "templates")
 
-    def __init__(self, origin: str, egress: Egress, adapter: TLSAdapter, provider: Provider) -> None:
-        self.origin = origin
+    def __init__(self, deployment: Deployment, egress: Egress, adapter: TLSAdapter, provider: Provider) -> None:
+        self.deployment = deployment
         self.egress = egress
         self.adapter = adapter
         self.provider = provider
@@ -418,7 +418,7 @@ class UpstreamClient:
         self.pool_size = pool_size
         self.ca_file = ca_file
         self._session: requests.Session | None = None
-        self._routes: dict[str, _Route] = {}
+        self._routes: dict[int, _Route] = {}  # by id(deployment), the route keeping that deployment
         self._pid = 0
         self._lock = threading.Lock()
         self._tools: Tools = PLAIN
@@ -440,8 +440,10 @@ class UpstreamClient:
         """The deployment's adapter (one per origin, mounted on the Session) and egress, made
         once per process."""
         session = self.session
-        route = self._routes.get(deployment.name)
-        if route is None or route.origin != deployment.base_url:
+        # Keyed by the deployment itself, not its name: names are unique per model only, and two
+        # models' deployments of one name differ in their upstream model, key or egress.
+        route = self._routes.get(id(deployment))
+        if route is None or route.deployment is not deployment:
             egress = egress_of(deployment, self.ca_file)
             try:
                 provider = make_provider(deployment, egress)
@@ -459,8 +461,8 @@ class UpstreamClient:
                         raise UpstreamConnectError(f"the TLS files of {deployment.name} can't be used") from None
                     adapter = TLSAdapter(context, pool_maxsize=self.pool_size)
                     session.mount(origin, adapter)
-                route = _Route(deployment.base_url, egress, adapter, provider)
-                self._routes[deployment.name] = route
+                route = _Route(deployment, egress, adapter, provider)
+                self._routes[id(deployment)] = route
         return route
 
     def clear(self) -> None:

@@ -251,6 +251,21 @@ def test_an_upstreams_cookies_never_ride_along() -> None:
 
 
 @responses.activate
+def test_deployments_of_one_name_in_two_models_keep_their_own_model_and_key() -> None:
+    """Names are unique per model only (the demo names each model's deployment ``simulator``):
+    each call goes out with its own deployment's upstream model and key, whichever went first."""
+    responses.post("http://a.test/v1/messages", json=MESSAGE)
+    sonnet = Deployment(name="simulator", base_url="http://a.test", upstream_model="claude-sonnet", api_key="k1")
+    opus = Deployment(name="simulator", base_url="http://a.test", upstream_model="claude-opus", api_key="k2")
+    upstream = client()
+    for dep in (sonnet, opus, sonnet):
+        body, headers = upstream.shape(dep, b"{}")
+        upstream.complete(dep, "/v1/messages", body, timeout_s=5, headers=headers)
+    sent = [(json.loads(call.request.body)["model"], call.request.headers["x-api-key"]) for call in responses.calls]
+    assert sent == [("claude-sonnet", "k1"), ("claude-opus", "k2"), ("claude-sonnet", "k1")]
+
+
+@responses.activate
 def test_a_header_value_requests_refuses_is_an_upstream_failure_not_a_crash() -> None:
     """The request is prepared inside the call's error handling: a header value ``requests``
     won't send (a line break) is a failed attempt like a broken socket, and nothing is sent."""
