@@ -30,11 +30,13 @@ from ezat_compat.dialects import Dialect, Headers, KeptThinking, Parsed, ReplyId
 from ezat_compat.domain import Config, Deployment, Model, Price, Usage
 from ezat_compat.endpoints import offers
 from ezat_compat.errors import (
+    DEPLOYMENT_FAULT_STATUSES,
     AuthenticationError,
     GatewayError,
     InvalidRequestError,
     ModelNotFoundError,
     PermissionDeniedError,
+    UpstreamAuthError,
     UpstreamError,
     UpstreamStatusError,
     UpstreamStreamError,
@@ -104,6 +106,18 @@ def reserve_price(model: Model) -> Price:
 def usable(deployment: Deployment) -> bool:
     """Has what it authenticates with: its key, or no key needed (SigV4, Google's credentials)."""
     return bool(deployment.api_key) or not deployment.needs_key
+
+
+def configuration_fault(exc: UpstreamError) -> bool:
+    """The deployment's own key, credential or model is wrong (its 401-404, or no cloud
+    credentials): another deployment is tried, but the deployment isn't cooled down, so a model
+    whose every deployment is misconfigured keeps answering the spec's 500 ``server_error`` (the
+    client's key was fine) rather than, once cooled, an overload that says to retry shortly."""
+    if isinstance(exc, UpstreamAuthError):
+        return True
+    return (
+        isinstance(exc, UpstreamStatusError) and exc.status_code in DEPLOYMENT_FAULT_STATUSES and not exc.from_between
+    )
 
 
 def health_key(model: Model, deployment: Deployment) -> str:
@@ -356,7 +370,8 @@ class Gateway:
         if isinstance(exc, UpstreamStatusError) and not exc.failover:
             self.cooldowns.success(health_key(call.model, deployment))  # it answered: the client's fault
             return
-        self.cooldowns.failure(health_key(call.model, deployment), self.clock(), exc.upstream_retry_after)
+        if not configuration_fault(exc):  # a wrong key or credential is no overload: never "retry shortly"
+            self.cooldowns.failure(health_key(call.model, deployment), self.clock(), exc.upstream_retry_after)
         reason = str(exc.status_code) if isinstance(exc, UpstreamStatusError) else type(exc).__name__
         self.metrics.child(self.metrics.failovers, call.model.id, deployment.name, reason).inc()
         log.warning("deployment %s failed for request %s: %s", deployment.name, call.request_id, exc.message)

@@ -48,6 +48,7 @@ from ezat_compat.translate.media import decode_base64, is_pdf, sniff_image_type
 from ezat_compat.translate.request import ImageSlot
 from ezat_compat.translate.response import merge_usage, usage_from_anthropic
 from ezat_compat.translate.tables import IMAGE_MEDIA_TYPES
+from ezat_compat.upstream.providers.betas import takes_url_sources
 from ezat_compat.wire.anthropic import load_messages_request
 from ezat_compat.wire.loading import RequestValidationError
 
@@ -201,15 +202,24 @@ def _path(where: tuple[int, int, int | None]) -> str:
     return f"messages.{i}.content.{j}" if k is None else f"messages.{i}.content.{j}.tool_result.content.{k}"
 
 
-def native_media(messages: Any) -> list[ImageSlot]:
+def native_media(messages: Any, *, inline_urls: bool = False) -> list[ImageSlot]:
     """The base64 images of a native request as image slots (the image step decodes each and
     fits those over the upstream's limits; one that doesn't decode is a 400 naming it), after
     the checks the API makes on their bytes, in its words: an image whose bytes are another type
     than its ``media_type`` says, a PDF document that isn't one. A source the API refuses for its
-    shape (bad base64, an unknown media type) is left for the upstream to refuse in its words."""
+    shape (bad base64, an unknown media type) is left for the upstream to refuse in its words.
+    ``inline_urls``: a deployment of the model takes no URL sources (``takes_url_sources``), so
+    image and PDF ``url`` sources become slots too: the gateway downloads them (every guard of
+    image URLs) and sends their bytes as base64."""
     slots: list[ImageSlot] = []
     for block, where in _sourced_blocks(messages):
         source = block["source"]
+        if inline_urls and isinstance(source, dict) and source.get("type") == "url":
+            url, kind = source.get("url"), block.get("type")
+            if isinstance(url, str) and kind in ("image", "document"):
+                path = f"{_path(where)}.{'image' if kind == 'image' else 'pdf'}.source.url"
+                slots.append(ImageSlot(path=path, block=block, url=url, pdf=kind == "document"))
+            continue
         if not isinstance(source, dict) or source.get("type") != "base64" or not isinstance(source.get("data"), str):
             continue
         kind, declared = block.get("type"), source.get("media_type")
@@ -283,7 +293,9 @@ class AnthropicMessages:
             stream_flag=None,
             headers=forwarded,
             billed=self.billed,
-            image_slots=native_media(body.get("messages")),
+            image_slots=native_media(
+                body.get("messages"), inline_urls=not all(takes_url_sources(d.provider) for d in model.deployments)
+            ),
         )
 
     def restore_thinking(self, parsed: Parsed, found: Mapping[str, list[dict[str, Any]]]) -> None:

@@ -397,6 +397,9 @@ class Simulator:
         betas = body.get("anthropic_beta", [])
         if not isinstance(betas, list) or any(b not in BEDROCK_BETAS for b in betas):
             raise clouds.bedrock_error(400, "The model returned the following errors: invalid beta flag")
+        url_source = clouds.url_source_path(body)
+        if url_source is not None:
+            raise clouds.bedrock_error(400, f"{url_source}: URL sources are not supported; send base64 data")
         inner = {k: v for k, v in body.items() if k not in ("anthropic_version", "anthropic_beta")}
         inner["model"] = model
         if operation == "invoke-with-response-stream":
@@ -429,6 +432,9 @@ class Simulator:
         refused = [b.strip() for b in beta.split(",") if b.strip() and b.strip() not in VERTEX_BETAS]
         if refused:  # Anthropic's own envelope, as Vertex passes it on
             raise InvalidRequestError(f"Unexpected value(s) `{'`, `'.join(refused)}` for the `anthropic-beta` header.")
+        url_source = clouds.url_source_path(body)
+        if url_source is not None:
+            raise InvalidRequestError(f"{url_source}: URL sources are not supported; send base64 data")
         inner = {k: v for k, v in body.items() if k != "anthropic_version"}
         inner["model"] = model
         inner["stream"] = operation == "streamRawPredict"

@@ -88,6 +88,30 @@ def google_error(status: int, message: str) -> CloudError:
     return CloudError(status, {"error": {"code": status, "message": message, "status": name}})
 
 
+def url_source_path(body: Mapping[str, Any]) -> str | None:
+    """The path of the first image or document block with a ``url`` source (in a message or a
+    tool_result), or None. Claude on Bedrock and on Vertex AI takes base64 sources only
+    (pollinations/pollinations#5862, Portkey-AI/gateway#1078: image URLs fail there and work as
+    base64); the exact wording of their refusal isn't public, the 400 is."""
+    messages = body.get("messages")
+    for i, message in enumerate(messages if isinstance(messages, list) else ()):
+        content = message.get("content") if isinstance(message, dict) else None
+        for j, block in enumerate(content if isinstance(content, list) else ()):
+            if not isinstance(block, dict):
+                continue
+            nested = block.get("content") if block.get("type") == "tool_result" else None
+            inner = (
+                [(f"messages.{i}.content.{j}.content.{k}", b) for k, b in enumerate(nested)]
+                if isinstance(nested, list)
+                else []
+            )
+            for where, candidate in [(f"messages.{i}.content.{j}", block), *inner]:
+                source = candidate.get("source") if isinstance(candidate, dict) else None
+                if isinstance(source, dict) and source.get("type") == "url":
+                    return f"{where}.{candidate.get('type')}.source"
+    return None
+
+
 # ---------------------------------------------------------------- Bedrock: SigV4
 
 

@@ -225,9 +225,10 @@ def test_a_wrong_aws_credential_fails_over_then_answers_500(stack: tuple[Gateway
         assert reply.choices[0].message.content
         row = next(r for r in gw.usage() if r["request_id"] == reply.id.removeprefix("chatcmpl-"))
         assert row["deployment"] == "vertex-next" and row["status"] == 200
-        with pytest.raises(openai.InternalServerError) as caught:
-            client.chat.completions.create(model="bad-only", messages=[{"role": "user", "content": "No luck"}])
-    assert caught.value.status_code == 500
+        for _ in range(5):  # past cooldown_failures (3): a wrong credential is no overload, still a 500
+            with pytest.raises(openai.InternalServerError) as caught:
+                client.chat.completions.create(model="bad-only", messages=[{"role": "user", "content": "No luck"}])
+            assert caught.value.status_code == 500
     error = caught.value.body
     assert isinstance(error, dict) and error["type"] == "server_error"
     refused = [r for r in sim.requests() if r["path"].startswith("/model/") and WRONG_SECRET not in json.dumps(r)]
@@ -405,3 +406,95 @@ def test_a_responses_stream_on_each_provider(stack: tuple[Gateway, Sim, str], al
     assert "response.output_text.delta" in kinds
     done = events[-1].response  # type: ignore[union-attr]
     assert done.output_text and done.usage is not None and done.usage.output_tokens > 0
+
+
+@pytest.fixture(scope="module")
+def media_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list[str]]]:
+    """A static server on loopback with a PNG and a PDF; the paths it served, in order."""
+    import base64
+    import functools
+    import http.server
+    import threading
+
+    folder = tmp_path_factory.mktemp("media")
+    (folder / "pic.png").write_bytes(base64.b64decode(_png_data_url().partition(",")[2]))
+    (folder / "doc.pdf").write_bytes(b"%PDF-1.4\n1 0 obj <<>> endobj\ntrailer <<>>\n%%EOF\n")
+    served: list[str] = []
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def do_GET(self) -> None:
+            served.append(self.path)
+            super().do_GET()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(folder)))
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}", served
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def _url_sourced_body(alias: str, base: str, *, stream: bool = False) -> dict[str, Any]:
+    return {
+        "model": alias,
+        "max_tokens": 64,
+        "stream": stream,
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image", "source": {"type": "url", "url": f"{base}/pic.png?{alias}"}},
+                    {"type": "document", "source": {"type": "url", "url": f"{base}/doc.pdf?{alias}"}},
+                    {"type": "text", "text": "What are these?"},
+                ],
+            }
+        ],
+    }
+
+
+@pytest.mark.parametrize("alias", ["on-bedrock", "on-vertex", "on-foundry"])
+def test_url_sources_reach_a_cloud_as_base64(
+    stack: tuple[Gateway, Sim, str], media_server: tuple[str, list[str]], alias: str
+) -> None:
+    """Claude on the clouds takes no URL sources (``betas.URL_SOURCES``, with its sources): the
+    gateway downloads a native request's image and PDF URLs and sends their bytes."""
+    gw, sim, key = stack
+    base, served = media_server
+    prefix = PROVIDER_PATHS[alias][0]
+    for stream in (False, True):
+        reply = requests.post(
+            gw.url + "/v1/messages",
+            json=_url_sourced_body(alias, base, stream=stream),
+            headers={"x-api-key": key},
+            timeout=30,
+        )
+        assert reply.status_code == 200, reply.text
+        assert ("message_stop" in reply.text) if stream else reply.json()["content"]
+        sources = [b["source"] for b in _last(sim, prefix)["body"]["messages"][0]["content"] if "source" in b]
+        assert [(s["type"], s["media_type"]) for s in sources] == [
+            ("base64", "image/png"),
+            ("base64", "application/pdf"),
+        ]
+    assert served.count(f"/pic.png?{alias}") == 2 and served.count(f"/doc.pdf?{alias}") == 2
+
+
+def test_the_simulated_clouds_refuse_url_sources(stack: tuple[Gateway, Sim, str]) -> None:
+    """What the test above relies on: sent as it came, a URL source is a 400 from each cloud."""
+    from ezat_compat.upstream.providers.betas import URL_SOURCES
+
+    assert URL_SOURCES == {"anthropic": True, "foundry": False, "bedrock": False, "vertex": False}
+    _, sim, _ = stack
+    body = _url_sourced_body("x", "https://example.com")
+    del body["model"], body["stream"]
+    bedrock = requests.post(
+        sim.url + f"/model/{BEDROCK_MODEL}/invoke",
+        json={**body, "anthropic_version": "bedrock-2023-05-31"},
+        headers={"authorization": "Bearer a-bedrock-api-key"},
+        timeout=10,
+    )
+    assert bedrock.status_code == 400 and "messages.0.content.0.image.source" in bedrock.json()["message"]

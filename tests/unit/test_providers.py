@@ -404,3 +404,10 @@ def test_bedrock_names_a_missing_egress_file(tmp_path: Path, monkeypatch: pytest
     files[missing].unlink()
     with pytest.raises(ProviderSetupError, match=f"deployment b: .*{files[missing]}"):
         provider.credentials()
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "foundry", "bedrock", "vertex"])
+def test_the_1m_context_beta_reaches_every_provider(provider: str) -> None:
+    """``context-1m-2025-08-07``: Anthropic offers the 1M-token window on Bedrock and Vertex AI
+    too (betas.py gives the sources); dropping it would cut a long request at 200k tokens."""
+    assert allowed_betas(provider, "claude-code-20250219,context-1m-2025-08-07")[-1] == "context-1m-2025-08-07"

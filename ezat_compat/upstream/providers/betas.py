@@ -36,11 +36,14 @@ BEDROCK_BETAS = frozenset(
 
 # Google Vertex AI, the ``anthropic-beta`` header of rawPredict/streamRawPredict. Shown to work:
 # interleaved-thinking-2025-05-14 and context-management-2025-06-27 (BerriAI/litellm#15299 and
-# BerriAI/litellm#15335, forwarding them to Vertex). Refused with "Unexpected value(s)":
+# BerriAI/litellm#15335, forwarding them to Vertex); context-1m-2025-08-07, the 1M-token
+# context window, which Anthropic's "Context windows" page offers on Vertex AI too and
+# RooCodeInc/Roo-Code#12135 sends there ("extendable to 1M with beta flag
+# 'context-1m-2025-08-07'"). Refused with "Unexpected value(s)":
 # prompt-caching-scope-2026-01-05 (BerriAI/litellm#19984), web-search-2025-03-05 (anthropics/claude-code#12429),
 # structured-outputs-2025-11-13 (BerriAI/litellm#17755), effort-2025-11-24 and
 # adaptive-thinking-2026-01-28 (anthropics/claude-code#34802).
-VERTEX_BETAS = frozenset({"interleaved-thinking-2025-05-14", "context-management-2025-06-27"})
+VERTEX_BETAS = frozenset({"interleaved-thinking-2025-05-14", "context-management-2025-06-27", "context-1m-2025-08-07"})
 
 PROVIDER_BETAS: Mapping[str, frozenset[str] | None] = {
     "anthropic": None,
@@ -50,6 +53,21 @@ PROVIDER_BETAS: Mapping[str, frozenset[str] | None] = {
     "bedrock": BEDROCK_BETAS,
     "vertex": VERTEX_BETAS,
 }
+
+
+# Whether a provider fetches ``{"type": "url", "url": …}`` image and document sources itself.
+# Anthropic's API does ("Vision", "PDF support": URL sources). Claude on Bedrock fails on them
+# (pollinations/pollinations#5862: "Claude models via Bedrock fail with HTTP image URLs … works
+# with base64"; Portkey-AI/gateway#1078 converts them to base64 for Bedrock), and so does
+# Vertex AI (that project converted them for Vertex AI before pollinations/pollinations#5862).
+# Foundry's "Hosted on Azure" option documents no URL fetching. Where a model has a deployment
+# that doesn't, the gateway downloads the URL (with every guard of image URLs) and sends base64.
+URL_SOURCES: Mapping[str, bool] = {"anthropic": True, "foundry": False, "bedrock": False, "vertex": False}
+
+
+def takes_url_sources(provider: str) -> bool:
+    """Does ``provider`` fetch URL sources itself (else the gateway sends their bytes)?"""
+    return URL_SOURCES.get(provider, False)
 
 
 def allowed_betas(provider: str, header: str) -> list[str]:
