@@ -62,7 +62,7 @@ INCLUDE_IGNORED = (
     "file_search_call.results",
     "message.input_image.image_url",
 )
-INCLUDE_MESSAGE = "{value} is not supported; only reasoning.encrypted_content is"
+INCLUDE_MESSAGE = "{value} is not supported"
 UNKNOWN_ITEM_MESSAGE = "unsupported input item type {tag}"
 UNKNOWN_TOOL_MESSAGE = "unsupported tool type {tag}; use function or custom tools"
 BUILT_IN_TOOL_MESSAGE = 'the built-in tool "{tag}" is not supported'

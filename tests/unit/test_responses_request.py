@@ -216,7 +216,7 @@ def test_sampling_gated_per_model(extra: dict[str, Any], sampling: bool, expecte
         pytest.param(
             {"include": ["reasoning.encrypted_content", "message.output_text.logprobs"]},
             "include[1]",
-            "only reasoning.encrypted_content",
+            '"message.output_text.logprobs" is not supported',
             id="include-second",
         ),
     ],
