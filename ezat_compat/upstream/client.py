@@ -285,6 +285,11 @@ class UpstreamStream:
             put(_END)
         except BaseException as exc:
             hand_on()  # the events before the failure come first
+            if isinstance(exc, UpstreamError):
+                # An expected failure: handed on without its traceback, whose frames (the SSE
+                # parser's among them) hold what was buffered (up to the event cap) until the
+                # cyclic collector happens by. A bug keeps its traceback for the log.
+                exc.__traceback__ = None
             put(exc)
             if not isinstance(exc, Exception):
                 raise
@@ -581,11 +586,13 @@ class UpstreamClient:
                 chunks.append(chunk)
         except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
             response.close()
+            chunks.clear()  # the exception's traceback keeps this frame: not the body read so far
             if isinstance(exc, requests.exceptions.Timeout | urllib3.exceptions.TimeoutError | TimeoutError):
                 raise UpstreamTimeoutError(f"{deployment.name} did not answer in time") from None
             raise UpstreamConnectError(f"{deployment.name} broke the connection: {type(_root(exc)).__name__}") from None
         except BaseException:  # a refusal above, a deadline, this greenlet killed
             response.close()
+            chunks.clear()
             raise
         raw.release_conn()  # read to its end: the connection goes back to the pool
         return b"".join(chunks)

@@ -177,3 +177,80 @@ def test_a_hostile_upstream_is_a_failover_reason(rig: tuple[Gateway, str], attac
     rows = gateway.usage()
     assert len(rows) == before + 2
     _no_reservation_held(gateway)
+
+
+BIG_CAP_MB = 24  # the memory test's cap: each attack makes the worker buffer megabytes, as a real one would
+SSE_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+
+
+def _length_big(sock: socket.socket) -> None:
+    sock.sendall(JSON_HEAD + b"content-length: 2000000000\r\n\r\n")
+    block = b" " * 1048576
+    for _ in range(BIG_CAP_MB + 8):  # past the cap
+        sock.sendall(block)
+
+
+def _endless_event(sock: socket.socket) -> None:
+    """A stream whose one event never ends: past the reader's 16 MB event cap."""
+    sock.sendall(SSE_HEAD)
+    first = b'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_1","type":"message",'
+    first += b'"role":"assistant","content":[],"model":"m","stop_reason":null,"usage":{"input_tokens":1,'
+    first += b'"output_tokens":1}}}\n\nevent: ping\ndata: '
+    sock.sendall(b"%x\r\n%s\r\n" % (len(first), first))
+    block = b"x" * 1048576
+    for _ in range(20):
+        sock.sendall(b"%x\r\n%s\r\n" % (len(block), block))
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_memory_a_hostile_upstream_made_the_worker_hold_is_given_back(tmp_path: Path) -> None:
+    """Issue's bound: the worker's RSS comes back within 200 MB of where it started. Each attack
+    makes the worker buffer up to the cap (24 MB of a JSON body, 16 MB of an unending event);
+    what it held must not stay tied to the failure (a traceback kept by a reference cycle) and
+    add up attack after attack."""
+    servers = [Hostile(_length_big), Hostile(_endless_event)]
+    for server in servers:
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    models = [
+        ModelSpec(
+            id="anthropic/big-json", aliases=("big-json",), deployments=[{"name": "h", "base_url": servers[0].url}]
+        ),
+        ModelSpec(
+            id="anthropic/big-sse", aliases=("big-sse",), deployments=[{"name": "h", "base_url": servers[1].url}]
+        ),
+    ]
+    gateway = Gateway(
+        root=tmp_path,
+        models=models,
+        workers=1,
+        gateway_settings={"max_upstream_body_mb": BIG_CAP_MB, "cooldown_failures": 100},
+    ).start()
+    try:
+        key = gateway.new_key("acme")
+        assert gateway.proc is not None
+        (worker,) = [
+            int(p) for p in Path(f"/proc/{gateway.proc.pid}/task/{gateway.proc.pid}/children").read_text().split()
+        ]
+        statuses = []
+        rss = []
+        for _ in range(5):
+            for model, stream in (("big-json", False), ("big-sse", True)):
+                resp, _ = _chat(gateway, key, model, stream)
+                statuses.append(resp.status_code if not stream else ("error" in resp.text))
+            rss.append(_rss_mb(worker))
+        assert all(s is True or (isinstance(s, int) and 500 <= s < 600) for s in statuses), statuses
+        # After the first round the worker's heap has room for one attack's buffers; four more
+        # rounds (eight attacks, ~160 MB buffered in all) must not grow it by an attack's worth.
+        assert rss[-1] - rss[0] < 40, rss
+        _no_reservation_held(gateway)
+    finally:
+        gateway.stop()
+        for server in servers:
+            server.shutdown()
+            server.server_close()
