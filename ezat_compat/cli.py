@@ -325,6 +325,7 @@ def _write_problems(config: Config) -> list[str]:
 
     from ezat_compat.datafiles import data_folder, writable_problem
     from ezat_compat.sealing import sealing_key_problem
+    from ezat_compat.server.logs import log_file_problems
     from ezat_compat.store.ledger import JOURNAL_DIR_ENV
 
     folder = data_folder(config)
@@ -342,6 +343,7 @@ def _write_problems(config: Config) -> list[str]:
         problem = writable_problem(place)
         if problem is not None:
             problems.append(f"{name}: {problem}")
+    problems += log_file_problems({"access_log": config.server.access_log, "error_log": config.server.error_log})
     if not any(p.startswith("data_dir:") for p in problems):
         problem = sealing_key_problem(folder)
         if problem is not None:

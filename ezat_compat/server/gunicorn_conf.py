@@ -29,7 +29,7 @@ from typing import Any
 
 from ezat_compat.server import serving
 from ezat_compat.server.graceful import drain_then_stop, on_worker_term, shutting_down
-from ezat_compat.server.logs import gunicorn_logger_class, logging_config
+from ezat_compat.server.logs import gunicorn_logger_class, log_file_problems, logging_config
 
 _config = serving.master_config()
 
@@ -82,6 +82,9 @@ def _observability_settings() -> None:
 
     global logconfig_dict, logger_class, bind
     logging.captureWarnings(True)  # warnings become records: one line each, like the rest
+    problems = log_file_problems({"access_log": _config.server.access_log, "error_log": _config.server.error_log})
+    if problems:  # else gunicorn's dictConfig fails with "Unable to configure handler 'requests'"
+        raise SystemExit("ezat-compat: cannot start: " + "; ".join(problems))
     logconfig_dict = logging_config(
         _config.logging,
         _config.server.log_level,

@@ -29,6 +29,7 @@ import importlib
 import io
 import json
 import logging
+import os
 import re
 import time
 import traceback
@@ -146,6 +147,29 @@ class LineFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         return record.getMessage()
+
+
+def log_file_problems(files: dict[str, str]) -> list[str]:
+    """Why each log file of ``files`` (setting name -> path; "-": stderr) can't be appended to,
+    one phrase each (``"access_log: the folder /var/log/ezat does not exist"``). The folder is
+    judged by making (and removing) a file in it, which shows a read-only mount; the log file
+    itself is not created."""
+    from ezat_compat.datafiles import writable_problem
+
+    problems = []
+    for name, path in files.items():
+        if not path or path == "-":
+            continue
+        folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(folder):
+            problems.append(f"{name}: the folder {folder} does not exist")
+            continue
+        problem = writable_problem(folder) if not os.path.exists(path) else None
+        if problem is not None:
+            problems.append(f"{name}: {problem}")
+        elif os.path.isdir(path) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+            problems.append(f"{name}: {path} is not a writable file")
+    return problems
 
 
 def _handler(path: str, formatter: str) -> dict[str, Any]:

@@ -363,6 +363,31 @@ def test_check_config_fails_in_one_line_when_the_data_folder_is_read_only(config
     assert not (tmp_path / "var-lib").exists()  # check-config makes nothing (it may run as another user)
 
 
+def test_check_config_and_serve_name_a_log_file_that_cant_be_written(config: Path, tmp_path: Path) -> None:
+    """``check-config`` (the unit's ExecStartPre) checks the log files too: a missing or read-only
+    logs folder failed only at the start, with gunicorn's "Unable to configure handler"."""
+    logs = tmp_path / "logs"
+    server = f'[server]\naccess_log = "{logs}/access.log"\nerror_log = "{logs}/error.log"\n'
+    config.write_text(server + config.read_text())
+    env = {"ANTHROPIC_API_KEY": "k"}
+    missing = cli(config, "check-config", env=env)
+    assert missing.returncode == 1 and "Traceback" not in missing.stderr, missing.stderr
+    assert missing.stderr.strip() == (
+        f"ezat-compat: the gateway could not write its files: access_log: the folder {logs} does not exist; "
+        f"error_log: the folder {logs} does not exist"
+    )
+    serve = cli(config, "serve", "--bind", f"127.0.0.1:{free_port()}", env=env)
+    assert serve.returncode == 1 and "Unable to configure handler" not in serve.stderr
+    assert f"access_log: the folder {logs} does not exist" in serve.stderr.strip().splitlines()[-1]
+    logs.mkdir()
+    argv = [sys.executable, "-m", "ezat_compat.cli", "--config", str(config), "check-config"]
+    done = subprocess.run(read_only(logs, argv), capture_output=True, text=True, timeout=60, env={**os.environ, **env})
+    assert done.returncode == 1 and f"access_log: {logs} is not writable" in done.stderr, done.stderr
+    logs.chmod(0o700)
+    assert cli(config, "check-config", env=env).returncode == 0
+    assert not (logs / "access.log").exists()  # check-config makes nothing
+
+
 @pytest.mark.parametrize(
     "key_file, env_key, message",
     [
