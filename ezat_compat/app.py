@@ -37,6 +37,7 @@ from ezat_compat.domain import Config
 from ezat_compat.errors import GatewayError, InvalidRequestError, MethodNotAllowedError, RouteNotFoundError
 from ezat_compat.limits import RateLimits
 from ezat_compat.pipeline import Gateway, health_key
+from ezat_compat.server import memory
 from ezat_compat.server.drain import start_draining, stop_draining
 from ezat_compat.server.forwarded import TrustedForwarded
 from ezat_compat.server.logs import Outages, RequestLog
@@ -148,12 +149,32 @@ def _noted_outage(exc: BaseException) -> bool:
     return note_outage(readiness, exc)
 
 
+def _let_go(err: BaseException) -> None:
+    """Drop the tracebacks of an answered error and of the errors it came from. A frame that
+    raised an error it also keeps (the failover loop's last upstream error) makes a reference
+    cycle, which keeps every frame of the request (its parsed body: hundreds of MB for a 30 MB
+    request) alive until the cyclic collector happens by; the answer is written, the frames
+    are no longer needed."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [err]
+    while todo:
+        exc = todo.pop()
+        if exc is None or id(exc) in seen:
+            continue
+        seen.add(id(exc))
+        exc.__traceback__ = None
+        todo += [exc.__cause__, exc.__context__]
+
+
 def _register_errors(app: Flask) -> None:
     @app.errorhandler(GatewayError)
     def gateway_error(err: GatewayError) -> Response:
         if err.status >= 500:
             _noted_outage(err)
-        return _render(err)
+        try:
+            return _render(err)
+        finally:
+            _let_go(err)
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> Response:
@@ -221,6 +242,7 @@ def _register_request_log(app: Flask, config: Config) -> RequestLog:
         record = g.get("record")
         if record is not None:
             record.unanswered()
+        memory.after_request_of(request.content_length or 0)  # a 30 MB body's pages go back
 
     return request_log
 

@@ -193,3 +193,50 @@ def test_the_metrics_listener_serves_only_metrics_and_probes() -> None:
     assert client.get("/metrics", environ_overrides=on_metrics).status_code == 200
     assert client.get("/metrics", environ_overrides=on_main).status_code == 404
     assert client.post("/openai/v1/chat/completions", data=b"{}", environ_overrides=on_main).status_code == 200
+
+
+def test_an_answered_error_lets_go_of_its_frames() -> None:
+    """The failover loop keeps its last error in a local and raises it: frame -> error ->
+    traceback -> frame, a cycle only the cyclic collector would free (with the request's whole
+    parsed body). Once answered, the error and those it came from drop their tracebacks."""
+    import gc
+    import weakref
+
+    from ezat_compat.app import _let_go
+    from ezat_compat.errors import GatewayError, UpstreamTimeoutError
+
+    class Body:
+        pass
+
+    def failover(body: Body) -> None:
+        last = None
+        try:
+            raise UpstreamTimeoutError("slow")
+        except UpstreamTimeoutError as exc:
+            last = exc
+        raise GatewayError("no deployment answered") from last
+
+    body = Body()
+    alive = weakref.ref(body)
+    gc.disable()
+    try:
+        try:
+            failover(body)
+        except GatewayError as err:
+            caught = err
+        del body
+        assert alive() is not None  # held by the cycle
+        _let_go(caught)
+        assert caught.__traceback__ is None and caught.__cause__ is not None
+        assert caught.__cause__.__traceback__ is None
+        del caught
+        assert alive() is None  # freed at once, no collector needed
+    finally:
+        gc.enable()
+
+
+def test_memory_is_given_back_only_after_a_large_body() -> None:
+    from ezat_compat.server import memory
+
+    assert memory.after_request_of(memory.TRIM_AFTER_BYTES - 1) is False
+    assert memory.after_request_of(memory.TRIM_AFTER_BYTES) is (memory._trim is not None)
