@@ -18,7 +18,7 @@ from ezat_compat.domain import Model
 from ezat_compat.errors import InvalidRequestError
 from ezat_compat.translate.ids import encode_tool_id
 from ezat_compat.translate.media import PDF_MEDIA_TYPE, decode_base64, is_pdf, sniff_image_type
-from ezat_compat.translate.schema import fit_schema
+from ezat_compat.translate.schema import fit_schema, fit_tool_schema
 from ezat_compat.translate.tables import (
     DEFAULT_MAX_TOKENS,
     EFFORT_TO_THINKING_BUDGET,
@@ -384,7 +384,7 @@ def _tools(tools: list[dict[str, Any]], pause: Callable[[], None] = no_pause) ->
         elif schema["type"] != "object":
             raise _bad(f"tools[{t}].function.parameters.type", 'must be "object"')
         if fn.get("strict"):  # decoded under the structured-output grammar: fitted to it
-            schema = fit_schema(schema, f"tools[{t}].function.parameters")
+            schema = fit_tool_schema(schema, f"tools[{t}].function.parameters", str(name))
         block: dict[str, Any] = {"name": name}
         if fn.get("description"):
             block["description"] = fn["description"]

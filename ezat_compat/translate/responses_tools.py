@@ -18,7 +18,7 @@ from typing import Any
 
 from ezat_compat.domain import Model
 from ezat_compat.translate.request import TOOL_NAME, TOOLS_PAUSE_EVERY, _bad
-from ezat_compat.translate.schema import fit_schema
+from ezat_compat.translate.schema import fit_tool_schema
 from ezat_compat.translate.tables import TOOL_CHOICE_TO_ANTHROPIC
 from ezat_compat.wire.json import no_pause
 
@@ -63,9 +63,9 @@ def _tag(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _schema(params: Any, strict: bool, path: str) -> dict[str, Any]:
+def _schema(params: Any, strict: bool, path: str, name: str = "") -> dict[str, Any]:
     """A function tool's parameters -> ``input_schema`` (the chat rules: an object schema; a
-    ``strict`` one fitted to structured outputs)."""
+    ``strict`` one fitted to structured outputs, a refusal naming the tool ``name``)."""
     if params is None:
         return {"type": "object", "properties": {}}
     schema = dict(params)
@@ -73,7 +73,7 @@ def _schema(params: Any, strict: bool, path: str) -> dict[str, Any]:
         schema = {"type": "object", **schema}
     elif schema["type"] != "object":
         raise _bad(f"{path}.parameters.type", 'must be "object"')
-    return fit_schema(schema, f"{path}.parameters") if strict else schema
+    return fit_tool_schema(schema, f"{path}.parameters", name) if strict else schema
 
 
 def _custom_tool(tool: dict[str, Any], path: str) -> dict[str, Any]:
@@ -106,7 +106,7 @@ def _one_tool(tool: dict[str, Any], path: str, namespace: str | None) -> tuple[d
         description = tool.get("description")
         if description:
             block["description"] = description
-        block["input_schema"] = _schema(tool.get("parameters"), strict, path)
+        block["input_schema"] = _schema(tool.get("parameters"), strict, path, name)
         if tool.get("strict") is not None:
             block["strict"] = strict
     else:

@@ -177,6 +177,15 @@ def fit_schema(schema: Mapping[str, Any], path: str) -> dict[str, Any]:
 # ---------------------------------------------------------------- one schema node
 
 
+def fit_tool_schema(schema: Mapping[str, Any], path: str, tool: str) -> dict[str, Any]:
+    """``fit_schema`` for the parameters of the strict tool named ``tool``: a refusal names the
+    tool too, as the client knows it (``… (tool "get_weather")``)."""
+    try:
+        return fit_schema(schema, path)
+    except InvalidRequestError as exc:
+        raise InvalidRequestError(f"{exc.message} (tool {_json(tool)})", param=exc.param) from None
+
+
 def _fit(node: Any, path: str, doc: _Document, depth: int) -> dict[str, Any]:
     if depth > MAX_DEPTH:
         raise _bad(path, f"the schema is nested more than {MAX_DEPTH} levels deep")

@@ -698,6 +698,7 @@ def test_a_doubling_chain_is_refused_fast_naming_the_tool() -> None:
     assert time.process_time() - started < 1.0  # naively: 2**30 copies, the worker killed
     assert param == "tools[1].function.parameters"
     assert message.startswith(f"{param}: the schema is too large once its allOf $refs are inlined")
+    assert message.endswith('(tool "f")')
 
 
 @pytest.mark.parametrize("levels", [8, 12, 30, 60])
