@@ -16,7 +16,8 @@ and every worker reopen on SIGUSR1 (logrotate's ``postrotate``: gunicorn's conve
 ``logger_class``); gunicorn's access log (``EZAT_ACCESS_LOG``, off by default: the gateway
 writes its own line per request) never shows query values or credentials.
 ``[server] metrics_bind`` adds a listener that serves ``/metrics``. The multiprocess folder
-this master made is removed on every exit, also after a SIGHUP (which reads this file again).
+(``metrics-*`` in the data folder) this master made is removed on every exit, also after a
+SIGHUP (which reads this file again). The process's umask is 077: every file it writes is 0600.
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ from ezat_compat.server.graceful import drain_then_stop, on_worker_term, shuttin
 from ezat_compat.server.logs import gunicorn_logger_class, log_file_problems, logging_config
 
 _config = serving.master_config()
+# Every file the gateway writes is its own: 0600 files in 0700 folders (the database and the
+# journal hold balances and key hashes; the metrics' files, the logs and the pidfile follow).
+# gunicorn's own ``umask`` setting applies to its sockets and worker temp files only.
+os.umask(0o077)
 
 wsgi_app = "ezat_compat.server.wsgi:app"
 bind = [os.environ.get("EZAT_BIND") or _config.server.bind]
@@ -65,7 +70,13 @@ def _metrics_folder() -> str:
     given = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     if given:
         return given if os.environ.get(_OWNED_METRICS_DIR) == f"{os.getpid()}:{given}" else ""
-    made = tempfile.mkdtemp(prefix="ezat-metrics-")
+    from ezat_compat.datafiles import data_folder, private_dir
+
+    folder = data_folder(_config)
+    try:
+        made = tempfile.mkdtemp(prefix="metrics-", dir=private_dir(folder))  # 0700, in the data folder
+    except OSError as exc:  # check-config names it too
+        raise SystemExit(f"ezat-compat: cannot start: data_dir: {folder}: {exc.strerror or exc}") from None
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = made
     os.environ[_OWNED_METRICS_DIR] = f"{os.getpid()}:{made}"
     return made

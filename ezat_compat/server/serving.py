@@ -115,23 +115,17 @@ def prepare_database(config: Config) -> None:
     than this release knows."""
     from datetime import UTC, datetime
 
-    from sqlalchemy import make_url
-
     from ezat_compat.datafiles import data_folder, private_dir
     from ezat_compat.store import db
 
-    # The data folder, and a SQLite database's folder, are made 0700 when missing (the config
-    # reference says so; check-config judges them by the nearest folder that exists).
-    folders = [data_folder(config)]
-    url = make_url(config.gateway.database_url)
-    database = url.database or ""
-    if url.get_backend_name() == "sqlite" and database not in ("", ":memory:") and not database.startswith("file:"):
-        folders.append(os.path.dirname(os.path.abspath(database)))
+    # The data folder is made 0700 when missing (the config reference says so; check-config judges
+    # it by the nearest folder that exists). A SQLite database elsewhere needs its folder: a typo
+    # in its path is one line, not a new tree.
+    folder = data_folder(config)
     try:
-        for folder in folders:
-            private_dir(folder)
+        private_dir(folder)
     except OSError as exc:
-        raise StartupError(f"cannot create the folder {exc.filename or folder}: {exc.strerror or exc}") from None
+        raise StartupError(f"cannot create the data folder {folder}: {exc.strerror or exc}") from None
     try:
         db.prepare_database(config.gateway.database_url)
     except (db.DatabaseUnavailable, db.SchemaError) as exc:

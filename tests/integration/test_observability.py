@@ -15,6 +15,7 @@ import select
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import threading
 import time
@@ -494,17 +495,43 @@ def _children(pid: int) -> set[int]:
 
 
 def test_the_metrics_folder_is_removed_on_exit_also_after_a_sighup(sims: dict[str, Sim], tmp_path: Path) -> None:
+    """The multiprocess folder is in the data folder (the gateway's root here), 0700 with 0600
+    files, as everything the gateway writes; nothing goes to the machine's temporary folder."""
     tmp = tmp_path / "tmp"
     tmp.mkdir()
+    root = tmp_path / "gw"
     gw = ObsGateway(
-        root=tmp_path / "gw",
+        root=root,
         models=[ModelSpec(deployments=[{"name": "sim-a", "base_url": sims["fast"].url}])],
         env={"TMPDIR": str(tmp)},
     )
     try:
         gw.start()
         assert gw.proc is not None
-        assert [p.name for p in tmp.iterdir() if p.name.startswith("ezat-metrics-")]
+        key = gw.new_key("acme")
+        chat = {"model": "claude-sonnet-5-5", "messages": [{"role": "user", "content": "hi"}]}
+        for stream in (False, True):
+            resp = requests.post(
+                gw.url + "/openai/v1/chat/completions",
+                json={**chat, "stream": stream},
+                headers={"authorization": f"Bearer {key}"},
+                timeout=30,
+            )
+            assert resp.status_code == 200
+        assert requests.get(gw.url + "/metrics", timeout=10).status_code == 200
+        (metrics,) = [p for p in root.iterdir() if p.name.startswith("metrics-")]
+        assert metrics.is_dir() and list(metrics.iterdir())  # the workers' files
+        for path in root.rglob("*"):  # the root itself is the test's (an operator's folder is left as it is)
+            if path.is_symlink() or not (path.is_dir() or path.is_file()):
+                continue
+            mode = stat.S_IMODE(path.stat().st_mode)
+            if path.is_dir():
+                assert mode == 0o700, (path, oct(mode))
+            elif path.parent == root and path.suffix in (".toml", ".log"):
+                continue  # the test's own config and the harness's log capture
+            else:
+                assert mode == 0o600, (path, oct(mode))
+        assert list(tmp.iterdir()) == []
         workers = wait_for(lambda: _children(gw.proc.pid), what="the worker")
         gw.proc.send_signal(signal.SIGHUP)
         wait_for(lambda: (c := _children(gw.proc.pid)) and not (c & workers), timeout_s=30, what="new workers")
@@ -513,7 +540,7 @@ def test_the_metrics_folder_is_removed_on_exit_also_after_a_sighup(sims: dict[st
         gw.proc.wait(timeout=60)
     finally:
         gw.stop()
-    assert not [p.name for p in tmp.iterdir() if p.name.startswith("ezat-metrics-")]
+    assert not [p.name for p in root.iterdir() if p.name.startswith("metrics-")]
     assert os.path.isdir(tmp)
 
 

@@ -257,18 +257,18 @@ def test_a_journal_left_where_an_earlier_release_kept_it_is_adopted(
     assert adopted.name.startswith("orphan~") and b'"old"' in adopted.read_bytes()
 
 
-def test_serve_makes_a_missing_data_folder_and_database_folder_0700(tmp_path: Path) -> None:
+def test_serve_makes_a_missing_data_folder_0700(tmp_path: Path) -> None:
     """``check-config`` passes a data_dir that doesn't exist yet (judged by the nearest folder
-    that does); the start makes it, and a SQLite database's folder, rather than failing."""
+    that does); the start makes it, with a SQLite database inside it, rather than failing."""
     from ezat_compat.server.serving import prepare_database
 
-    database = tmp_path / "db" / "nested" / "ezat.db"
+    database = tmp_path / "data" / "sub" / "ezat.db"
     config = parse_config(
         {"gateway": {"data_dir": "data/sub", "database_url": f"sqlite:///{database}"}, "models": [MODEL]},
         path=str(tmp_path / "ezat.toml"),
         environ={},
     )
     prepare_database(config)
-    for folder in (tmp_path / "data", tmp_path / "data" / "sub", database.parent, database.parent.parent):
+    for folder in (tmp_path / "data", tmp_path / "data" / "sub"):
         assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder
     assert stat.S_IMODE(database.stat().st_mode) == 0o600
