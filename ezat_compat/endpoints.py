@@ -36,13 +36,19 @@ def default_base_url(provider: str, region: str) -> str:
     return ""
 
 
-# provider -> the Messages API paths it offers (None: all). Bedrock's InvokeModel and Vertex's
-# rawPredict carry messages only; count_tokens is another API on each (not called here).
+MESSAGES = "/v1/messages"
+COUNT_TOKENS = "/v1/messages/count_tokens"
+
+# provider -> the Messages API paths it offers (None: all). Each cloud counts tokens with an API
+# of its own, which its provider calls (providers/bedrock.py, providers/vertex.py): Bedrock's
+# CountTokens, ``POST /model/{modelId}/count-tokens`` (Amazon Bedrock API reference,
+# "CountTokens"), and Vertex AI's ``publishers/anthropic/models/count-tokens:rawPredict`` (Google
+# Cloud, "Count tokens" for Claude; Anthropic's Vertex SDK calls it for ``messages.count_tokens``).
 PATHS_OFFERED: Mapping[str, frozenset[str] | None] = {
     "anthropic": None,
     "foundry": None,
-    "bedrock": frozenset({"/v1/messages"}),
-    "vertex": frozenset({"/v1/messages"}),
+    "bedrock": frozenset({MESSAGES, COUNT_TOKENS}),
+    "vertex": frozenset({MESSAGES, COUNT_TOKENS}),
 }
 
 

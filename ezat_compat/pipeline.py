@@ -415,7 +415,7 @@ class Gateway:
             started = time.monotonic()
             try:
                 data_out, headers_out = self.upstream.shape(
-                    deployment, body, source=source, stream=stream_flag, headers=headers
+                    deployment, body, source=source, stream=stream_flag, headers=headers, path=path
                 )
                 data, response_headers = self.upstream.complete(
                     deployment, path, data_out, timeout_s=remaining, headers=headers_out

@@ -234,6 +234,7 @@ class Simulator:
             ("DELETE", "/_sim/cache"): self._clear_cache,
         }
         self._routes[("POST", "/anthropic/v1/messages")] = self._messages  # Foundry's path
+        self._routes[("POST", "/anthropic/v1/messages/count_tokens")] = self._count_tokens  # and its count
         self._routes[("POST", "/token")] = self._google_token
         self._paths = frozenset(path for _, path in self._routes)
         self._identity = ("x-sim-name", config.name)
@@ -340,7 +341,7 @@ class Simulator:
                 "name": self.config.name,
             }
         )
-        if path != "/v1/messages/count_tokens" and self.config.latency_ms:
+        if not path.endswith("/count_tokens") and self.config.latency_ms:
             self._sleep(self.config.latency_ms / 1000)
         return raw, body, parse_error
 
@@ -375,7 +376,7 @@ class Simulator:
         path = environ.get("PATH_INFO") or "/"
         raw, body, parse_error = self._record(environ, path)
         model, _, operation = path[len("/model/") :].rpartition("/")
-        if not model or operation not in ("invoke", "invoke-with-response-stream"):
+        if not model or operation not in ("invoke", "invoke-with-response-stream", "count-tokens"):
             raise clouds.bedrock_error(404, f"Unknown operation {path}", "UnknownOperationException")
         headers = _headers(environ)
         scheme, _, token = headers.get("authorization", "").partition(" ")
@@ -387,6 +388,9 @@ class Simulator:
             clouds.verify_sigv4("POST", url, headers, raw)
         if parse_error is not None or not isinstance(body, dict):
             raise clouds.bedrock_error(400, "Malformed input request, please reformat your input and try again.")
+        counting = operation == "count-tokens"
+        if counting:  # CountTokens: {"input": {"invokeModel": {"body": <base64 InvokeModel body>}}}
+            body = clouds.count_tokens_input(model, body)
         for key in ("model", "stream"):
             if key in body:
                 raise clouds.bedrock_error(400, f"Malformed input request: extraneous key [{key}] is not permitted")
@@ -402,6 +406,13 @@ class Simulator:
             raise clouds.bedrock_error(400, f"{url_source}: URL sources are not supported; send base64 data")
         inner = {k: v for k, v in body.items() if k not in ("anthropic_version", "anthropic_beta")}
         inner["model"] = model
+        if counting:
+            inner.pop("max_tokens", None)
+            try:
+                validate_request(inner, count_only=True, caps=self.config.caps)
+            except SimError as error:
+                raise clouds.bedrock_error(error.status, error.message) from None
+            return self._respond(start_response, 200, {"inputTokens": count_input_tokens(inner)}, request_id)
         if operation == "invoke-with-response-stream":
             inner["stream"] = True
         try:
@@ -422,7 +433,10 @@ class Simulator:
             raise clouds.google_error(404, f"Unknown method {operation}")
         if parse_error is not None or not isinstance(body, dict):
             raise clouds.google_error(400, "Invalid JSON payload received.")
-        if "model" in body:
+        counting = model == "count-tokens" and operation == "rawPredict"  # the model is in the body
+        if counting and not isinstance(body.get("model"), str):
+            raise clouds.google_error(400, "model: Field required")
+        if "model" in body and not counting:
             raise clouds.google_error(400, "model: Extra inputs are not permitted")
         if body.get("anthropic_version") != clouds.VERTEX_VERSION:
             raise clouds.google_error(400, "anthropic_version: Input should be 'vertex-2023-10-16'")
@@ -436,6 +450,9 @@ class Simulator:
         if url_source is not None:
             raise InvalidRequestError(f"{url_source}: URL sources are not supported; send base64 data")
         inner = {k: v for k, v in body.items() if k != "anthropic_version"}
+        if counting:
+            validate_request(inner, count_only=True, caps=self.config.caps)
+            return self._respond(start_response, 200, {"input_tokens": count_input_tokens(inner)}, request_id)
         inner["model"] = model
         inner["stream"] = operation == "streamRawPredict"
         try:
@@ -453,7 +470,7 @@ class Simulator:
         return self._respond(start_response, 200, self._google.grant(form, uri), request_id)
 
     def _count_tokens(self, environ: Environ, start_response: StartResponse, request_id: str) -> list[bytes]:
-        body = self._receive(environ, "/v1/messages/count_tokens")
+        body = self._receive(environ, environ.get("PATH_INFO") or "/v1/messages/count_tokens")
         validate_request(body, count_only=True, caps=self.config.caps)
         return self._respond(start_response, 200, {"input_tokens": count_input_tokens(body)}, request_id)
 

@@ -88,6 +88,25 @@ def google_error(status: int, message: str) -> CloudError:
     return CloudError(status, {"error": {"code": status, "message": message, "status": name}})
 
 
+def count_tokens_input(model: str, body: Mapping[str, Any]) -> Any:
+    """The InvokeModel body a CountTokens request carries (``input.invokeModel.body``, base64),
+    parsed; Bedrock's 400 when it isn't there or isn't JSON, or when ``model`` is an inference
+    profile, which CountTokens doesn't take (alchemy.run's Bedrock CountTokens binding:
+    "cross-region inference-profile ids are rejected with a ValidationException (The provided
+    model doesn't support counting tokens)")."""
+    if model.split(".", 1)[0] in ("us", "eu", "apac", "jp", "au", "ca", "us-gov", "global"):
+        raise bedrock_error(400, "The provided model doesn't support counting tokens.")
+    invoke = body.get("input", {}).get("invokeModel") if isinstance(body.get("input"), dict) else None
+    encoded = invoke.get("body") if isinstance(invoke, dict) else None
+    try:
+        parsed = json.loads(base64.b64decode(encoded, validate=True)) if isinstance(encoded, str) else None
+    except (ValueError, binascii.Error):
+        parsed = None
+    if not isinstance(parsed, dict):
+        raise bedrock_error(400, "Malformed input request, please reformat your input and try again.")
+    return parsed
+
+
 def url_source_path(body: Mapping[str, Any]) -> str | None:
     """The path of the first image or document block with a ``url`` source (in a message or a
     tool_result), or None. Claude on Bedrock and on Vertex AI takes base64 sources only

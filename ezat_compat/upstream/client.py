@@ -66,6 +66,7 @@ import urllib3
 
 from ezat_compat.cooperative import PLAIN, YIELD_EVERY, Bound, Tools, tools
 from ezat_compat.domain import Deployment
+from ezat_compat.endpoints import MESSAGES
 from ezat_compat.errors import (
     UpstreamAuthError,
     UpstreamBodyError,
@@ -499,11 +500,12 @@ class UpstreamClient:
         source: Mapping[str, Any] | None = None,
         stream: bool | None = False,
         headers: Mapping[str, str] | None = None,
+        path: str = MESSAGES,
     ) -> tuple[bytes, Mapping[str, str] | None]:
-        """The body and forwarded header fields as ``deployment``'s provider takes them: ``body``
-        is the request serialized without ``model`` (``source``: the same as data, if at hand);
-        ``stream`` is put in front (None: as the body has it)."""
-        return self._route(deployment).provider.shape(body, source, stream, headers)
+        """The body and forwarded header fields as ``deployment``'s provider takes them for
+        ``path``: ``body`` is the request serialized without ``model`` (``source``: the same as
+        data, if at hand); ``stream`` is put in front (None: as the body has it)."""
+        return self._route(deployment).provider.shape(body, source, stream, headers, path)
 
     def _send(
         self,
@@ -612,7 +614,10 @@ class UpstreamClient:
         all_headers = route.provider.headers(headers, "application/json")
         with self._tools.bound(timeout_s, UpstreamTimeoutError(f"{deployment.name} did not answer in time")):
             response = self._send(route, deployment, path, body, all_headers, timeout_s, False)
-        return self._read(response, deadline, deployment), response.headers
+        data = self._read(response, deadline, deployment)
+        if route.provider.rewrites:  # a cloud's answer in Anthropic's words (Anthropic's own: as it came)
+            data = route.provider.answer(path, data)
+        return data, response.headers
 
     def open_stream(
         self,

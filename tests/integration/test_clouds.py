@@ -498,3 +498,49 @@ def test_the_simulated_clouds_refuse_url_sources(stack: tuple[Gateway, Sim, str]
         timeout=10,
     )
     assert bedrock.status_code == 400 and "messages.0.content.0.image.source" in bedrock.json()["message"]
+
+
+COUNT_PATHS = {
+    "on-bedrock": f"/model/{BEDROCK_MODEL}/count-tokens",
+    "on-vertex": "/v1/projects/ezat-sim/locations/us-east5/publishers/anthropic/models/count-tokens:rawPredict",
+    "on-foundry": "/anthropic/v1/messages/count_tokens",
+}
+
+
+def test_count_tokens_on_each_provider(stack: tuple[Gateway, Sim, str]) -> None:
+    """``/v1/messages/count_tokens`` (Claude Code calls it) reaches each cloud's own token
+    counting: Bedrock's CountTokens (the InvokeModel body as base64), Vertex AI's
+    count-tokens:rawPredict (the model in the body), Foundry's Anthropic path; each answers
+    Anthropic's ``{"input_tokens": N}``, the same count for the same request, and is not billed."""
+    gw, sim, key = stack
+    body = {
+        "system": "You are terse.",
+        "messages": [{"role": "user", "content": "How many tokens is this sentence, roughly?"}],
+        "tools": [{"name": "get_weather", "input_schema": {"type": "object", "properties": {}}}],
+    }
+    before = len(gw.usage())
+    counts = {}
+    for alias, path in COUNT_PATHS.items():
+        resp = requests.post(
+            gw.url + "/v1/messages/count_tokens",
+            json={"model": alias, **body},
+            headers={"x-api-key": key, "anthropic-beta": CLAUDE_CODE_BETAS},
+            timeout=30,
+        )
+        assert resp.status_code == 200, (alias, resp.text)
+        assert set(resp.json()) == {"input_tokens"}
+        counts[alias] = resp.json()["input_tokens"]
+        seen = _last(sim, "/")
+        assert seen["path"] == path.replace(":", "%3A") or seen["path"] == path, (alias, seen["path"])
+    assert len(set(counts.values())) == 1 and next(iter(counts.values())) > 0, counts
+    assert len(gw.usage()) == before  # counting is free
+
+
+def test_bedrocks_count_tokens_takes_a_profiles_foundation_model() -> None:
+    from ezat_compat.upstream.providers.bedrock import counting_model
+
+    assert counting_model("us.anthropic.claude-sonnet-5-5-v1:0") == "anthropic.claude-sonnet-5-5-v1:0"
+    assert counting_model("global.anthropic.claude-x") == "anthropic.claude-x"
+    assert counting_model("anthropic.claude-x") == "anthropic.claude-x"
+    arn = "arn:aws:bedrock:us-east-1:123:inference-profile/us.anthropic.claude-x"
+    assert counting_model(arn) == arn

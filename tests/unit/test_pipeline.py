@@ -80,9 +80,16 @@ class FakeUpstream:
         self.calls: list[tuple[str, bytes]] = []
 
     def shape(
-        self, deployment: Any, body: bytes, *, source: Any = None, stream: bool | None = False, headers: Any = None
+        self,
+        deployment: Any,
+        body: bytes,
+        *,
+        source: Any = None,
+        stream: bool | None = False,
+        headers: Any = None,
+        path: str = "/v1/messages",
     ) -> tuple[bytes, Any]:
-        return make_provider(deployment).shape(body, source, stream, headers)
+        return make_provider(deployment).shape(body, source, stream, headers, path)
 
     def complete(
         self, deployment: Any, path: str, body: bytes, *, timeout_s: float, headers: Any = None

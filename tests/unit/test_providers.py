@@ -411,3 +411,31 @@ def test_the_1m_context_beta_reaches_every_provider(provider: str) -> None:
     """``context-1m-2025-08-07``: Anthropic offers the 1M-token window on Bedrock and Vertex AI
     too (betas.py gives the sources); dropping it would cut a long request at 200k tokens."""
     assert allowed_betas(provider, "claude-code-20250219,context-1m-2025-08-07")[-1] == "context-1m-2025-08-07"
+
+
+def test_count_tokens_shapes_for_each_cloud() -> None:
+    """Bedrock's CountTokens wraps the InvokeModel body it would count (base64, with a
+    ``max_tokens`` InvokeModel wants) and answers ``inputTokens``; Vertex AI's
+    count-tokens:rawPredict takes the model in the body, without ``stream``."""
+    count = "/v1/messages/count_tokens"
+    source = {"messages": [{"role": "user", "content": "hi"}], "system": "s"}
+    bedrock = make_provider(BEDROCK)
+    body, headers = bedrock.shape(encode_body(source), source, None, {"anthropic-beta": BETAS}, count)
+    assert headers is None
+    invoke = json.loads(base64.b64decode(json.loads(body)["input"]["invokeModel"]["body"]))
+    assert invoke == {
+        "anthropic_version": "bedrock-2023-05-31",
+        "anthropic_beta": ["interleaved-thinking-2025-05-14", "effort-2025-11-24"],
+        "max_tokens": 1,
+        **source,
+    }
+    assert bedrock.path(count, False) == "/model/anthropic.claude-x-v1%3A0/count-tokens"
+    assert json.loads(bedrock.answer(count, b'{"inputTokens": 12}')) == {"input_tokens": 12}
+    assert bedrock.answer("/v1/messages", b'{"inputTokens": 12}') == b'{"inputTokens": 12}'
+    vertex = make_provider(VERTEX)
+    body, _ = vertex.shape(encode_body(source), source, None, None, count)
+    assert json.loads(body) == {"anthropic_version": "vertex-2023-10-16", "model": "claude-x@1", **source}
+    assert (
+        vertex.path(count, False)
+        == "/v1/projects/p/locations/us-east5/publishers/anthropic/models/count-tokens:rawPredict"
+    )

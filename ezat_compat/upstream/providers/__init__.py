@@ -4,7 +4,8 @@ Every deployment speaks Anthropic's Messages API; what differs per provider is d
 small steps, all on one object (``Provider``) that the upstream client keeps on the
 deployment's route:
 
-    shape(body, source, stream, headers)  the body and header fields this provider takes
+    shape(body, source, stream, headers, path)
+                                          the body and header fields this provider takes
                                           (model in the URL or the body, anthropic_version,
                                           betas in a header or the body, the betas it refuses)
     path(path, stream)                    the URL path (InvokeModel, rawPredict, /v1/messages)
@@ -12,6 +13,8 @@ deployment's route:
     authorize(request)                    a SigV4 signature or a bearer token, on the final request
     decode(chunks, before_read)           the stream's framing -> (event type, data) pairs
     status_error(status, body, headers)   the provider's error answer as Anthropic's envelope
+    answer(path, data)                    a JSON answer as Anthropic's API gives it (Bedrock's
+                                          CountTokens names its count otherwise)
 
 ``Provider`` itself is Anthropic's own API (and Foundry's, which serves the same API under the
 resource's ``/anthropic`` path with the same ``x-api-key``): ``rewrites`` is False, so the
@@ -31,6 +34,7 @@ import requests
 
 from ezat_compat import __version__
 from ezat_compat.domain import Deployment
+from ezat_compat.endpoints import MESSAGES
 from ezat_compat.errors import UpstreamStatusError
 from ezat_compat.upstream.bodies import with_model
 from ezat_compat.upstream.egress import Egress
@@ -71,11 +75,20 @@ class Provider:
         self.model = deployment.upstream_model
 
     def shape(
-        self, body: bytes, source: Mapping[str, Any] | None, stream: bool | None, headers: Mapping[str, str] | None
+        self,
+        body: bytes,
+        source: Mapping[str, Any] | None,
+        stream: bool | None,
+        headers: Mapping[str, str] | None,
+        path: str = MESSAGES,
     ) -> tuple[bytes, Mapping[str, str] | None]:
-        """The body to send (``body`` serialized without ``model``; ``source`` the same as data,
-        when the caller has it) and the header fields forwarded with it."""
+        """The body to send to ``path`` (``body`` serialized without ``model``; ``source`` the
+        same as data, when the caller has it) and the header fields forwarded with it."""
         return with_model(body, self.model, stream=stream), headers
+
+    def answer(self, path: str, data: bytes) -> bytes:
+        """A JSON answer of ``path`` as Anthropic's API words it (the clouds': ``rewrites``)."""
+        return data
 
     def path(self, path: str, stream: bool) -> str:
         return path
@@ -114,7 +127,12 @@ class FoundryProvider(Provider):
     name = "foundry"
 
     def shape(
-        self, body: bytes, source: Mapping[str, Any] | None, stream: bool | None, headers: Mapping[str, str] | None
+        self,
+        body: bytes,
+        source: Mapping[str, Any] | None,
+        stream: bool | None,
+        headers: Mapping[str, str] | None,
+        path: str = MESSAGES,
     ) -> tuple[bytes, Mapping[str, str] | None]:
         return with_model(body, self.model, stream=stream), _filtered_beta_header(self.name, headers)
 

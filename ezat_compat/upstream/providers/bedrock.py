@@ -24,6 +24,14 @@
 - Errors are ``{"message": …}`` with the type in ``x-amzn-ErrorType``; ``BEDROCK_ERRORS``
   maps them onto Anthropic's envelope (and so onto our failover and error table).
 
+Token counting (``/v1/messages/count_tokens``) is Bedrock's CountTokens, ``POST
+/model/{modelId}/count-tokens`` with ``{"input": {"invokeModel": {"body": <base64 of the
+InvokeModel body>}}}``, answering ``{"inputTokens": N}`` (Amazon Bedrock API reference,
+"CountTokens", "InvokeModelTokensRequest"). It takes a foundation model's own id: an
+inference-profile id (``us.anthropic.…``) is refused with "The provided model doesn't support
+counting tokens", so its geography prefix is dropped for the count (the same model, the same
+tokenizer). InvokeModel's body wants ``max_tokens``; a count has none, so 1 is put in.
+
 Anthropic's Messages API itself is also offered on Bedrock (``/anthropic/v1/messages`` on
 bedrock-runtime and bedrock-mantle; Bedrock user guide, "Inference using Anthropic Messages
 API"), but not for every model and region; InvokeModel is offered for every Claude model on
@@ -48,6 +56,7 @@ from urllib.parse import quote
 import requests
 
 from ezat_compat.domain import Deployment
+from ezat_compat.endpoints import COUNT_TOKENS, MESSAGES
 from ezat_compat.errors import UpstreamAuthError, UpstreamStatusError
 from ezat_compat.upstream.bodies import encode_body
 from ezat_compat.upstream.egress import Egress, missing_file
@@ -102,6 +111,19 @@ def error_of(kind: str, status: int) -> tuple[int, str]:
     return status, "invalid_request_error" if status < 500 else "api_error"
 
 
+# The geography prefixes of Bedrock's cross-region inference profiles ("us.anthropic.…").
+PROFILE_PREFIXES = ("us.", "eu.", "apac.", "jp.", "au.", "ca.", "us-gov.", "global.")
+
+
+def counting_model(upstream_model: str) -> str:
+    """The model id CountTokens takes for ``upstream_model``: an inference profile's foundation
+    model (its geography prefix dropped); any other id (a foundation model, an ARN) as it is."""
+    for prefix in PROFILE_PREFIXES:
+        if upstream_model.startswith(prefix) and upstream_model[len(prefix) :].startswith("anthropic."):
+            return upstream_model[len(prefix) :]
+    return upstream_model
+
+
 def envelope(error_type: str, message: str) -> bytes:
     return json.dumps({"type": "error", "error": {"type": error_type, "message": message}}).encode()
 
@@ -109,7 +131,7 @@ def envelope(error_type: str, message: str) -> bytes:
 class BedrockProvider(Provider):
     """A Bedrock deployment (module docstring)."""
 
-    __slots__ = ("_ca_file", "_credentials", "_egress", "_lock", "_paths", "_session")
+    __slots__ = ("_ca_file", "_count_path", "_credentials", "_egress", "_lock", "_paths", "_session")
     name = "bedrock"
     rewrites = True
 
@@ -121,6 +143,7 @@ class BedrockProvider(Provider):
         super().__init__(deployment)
         model = quote(deployment.upstream_model, safe="")
         self._paths = (f"/model/{model}/invoke", f"/model/{model}/invoke-with-response-stream")
+        self._count_path = f"/model/{quote(counting_model(deployment.upstream_model), safe='')}/count-tokens"
         self._lock = threading.Lock()
         self._session: Any = None
         self._credentials: Any = None
@@ -131,7 +154,12 @@ class BedrockProvider(Provider):
     # -- the request ----------------------------------------------------------------------------
 
     def shape(
-        self, body: bytes, source: Mapping[str, Any] | None, stream: bool | None, headers: Mapping[str, str] | None
+        self,
+        body: bytes,
+        source: Mapping[str, Any] | None,
+        stream: bool | None,
+        headers: Mapping[str, str] | None,
+        path: str = MESSAGES,
     ) -> tuple[bytes, Mapping[str, str] | None]:
         data = dict(source) if source is not None else json.loads(body)
         data.pop("model", None)
@@ -141,12 +169,28 @@ class BedrockProvider(Provider):
         if betas:
             out["anthropic_beta"] = betas
         out.update((k, v) for k, v in data.items() if k not in ("anthropic_version", "anthropic_beta"))
+        if path == COUNT_TOKENS:  # CountTokens: the InvokeModel body it would count, as base64
+            out.setdefault("max_tokens", 1)
+            invoke = base64.b64encode(encode_body(out)).decode()
+            return encode_body({"input": {"invokeModel": {"body": invoke}}}), None
         return encode_body(out), None  # betas and the version travel in the body
 
     def path(self, path: str, stream: bool) -> str:
-        if path != "/v1/messages":
+        if path == COUNT_TOKENS and not stream:
+            return self._count_path
+        if path != MESSAGES:
             raise UpstreamAuthError(f"{self.deployment.name} (bedrock) does not offer {path}")
         return self._paths[stream]
+
+    def answer(self, path: str, data: bytes) -> bytes:
+        """CountTokens' ``{"inputTokens": N}`` as Anthropic's ``{"input_tokens": N}``."""
+        if path != COUNT_TOKENS:
+            return data
+        try:
+            counted = json.loads(data)["inputTokens"]
+        except (ValueError, KeyError, TypeError):
+            return data  # not what CountTokens answers: the caller sees it as it came
+        return encode_body({"input_tokens": counted})
 
     def headers(self, extra: Mapping[str, str] | None, accept: str) -> dict[str, str]:
         accept = "application/vnd.amazon.eventstream" if accept == "text/event-stream" else accept

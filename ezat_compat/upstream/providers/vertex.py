@@ -28,6 +28,7 @@ from urllib.parse import quote
 import requests
 
 from ezat_compat.domain import Deployment
+from ezat_compat.endpoints import COUNT_TOKENS, MESSAGES
 from ezat_compat.errors import UpstreamAuthError, UpstreamStatusError
 from ezat_compat.upstream.bodies import encode_body
 from ezat_compat.upstream.egress import Egress, TLSAdapter
@@ -64,7 +65,7 @@ GOOGLE_STATUS: Mapping[str, tuple[int, str]] = {
 class VertexProvider(Provider):
     """A Vertex AI deployment (module docstring)."""
 
-    __slots__ = ("_credentials", "_egress", "_lock", "_paths", "_transport")
+    __slots__ = ("_count_path", "_credentials", "_egress", "_lock", "_paths", "_transport")
     name = "vertex"
     rewrites = True
 
@@ -79,24 +80,35 @@ class VertexProvider(Provider):
             f"/publishers/anthropic/models/{quote(deployment.upstream_model, safe='@')}"
         )
         self._paths = (base + ":rawPredict", base + ":streamRawPredict")
+        self._count_path = base.rpartition("/")[0] + "/count-tokens:rawPredict"  # the model goes in the body
         self._lock = threading.Lock()
         self._credentials: Any = None
         self._transport: Any = None
         self._egress = egress
 
     def shape(
-        self, body: bytes, source: Mapping[str, Any] | None, stream: bool | None, headers: Mapping[str, str] | None
+        self,
+        body: bytes,
+        source: Mapping[str, Any] | None,
+        stream: bool | None,
+        headers: Mapping[str, str] | None,
+        path: str = MESSAGES,
     ) -> tuple[bytes, Mapping[str, str] | None]:
         data = dict(source) if source is not None else json.loads(body)
         data.pop("model", None)
-        if stream is not None:
+        if path == COUNT_TOKENS:  # count-tokens:rawPredict names the model in the body
+            data.pop("stream", None)
+            data = {"model": self.deployment.upstream_model, **data}
+        elif stream is not None:
             data["stream"] = stream
         out = {"anthropic_version": ANTHROPIC_VERSION, **{k: v for k, v in data.items() if k != "anthropic_version"}}
         betas = beta_list(self.name, headers)
         return encode_body(out), ({"anthropic-beta": ",".join(betas)} if betas else None)
 
     def path(self, path: str, stream: bool) -> str:
-        if path != "/v1/messages":
+        if path == COUNT_TOKENS and not stream:
+            return self._count_path
+        if path != MESSAGES:
             raise UpstreamAuthError(f"{self.deployment.name} (vertex) does not offer {path}")
         return self._paths[stream]
 
