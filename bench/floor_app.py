@@ -117,10 +117,15 @@ def create_app(upstream: Upstream, bodies: dict[bytes, bytes]) -> Flask:
     return app
 
 
-def _from_environment() -> Flask:
+def floor_environment() -> tuple[Upstream, dict[bytes, bytes]]:
+    """The upstream and the body table the environment names (``FLOOR_*``)."""
     upstream = Upstream(os.environ.get("FLOOR_UPSTREAM", "http://127.0.0.1:1"), os.environ.get("FLOOR_API_KEY", ""))
     table = os.environ.get("FLOOR_BODIES")
-    return create_app(upstream, load_bodies(Path(table)) if table else {})
+    return upstream, load_bodies(Path(table)) if table else {}
+
+
+def _from_environment() -> Flask:
+    return create_app(*floor_environment())
 
 
 app = _from_environment()

@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -43,47 +41,18 @@ from run import (
     paired,
     write_json,
 )
-from servers import BENCH, REPO, Fleet, Proc, free_port, wait_healthy
+from servers import BENCH, Fleet, Gateway, Proc
 
 CPU_TARGET = 1.15
 LATENCY_TARGET = 1.3
 
 
-def start_mandated(fleet: Fleet, config: Path, sim_url: str, bodies: Path) -> tuple[Proc, str]:
-    port = free_port()
+def start_mandated(fleet: Fleet, gateway: Gateway, sim_url: str, bodies: Path) -> tuple[Proc, str]:
     folder = fleet.workdir / "mandated"
     metrics = folder / "metrics"
     metrics.mkdir(parents=True, exist_ok=True)
-    env = {
-        **os.environ,
-        "EZAT_CONFIG": str(config),
-        "FLOOR_BIND": f"127.0.0.1:{port}",
-        "FLOOR_WORKERS": "1",
-        "FLOOR_UPSTREAM": sim_url,
-        "FLOOR_BODIES": str(bodies),
-        "FLOOR_API_KEY": litellm_env.UPSTREAM_KEY,
-        "MANDATED_DIR": str(folder),
-        "PROMETHEUS_MULTIPROC_DIR": str(metrics),
-    }
-    argv = [
-        sys.executable,
-        "-m",
-        "gunicorn",
-        "-c",
-        str(BENCH / "floor_gunicorn.py"),
-        "--pythonpath",
-        str(BENCH),
-        "mandated_app:app",
-    ]
-    proc = fleet.spawn("mandated", argv, env=env, cwd=REPO)
-    url = f"http://127.0.0.1:{port}"
-    wait_healthy(url + "/healthz", proc, timeout_s=60)
-    deadline = time.monotonic() + 30
-    while len(procstats.children(proc.pid)) != 1:
-        if time.monotonic() > deadline:
-            raise RuntimeError("the mandated app's gunicorn did not start its worker")
-        time.sleep(0.05)
-    return proc, url
+    env = {"MANDATED_DIR": str(folder), "PROMETHEUS_MULTIPROC_DIR": str(metrics)}
+    return fleet.start_floor(gateway, sim_url, bodies, app="mandated_app:app", env=env)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
             wd / "bodies.json", [[oa_json.read_text(), an_json.read_text()], [oa_sse.read_text(), an_sse.read_text()]]
         )
         floor, floor_url = fleet.start_floor(gw, sim_url, table)
-        mandated, mandated_url = start_mandated(fleet, gw.config, sim_url, table)
+        mandated, mandated_url = start_mandated(fleet, gw, sim_url, table)
         route = "/openai/v1/chat/completions"
         targets = {
             "ours": Endpoint(

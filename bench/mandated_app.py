@@ -38,7 +38,7 @@ from typing import Any
 
 import sseclient
 from flask import Flask, Response, request
-from floor_app import Upstream, load_bodies
+from floor_app import Upstream, floor_environment
 from marshmallow import INCLUDE, Schema, fields, validate
 from prometheus_client import Counter, Histogram
 
@@ -210,11 +210,10 @@ def create_app(upstream: Upstream, bodies: dict[bytes, bytes], folder: Path) -> 
 
 
 def _from_environment() -> Flask:
-    upstream = Upstream(os.environ.get("FLOOR_UPSTREAM", "http://127.0.0.1:1"), os.environ.get("FLOOR_API_KEY", ""))
-    table = os.environ.get("FLOOR_BODIES")
     folder = Path(os.environ.get("MANDATED_DIR", "."))
     folder.mkdir(parents=True, exist_ok=True)
-    return create_app(upstream, load_bodies(Path(table)) if table else {}, folder)
+    upstream, bodies = floor_environment()
+    return create_app(upstream, bodies, folder)
 
 
 app = _from_environment()

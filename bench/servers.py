@@ -183,11 +183,20 @@ class Fleet:
         gateway.key = gateway.new_key()
         return gateway
 
-    def start_floor(self, gateway: Gateway, sim_url: str, bodies: Path) -> tuple[Proc, str]:
-        """The stack floor (``floor_app.py``) under gunicorn with ``gateway``'s config, so its
-        worker settings and worker count are the gateway's; ``bodies`` is its body table."""
+    def start_floor(
+        self,
+        gateway: Gateway,
+        sim_url: str,
+        bodies: Path,
+        *,
+        app: str = "floor_app:app",
+        env: dict[str, str] | None = None,
+    ) -> tuple[Proc, str]:
+        """The stack floor (``floor_app.py``; or ``app``, a floor with more work, with ``env``
+        added) under gunicorn with ``gateway``'s config, so its worker settings and worker count
+        are the gateway's; ``bodies`` is its body table."""
         port = free_port()
-        env = {
+        environment = {
             **os.environ,
             "EZAT_CONFIG": str(gateway.config),
             "FLOOR_BIND": f"127.0.0.1:{port}",
@@ -195,9 +204,10 @@ class Fleet:
             "FLOOR_UPSTREAM": sim_url,
             "FLOOR_BODIES": str(bodies),
             "FLOOR_API_KEY": litellm_env.UPSTREAM_KEY,
+            **(env or {}),
         }
         proc = self.spawn(
-            "floor",
+            app.split(":")[0].removesuffix("_app"),
             [
                 sys.executable,
                 "-m",
@@ -206,9 +216,9 @@ class Fleet:
                 str(BENCH / "floor_gunicorn.py"),
                 "--pythonpath",
                 str(BENCH),
-                "floor_app:app",
+                app,
             ],
-            env=env,
+            env=environment,
             cwd=REPO,
         )
         url = f"http://127.0.0.1:{port}"
