@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,21 @@ POSTGRES_URL = os.environ.get("EZAT_TEST_POSTGRES_URL", "postgresql+psycopg://po
 # pytest-xdist's workers (gw0, gw1…) each get a database of their own (15, 14…): tests flush theirs.
 _WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
 REDIS_URL = os.environ.get("EZAT_TEST_REDIS_URL", f"redis://127.0.0.1:6379/{15 - _WORKER % 8}")
+
+
+SUITE_WORKERS = 4  # the whole suite: most of it waits on servers and subprocesses, so more than the cores
+UNIT = Path(__file__).parent / "unit"
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """How many processes ``-n auto`` (setup.cfg's addopts) starts: ``SUITE_WORKERS`` for the
+    suite, one per core (up to that) when only ``tests/unit`` is run. Its tests are CPU-bound, and
+    each process imports and collects every test module first (hypothesis, the SDKs, the app: ~3 s
+    of CPU): on 2 cores, 4 processes took 25 s where 2 take 20."""
+    paths = [Path(str(arg).split("::", 1)[0]).resolve() for arg in config.args]
+    if paths and all(path == UNIT or UNIT in path.parents for path in paths):
+        return max(1, min(SUITE_WORKERS, os.cpu_count() or 1))
+    return SUITE_WORKERS
 
 
 def free_port() -> int:
