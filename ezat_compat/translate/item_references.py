@@ -53,9 +53,16 @@ def item_not_found(item_id: str, path: str, store: bool) -> NotFoundError:
     return NotFoundError(f"Item with id '{item_id}' not found." + ("" if store else STORE_FALSE_HINT), param=path)
 
 
+def is_reference(item: Mapping[str, Any]) -> bool:
+    """``{"type": "item_reference", "id": …}``, or ``{"id": …}`` alone: the reference's
+    ``type`` may be left out (the API reference: "item_reference" or null)."""
+    kind = item.get("type")
+    return kind == "item_reference" or (kind is None and "role" not in item and "id" in item)
+
+
 def references(items: Items) -> list[tuple[str, str]]:
-    """The (id, path) of each ``item_reference`` in ``items``, in order."""
-    return [(str(item.get("id")), path) for item, path in items if item.get("type") == "item_reference"]
+    """The (id, path) of each item reference in ``items``, in order."""
+    return [(str(item.get("id")), path) for item, path in items if is_reference(item)]
 
 
 def referenced_responses(refs: Sequence[tuple[str, str]], store: bool) -> list[str]:
@@ -78,7 +85,7 @@ def resolve_references(
     only); 404 naming ``input[N].id`` for one not found there."""
     out: list[tuple[dict[str, Any], str]] = []
     for item, path in items:
-        if item.get("type") != "item_reference":
+        if not is_reference(item):
             out.append((item, path))
             continue
         item_id = str(item.get("id"))

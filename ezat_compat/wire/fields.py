@@ -95,8 +95,9 @@ class JSONObject(fields.Field):
 
 class Tagged(fields.Field):
     """A tagged union: the object's ``tag`` key picks the schema (messages by ``role``,
-    parts by ``type``); ``default`` is the tag of an object without the key (a Responses input
-    item without ``type`` is a message). ``refused`` maps a tag to the spec's refusal message,
+    parts by ``type``); ``default`` is the tag of an object without the key, or a function of
+    the object that gives it (a Responses input item without ``type`` is a message, or a
+    reference by its ``id`` alone). ``refused`` maps a tag to the spec's refusal message,
     reported on the object itself (``messages[0].content[0]: audio input is not supported``)
     or, when the message is a ``(key, text)`` pair, on that key. Any other tag is refused on
     the tag's key: "Must be one of: …." or, where the reference words it, ``unknown`` with
@@ -111,7 +112,7 @@ class Tagged(fields.Field):
         schemas: Mapping[str, Schema],
         *,
         refused: Mapping[str, str | tuple[str, str]] | None = None,
-        default: str | None = None,
+        default: str | Callable[[Mapping[str, Any]], str] | None = None,
         unknown: str | None = None,
         **kwargs: Any,
     ) -> None:
@@ -132,7 +133,10 @@ class Tagged(fields.Field):
             tools().pause()
         if not isinstance(value, dict):
             raise self.make_error("invalid")
-        tag = value.get(self.tag, self.default)
+        if self.tag in value or not callable(self.default):
+            tag = value.get(self.tag, self.default)
+        else:  # the tag an object without the key has, by its other keys
+            tag = self.default(value)
         schema = self.schemas.get(tag) if isinstance(tag, str) else None
         if schema is None:
             refusal = self.refused.get(tag) if isinstance(tag, str) else None

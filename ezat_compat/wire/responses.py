@@ -15,6 +15,7 @@ user message) is judged by the translator.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from marshmallow import ValidationError, validate, validates_schema
@@ -263,6 +264,12 @@ class WebSearchCallItemSchema(Loose):
     """A finished server-side search: left out of the request."""
 
 
+def untyped_item_kind(item: Mapping[str, Any]) -> str:
+    """An input item without ``type``: a message (``role``), or a reference to an item by its
+    ``id`` alone (the API reference's ``ItemReference``: ``type`` "item_reference" or null)."""
+    return "item_reference" if "role" not in item and "id" in item else "message"
+
+
 CALL_OUTPUT_ITEM = CallOutputItemSchema()
 ITEM = Tagged(
     "type",
@@ -279,7 +286,7 @@ ITEM = Tagged(
         "tool_search_output": ToolSearchOutputItemSchema(),
         "additional_tools": AdditionalToolsItemSchema(),
     },
-    default="message",
+    default=untyped_item_kind,
     unknown=UNKNOWN_ITEM_MESSAGE,
 )
 

@@ -18,6 +18,7 @@ from ezat_compat.errors import InvalidRequestError, NotFoundError
 from ezat_compat.pipeline import Reply
 from ezat_compat.translate.item_references import (
     STORE_FALSE_HINT,
+    is_reference,
     item_key,
     referenced_responses,
     references,
@@ -198,6 +199,24 @@ def test_references_to_a_stored_tool_round_restore_its_call_and_sealed_thinking(
     }
     kept = store.rows[(AUTH.org_id, "resp_0197a0c2-5d1e-7a3b-8c4d-000000000002")]
     assert kept["id"].endswith("000000000002")
+
+
+def test_a_reference_by_its_id_alone_is_a_reference() -> None:
+    """The API reference's ``ItemReference``: ``type`` "item_reference" or null, so ``{"id": …}``
+    alone names a stored item too (it was read as a message missing its ``role``)."""
+    dialect, _ = stored_dialect()
+    first = first_turn(dialect)
+    rs, fc = (item["id"] for item in first["output"])
+    gw, upstream, _ = gateway({"a": TOOL_REPLY})
+    output = {"type": "function_call_output", "call_id": "toolu_1", "output": "found"}
+    body = {"input": [USER | {"content": "look x up"}, {"id": rs}, {"id": fc}, output], **TOOL_TURN}
+    gw.handle(dialect, request(body, rid="0197a0c2-5d1e-7a3b-8c4d-000000000004"))
+    sent = json.loads(upstream.calls[-1][1])
+    assert sent["messages"][1] == {
+        "role": "assistant",
+        "content": [THINKING, {"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {"q": "x"}}],
+    }
+    assert not is_reference({"id": "msg_1", "role": "user", "content": "hi"})  # a message with an id stays one
 
 
 def test_a_request_without_references_reads_nothing_more() -> None:
