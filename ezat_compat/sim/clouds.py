@@ -88,9 +88,16 @@ def google_error(status: int, message: str) -> CloudError:
     return CloudError(status, {"error": {"code": status, "message": message, "status": name}})
 
 
+MISSING_MAX_TOKENS = (
+    "Malformed input request: #: required key [max_tokens] not found, please reformat your input and try again."
+)
+
+
 def count_tokens_input(model: str, body: Mapping[str, Any]) -> Any:
     """The InvokeModel body a CountTokens request carries (``input.invokeModel.body``, base64),
-    parsed; Bedrock's 400 when it isn't there or isn't JSON, or when ``model`` is an inference
+    parsed; Bedrock's 400 when it isn't there, isn't JSON or isn't a whole InvokeModel body
+    (``max_tokens``: "formatted according to the model's expected input format", the API
+    reference's InvokeModelTokensRequest), or when ``model`` is an inference
     profile, which CountTokens doesn't take (alchemy.run's Bedrock CountTokens binding:
     "cross-region inference-profile ids are rejected with a ValidationException (The provided
     model doesn't support counting tokens)")."""
@@ -104,6 +111,12 @@ def count_tokens_input(model: str, body: Mapping[str, Any]) -> Any:
         parsed = None
     if not isinstance(parsed, dict):
         raise bedrock_error(400, "Malformed input request, please reformat your input and try again.")
+    max_tokens = parsed.get("max_tokens")
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):  # an InvokeModel body, checked as one
+        # Bedrock's words for an InvokeModel body without it, as quoted in public code and
+        # threads (e.g. "ValidationException … Malformed input request: #: required key
+        # [max_tokens] not found, please reformat your input and try again.").
+        raise bedrock_error(400, MISSING_MAX_TOKENS)
     return parsed
 
 

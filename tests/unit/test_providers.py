@@ -439,3 +439,20 @@ def test_count_tokens_shapes_for_each_cloud() -> None:
         vertex.path(count, False)
         == "/v1/projects/p/locations/us-east5/publishers/anthropic/models/count-tokens:rawPredict"
     )
+
+
+def test_the_simulated_count_tokens_takes_a_whole_invoke_model_body() -> None:
+    """CountTokens counts an InvokeModel body "formatted according to the model's expected input
+    format": without ``max_tokens`` Bedrock refuses it as it refuses such an InvokeModel."""
+    invoke = {"anthropic_version": "bedrock-2023-05-31", "messages": [{"role": "user", "content": "hi"}]}
+
+    def wrapped(body: dict[str, Any]) -> dict[str, Any]:
+        return {"input": {"invokeModel": {"body": base64.b64encode(json.dumps(body).encode()).decode()}}}
+
+    assert clouds.count_tokens_input("anthropic.claude-x", wrapped({**invoke, "max_tokens": 1}))["max_tokens"] == 1
+    with pytest.raises(clouds.CloudError) as caught:
+        clouds.count_tokens_input("anthropic.claude-x", wrapped(invoke))
+    assert caught.value.status == 400 and caught.value.body == {"message": clouds.MISSING_MAX_TOKENS}
+    with pytest.raises(clouds.CloudError) as profile:
+        clouds.count_tokens_input("us.anthropic.claude-x", wrapped({**invoke, "max_tokens": 1}))
+    assert profile.value.status == 400
