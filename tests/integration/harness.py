@@ -58,6 +58,22 @@ def listening_ports(pid: int) -> set[int]:
     return ports
 
 
+def only_worker(gateway: Gateway) -> int:
+    """The pid of a one-worker gateway's worker (gunicorn's master's only child)."""
+    assert gateway.proc is not None
+    out = subprocess.run(["pgrep", "-P", str(gateway.proc.pid)], capture_output=True, text=True, timeout=10).stdout
+    (pid,) = [int(p) for p in out.split()]
+    return pid
+
+
+def rss_mb(pid: int) -> float:
+    """A process's resident memory (VmRSS), MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
 def _stop(proc: subprocess.Popen[Any], timeout_s: float = 10) -> None:
     """Quick shutdown (SIGINT): gunicorn's graceful SIGTERM would wait for the tests' idle
     keep-alive connections."""

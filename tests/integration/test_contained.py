@@ -13,7 +13,6 @@ import itertools
 import json
 import sqlite3
 import struct
-import subprocess
 import threading
 import time
 import zlib
@@ -24,7 +23,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.integration.harness import Gateway, ModelSpec, Sim
+from tests.integration.harness import Gateway, ModelSpec, Sim, only_worker, rss_mb
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -47,20 +46,6 @@ def one_worker(tmp_path: Path) -> Iterator[Gateway]:
     finally:
         gateway.stop()
         sim.stop()
-
-
-def _worker(gateway: Gateway) -> int:
-    assert gateway.proc is not None
-    out = subprocess.run(["pgrep", "-P", str(gateway.proc.pid)], capture_output=True, text=True, timeout=10).stdout
-    (pid,) = [int(p) for p in out.split()]
-    return pid
-
-
-def _rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError("no VmRSS")
 
 
 class Watched:
@@ -165,8 +150,8 @@ def _attacks() -> list[tuple[str, str, bytes]]:
 def test_another_organisations_attacks_leave_a_stream_on_time_and_the_worker_whole(one_worker: Gateway) -> None:
     gateway = one_worker
     watched_key, attacker = gateway.new_key("watched"), gateway.new_key("attacker", balance="1000")
-    worker = _worker(gateway)
-    rss_start = _rss_mb(worker)
+    worker = only_worker(gateway)
+    rss_start = rss_mb(worker)
     watched = Watched(gateway, watched_key)
     time.sleep(1.0)  # its first events and pings
     outcomes: dict[str, int] = {}
@@ -192,14 +177,14 @@ def test_another_organisations_attacks_leave_a_stream_on_time_and_the_worker_who
         allowed = max(2 * KEEPALIVE_S, KEEPALIVE_S + took / 3)
         assert gap <= allowed, f"{name}: the other organisation's stream waited {gap:.2f} s ({took:.2f} s attack)"
         assert not watched.done.is_set(), f"{name}: the other organisation's stream ended"
-        assert _worker(gateway) == worker, f"{name}: the worker was replaced"
+        assert only_worker(gateway) == worker, f"{name}: the worker was replaced"
     assert outcomes["schema-chain"] in (200, 400)
     assert outcomes["nine-near-limit-pngs"] == 400
     watched.response.close()
     deadline = time.monotonic() + 30
-    while _rss_mb(worker) > rss_start + 200 and time.monotonic() < deadline:
+    while rss_mb(worker) > rss_start + 200 and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert _rss_mb(worker) <= rss_start + 200, (rss_start, _rss_mb(worker))
+    assert rss_mb(worker) <= rss_start + 200, (rss_start, rss_mb(worker))
     held = -1
     deadline = time.monotonic() + 15  # the watched stream's client left: found at its next ping, then settled
     while held != 0 and time.monotonic() < deadline:
@@ -217,8 +202,8 @@ def test_a_30_mb_body_of_small_items_gives_its_memory_back(one_worker: Gateway) 
     and the allocator's free pages go back (``server/memory.py``)."""
     gateway = one_worker
     key = gateway.new_key("big", balance="1000")
-    worker = _worker(gateway)
-    rss_start = _rss_mb(worker)
+    worker = only_worker(gateway)
+    rss_start = rss_mb(worker)
     items = [{"role": "user" if i % 2 == 0 else "assistant", "content": "x" * 170} for i in range(150_001)]
     body = json.dumps({"model": MODEL, "store": False, "max_output_tokens": 16, "input": items}).encode()
     for _ in range(3):
@@ -229,5 +214,5 @@ def test_a_30_mb_body_of_small_items_gives_its_memory_back(one_worker: Gateway) 
             timeout=120,
         )
         assert resp.status_code == 413 and resp.json()["error"]["code"] == "request_too_large", resp.text[:300]
-    assert _rss_mb(worker) <= rss_start + 200, (rss_start, _rss_mb(worker))
-    assert _worker(gateway) == worker
+    assert rss_mb(worker) <= rss_start + 200, (rss_start, rss_mb(worker))
+    assert only_worker(gateway) == worker

@@ -20,7 +20,7 @@ import pytest
 import requests
 from sqlalchemy import create_engine, text
 
-from tests.integration.harness import Gateway, ModelSpec, Sim
+from tests.integration.harness import Gateway, ModelSpec, Sim, only_worker, rss_mb
 
 pytestmark = pytest.mark.integration
 
@@ -202,13 +202,6 @@ def _endless_event(sock: socket.socket) -> None:
         sock.sendall(b"%x\r\n%s\r\n" % (len(block), block))
 
 
-def _rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError("no VmRSS")
-
-
 def test_memory_a_hostile_upstream_made_the_worker_hold_is_given_back(tmp_path: Path) -> None:
     """Issue's bound: the worker's RSS comes back within 200 MB of where it started. Each attack
     makes the worker buffer up to the cap (24 MB of a JSON body, 16 MB of an unending event);
@@ -233,17 +226,14 @@ def test_memory_a_hostile_upstream_made_the_worker_hold_is_given_back(tmp_path: 
     ).start()
     try:
         key = gateway.new_key("acme")
-        assert gateway.proc is not None
-        (worker,) = [
-            int(p) for p in Path(f"/proc/{gateway.proc.pid}/task/{gateway.proc.pid}/children").read_text().split()
-        ]
+        worker = only_worker(gateway)
         statuses = []
         rss = []
         for _ in range(5):
             for model, stream in (("big-json", False), ("big-sse", True)):
                 resp, _ = _chat(gateway, key, model, stream)
                 statuses.append(resp.status_code if not stream else ("error" in resp.text))
-            rss.append(_rss_mb(worker))
+            rss.append(rss_mb(worker))
         assert all(s is True or (isinstance(s, int) and 500 <= s < 600) for s in statuses), statuses
         # After the first round the worker's heap has room for one attack's buffers; four more
         # rounds (eight attacks, ~160 MB buffered in all) must not grow it by an attack's worth.
