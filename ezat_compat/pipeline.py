@@ -457,7 +457,7 @@ class Gateway:
             stream: UpstreamStream | None = None
             try:
                 data_out, headers_out = self.upstream.shape(
-                    deployment, body, source=source, stream=True, headers=headers
+                    deployment, body, source=source, stream=True, headers=headers, path=path
                 )
                 stream = self.upstream.open_stream(
                     deployment,

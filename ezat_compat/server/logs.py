@@ -164,10 +164,11 @@ def log_file_problems(files: dict[str, str]) -> list[str]:
         if not os.path.isdir(folder):
             problems.append(f"{name}: the folder {folder} does not exist")
             continue
-        problem = writable_problem(folder) if not os.path.exists(path) else None
-        if problem is not None:
-            problems.append(f"{name}: {problem}")
-        elif os.path.isdir(path) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        if not os.path.exists(path):
+            problem = writable_problem(folder)
+            if problem is not None:
+                problems.append(f"{name}: {problem}")
+        elif os.path.isdir(path) or not os.access(path, os.W_OK):
             problems.append(f"{name}: {path} is not a writable file")
     return problems
 

@@ -93,6 +93,9 @@ class JSONObject(fields.Field):
         return value
 
 
+_ABSENT = object()
+
+
 class Tagged(fields.Field):
     """A tagged union: the object's ``tag`` key picks the schema (messages by ``role``,
     parts by ``type``); ``default`` is the tag of an object without the key, or a function of
@@ -133,10 +136,9 @@ class Tagged(fields.Field):
             tools().pause()
         if not isinstance(value, dict):
             raise self.make_error("invalid")
-        if self.tag in value or not callable(self.default):
-            tag = value.get(self.tag, self.default)
-        else:  # the tag an object without the key has, by its other keys
-            tag = self.default(value)
+        tag = value.get(self.tag, _ABSENT)
+        if tag is _ABSENT:  # the object has no tag: the default, or what it gives for the object
+            tag = self.default(value) if callable(self.default) else self.default
         schema = self.schemas.get(tag) if isinstance(tag, str) else None
         if schema is None:
             refusal = self.refused.get(tag) if isinstance(tag, str) else None

@@ -21,6 +21,7 @@ from typing import Any
 from marshmallow import ValidationError, validate, validates_schema
 from marshmallow.fields import List, Nested, Raw
 
+from ezat_compat.translate.item_references import is_reference
 from ezat_compat.translate.responses_request import TEXT_PARTS
 from ezat_compat.translate.responses_tools import WEB_SEARCH_TYPES
 from ezat_compat.translate.tables import REASONING_EFFORTS
@@ -265,9 +266,9 @@ class WebSearchCallItemSchema(Loose):
 
 
 def untyped_item_kind(item: Mapping[str, Any]) -> str:
-    """An input item without ``type``: a message (``role``), or a reference to an item by its
-    ``id`` alone (the API reference's ``ItemReference``: ``type`` "item_reference" or null)."""
-    return "item_reference" if "role" not in item and "id" in item else "message"
+    """An input item without ``type``: a reference to an item by its ``id`` alone (the API
+    reference's ``ItemReference``: ``type`` "item_reference" or null), else a message."""
+    return "item_reference" if is_reference(item) else "message"
 
 
 CALL_OUTPUT_ITEM = CallOutputItemSchema()
