@@ -102,6 +102,14 @@ class NotFoundError(InvalidRequestError):
     anthropic_type = "not_found_error"
 
 
+class ThreadNotFoundError(NotFoundError):
+    """A message-thread continue whose thread the gateway doesn't hold (unknown, expired or another
+    organisation's): 404 with ``details.error_code`` ``thread_not_found``, which the SDKs read as
+    "resend the whole history under a new thread"."""
+
+    details = {"error_code": "thread_not_found"}
+
+
 class MethodNotAllowedError(InvalidRequestError):
     status = 405
 

@@ -5,21 +5,37 @@ from __future__ import annotations
 
 import time
 
-from flask import Blueprint, Response, request
+from flask import Blueprint, Response, current_app, request
 
 from ezat_compat.api.common import api_key, client_request, gateway, json_response, respond
 from ezat_compat.dialects.anthropic_messages import AnthropicCountTokens, AnthropicMessages
+from ezat_compat.store.responses import DAY_S
+from ezat_compat.store.threads import ThreadStore
 
 bp = Blueprint("anthropic", __name__, url_prefix="/v1")
-MESSAGES = AnthropicMessages()
 COUNT_TOKENS = AnthropicCountTokens()
+EXTENSION = "ezat.messages"
+
+
+def messages_dialect() -> AnthropicMessages:
+    """The app's native Messages dialect, built on first use in each process (after gunicorn
+    forks): its message threads kept on the gateway's database, through its engine and hot path,
+    for ``[responses] ttl_days``; none when ``[responses] store`` is off."""
+    found: AnthropicMessages | None = current_app.extensions.get(EXTENSION)
+    if found is None:
+        gw = gateway()
+        settings = gw.config.responses
+        ttl_s = settings.ttl_days * DAY_S
+        threads = ThreadStore(gw.ledger.engine, ttl_s, hot=gw.ledger.hot) if settings.store else None
+        found = current_app.extensions.setdefault(EXTENSION, AnthropicMessages(threads))
+    return found
 
 
 @bp.post("/messages")
 def messages() -> Response:
     """Anthropic's Messages API, JSON or ``"stream": true`` (events passed through one by one)."""
     gw = gateway()
-    return respond(gw.handle(MESSAGES, client_request(request, gw.config)))
+    return respond(gw.handle(messages_dialect(), client_request(request, gw.config)))
 
 
 @bp.post("/messages/count_tokens")

@@ -15,8 +15,11 @@ and the upstream refused it.
 from __future__ import annotations
 
 import json
+import logging
 import re
-from collections.abc import Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from ezat_compat.dialects import (
@@ -32,11 +35,20 @@ from ezat_compat.dialects import (
     event_data,
     invalid_request,
 )
+from ezat_compat.dialects.native_threads import (
+    THREADS_BETA,
+    ReplyAssembler,
+    ThreadTurn,
+    not_found,
+    thread_of,
+    turn_messages,
+    unsupported,
+    whole_request,
+)
 from ezat_compat.domain import Usage
 from ezat_compat.errors import (
     GatewayError,
     InvalidRequestError,
-    ThreadUnsupportedError,
     UpstreamError,
     anthropic_status,
     render_anthropic,
@@ -44,6 +56,7 @@ from ezat_compat.errors import (
 from ezat_compat.failures import client_error
 from ezat_compat.jsonfast import encode_json
 from ezat_compat.store.hotpath import Rider
+from ezat_compat.store.threads import ThreadStore
 from ezat_compat.translate.media import decode_base64, is_pdf, sniff_image_type
 from ezat_compat.translate.request import ImageSlot
 from ezat_compat.translate.response import merge_usage, usage_from_anthropic
@@ -52,22 +65,11 @@ from ezat_compat.upstream.providers.betas import takes_url_sources
 from ezat_compat.wire.anthropic import load_messages_request
 from ezat_compat.wire.loading import RequestValidationError
 
+log = logging.getLogger(__name__)
 FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta")
-# Message threads (beta ``message-threads-2026-08-12``, sent by Claude Code and the SDKs' tool
-# runners): the API keeps a conversation and a turn sends only its new messages,
-# ``thread: {"type": "continue", "previous_message_id": "msg_…"}``; ``{"type": "create"}``
-# starts one and carries the whole history. That history lives in ONE upstream deployment,
-# which failover, Bedrock and Vertex know nothing of, so the gateway holds no threads: a
-# ``create`` goes upstream as the self-contained request it is (without ``thread`` and the
-# beta), anything else answers the refusal clients read as "resend the full history"
-# (``details.error_code`` ``thread_unsupported_request``). Sources: what Claude Code 2.1.289
-# sends and the client-compatible refusal, as quoted by gateways that hold no conversation
-# state (public code; the API's own thread reference is not public here).
-THREADS_BETA = "message-threads-2026-08-12"
-THREAD_REFUSAL = (
-    "thread: this gateway holds no conversation state (message threads are not supported); "
-    "resend this turn with the full message history."
-)
+# Message threads (beta ``message-threads-2026-08-12``, sent by the SDKs' thread helpers and tool
+# runners) are held by the gateway (``native_threads``, ``store/threads.py``): neither ``thread``
+# nor the beta ever goes upstream; a continuation goes as the whole request it stands for.
 # What may be forwarded of them: visible ASCII with spaces or tabs inside. Only SP and HTAB are
 # whitespace around a field value (RFC 9110, 5.5 and 5.6.3), never the others Python's ``\s``
 # and ``str.strip()`` know (U+0085, U+00A0…), and both fields' values are ASCII tokens.
@@ -101,18 +103,6 @@ def forwarded_headers(headers: Headers) -> dict[str, str]:
     return out
 
 
-def without_thread(body: Mapping[str, Any]) -> bool:
-    """True when ``body`` starts a thread (``thread: {"type": "create"}``: the request is whole,
-    and goes upstream without the field); False without ``thread``; any other ``thread`` is the
-    client-compatible refusal (``ThreadUnsupportedError``)."""
-    if "thread" not in body:
-        return False
-    thread = body["thread"]
-    if isinstance(thread, dict) and thread.get("type") == "create":
-        return True
-    raise ThreadUnsupportedError(THREAD_REFUSAL, param="thread")
-
-
 def output_limit_message(max_tokens: int, limit: int, model_name: str) -> str:
     """The real API's 400 for a ``max_tokens`` above the model's output limit, naming the model
     as the client sent it. Source (the API's envelope and words, quoted from
@@ -125,16 +115,24 @@ class EventMeter:
     """Passes a native stream through event by event, reading on the way what billing needs:
     usage, produced characters, the end and an error event."""
 
-    __slots__ = ("_produced", "done", "error", "model", "usage")
+    __slots__ = ("_produced", "assembler", "done", "error", "keep", "model", "usage")
 
-    def __init__(self, model: str | None = None) -> None:
+    def __init__(
+        self, model: str | None = None, keep: Callable[[Mapping[str, Any]], Rider | None] | None = None
+    ) -> None:
+        """``keep``: the stream is a thread's turn; its reply, assembled from the events, is kept
+        by ``keep`` once the stream has ended (``record``)."""
         self.model = model  # the model name as the client sent it, put in ``message_start``
         self.usage = Usage()
         self._produced = 0
         self.done = False
         self.error: Mapping[str, Any] | None = None
+        self.keep = keep
+        self.assembler = ReplyAssembler() if keep is not None else None
 
     def feed(self, event: str, data: str) -> bytes:
+        if self.assembler is not None and event != "ping":
+            self.assembler.feed(event, event_data(data))
         if event == "content_block_delta":
             delta = event_data(data).get("delta") or {}
             for key in ("text", "partial_json", "thinking"):
@@ -168,7 +166,10 @@ class EventMeter:
         return None  # native clients carry their own thinking blocks
 
     def record(self) -> Rider | None:
-        return None
+        """A thread's turn to keep, once its stream has ended whole (the reply or none of it)."""
+        if self.keep is None or self.assembler is None or not self.done or self.error is not None:
+            return None
+        return self.keep(self.assembler.reply())
 
     def fail(self, err: GatewayError) -> bytes:
         """An ``error`` event, unless the upstream's own was already passed on."""
@@ -246,6 +247,15 @@ def native_media(messages: Any, *, inline_urls: bool = False) -> list[ImageSlot]
     return slots
 
 
+def _inline_urls(model: Any) -> bool:
+    """A deployment of ``model`` takes no URL sources: the gateway downloads them."""
+    return not all(takes_url_sources(d.provider) for d in model.deployments)
+
+
+def _not_kept(message_id: str, exc: BaseException) -> None:
+    log.error("could not keep the thread turn %s", message_id, exc_info=exc)
+
+
 class AnthropicMessages:
     """``POST /v1/messages``, JSON or ``"stream": true``."""
 
@@ -253,6 +263,12 @@ class AnthropicMessages:
     ping = b'event: ping\ndata: {"type": "ping"}\n\n'
     path = MESSAGES_PATH
     billed = True
+
+    def __init__(self, threads: ThreadStore | None = None, clock: Callable[[], float] = time.time) -> None:
+        """``threads``: where message threads are kept (None: the gateway keeps none; a create
+        goes upstream as the whole request it is, a continue is refused)."""
+        self.threads = threads if self.billed else None
+        self.clock = clock
 
     def parse(self, body: Any, headers: Headers, resolve: Resolve) -> Parsed:
         """The schema (``wire/anthropic.py``) refuses what the gateway can't do without; the
@@ -275,14 +291,15 @@ class AnthropicMessages:
                 output_limit_message(max_tokens, model.max_output_tokens, name), param="max_tokens"
             )
         # with_model puts "model" (and, for streams, "stream") back in front; every other field,
-        # an explicit "stream": false included, goes upstream as the client sent it.
-        drop_thread = without_thread(body)
-        upstream = {
-            k: v
-            for k, v in body.items()
-            if k != "model" and not (stream and k == "stream") and not (drop_thread and k == "thread")
-        }
-        return Parsed(
+        # an explicit "stream": false included, goes upstream as the client sent it; ``thread``
+        # never does (the gateway holds threads).
+        turn = thread_of(body)
+        if turn is not None and self.threads is None:
+            if turn.previous_id is not None:
+                raise unsupported()
+            turn = None  # a create is a whole request: it goes, and nothing is kept
+        upstream = {k: v for k, v in body.items() if k != "model" and not (stream and k == "stream") and k != "thread"}
+        parsed = Parsed(
             model=model,
             model_name=name,
             body=upstream,
@@ -293,9 +310,44 @@ class AnthropicMessages:
             stream_flag=None,
             headers=forwarded,
             billed=self.billed,
-            image_slots=native_media(
-                body.get("messages"), inline_urls=not all(takes_url_sources(d.provider) for d in model.deployments)
-            ),
+            image_slots=native_media(body.get("messages"), inline_urls=_inline_urls(model)),
+            context=turn,
+        )
+        if turn is not None:
+            parsed.prepare = self._thread
+        return parsed
+
+    def _thread(self, parsed: Parsed, org_id: int) -> None:
+        """With the organisation known: a continue becomes the whole request it stands for (the
+        thread's ``system``, ``tools`` and history before its messages), routed in the thread's
+        session; a thread this organisation doesn't hold is ``thread_not_found``."""
+        turn: ThreadTurn = parsed.context
+        turn.org_id = org_id
+        if turn.previous_id is None or self.threads is None:
+            return
+        stored = self.threads.get(org_id, turn.previous_id, self.clock())
+        if stored is None:
+            raise not_found(turn.previous_id)
+        turn.root_id = stored.root_id
+        parsed.body = whole_request(parsed.body, stored.fields, stored.messages, caching=parsed.model.caching)
+        parsed.session = parsed.session or stored.root_id
+        parsed.image_slots = native_media(parsed.body["messages"], inline_urls=_inline_urls(parsed.model))
+
+    def _keep(self, turn: ThreadTurn, reply: Mapping[str, Any]) -> Rider | None:
+        """A thread's turn to keep with the request's ledger row: its messages and ``reply``. A
+        refused reply is not kept (the SDKs start a new thread after one), nor one without an id."""
+        message_id = reply.get("id")
+        if self.threads is None or not isinstance(message_id, str) or reply.get("stop_reason") == "refusal":
+            return None
+        return self.threads.put(
+            turn.org_id,
+            message_id,
+            previous_id=turn.previous_id,
+            root_id=turn.root_id or message_id,
+            fields=turn.fields,
+            messages=turn_messages(turn, reply),
+            now=self.clock(),
+            failed=partial(_not_kept, message_id),
         )
 
     def restore_thinking(self, parsed: Parsed, found: Mapping[str, list[dict[str, Any]]]) -> None:
@@ -313,10 +365,13 @@ class AnthropicMessages:
         if "model" in message and message["model"] != parsed.model_name:
             message["model"] = parsed.model_name
             data = encode_json(message)
-        return Answer(data, usage_from_anthropic(message.get("usage")))
+        turn = parsed.context
+        record = self._keep(turn, message) if isinstance(turn, ThreadTurn) else None
+        return Answer(data, usage_from_anthropic(message.get("usage")), record=record)
 
     def translator(self, parsed: Parsed, ids: ReplyIds) -> EventTranslator:
-        return EventMeter(parsed.model_name)
+        turn = parsed.context
+        return EventMeter(parsed.model_name, partial(self._keep, turn) if isinstance(turn, ThreadTurn) else None)
 
     def client_error(
         self, exc: UpstreamError, parsed: Parsed | None, *, timeout_s: float, streaming: bool

@@ -65,6 +65,8 @@ from ezat_compat.store.journal import Journal, RejectedRowError, ReplayReport
 from ezat_compat.store.responses import RIDE as RESPONSE_RIDE
 from ezat_compat.store.responses import put_tx as put_response_tx
 from ezat_compat.store.tables import MODEL_MAX, api_keys, ledger, orgs, to_epoch_micros
+from ezat_compat.store.threads import RIDE as THREAD_RIDE
+from ezat_compat.store.threads import put_tx as put_thread_tx
 from ezat_compat.store.workers import BOOT, HOST, is_dead, live_tag, parse_tag, start_ticks, tag_prefix, worker_tag
 
 log = logging.getLogger("ezat_compat")
@@ -79,7 +81,10 @@ IF_HELD = "if_held"  # a journal row that settles its request only if it still h
 MAINTAIN_EVERY_S = 5.0  # how often a worker replays the journal and releases dead siblings' holds
 REPLAY_EVERY_S = 1.0  # how often a worker's replayer looks for journaled settlements it may apply
 RIDE = "ride"  # a journal row's rider (``Rider.kind`` and ``params``), written with its settlement
-RIDES: dict[str, Work[Any, Any]] = {RESPONSE_RIDE: put_response_tx}  # what each kind of rider runs
+RIDES: dict[str, Work[Any, Any]] = {
+    RESPONSE_RIDE: put_response_tx,
+    THREAD_RIDE: put_thread_tx,
+}  # what each kind of rider runs
 JOURNAL_DIR_ENV = "EZAT_JOURNAL_DIR"
 
 

@@ -178,3 +178,21 @@ responses = Table(
     Column("encrypted", Boolean, nullable=False),
     Index("ix_responses_expires_at", "expires_at"),
 )
+
+# Message threads of native /v1/messages (store/threads.py): one row per turn, per organisation,
+# keyed by the turn's reply id, until ``expires_at``. ``messages`` is what the turn added (its new
+# messages, then the reply), ``previous_id`` the turn it continued (NULL for the first, whose
+# ``fields`` hold the thread's ``system`` and ``tools``), ``root_id`` the first turn's id.
+message_threads = Table(
+    "message_threads",
+    metadata,
+    Column("org_id", Integer, primary_key=True, autoincrement=False),
+    Column("message_id", String(96), primary_key=True),
+    Column("previous_id", String(96), nullable=True),
+    Column("root_id", String(96), nullable=False),
+    Column("created_at", UtcMicros, nullable=False),
+    Column("expires_at", UtcMicros, nullable=False),
+    Column("fields", Text, nullable=True),
+    Column("messages", Text, nullable=False),
+    Index("ix_message_threads_expires_at", "expires_at"),
+)

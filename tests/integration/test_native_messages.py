@@ -164,7 +164,8 @@ class Recorder:
 
     def __init__(self) -> None:
         self.sent: list[httpx2.Request] = []
-        self.http = httpx2.Client(event_hooks={"request": [self.sent.append]})
+        self.received: list[httpx2.Response] = []
+        self.http = httpx2.Client(event_hooks={"request": [self.sent.append], "response": [self.received.append]})
 
     def body(self, index: int = -1) -> dict[str, Any]:
         request = self.sent[index]
@@ -699,41 +700,115 @@ def test_an_image_or_pdf_the_api_cannot_read_is_refused_before_the_upstream(
 THREADS_BETA = "message-threads-2026-08-12"
 
 
-def test_a_thread_create_goes_upstream_whole_and_without_the_thread(
-    gateway: Gateway, key: str, clean: dict[str, Sim]
-) -> None:
-    """Claude Code's first turn: ``thread: {"type": "create"}`` with the whole history and the
-    beta. The simulator refuses ``thread`` as the API does without the beta: the gateway sends
-    neither (it keeps no upstream thread), and the turn is answered as any other."""
-    resp = post(
-        gateway,
-        simple(thread={"type": "create"}),
-        key,
-        headers={"anthropic-beta": f"claude-code-20250219,{THREADS_BETA}", "anthropic-version": SDK_VERSION_HEADER},
-    )
-    assert resp.status_code == 200, resp.text
-    (received,) = clean["native-a"].requests()
-    assert "thread" not in received["body"]
-    assert received["headers"]["anthropic-beta"] == "claude-code-20250219"
+def _turns_sent(recorder: Recorder) -> list[dict[str, Any]]:
+    return [recorder.body(i) for i in range(len(recorder.sent))]
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
-def test_a_thread_continuation_is_the_refusal_that_makes_clients_resend_the_history(
-    gateway: Gateway, key: str, clean: dict[str, Sim], stream: bool
+def test_an_sdk_thread_runs_turn_after_turn_the_gateway_holding_the_conversation(
+    gateway: Gateway, key: str, clean: dict[str, Sim], recorder: Recorder, stream: bool
 ) -> None:
-    body = simple(thread={"type": "continue", "previous_message_id": "msg_01XYZ"}, stream=stream)
-    resp = post(gateway, body, key, headers={"anthropic-beta": THREADS_BETA})
-    error = assert_anthropic_error_with_details(resp)
-    assert error["error"]["details"] == {"error_code": "thread_unsupported_request"}
-    assert error["error"]["message"].startswith("thread: ")
-    assert clean["native-a"].requests() == []
-    before = [r for r in gateway.usage("--org", "native-org") if r["request_id"] == resp.headers["request-id"]]
-    assert before == []  # refused before admission: nothing held, nothing billed
+    """``client.beta.messages.thread()`` with its defaults (``unsupported_request_behavior`` "error":
+    any thread refusal would raise): the SDK sends a create, then continues that send only the new
+    messages and no ``system``; the upstream gets each turn whole, without ``thread`` or the beta,
+    and every turn has its ledger row."""
+    client = sdk(gateway, key, recorder)
+    thread = client.beta.messages.thread(model="claude-native", max_tokens=64, system=LONG_SYSTEM)
+    replies = []
+    for text in ("first question", "second question", "third question"):
+        if stream:
+            with thread.stream({"role": "user", "content": text}) as events:
+                replies.append(events.get_final_message())
+        else:
+            replies.append(thread.send({"role": "user", "content": text}))
+    assert all(r.stop_reason == "end_turn" and r.model == "claude-native" for r in replies)
+    sent = _turns_sent(recorder)
+    assert [b["thread"] for b in sent] == [
+        {"type": "create"},
+        {"type": "continue", "previous_message_id": replies[0].id},
+        {"type": "continue", "previous_message_id": replies[1].id},
+    ]
+    assert [len(b["messages"]) for b in sent] == [1, 1, 1] and "system" not in sent[2]
+    assert all(THREADS_BETA in r.headers["anthropic-beta"] for r in recorder.sent)
+
+    received = clean["native-a"].requests()
+    assert len(received) == 3
+    for got in received:
+        assert "thread" not in got["body"] and THREADS_BETA not in got["headers"].get("anthropic-beta", "")
+        assert got["body"]["system"] == LONG_SYSTEM
+    last = received[2]["body"]["messages"]
+    assert [m["role"] for m in last] == ["user", "assistant", "user", "assistant", "user"]
+    assert [m["content"] for m in last if m["role"] == "user"] == [
+        "first question",
+        "second question",
+        "third question",
+    ]
+    assert last[3]["content"][-1]["text"] == replies[1].content[-1].text  # the reply as the client got it
+    assert last[3]["content"][-1]["cache_control"] == {"type": "ephemeral"}  # the history is read from the cache
+    assert received[2]["body"]["model"] == "claude-upstream-a"
+    assert [usage_row(gateway, r.headers["request-id"])["status"] for r in recorder.received] == [200, 200, 200]
+    assert thread.previous_message_id == replies[2].id
 
 
-def assert_anthropic_error_with_details(resp: requests.Response) -> dict[str, Any]:
-    assert resp.status_code == 400, resp.text
-    body = resp.json()
-    assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
-    assert set(body["error"]) == {"type", "message", "details"}
-    return body
+def test_an_sdk_tool_runner_on_a_thread_runs_its_tool_loop(
+    gateway: Gateway, key: str, clean: dict[str, Sim], recorder: Recorder
+) -> None:
+    """The tool runner sends the tool result as a continue; the upstream gets the tool_use and
+    its result in one whole request."""
+    calls: list[str] = []
+
+    @anthropic.beta_tool
+    def lookup(city: str) -> str:
+        """Look a city up.
+
+        Args:
+            city: the city
+        """
+        calls.append(city)
+        return "sunny"
+
+    client = sdk(gateway, key, recorder)
+    thread = client.beta.messages.thread(
+        model="claude-native",
+        max_tokens=64,
+        tools=[lookup],
+        messages=[{"role": "user", "content": "use the tool please"}],
+    )
+    final = None
+    for message in thread.tool_runner():
+        final = message
+    assert calls and final is not None and final.stop_reason == "end_turn"
+    sent = _turns_sent(recorder)
+    assert [b["thread"]["type"] for b in sent] == ["create", "continue"]
+    assert [m["content"][0]["type"] for m in sent[1]["messages"]] == ["tool_result"] and "tools" not in sent[1]
+    bodies = clean["native-a"].bodies()
+    assert len(bodies) == 2
+    second = bodies[1]["messages"]
+    assert [m["role"] for m in second] == ["user", "assistant", "user"]
+    assert second[1]["content"][-1]["type"] == "tool_use"
+    assert second[2]["content"][0]["type"] == "tool_result"
+    assert second[2]["content"][0]["tool_use_id"] == second[1]["content"][-1]["id"]
+    assert [t["name"] for t in bodies[1]["tools"]] == ["lookup"]
+
+
+def test_a_thread_the_gateway_doesnt_hold_is_thread_not_found_before_any_upstream_call(
+    gateway: Gateway, key: str, clean: dict[str, Sim]
+) -> None:
+    """Unknown, expired or another organisation's: 404 ``thread_not_found``, which the SDKs answer
+    by resending the whole history under a new thread; nothing held, nothing billed."""
+    created = post(gateway, simple(thread={"type": "create"}), key, headers={"anthropic-beta": THREADS_BETA})
+    assert created.status_code == 200, created.text
+    other = gateway.new_key("native-other-org", balance="10")
+    for previous, who in (("msg_01XYZ", key), (created.json()["id"], other)):
+        resp = post(
+            gateway,
+            simple(thread={"type": "continue", "previous_message_id": previous}),
+            who,
+            headers={"anthropic-beta": THREADS_BETA},
+        )
+        assert resp.status_code == 404, resp.text
+        body = resp.json()
+        assert body["error"]["type"] == "not_found_error"
+        assert body["error"]["details"] == {"error_code": "thread_not_found"}
+        assert [r for r in gateway.usage("--org", "native-org") if r["request_id"] == resp.headers["request-id"]] == []
+    assert len(clean["native-a"].requests()) == 1  # the create only

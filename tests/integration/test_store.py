@@ -182,7 +182,7 @@ def test_migrate_twice_is_idempotent_and_matches_the_tables(db_url: str) -> None
     migrate(db_url)
     diffs, versions = _schema_state(db_url)
     assert diffs == []
-    assert versions == ["0005"]
+    assert versions == ["0006"]
 
 
 def test_migrate_from_several_processes_at_once(db_url: str) -> None:
@@ -190,7 +190,7 @@ def test_migrate_from_several_processes_at_once(db_url: str) -> None:
     assert run_processes(_migrate_child, [(db_url, barrier)] * 3) == ["ok"] * 3
     diffs, versions = _schema_state(db_url)
     assert diffs == []
-    assert versions == ["0005"]
+    assert versions == ["0006"]
 
 
 def _migrate_to(engine: Engine, revision: str, *, down: bool = False) -> None:
@@ -232,7 +232,7 @@ def test_upgrading_from_0004_keeps_the_held_reservations(db_url: str) -> None:
 
         migrate(eng)
         assert _reservations_shape(eng) == (set(), False if eng.dialect.name == "sqlite" else None)
-        assert _schema_state(db_url) == ([], ["0005"])
+        assert _schema_state(db_url) == ([], ["0006"])
         with eng.connect() as conn:
             assert conn.execute(select(reservations).order_by(reservations.c.request_id)).all() == before
         assert org_row(eng, "acme").reserved_micros == 6000
@@ -258,7 +258,7 @@ def test_upgrading_from_0004_keeps_the_held_reservations(db_url: str) -> None:
         with eng.connect() as conn:
             assert conn.execute(select(reservations).order_by(reservations.c.request_id)).all() == kept
         migrate(eng)  # and up again
-        assert _schema_state(db_url) == ([], ["0005"])
+        assert _schema_state(db_url) == ([], ["0006"])
         with eng.connect() as conn:
             assert conn.execute(select(reservations).order_by(reservations.c.request_id)).all() == kept
     finally:

@@ -15,7 +15,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 from werkzeug.test import Client, EnvironBuilder
 
+from ezat_compat.api.anthropic import EXTENSION as MESSAGES_EXTENSION
 from ezat_compat.app import create_app
+from ezat_compat.dialects.anthropic_messages import AnthropicMessages
 from ezat_compat.errors import GatewayError, InvalidRequestError
 from ezat_compat.pipeline import ClientRequest, Reply
 from ezat_compat.server.metrics import Metrics
@@ -43,6 +45,9 @@ class FakeGateway:
 def app_with(answer: Callable[[ClientRequest], Any], config: Any = CONFIG) -> tuple[Client, FakeGateway]:
     gw = FakeGateway(answer, config)
     app = create_app(config, gateway_core=gw)  # type: ignore[arg-type]
+    # The native dialect is built on first use from the gateway's database; one without a thread
+    # store stands in (the fake has no database).
+    app.extensions[MESSAGES_EXTENSION] = AnthropicMessages()
     return Client(app), gw
 
 
