@@ -182,9 +182,12 @@ def _register_errors(app: Flask) -> None:
 
     @app.errorhandler(Exception)
     def unexpected(exc: Exception) -> Response:
-        if not _noted_outage(exc):
-            log.exception("unexpected error in request %s", getattr(g, "request_id", "?"))
-        return _render(unexpected_error(getattr(g, "request_id", None)))
+        try:
+            if not _noted_outage(exc):
+                log.exception("unexpected error in request %s", getattr(g, "request_id", "?"))
+            return _render(unexpected_error(getattr(g, "request_id", None)))
+        finally:
+            _let_go(exc)  # logged: its frames (the request's body among them) can go at once
 
 
 def metrics_listener(metrics_bind: str) -> Callable[[Mapping[str, Any]], bool]:

@@ -240,6 +240,39 @@ def test_an_answered_error_lets_go_of_its_frames() -> None:
         gc.enable()
 
 
+def test_an_unexpected_error_lets_go_of_its_frames_once_logged(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug's 500 (the ``Exception`` handler) drops the error's frames too, after logging them:
+    a frame that keeps the error it raised (a cycle) would hold the request until the collector.
+    (pytest's log capture keeps every record with its traceback: the log goes elsewhere here.)"""
+    monkeypatch.setattr(logging.getLogger("ezat_compat"), "propagate", False)
+    import gc
+    import weakref
+
+    class Body:
+        pass
+
+    alive: list[weakref.ref[Body]] = []
+
+    def buggy(request: ClientRequest) -> Any:
+        body = Body()
+        alive.append(weakref.ref(body))
+        kept = None
+        try:
+            raise KeyError("bug")
+        except KeyError as exc:
+            kept = exc  # frame -> error -> traceback -> frame
+        raise RuntimeError("a bug") from kept
+
+    client, _ = app_with(buggy)
+    gc.disable()
+    try:
+        resp = client.post("/openai/v1/chat/completions", data=b"{}", headers={"Authorization": "Bearer k"})
+        assert resp.status_code == 500
+        assert alive and alive[0]() is None  # freed at once, no collector needed
+    finally:
+        gc.enable()
+
+
 def test_memory_is_given_back_only_after_a_large_body() -> None:
     from ezat_compat.server import memory
 
