@@ -399,7 +399,9 @@ class Simulator:
         from ezat_compat.upstream.providers.betas import BEDROCK_BETAS  # the rules the gateway keeps
 
         betas = body.get("anthropic_beta", [])
-        if not isinstance(betas, list) or any(b not in BEDROCK_BETAS for b in betas):
+        if not isinstance(betas, list) or any(
+            b not in BEDROCK_BETAS or b in clouds.BEDROCK_REFUSED_BETAS for b in betas
+        ):
             raise clouds.bedrock_error(400, "The model returned the following errors: invalid beta flag")
         url_source = clouds.url_source_path(body)
         if url_source is not None:
@@ -443,7 +445,8 @@ class Simulator:
         from ezat_compat.upstream.providers.betas import VERTEX_BETAS
 
         beta = environ.get("HTTP_ANTHROPIC_BETA", "")
-        refused = [b.strip() for b in beta.split(",") if b.strip() and b.strip() not in VERTEX_BETAS]
+        named = [b.strip() for b in beta.split(",") if b.strip()]
+        refused = [b for b in named if b not in VERTEX_BETAS or b in clouds.VERTEX_REFUSED_BETAS]
         if refused:  # Anthropic's own envelope, as Vertex passes it on
             raise InvalidRequestError(f"Unexpected value(s) `{'`, `'.join(refused)}` for the `anthropic-beta` header.")
         url_source = clouds.url_source_path(body)

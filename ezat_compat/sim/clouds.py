@@ -39,6 +39,25 @@ SIM_AWS_SECRET_ACCESS_KEY = "ezat-sim/aws-secret-access-key-for-tests"
 SIGNATURE_WINDOW_S = 300  # AWS refuses a request signed more than 5 minutes from its clock
 BEDROCK_VERSION = "bedrock-2023-05-31"
 VERTEX_VERSION = "vertex-2023-10-16"
+# Betas each cloud was seen refusing, the simulator's own knowledge (each with the public thread
+# quoting the refusal), so a value wrongly added to the gateway's allow-lists
+# (``upstream/providers/betas.py``) is still refused here, as the cloud would.
+BEDROCK_REFUSED_BETAS = frozenset(
+    {
+        "claude-code-20250219",  # anthropics/claude-code#49370: "invalid beta flag"
+        "extended-cache-ttl-2025-04-11",  # anthropics/claude-code#56595
+        "mcp-servers-2025-12-04",  # BerriAI/litellm#19875
+    }
+)
+VERTEX_REFUSED_BETAS = frozenset(
+    {
+        "prompt-caching-scope-2026-01-05",  # BerriAI/litellm#19984: "Unexpected value(s)"
+        "web-search-2025-03-05",  # anthropics/claude-code#12429
+        "structured-outputs-2025-11-13",  # BerriAI/litellm#17755
+        "effort-2025-11-24",  # anthropics/claude-code#34802
+        "adaptive-thinking-2026-01-28",  # anthropics/claude-code#34802
+    }
+)
 GOOGLE_TOKEN_AUDIENCE = "https://oauth2.googleapis.com/token"
 UNRECOGNIZED = "UnrecognizedClientException"
 BAD_SIGNATURE = "InvalidSignatureException"

@@ -500,6 +500,28 @@ def test_the_simulated_clouds_refuse_url_sources(stack: tuple[Gateway, Sim, str]
     assert bedrock.status_code == 400 and "messages.0.content.0.image.source" in bedrock.json()["message"]
 
 
+def test_the_simulated_clouds_refuse_the_betas_they_were_seen_refusing(stack: tuple[Gateway, Sim, str]) -> None:
+    from ezat_compat.sim.clouds import BEDROCK_REFUSED_BETAS
+
+    _, sim, _ = stack
+    body = {"max_tokens": 8, "messages": [{"role": "user", "content": "hi"}], "anthropic_version": "bedrock-2023-05-31"}
+    for beta in sorted(BEDROCK_REFUSED_BETAS):
+        refused = requests.post(
+            sim.url + f"/model/{BEDROCK_MODEL}/invoke",
+            json={**body, "anthropic_beta": [beta]},
+            headers={"authorization": "Bearer a-bedrock-api-key"},
+            timeout=10,
+        )
+        assert refused.status_code == 400 and "invalid beta flag" in refused.json()["message"], beta
+    ok = requests.post(
+        sim.url + f"/model/{BEDROCK_MODEL}/invoke",
+        json={**body, "anthropic_beta": ["interleaved-thinking-2025-05-14"]},
+        headers={"authorization": "Bearer a-bedrock-api-key"},
+        timeout=10,
+    )
+    assert ok.status_code == 200, ok.text
+
+
 COUNT_PATHS = {
     "on-bedrock": f"/model/{BEDROCK_MODEL}/count-tokens",
     "on-vertex": "/v1/projects/ezat-sim/locations/us-east5/publishers/anthropic/models/count-tokens:rawPredict",

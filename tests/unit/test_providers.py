@@ -456,3 +456,14 @@ def test_the_simulated_count_tokens_takes_a_whole_invoke_model_body() -> None:
     with pytest.raises(clouds.CloudError) as profile:
         clouds.count_tokens_input("us.anthropic.claude-x", wrapped({**invoke, "max_tokens": 1}))
     assert profile.value.status == 400
+
+
+def test_no_provider_takes_a_beta_its_cloud_was_seen_refusing() -> None:
+    """The simulator's own record of refusals (each with its public thread) against the gateway's
+    allow-lists: a value added to a list that the cloud refuses fails here, and the simulated
+    cloud answers it as the real one does ("invalid beta flag", "Unexpected value(s)")."""
+    from ezat_compat.sim.clouds import BEDROCK_REFUSED_BETAS, VERTEX_REFUSED_BETAS
+    from ezat_compat.upstream.providers.betas import BEDROCK_BETAS, VERTEX_BETAS
+
+    assert BEDROCK_REFUSED_BETAS and not BEDROCK_BETAS & BEDROCK_REFUSED_BETAS
+    assert VERTEX_REFUSED_BETAS and not VERTEX_BETAS & VERTEX_REFUSED_BETAS
