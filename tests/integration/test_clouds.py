@@ -19,6 +19,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import openai
 import pytest
 import requests
@@ -214,6 +215,26 @@ def test_native_messages_and_responses_on_each_provider(stack: tuple[Gateway, Si
     with _client(gw, key) as client:
         response = client.responses.create(model=alias, input="Hello there")
     assert response.output_text and response.usage is not None and response.usage.output_tokens > 0
+
+
+@pytest.mark.parametrize("alias", list(PROVIDER_PATHS))
+def test_an_sdk_message_thread_on_each_provider(stack: tuple[Gateway, Sim, str], alias: str) -> None:
+    """The gateway holds the thread: each cloud gets every turn whole (its own body shape), and
+    neither ``thread`` nor the threads beta reaches it."""
+    gw, sim, key = stack
+    prefix, _ = PROVIDER_PATHS[alias]
+    client = anthropic.Anthropic(base_url=gw.url, api_key=key, max_retries=0, timeout=30)
+    thread = client.beta.messages.thread(model=alias, max_tokens=100, system="Be brief.")
+    first = thread.send({"role": "user", "content": "first"})
+    with thread.stream({"role": "user", "content": "second"}) as events:
+        second = events.get_final_message()
+    third = thread.send({"role": "user", "content": "third"})
+    assert first.stop_reason == second.stop_reason == third.stop_reason == "end_turn"
+    sent = _last(sim, prefix)
+    assert "thread" not in sent["body"] and "message-threads" not in json.dumps(sent)
+    assert [m["role"] for m in sent["body"]["messages"]] == ["user", "assistant", "user", "assistant", "user"]
+    assert sent["body"]["messages"][3]["content"][-1]["text"] == second.content[-1].text
+    assert sent["body"]["system"] == "Be brief."
 
 
 def test_a_wrong_aws_credential_fails_over_then_answers_500(stack: tuple[Gateway, Sim, str]) -> None:
