@@ -298,6 +298,8 @@ class AnthropicMessages:
             if turn.previous_id is not None:
                 raise unsupported()
             turn = None  # a create is a whole request: it goes, and nothing is kept
+        if turn is not None:
+            turn.auto_cache = (headers.get("x-ezat-cache") or "").strip(" \t").lower() != "off"
         upstream = {k: v for k, v in body.items() if k != "model" and not (stream and k == "stream") and k != "thread"}
         parsed = Parsed(
             model=model,
@@ -329,7 +331,8 @@ class AnthropicMessages:
         if stored is None:
             raise not_found(turn.previous_id)
         turn.root_id = stored.root_id
-        parsed.body = whole_request(parsed.body, stored.fields, stored.messages, caching=parsed.model.caching)
+        caching = parsed.model.caching and turn.auto_cache
+        parsed.body = whole_request(parsed.body, stored.fields, stored.messages, caching=caching)
         parsed.session = parsed.session or stored.root_id
         parsed.image_slots = native_media(parsed.body["messages"], inline_urls=_inline_urls(parsed.model))
 

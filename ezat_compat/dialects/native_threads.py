@@ -26,7 +26,7 @@ The protocol, from the Anthropic SDKs (Python ``anthropic`` 2.17, ``lib/threads`
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +56,7 @@ class ThreadTurn:
     messages: list[dict[str, Any]]  # this turn's messages, as the client sent them
     org_id: int = 0
     root_id: str | None = None  # the thread's first reply id, known on a continue
+    auto_cache: bool = True  # False with ``x-ezat-cache: off``: no breakpoint is added
 
 
 def thread_of(body: Mapping[str, Any]) -> ThreadTurn | None:
@@ -126,15 +127,33 @@ def breakpoints(value: Any) -> int:
     return 0
 
 
-def _mark_last(messages: list[dict[str, Any]]) -> None:
+def _ttls(value: Any) -> Iterator[str]:
+    """The TTL of every ``cache_control`` mark in ``value`` (``5m`` when it names none)."""
+    if isinstance(value, dict):
+        mark = value.get("cache_control")
+        if isinstance(mark, dict):
+            yield str(mark.get("ttl", "5m"))
+        for k, v in value.items():
+            if k in KEYS_THAT_HOLD_BLOCKS:
+                yield from _ttls(v)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _ttls(item)
+
+
+def _mark_last(messages: list[dict[str, Any]], later: Any) -> None:
     """Put an ephemeral ``cache_control`` on the last block of ``messages`` that can carry one
     (the history's end: the next turn reads it from the cache), if any; ``messages`` is the
-    gateway's own copy."""
+    gateway's own copy. Its TTL is the default 5 minutes unless a mark in ``later`` (the
+    request's own messages, after it) is 1 hour: the API refuses a 1h mark after a 5m one."""
+    mark: dict[str, Any] = {"type": "ephemeral"}
+    if "1h" in _ttls(later):
+        mark["ttl"] = "1h"
     for message in reversed(messages):
         content = message.get("content")
         if isinstance(content, str):
             if content:
-                message["content"] = [{"type": "text", "text": content, "cache_control": {"type": "ephemeral"}}]
+                message["content"] = [{"type": "text", "text": content, "cache_control": mark}]
                 return
             continue
         blocks: list[Any] = content if isinstance(content, list) else []
@@ -143,7 +162,7 @@ def _mark_last(messages: list[dict[str, Any]]) -> None:
                 continue
             if block.get("type") == "text" and not block.get("text"):
                 continue
-            block["cache_control"] = {"type": "ephemeral"}
+            block["cache_control"] = mark
             return
 
 
@@ -163,7 +182,7 @@ def whole_request(
         and kept
         and breakpoints(body.get("system")) + breakpoints(body.get("tools")) + breakpoints(own) < MAX_CACHE_BREAKPOINTS
     ):
-        _mark_last(kept)
+        _mark_last(kept, own)
     body["messages"] = kept + (list(own) if isinstance(own, list) else [])
     return body
 

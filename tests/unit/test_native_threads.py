@@ -258,6 +258,18 @@ def test_no_breakpoint_when_the_request_has_no_room_or_the_model_caches_nothing(
     assert whole_request({"messages": []}, {}, history, caching=False)["messages"] == history
 
 
+def test_the_historys_breakpoint_is_1h_when_a_later_one_is_as_the_api_orders_them() -> None:
+    """The API refuses a ttl='1h' mark after a ttl='5m' one (the simulator's rule ``cache_ttl_order``)."""
+    history = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+    hour = {"type": "ephemeral", "ttl": "1h"}
+    own = [{"role": "user", "content": [{"type": "text", "text": "b", "cache_control": hour}]}]
+    out = whole_request({"messages": own}, {}, history, caching=True)
+    assert out["messages"][1]["content"] == [{"type": "text", "text": "a", "cache_control": hour}]
+    five = [{"role": "user", "content": [{"type": "text", "text": "b", "cache_control": EPH}]}]
+    out = whole_request({"messages": five}, {}, history, caching=True)
+    assert out["messages"][1]["content"] == [{"type": "text", "text": "a", "cache_control": EPH}]
+
+
 def test_a_paused_turn_continued_is_one_assistant_message() -> None:
     history = [
         {"role": "user", "content": "q"},
@@ -429,6 +441,17 @@ def test_a_thread_is_kept_turn_by_turn_and_each_continue_is_the_whole_conversati
         "three",
     ]
     assert third.session == "msg_a"
+
+
+def test_no_breakpoint_is_added_with_x_ezat_cache_off(store: ThreadStore) -> None:
+    dialect = AnthropicMessages(store, clock=Clock())
+    dialect.reply(turn(dialect, 1, {"thread": {"type": "create"}}), reply_json("msg_a", "A"), IDS)
+    cont = {"thread": {"type": "continue", "previous_message_id": "msg_a"}}
+    parsed = dialect.parse(body(**cont), {"x-ezat-cache": " OFF"}, resolve)
+    assert parsed.prepare is not None
+    parsed.prepare(parsed, 1)
+    assert parsed.body["messages"][1] == {"role": "assistant", "content": [{"type": "text", "text": "A"}]}
+    assert breakpoints(parsed.body["messages"]) == 0
 
 
 def test_a_thread_of_another_organisation_or_unknown_or_expired_is_thread_not_found(store: ThreadStore) -> None:
