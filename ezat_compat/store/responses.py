@@ -11,19 +11,19 @@ simply not found. Expired rows are ignored on read and purged in bounded batches
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, bindparam, delete, select, tuple_
+from sqlalchemy import Engine, bindparam, delete, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 
 from ezat_compat.jsonfast import encode_json, loads
 from ezat_compat.store.db import write_engine
-from ezat_compat.store.hotpath import DatabaseUnavailableError, Execute, HotPath, Rider, is_unavailable
+from ezat_compat.store.expiry import Purger, reading
+from ezat_compat.store.hotpath import Execute, HotPath, Rider
 from ezat_compat.store.tables import responses, to_epoch_micros
 
 log = logging.getLogger(__name__)
@@ -64,11 +64,6 @@ class StoredResponse:
         return self.context + list(self.response.get("output") or ())
 
 
-def _reading(exc: Exception) -> Exception:
-    """A database that can't answer is 503 with retry-after (``DatabaseUnavailableError``)."""
-    return DatabaseUnavailableError() if is_unavailable(exc) else exc
-
-
 def _dump(value: Any) -> str:
     """Compact JSON text (UTF-8 when stored; a lone surrogate escaped, so any text can be kept)."""
     return encode_json(value).decode()
@@ -92,9 +87,13 @@ class ResponseStore:
         self._hot = hot
         self._writer = write_engine(engine)
         self.ttl_s = ttl_s
-        self._purge_every_s = purge_every_s
-        self._purge_batch = purge_batch
-        self._next_purge = -math.inf
+        self._purger = Purger(
+            self._writer,
+            responses,
+            (responses.c.org_id, responses.c.response_id),
+            every_s=purge_every_s,
+            batch=purge_batch,
+        )
         dialect = engine.dialect.name
         if dialect not in ("sqlite", "postgresql"):
             raise ValueError(f"no response store for the {dialect} dialect")
@@ -134,7 +133,7 @@ class ResponseStore:
             "response": response_json.decode() if response_json is not None else _dump(response),
             "encrypted": encrypted,
         }
-        self._purge_when_due(now)
+        self._purger.when_due(now)
         if hot is None:
             with self._writer.begin() as conn:
                 conn.execute(self._upsert, row)
@@ -143,11 +142,6 @@ class ResponseStore:
         else:
             hot.write(put_tx, row)
         return None
-
-    def _purge_when_due(self, now: float) -> None:
-        if now >= self._next_purge:
-            self._next_purge = now + self._purge_every_s
-            self.purge(now)
 
     def get(self, org_id: int, response_id: str, now: float, *, context: bool = True) -> StoredResponse | None:
         """The organisation's response ``response_id``, or None (unknown, expired or another's).
@@ -165,7 +159,7 @@ class ResponseStore:
                     )
                 ).first()
         except SQLAlchemyError as exc:
-            raise _reading(exc) from exc
+            raise reading(exc) from exc
         if row is None:
             return None
         kept = loads(row.context) if context else []
@@ -185,7 +179,7 @@ class ResponseStore:
             with self._engine.connect() as conn:
                 rows = conn.execute(query).all()
         except SQLAlchemyError as exc:
-            raise _reading(exc) from exc
+            raise reading(exc) from exc
         return {row.response_id: list(loads(row.response).get("output") or ()) for row in rows}
 
     def delete(self, org_id: int, response_id: str, now: float) -> bool:
@@ -200,24 +194,9 @@ class ResponseStore:
                     )
                 )
         except SQLAlchemyError as exc:
-            raise _reading(exc) from exc
+            raise reading(exc) from exc
         return bool(gone.rowcount)
 
     def purge(self, now: float) -> int:
-        """Delete up to ``purge_batch`` expired rows; returns how many went (errors logged). The
-        rows go by their whole key, found through ``expires_at``'s index: a bounded batch of index
-        searches however large the table (by ``response_id`` alone, the key's second column, each
-        purge scanned the whole table, and took another organisation's live row of the same id)."""
-        key = tuple_(responses.c.org_id, responses.c.response_id)
-        expired = (
-            select(responses.c.org_id, responses.c.response_id)
-            .where(responses.c.expires_at <= datetime.fromtimestamp(now, UTC))
-            .limit(self._purge_batch)
-        )
-        try:
-            with self._writer.begin() as conn:
-                gone = conn.execute(delete(responses).where(key.in_(expired.scalar_subquery())))
-        except SQLAlchemyError as exc:
-            log.warning("response store: purge failed (%s)", exc)
-            return 0
-        return int(gone.rowcount or 0)
+        """Delete up to ``purge_batch`` expired rows; how many went (errors logged)."""
+        return self._purger.purge(now)

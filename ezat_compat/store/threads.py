@@ -15,18 +15,18 @@ found, and the SDKs answer ``thread_not_found`` by resending the whole history u
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, delete, select, text, tuple_
+from sqlalchemy import Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from ezat_compat.jsonfast import encode_json, loads
 from ezat_compat.store.db import write_engine
-from ezat_compat.store.hotpath import DatabaseUnavailableError, Execute, HotPath, Rider, is_unavailable
+from ezat_compat.store.expiry import Purger, reading
+from ezat_compat.store.hotpath import Execute, HotPath, Rider
 from ezat_compat.store.tables import message_threads, to_epoch_micros
 
 log = logging.getLogger(__name__)
@@ -68,10 +68,6 @@ class StoredThread:
     messages: list[dict[str, Any]]  # the whole history: every turn's messages, then its reply
 
 
-def _reading(exc: Exception) -> Exception:
-    return DatabaseUnavailableError() if is_unavailable(exc) else exc
-
-
 class ThreadStore:
     """The ``message_threads`` table. One per process (after the fork, like the engine)."""
 
@@ -90,9 +86,13 @@ class ThreadStore:
         self._hot = hot
         self._writer = write_engine(engine)
         self.ttl_s = ttl_s
-        self._purge_every_s = purge_every_s
-        self._purge_batch = purge_batch
-        self._next_purge = -math.inf
+        self._purger = Purger(
+            self._writer,
+            message_threads,
+            (message_threads.c.org_id, message_threads.c.message_id),
+            every_s=purge_every_s,
+            batch=purge_batch,
+        )
 
     def put(
         self,
@@ -119,7 +119,7 @@ class ThreadStore:
             "fields": encode_json(fields).decode() if fields is not None else None,
             "messages": encode_json(messages).decode(),
         }
-        self._purge_when_due(now)
+        self._purger.when_due(now)
         if self._hot is not None:
             return Rider(put_tx, row, failed, RIDE)
         try:
@@ -142,7 +142,7 @@ class ThreadStore:
             with self._engine.connect() as conn:
                 rows = conn.execute(CHAIN_SQL, params).all()
         except SQLAlchemyError as exc:
-            raise _reading(exc) from exc
+            raise reading(exc) from exc
         if not rows or rows[0].previous_id is not None:  # the first turn is not in reach
             return None
         first = rows[0]
@@ -152,24 +152,6 @@ class ThreadStore:
         fields = loads(first.fields) if first.fields is not None else {}
         return StoredThread(first.root_id, fields, messages)
 
-    def _purge_when_due(self, now: float) -> None:
-        if now >= self._next_purge:
-            self._next_purge = now + self._purge_every_s
-            self.purge(now)
-
     def purge(self, now: float) -> int:
-        """Delete up to ``purge_batch`` expired turns, by their whole key through the expiry
-        index (as ``ResponseStore.purge``); how many went (errors logged)."""
-        key = tuple_(message_threads.c.org_id, message_threads.c.message_id)
-        expired = (
-            select(message_threads.c.org_id, message_threads.c.message_id)
-            .where(message_threads.c.expires_at <= datetime.fromtimestamp(now, UTC))
-            .limit(self._purge_batch)
-        )
-        try:
-            with self._writer.begin() as conn:
-                gone = conn.execute(delete(message_threads).where(key.in_(expired.scalar_subquery())))
-        except SQLAlchemyError as exc:
-            log.warning("thread store: purge failed (%s)", exc)
-            return 0
-        return int(gone.rowcount or 0)
+        """Delete up to ``purge_batch`` expired turns; how many went (errors logged)."""
+        return self._purger.purge(now)
