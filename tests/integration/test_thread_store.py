@@ -5,14 +5,12 @@ written once when the database answers again. SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from sqlalchemy import Engine
 
 from ezat_compat.store.accounts import Accounts
-from ezat_compat.store.db import make_engine, migrate
 from ezat_compat.store.hotpath import HotPath
 from ezat_compat.store.journal import Journal
 from ezat_compat.store.ledger import Ledger
@@ -23,6 +21,7 @@ from tests.integration.test_store import (  # noqa: F401 - the SQLite / PostgreS
     accounts,
     count,
     db_url,
+    engine,
     entry,
     hot_path,
     setup_key,
@@ -30,14 +29,6 @@ from tests.integration.test_store import (  # noqa: F401 - the SQLite / PostgreS
 
 NOW = 1_750_000_000.0
 TTL = 3600.0
-
-
-@pytest.fixture
-def engine(db_url: str) -> Iterator[Engine]:  # noqa: F811
-    eng = make_engine(db_url)
-    migrate(eng)
-    yield eng
-    eng.dispose()
 
 
 def user(text: str) -> dict[str, Any]:
@@ -64,7 +55,7 @@ def kept(store: ThreadStore, org: int, message_id: str, previous: str | None, ro
     assert rider is None and failures == []
 
 
-def test_a_thread_reads_back_whole_from_any_of_its_turns(engine: Engine) -> None:
+def test_a_thread_reads_back_whole_from_any_of_its_turns(engine: Engine) -> None:  # noqa: F811
     store = ThreadStore(engine, TTL)
     kept(store, 1, "msg_a", None, "msg_a", user("one"), answer("A"))
     kept(store, 1, "msg_b", "msg_a", "msg_a", user("two"), answer("B"))
@@ -79,7 +70,7 @@ def test_a_thread_reads_back_whole_from_any_of_its_turns(engine: Engine) -> None
     assert store.get(1, "msg_c", NOW + TTL + 1) is None  # expired
 
 
-def test_a_turn_kept_twice_stays_as_first_kept(engine: Engine) -> None:
+def test_a_turn_kept_twice_stays_as_first_kept(engine: Engine) -> None:  # noqa: F811
     store = ThreadStore(engine, TTL)
     kept(store, 1, "msg_a", None, "msg_a", user("one"), answer("A"))
     kept(store, 1, "msg_a", None, "msg_a", user("other"), answer("X"))
@@ -87,7 +78,7 @@ def test_a_turn_kept_twice_stays_as_first_kept(engine: Engine) -> None:
     assert found is not None and found.messages == [user("one"), answer("A")]
 
 
-def test_expired_turns_are_purged(engine: Engine) -> None:
+def test_expired_turns_are_purged(engine: Engine) -> None:  # noqa: F811
     store = ThreadStore(engine, TTL, purge_batch=2)
     for i in range(3):
         kept(store, 1, f"msg_{i}", None, f"msg_{i}", user(str(i)), answer(str(i)))
@@ -98,7 +89,7 @@ def test_expired_turns_are_purged(engine: Engine) -> None:
 
 def test_a_turn_rides_with_its_ledger_row_and_waits_in_the_journal_through_an_outage(
     accounts: Accounts,  # noqa: F811
-    engine: Engine,
+    engine: Engine,  # noqa: F811
     hot_path: HotPath,  # noqa: F811
     tmp_path: Any,
 ) -> None:
@@ -131,7 +122,7 @@ def test_a_turn_rides_with_its_ledger_row_and_waits_in_the_journal_through_an_ou
 
 def test_a_turn_rides_in_the_settlements_transaction_on_the_hot_path(
     accounts: Accounts,  # noqa: F811
-    engine: Engine,
+    engine: Engine,  # noqa: F811
     hot_path: HotPath,  # noqa: F811
 ) -> None:
     ctx = setup_key(accounts)
