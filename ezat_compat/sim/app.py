@@ -406,6 +406,11 @@ class Simulator:
         url_source = clouds.url_source_path(body)
         if url_source is not None:
             raise clouds.bedrock_error(400, f"{url_source}: URL sources are not supported; send base64 data")
+        config = body.get("output_config")
+        if isinstance(config, dict) and "format" in config and clouds.refuses_output_format(model):
+            raise clouds.bedrock_error(
+                400, "The model returned the following errors: output_config.format: Extra inputs are not permitted"
+            )
         inner = {k: v for k, v in body.items() if k not in ("anthropic_version", "anthropic_beta")}
         inner["model"] = model
         if counting:

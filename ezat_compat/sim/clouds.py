@@ -49,6 +49,25 @@ BEDROCK_REFUSED_BETAS = frozenset(
         "mcp-servers-2025-12-04",  # BerriAI/litellm#19875
     }
 )
+# The Claude models whose Bedrock schema refuses ``output_config.format`` ("The model returned
+# the following errors: output_config.format: Extra inputs are not permitted"): vercel/ai#19988
+# (2026-08-29) lists claude-opus-4-7, -4-8, claude-opus-5, claude-fable-5, claude-sonnet-5 and
+# claude-haiku-4-5; anomalyco/models.dev#1765 quotes it for Opus 4.7 from AWS's model card.
+BEDROCK_NO_OUTPUT_FORMAT = (
+    "claude-opus-4-7",
+    "claude-opus-4-8",
+    "claude-opus-5",
+    "claude-fable-5",
+    "claude-sonnet-5",
+    "claude-haiku-4-5",
+)
+
+
+def refuses_output_format(model: str) -> bool:
+    """Does Bedrock refuse ``output_config.format`` for ``model`` (a model or profile id)?"""
+    return any(name in model for name in BEDROCK_NO_OUTPUT_FORMAT)
+
+
 VERTEX_REFUSED_BETAS = frozenset(
     {
         "prompt-caching-scope-2026-01-05",  # BerriAI/litellm#19984: "Unexpected value(s)"

@@ -467,3 +467,68 @@ def test_no_provider_takes_a_beta_its_cloud_was_seen_refusing() -> None:
 
     assert BEDROCK_REFUSED_BETAS and not BEDROCK_BETAS & BEDROCK_REFUSED_BETAS
     assert VERTEX_REFUSED_BETAS and not VERTEX_BETAS & VERTEX_REFUSED_BETAS
+
+
+@pytest.mark.parametrize(
+    ("provider", "model", "takes"),
+    [
+        ("bedrock", "us.anthropic.claude-sonnet-4-5-20250929-v1:0", True),
+        ("bedrock", "anthropic.claude-opus-4-6-v1", True),
+        ("bedrock", "anthropic.claude-sonnet-5-5-v1:0", False),
+        ("bedrock", "global.anthropic.claude-opus-4-7", False),
+        ("bedrock", "anthropic.claude-haiku-4-5-20251001-v1:0", False),
+        ("vertex", "claude-sonnet-5-5", True),
+        ("foundry", "claude-sonnet-5-5", True),
+        ("anthropic", "claude-haiku-4-5", True),
+    ],
+)
+def test_which_deployments_take_output_config_format(provider: str, model: str, takes: bool) -> None:
+    from ezat_compat.sim.clouds import refuses_output_format
+    from ezat_compat.upstream.providers.betas import takes_output_format
+
+    assert takes_output_format(provider, model) is takes
+    if provider == "bedrock":  # the simulator's own record of Bedrock's refusals agrees
+        assert refuses_output_format(model) is not takes
+
+
+FORMAT = {"type": "json_schema", "schema": {"type": "object", "properties": {"a": {"type": "integer"}}}}
+
+
+@pytest.mark.parametrize(
+    ("system", "expected"),
+    [
+        pytest.param(None, [], id="no system"),
+        pytest.param("be brief", [{"type": "text", "text": "be brief"}], id="a string"),
+        pytest.param(
+            [{"type": "text", "text": "s", "cache_control": {"type": "ephemeral"}}],
+            [{"type": "text", "text": "s", "cache_control": {"type": "ephemeral"}}],
+            id="blocks, their breakpoint kept",
+        ),
+    ],
+)
+def test_a_format_bedrock_refuses_is_told_as_the_last_system_block(system: Any, expected: list[Any]) -> None:
+    from ezat_compat.upstream.providers.betas import format_instruction, told_format
+
+    body: dict[str, Any] = {"max_tokens": 9, "messages": [], "output_config": {"effort": "low", "format": FORMAT}}
+    if system is not None:
+        body["system"] = system
+    out = told_format(body)
+    told = {"type": "text", "text": format_instruction(FORMAT)}
+    assert out["output_config"] == {"effort": "low"}
+    assert out["system"] == [*expected, told]
+    assert '{"type":"object","properties":{"a":{"type":"integer"}}}' in told["text"]
+    assert body["output_config"] == {"effort": "low", "format": FORMAT}  # the request's own body is unchanged
+    assert "output_config" not in told_format({"output_config": {"format": FORMAT}})
+    assert told_format({"system": "s"}) == {"system": "s"}  # nothing to tell
+
+
+def test_bedrock_tells_the_format_only_to_models_that_refuse_it() -> None:
+    body = {"max_tokens": 9, "messages": [{"role": "user", "content": "hi"}], "output_config": {"format": FORMAT}}
+    for upstream, sent_format in (
+        ("anthropic.claude-sonnet-5-5-v1:0", False),
+        ("anthropic.claude-sonnet-4-5-v1:0", True),
+    ):
+        shaped, _ = make_provider(replace(BEDROCK, upstream_model=upstream)).shape(b"", body, False, None)
+        sent = json.loads(shaped)
+        assert ("output_config" in sent) is sent_format
+        assert ("system" in sent) is not sent_format

@@ -10,6 +10,7 @@ there); a value not on a provider's list is dropped for it. ``None``: every valu
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
 # Amazon Bedrock, InvokeModel's ``anthropic_beta`` (in the body). The values AWS documents for
@@ -79,4 +80,58 @@ def allowed_betas(provider: str, header: str) -> list[str]:
         beta = value.strip()
         if beta and beta not in out and (accepted is None or beta in accepted):
             out.append(beta)
+    return out
+
+
+# Which Claude models take ``output_config.format`` (structured outputs) on Bedrock's InvokeModel.
+# Bedrock's copy of the Messages schema refuses it for most: "The model returned the following
+# errors: output_config.format: Extra inputs are not permitted" for Claude Opus 4.7
+# (anomalyco/models.dev#1765, citing AWS's model card), Opus 4.8, Opus 5, Fable 5, Sonnet 5
+# (vercel/ai#17919's MODELS_REJECTING_NEWER_SCHEMA_FIELDS) and, since 2026-08, Haiku 4.5
+# (vercel/ai#19988). Taken: Sonnet 4.5, Opus 4.5, Sonnet 4.6, Opus 4.6 (AWS "Structured outputs",
+# supported models, as agno-agi/agno#8275 and vercel/ai#17757 send it, live-tested there).
+# Vertex AI takes it (anthropics/anthropic-sdk-python#1199: "structured outputs are supported on
+# Vertex AI now", 2026-08-17), Foundry and Anthropic's API too.
+BEDROCK_OUTPUT_FORMAT_MODELS = ("claude-sonnet-4-5", "claude-opus-4-5", "claude-sonnet-4-6", "claude-opus-4-6")
+
+
+def takes_output_format(provider: str, upstream_model: str) -> bool:
+    """Does ``provider`` take ``output_config.format`` for ``upstream_model`` (its own id: a
+    Bedrock model or inference-profile id such as ``us.anthropic.claude-sonnet-4-5-…-v1:0``)?"""
+    if provider != "bedrock":
+        return True
+    return any(name in upstream_model for name in BEDROCK_OUTPUT_FORMAT_MODELS)
+
+
+def format_instruction(fmt: Mapping[str, object]) -> str:
+    """What a deployment that can't take ``output_config.format`` is told instead (as the last
+    system block): the schema, as an instruction the model follows without the API enforcing it
+    (LiteLLM's fallback for Bedrock, BerriAI/litellm#22802, inlines it the same way)."""
+    schema = fmt.get("schema")
+    return (
+        "Answer with only one JSON value, without any other text or code fences, that is valid "
+        "against this JSON Schema: " + json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
+    )
+
+
+def told_format(body: Mapping[str, object]) -> dict[str, object]:
+    """``body`` (an Anthropic Messages body) without ``output_config.format`` (``output_config``
+    left out when nothing else is in it), the schema told in a last system block instead
+    (``format_instruction``). New objects where it changes: ``body`` is the request's own, which
+    a failover sends to another deployment as it was."""
+    config = body.get("output_config")
+    if not isinstance(config, Mapping) or not isinstance(config.get("format"), Mapping):
+        return dict(body)
+    out = {k: v for k, v in body.items() if k != "output_config"}
+    kept = {k: v for k, v in config.items() if k != "format"}
+    if kept:
+        out["output_config"] = kept
+    told = {"type": "text", "text": format_instruction(config["format"])}
+    system = body.get("system")
+    if isinstance(system, str) and system:
+        out["system"] = [{"type": "text", "text": system}, told]
+    elif isinstance(system, list):
+        out["system"] = [*system, told]
+    else:
+        out["system"] = [told]
     return out
