@@ -199,7 +199,7 @@ class _GatewaySchema(_Strict):
     first_event_timeout_s = fields.Float(load_default=30.0, validate=validate.Range(min=0, min_inclusive=False))
     web_search_max_uses = fields.Int(load_default=10, strict=True, validate=validate.Range(min=1, max=1000))
     ca_file = fields.Str(load_default="")
-    isolate_prompt_cache = fields.Bool(load_default=False)
+    isolate_prompt_cache = fields.Bool(load_default=True)
 
 
 def _allow_list(value: str) -> None:

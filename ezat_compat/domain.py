@@ -109,8 +109,8 @@ class GatewaySettings:
     first_event_timeout_s: float = 30.0  # a stream without headers and a first event by then fails over
     web_search_max_uses: int = 10  # a web search tool sent without max_uses gets this many (and it is reserved)
     ca_file: str = ""  # a CA every deployment trusts besides the default bundle (a TLS-inspecting proxy's)
-    # each organisation's upstream prompt cache its own (a scope block first in every prompt)
-    isolate_prompt_cache: bool = False
+    # each organisation's upstream prompt cache its own (a scope block first in every cacheable prompt)
+    isolate_prompt_cache: bool = True
 
 
 @dataclass(frozen=True)

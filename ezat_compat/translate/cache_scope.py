@@ -16,23 +16,139 @@ keyed by the whole prefix in the order tools, system, messages, so:
   the scope block: the prefix cached there is the tools and the scope, as long for the
   organisation itself and closed to the others (the longest TTL among the tools' wins).
 
-The cost: the scope block's ~12 input tokens on every request, and cache entries no longer
-shared between organisations (each writes its own). Requests of one organisation still share
-theirs across keys, nodes and deployments of one account.
+A prompt the upstream can't cache needs no scope (``needs_scope``): one with no breakpoint, or
+one shorter than the model's smallest cacheable prefix (``min_cache_tokens``) by a bound that
+never undercounts, writes no entry and can read none (every entry is at least that long). Such
+a request goes upstream as it was translated.
+
+The cost: the scope block's ~12 input tokens on every cacheable request (at least
+``min_cache_tokens`` long, so about 1% at most), and cache entries no longer shared between
+organisations (each writes its own). Requests of one organisation still share theirs across
+keys, nodes and deployments of one account.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any
 
 SCOPE_PREFIX = "cache scope "
+
+# Tokens the upstream adds to a prompt with tools (Anthropic's "tool use system prompt": 346 for
+# Claude 4 models with tool_choice auto/none, 313 with any/tool; "Pricing" in the tool-use docs),
+# with a margin; and per message and per block for the roles and separators the prompt is
+# rendered with.
+TOOL_PROMPT_TOKENS = 512
+MESSAGE_TOKENS = 16
+BLOCK_TOKENS = 8
+# Blocks whose text is all their tokens; any other kind (an image, a document, a search result,
+# a container upload…) is priced by what it holds, not by its bytes: the bound gives up on it.
+_TEXT_KINDS = frozenset(("text", "thinking", "redacted_thinking", "tool_use", "tool_result"))
 
 
 def cache_scope(org_id: int) -> str:
     """The organisation's scope text: stable across workers, nodes and restarts."""
     digest = hashlib.sha256(f"ezat-prompt-cache-scope:{org_id}".encode()).hexdigest()[:16]
     return SCOPE_PREFIX + digest
+
+
+def _text_tokens(value: Any) -> int:
+    """A bound on the tokens of ``value``'s text: a token is at least one byte of UTF-8, and an
+    ASCII string's bytes are its characters (anything else: four bytes a character at most)."""
+    if isinstance(value, str):
+        return len(value) if value.isascii() else 4 * len(value)
+    # a tool's definition or a tool call's input: its JSON, \u-escaped, is ASCII
+    return len(json.dumps(value, ensure_ascii=True, separators=(",", ":")))
+
+
+class _Uncountable(Exception):
+    """A block the bound can't price by its bytes."""
+
+
+def _list(value: Any) -> list[Any]:
+    """``value`` if it is a list, else nothing (a body of another shape is the upstream's to
+    refuse: it can't be cached)."""
+    return value if isinstance(value, list) else []
+
+
+def _block_tokens(block: Any) -> int:
+    if isinstance(block, str):
+        return BLOCK_TOKENS + _text_tokens(block)
+    kind = block.get("type") if isinstance(block, dict) else None
+    if not isinstance(kind, str) or kind not in _TEXT_KINDS:
+        raise _Uncountable
+    if kind == "tool_result":
+        inner = block.get("content")
+        inner_blocks = inner if isinstance(inner, list) else [inner] if inner is not None else []
+        return BLOCK_TOKENS + sum(_block_tokens(b) for b in inner_blocks)
+    if kind == "tool_use":
+        return BLOCK_TOKENS + _text_tokens(block.get("name", "")) + _text_tokens(block.get("input", {}))
+    if kind == "text":
+        return BLOCK_TOKENS + _text_tokens(block.get("text", ""))
+    # a thinking block's signature (a redacted one's data) holds the whole thinking, encrypted:
+    # its bytes bound what the upstream counts for it, the summary's too
+    texts = (block.get("thinking", ""), block.get("signature", ""), block.get("data", ""))
+    return BLOCK_TOKENS + sum(_text_tokens(t) for t in texts if isinstance(t, str))
+
+
+def _marked(block: Any) -> bool:
+    return isinstance(block, dict) and block.get("cache_control") is not None
+
+
+def _has_breakpoint(body: dict[str, Any]) -> bool:
+    """A breakpoint anywhere: top level (automatic caching), a tool, a system block, a message's
+    block or a block inside a tool result."""
+    if body.get("cache_control") is not None or any(_marked(t) for t in _list(body.get("tools"))):
+        return True
+    if any(_marked(b) for b in _list(body.get("system"))):
+        return True
+    for message in _list(body.get("messages")):
+        content = message.get("content") if isinstance(message, dict) else None
+        for block in _list(content):
+            if _marked(block):
+                return True
+            inner = block.get("content") if isinstance(block, dict) else None
+            if isinstance(inner, list) and any(_marked(b) for b in inner):
+                return True
+    return False
+
+
+def needs_scope(body: dict[str, Any], min_tokens: int) -> bool:
+    """Whether ``body`` (an Anthropic Messages body) can write or read a prompt-cache entry: it
+    has a breakpoint, and a bound that never undercounts its tokens reaches ``min_tokens`` (any
+    block but text, thinking and tool calls and results, or a built-in tool, counts as reaching
+    it). Stops counting as soon as the bound is reached."""
+    if not _has_breakpoint(body):
+        return False
+    total = 0
+    try:
+        tools = _list(body.get("tools"))
+        if tools:
+            if any(not isinstance(t, dict) or t.get("type") not in (None, "custom") for t in tools):
+                return True
+            total += TOOL_PROMPT_TOKENS
+            for tool in tools:
+                if total >= min_tokens:
+                    return True
+                total += _text_tokens(tool)
+        if "mcp_servers" in body:
+            return True  # their tools come from the servers
+        system = body.get("system")
+        if isinstance(system, str):
+            total += _text_tokens(system)
+        elif isinstance(system, list):
+            total += sum(_block_tokens(b) for b in system)
+        for message in _list(body.get("messages")):
+            content = message.get("content") if isinstance(message, dict) else None
+            total += MESSAGE_TOKENS
+            for block in [content] if isinstance(content, str) else _list(content):
+                if total >= min_tokens:
+                    return True
+                total += _block_tokens(block)
+    except _Uncountable:
+        return True
+    return total >= min_tokens
 
 
 def _longest(ttls: list[dict[str, Any]]) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.harness import Gateway, Sim
+from tests.integration.harness import Gateway, Sim, unscoped
 from tests.support.docs import code_block
 
 pytestmark = pytest.mark.integration
@@ -118,4 +118,4 @@ def test_the_readmes_agents_sdk_example_runs_as_printed(
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "Hello from the simulator. You said: What is a prompt cache?"
     (body,) = sim.bodies()
-    assert body["system"][0]["text"] == "Answer in one sentence."
+    assert unscoped(body)["system"][0]["text"] == "Answer in one sentence."

@@ -20,6 +20,7 @@ from typing import IO, Any
 
 import requests
 
+from ezat_compat.translate.cache_scope import SCOPE_PREFIX
 from tests.conftest import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -72,6 +73,17 @@ def rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     raise AssertionError(f"no VmRSS for {pid}")
+
+
+def unscoped(body: dict[str, Any]) -> dict[str, Any]:
+    """An upstream body as translated: without the organisation's ``cache scope`` block, which
+    the gateway puts first in every prompt the upstream can cache (``isolate_prompt_cache``, on
+    by default; the harness's models cache from 16 tokens). A string system prompt is a list of
+    one text block once scoped. Asserts that the scope was there."""
+    system = body.get("system")
+    assert isinstance(system, list) and system[0]["text"].startswith(SCOPE_PREFIX), system
+    rest = {k: v for k, v in body.items() if k != "system"}
+    return {**rest, "system": system[1:]} if system[1:] else rest
 
 
 def _stop(proc: subprocess.Popen[Any], timeout_s: float = 10) -> None:

@@ -1,7 +1,7 @@
 """Prompt-cache isolation between organisations, through the real gateway and the simulator's
-prompt cache (one cache for every request, as an upstream account has): without
-``isolate_prompt_cache`` an organisation reads from the cache what another sent (the oracle);
-with it, each organisation reads only its own."""
+prompt cache (one cache for every request, as an upstream account has): with
+``isolate_prompt_cache = false`` an organisation reads from the cache what another sent (the
+oracle); by default each organisation reads only its own."""
 
 from __future__ import annotations
 
@@ -25,13 +25,15 @@ def sim() -> Iterator[Sim]:
     server.stop()
 
 
-def _gateway(root: Path, sim: Sim, isolate: bool) -> Gateway:
+def _gateway(root: Path, sim: Sim, isolate: bool | None) -> Gateway:
+    """``isolate``: the setting (None: left out, the default)."""
     model = ModelSpec(
         id="anthropic/claude-c",
         aliases=("claude-c",),
         deployments=({"name": "a", "base_url": sim.url, "upstream_model": "claude-c"},),
     )
-    return Gateway(root=root, models=(model,), gateway_settings={"isolate_prompt_cache": isolate}).start()
+    settings = {} if isolate is None else {"isolate_prompt_cache": isolate}
+    return Gateway(root=root, models=(model,), gateway_settings=settings).start()
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +45,7 @@ def shared(sim: Sim, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gatew
 
 @pytest.fixture(scope="module")
 def isolated(sim: Sim, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    gw = _gateway(Path(tmp_path_factory.mktemp("isolated")), sim, isolate=True)
+    gw = _gateway(Path(tmp_path_factory.mktemp("isolated")), sim, isolate=None)  # the default
     yield gw
     gw.stop()
 
@@ -116,3 +118,20 @@ def test_with_isolation_each_organisation_reads_only_its_own(isolated: Gateway, 
     else:
         assert again[read]["cached_tokens"] > 1024
         assert other[read]["cached_tokens"] == 0
+
+
+def test_a_prompt_too_short_to_cache_goes_as_translated(isolated: Gateway, sim: Sim) -> None:
+    """Below the model's ``min_cache_tokens`` (the harness's model: 16) by the gateway's bound,
+    nothing can be cached or read: no scope block, the body as translated."""
+    key = isolated.new_key(f"org-short-{uuid.uuid4().hex[:8]}")
+    resp = requests.post(
+        isolated.url + "/v1/messages",
+        json={"model": "claude-c", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]},
+        headers={"x-api-key": key},
+        timeout=30,
+    )
+    assert resp.status_code == 200, resp.text
+    assert "system" not in sim.bodies()[-1]
+    long = native(isolated, key, long_prefix())
+    assert long["cache_creation_input_tokens"] > 1024
+    assert sim.bodies()[-1]["system"][0]["text"].startswith("cache scope ")

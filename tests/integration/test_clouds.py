@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from ezat_compat.sim.clouds import SIM_AWS_ACCESS_KEY_ID, SIM_AWS_SECRET_ACCESS_KEY
-from tests.integration.harness import Gateway, ModelSpec, Sim
+from tests.integration.harness import Gateway, ModelSpec, Sim, unscoped
 
 pytestmark = pytest.mark.integration
 
@@ -274,7 +274,7 @@ def test_an_sdk_message_thread_on_each_provider(stack: tuple[Gateway, Sim, str],
     assert "thread" not in sent["body"] and "message-threads" not in json.dumps(sent)
     assert [m["role"] for m in sent["body"]["messages"]] == ["user", "assistant", "user", "assistant", "user"]
     assert sent["body"]["messages"][3]["content"][-1]["text"] == second.content[-1].text
-    assert sent["body"]["system"] == "Be brief."
+    assert unscoped(sent["body"])["system"] == [{"type": "text", "text": "Be brief."}]
 
 
 def test_a_wrong_aws_credential_fails_over_then_answers_500(stack: tuple[Gateway, Sim, str]) -> None:

@@ -12,7 +12,7 @@ import openai
 import pytest
 import requests
 
-from tests.integration.harness import Gateway, Sim
+from tests.integration.harness import Gateway, Sim, unscoped
 from tests.support.anthropic_types import validate_anthropic_request
 
 MODEL = "anthropic/claude-sonnet-5-5"
@@ -90,7 +90,7 @@ def test_the_spec_example_with_the_openai_sdk(gateway: Gateway, key: str, sim: S
     body = received["body"]
     validate_anthropic_request(body)
     assert body["model"] == "claude-sonnet-5-5" and body["max_tokens"] == 64
-    assert body["system"][0]["text"] == "Answer in one sentence."
+    assert unscoped(body)["system"][0]["text"] == "Answer in one sentence."
     assert received["headers"]["x-api-key"] == "sk-ant-test"
     assert received["headers"]["anthropic-version"] == "2023-06-01"
 

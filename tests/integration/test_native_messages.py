@@ -25,7 +25,7 @@ import requests
 
 from ezat_compat.domain import Deployment
 from ezat_compat.routing import rendezvous_order
-from tests.integration.harness import Gateway, ModelSpec, Sim
+from tests.integration.harness import Gateway, ModelSpec, Sim, unscoped
 
 pytestmark = pytest.mark.integration
 
@@ -735,7 +735,10 @@ def test_an_sdk_thread_runs_turn_after_turn_the_gateway_holding_the_conversation
     assert len(received) == 3
     for got in received:
         assert "thread" not in got["body"] and THREADS_BETA not in got["headers"].get("anthropic-beta", "")
-        assert got["body"]["system"] == LONG_SYSTEM
+    # the create has no breakpoint (nothing to cache: it goes as sent); the continues have one at
+    # the history's end, so they start with the organisation's cache scope
+    assert received[0]["body"]["system"] == LONG_SYSTEM
+    assert all(unscoped(got["body"])["system"] == [{"type": "text", "text": LONG_SYSTEM}] for got in received[1:])
     last = received[2]["body"]["messages"]
     assert [m["role"] for m in last] == ["user", "assistant", "user", "assistant", "user"]
     assert [m["content"] for m in last if m["role"] == "user"] == [

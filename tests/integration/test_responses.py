@@ -15,7 +15,7 @@ import pytest
 import requests
 
 from tests.integration.conftest import standard_models
-from tests.integration.harness import Gateway, ModelSpec, Sim
+from tests.integration.harness import Gateway, ModelSpec, Sim, unscoped
 
 MODEL = "anthropic/claude-sonnet-5-5"
 pytestmark = pytest.mark.integration
@@ -95,7 +95,7 @@ def test_instructions_and_parts_reach_the_upstream(gateway: Gateway, key: str, s
         client_metadata={"originator": "codex_exec"},
         metadata={"a": "b"},
     )
-    (sent,) = sim.bodies()
+    (sent,) = map(unscoped, sim.bodies())
     assert [b["text"] for b in sent["system"]] == ["Be brief.", "Answer in English."]
     assert "client_metadata" not in sent and "metadata" not in sent
 
@@ -353,7 +353,7 @@ def test_previous_response_id_rebuilds_the_whole_prompt_and_bills_it(gateway: Ga
     sim.clear()
     second = create(gateway, key, input="Two", previous_response_id=first["id"])
     assert second["previous_response_id"] == first["id"]
-    (sent,) = sim.bodies()
+    (sent,) = map(unscoped, sim.bodies())
     assert "system" not in sent  # instructions are not carried over
     texts = [[b.get("text") for b in m["content"]] for m in sent["messages"]]
     assert texts == [["One"], [first["output"][0]["content"][0]["text"]], ["Two"]]
