@@ -6,11 +6,13 @@ from __future__ import annotations
 import logging
 import math
 from datetime import UTC, datetime
+from typing import ClassVar
 
 from sqlalchemy import Column, Engine, Table, delete, select, tuple_
 from sqlalchemy.exc import SQLAlchemyError
 
-from ezat_compat.store.hotpath import DatabaseUnavailableError, is_unavailable
+from ezat_compat.store.db import write_engine
+from ezat_compat.store.hotpath import DatabaseUnavailableError, HotPath, is_unavailable
 
 log = logging.getLogger(__name__)
 
@@ -53,3 +55,35 @@ class Purger:
             log.warning("%s: purge failed (%s)", table.name, exc)
             return 0
         return int(gone.rowcount or 0)
+
+
+class ExpiringStore:
+    """A table of an organisation's rows kept for ``ttl_s`` (``ResponseStore``, ``ThreadStore``:
+    each names its ``table`` and the ``key`` of a row): the engine it reads through, the writer
+    and hot path it writes through, its ``Purger``. One per process (after the fork, like the
+    engine)."""
+
+    table: ClassVar[Table]
+    key: ClassVar[tuple[Column[str] | Column[int], ...]]
+
+    def __init__(
+        self,
+        engine: Engine,
+        ttl_s: float,
+        *,
+        hot: HotPath | None = None,
+        purge_every_s: float = 60.0,
+        purge_batch: int = 500,
+    ) -> None:
+        """``hot``: the gateway's hot path on the same database; a write then rides with the
+        request's ledger row (on SQLite sharing its group transaction). Without one, writes go
+        through ``engine``'s writer."""
+        self._engine = engine
+        self._hot = hot
+        self._writer = write_engine(engine)
+        self.ttl_s = ttl_s
+        self._purger = Purger(self._writer, self.table, self.key, every_s=purge_every_s, batch=purge_batch)
+
+    def purge(self, now: float) -> int:
+        """Delete up to ``purge_batch`` expired rows; how many went (errors logged)."""
+        return self._purger.purge(now)

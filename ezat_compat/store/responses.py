@@ -21,9 +21,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 
 from ezat_compat.jsonfast import encode_json, loads
-from ezat_compat.store.db import write_engine
-from ezat_compat.store.expiry import Purger, reading
-from ezat_compat.store.hotpath import Execute, HotPath, Rider
+from ezat_compat.store.expiry import ExpiringStore, reading
+from ezat_compat.store.hotpath import Execute, Rider
 from ezat_compat.store.tables import responses, to_epoch_micros
 
 log = logging.getLogger(__name__)
@@ -69,38 +68,23 @@ def _dump(value: Any) -> str:
     return encode_json(value).decode()
 
 
-class ResponseStore:
-    """The ``responses`` table. One per process (after the fork, like the engine)."""
+class ResponseStore(ExpiringStore):
+    """The ``responses`` table. With a hot path, ``put``'s writes share the ledger's group
+    transactions on SQLite."""
 
-    def __init__(
-        self,
-        engine: Engine,
-        ttl_s: float,
-        *,
-        hot: HotPath | None = None,
-        purge_every_s: float = 60.0,
-        purge_batch: int = 500,
-    ) -> None:
-        """``hot``: the gateway's hot path on the same database, for ``put`` (on SQLite its
-        writes share the ledger's group transactions); without one, ``put`` uses ``engine``."""
-        self._engine = engine
-        self._hot = hot
-        self._writer = write_engine(engine)
-        self.ttl_s = ttl_s
-        self._purger = Purger(
-            self._writer,
-            responses,
-            (responses.c.org_id, responses.c.response_id),
-            every_s=purge_every_s,
-            batch=purge_batch,
-        )
+    table = responses
+    key = (responses.c.org_id, responses.c.response_id)
+
+    def __init__(self, engine: Engine, ttl_s: float, **options: Any) -> None:
+        """``options``: ``ExpiringStore``'s."""
+        super().__init__(engine, ttl_s, **options)
         dialect = engine.dialect.name
         if dialect not in ("sqlite", "postgresql"):
             raise ValueError(f"no response store for the {dialect} dialect")
         insert = sqlite.insert if dialect == "sqlite" else postgresql.insert
         upsert = insert(responses).values({name: bindparam(name) for name in _COLUMNS})
         self._upsert = upsert.on_conflict_do_update(
-            index_elements=[responses.c.org_id, responses.c.response_id],
+            index_elements=list(self.key),
             set_={name: upsert.excluded[name] for name in _COLUMNS[2:]},
         )  # built once: each put runs it with the row's values
 
@@ -196,7 +180,3 @@ class ResponseStore:
         except SQLAlchemyError as exc:
             raise reading(exc) from exc
         return bool(gone.rowcount)
-
-    def purge(self, now: float) -> int:
-        """Delete up to ``purge_batch`` expired rows; how many went (errors logged)."""
-        return self._purger.purge(now)

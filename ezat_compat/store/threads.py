@@ -20,13 +20,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, text
+from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
 from ezat_compat.jsonfast import encode_json, loads
-from ezat_compat.store.db import write_engine
-from ezat_compat.store.expiry import Purger, reading
-from ezat_compat.store.hotpath import Execute, HotPath, Rider
+from ezat_compat.store.expiry import ExpiringStore, reading
+from ezat_compat.store.hotpath import Execute, Rider
 from ezat_compat.store.tables import message_threads, to_epoch_micros
 
 log = logging.getLogger(__name__)
@@ -68,31 +67,12 @@ class StoredThread:
     messages: list[dict[str, Any]]  # the whole history: every turn's messages, then its reply
 
 
-class ThreadStore:
-    """The ``message_threads`` table. One per process (after the fork, like the engine)."""
+class ThreadStore(ExpiringStore):
+    """The ``message_threads`` table. With a hot path, a turn rides with the request's ledger
+    row (``put`` returns it)."""
 
-    def __init__(
-        self,
-        engine: Engine,
-        ttl_s: float,
-        *,
-        hot: HotPath | None = None,
-        purge_every_s: float = 60.0,
-        purge_batch: int = 500,
-    ) -> None:
-        """``hot``: the gateway's hot path on the same database; a turn then rides with the
-        request's ledger row (``put`` returns it). Without one, ``put`` writes through ``engine``."""
-        self._engine = engine
-        self._hot = hot
-        self._writer = write_engine(engine)
-        self.ttl_s = ttl_s
-        self._purger = Purger(
-            self._writer,
-            message_threads,
-            (message_threads.c.org_id, message_threads.c.message_id),
-            every_s=purge_every_s,
-            batch=purge_batch,
-        )
+    table = message_threads
+    key = (message_threads.c.org_id, message_threads.c.message_id)
 
     def put(
         self,
@@ -151,7 +131,3 @@ class ThreadStore:
             messages.extend(loads(row.messages))
         fields = loads(first.fields) if first.fields is not None else {}
         return StoredThread(first.root_id, fields, messages)
-
-    def purge(self, now: float) -> int:
-        """Delete up to ``purge_batch`` expired turns; how many went (errors logged)."""
-        return self._purger.purge(now)
