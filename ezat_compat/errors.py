@@ -329,17 +329,32 @@ def _parse_error(body: bytes) -> tuple[dict[str, Any] | None, str]:
     return None, ""
 
 
-def parse_retry_after(headers: Mapping[str, str]) -> float | None:
-    """``retry-after`` in seconds (numeric form; HTTP dates are ignored). ``headers`` must
-    look names up case-insensitively or have them in lower case."""
-    value = headers.get("retry-after")
+# Headers that give the delay in milliseconds, more precise than retry-after's seconds, read
+# first: Azure's (Microsoft Foundry: "retry-after-ms", "x-ms-retry-after-ms"; microsoft/kernel-
+# memory#795 honours all three) and OpenAI's SDKs' order (openai-python's
+# ``_parse_retry_after_header``: retry-after-ms, then retry-after).
+RETRY_AFTER_MS_HEADERS = ("retry-after-ms", "x-ms-retry-after-ms")
+
+
+def _seconds(value: str | None, scale: float = 1.0) -> float | None:
     if not value:
         return None
     try:
-        seconds = float(value)
+        seconds = float(value) / scale
     except ValueError:
         return None
     return seconds if seconds >= 0 else None
+
+
+def parse_retry_after(headers: Mapping[str, str]) -> float | None:
+    """The delay an upstream asks for, in seconds: ``retry-after-ms`` or ``x-ms-retry-after-ms``
+    when given, else ``retry-after`` (numeric form; HTTP dates are ignored). ``headers`` must
+    look names up case-insensitively or have them in lower case."""
+    for name in RETRY_AFTER_MS_HEADERS:
+        seconds = _seconds(headers.get(name), 1000.0)
+        if seconds is not None:
+            return seconds
+    return _seconds(headers.get("retry-after"))
 
 
 # ---------------------------------------------------------------- renderers

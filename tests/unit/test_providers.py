@@ -133,6 +133,34 @@ def test_vertex_errors_become_anthropics(status: int, google: str, expected: tup
     assert (error.status_code, error.error_type, error.message) == (*expected, "m")
 
 
+RETRY_INFO = {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "30s"}
+QUOTA_FAILURE = {"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": []}
+
+
+@pytest.mark.parametrize(
+    ("details", "headers", "expected"),
+    [
+        pytest.param([QUOTA_FAILURE, RETRY_INFO], {}, 30.0, id="retry-info-detail"),
+        pytest.param([{**RETRY_INFO, "retryDelay": "1.5s"}], {}, 1.5, id="fractional-duration"),
+        pytest.param([RETRY_INFO], {"retry-after": "7"}, 7.0, id="a-header-wins"),
+        pytest.param([QUOTA_FAILURE], {}, None, id="no-retry-info"),
+        pytest.param([{**RETRY_INFO, "retryDelay": "soon"}], {}, None, id="not-a-duration"),
+        pytest.param([{**RETRY_INFO, "retryDelay": 30}], {}, None, id="duration-not-a-string"),
+        pytest.param("details", {}, None, id="details-not-a-list"),
+    ],
+)
+def test_a_vertex_quota_answer_says_when_to_retry(
+    details: Any, headers: dict[str, str], expected: float | None
+) -> None:
+    """Vertex answers a quota 429 without ``retry-after``; Google's RetryInfo detail, when it is
+    there, is the deployment's cooldown."""
+    body = json.dumps(
+        {"error": {"code": 429, "message": "Quota exceeded", "status": "RESOURCE_EXHAUSTED", "details": details}}
+    )
+    error = make_provider(VERTEX).status_error(429, body.encode(), headers)
+    assert (error.status_code, error.upstream_retry_after) == (429, expected)
+
+
 EVENTS: list[dict[str, Any]] = [
     {"type": "message_start", "message": {"id": "msg_1", "usage": {"input_tokens": 3, "output_tokens": 1}}},
     {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "h\u00e9llo"}},

@@ -62,6 +62,28 @@ GOOGLE_STATUS: Mapping[str, tuple[int, str]] = {
 }
 
 
+RETRY_INFO = "type.googleapis.com/google.rpc.RetryInfo"
+
+
+def retry_delay(details: Any) -> float | None:
+    """The delay a Google error's ``google.rpc.RetryInfo`` detail asks for, in seconds (Google's
+    error model, AIP-193: ``{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay":
+    "30s"}``, a protobuf Duration in its JSON form); None without one. Vertex answers a quota 429
+    with no ``retry-after`` header (anthropics/claude-code#1378 shows its headers), so this is
+    the only hint it can give."""
+    for detail in details if isinstance(details, list) else []:
+        if not isinstance(detail, dict) or detail.get("@type") != RETRY_INFO:
+            continue
+        value = detail.get("retryDelay")
+        if isinstance(value, str) and value.endswith("s"):
+            try:
+                seconds = float(value[:-1])
+            except ValueError:
+                return None
+            return seconds if seconds >= 0 else None
+    return None
+
+
 class VertexProvider(Provider):
     """A Vertex AI deployment (module docstring)."""
 
@@ -176,7 +198,10 @@ class VertexProvider(Provider):
         mapped_status, error_type = GOOGLE_STATUS.get(str(error.get("status")), (status, "api_error"))
         message = str(error.get("message") or error.get("status") or f"HTTP {status}")
         payload = json.dumps({"type": "error", "error": {"type": error_type, "message": message}}).encode()
-        return UpstreamStatusError(mapped_status, payload, headers)
+        failure = UpstreamStatusError(mapped_status, payload, headers)
+        if failure.upstream_retry_after is None:  # Vertex sends no retry-after header; a detail may say
+            failure.upstream_retry_after = retry_delay(error.get("details"))
+        return failure
 
     def describe(self) -> list[str]:
         d = self.deployment
