@@ -291,13 +291,20 @@ DEPLOYMENT_FAULT_STATUSES = frozenset({401, 402, 403, 404})
 class UpstreamStatusError(UpstreamError):
     """A non-2xx answer. Fail over on 429/5xx/529 and on the deployment's own 401-404."""
 
-    def __init__(self, status: int, body: bytes, headers: Mapping[str, str]) -> None:
+    def __init__(
+        self, status: int, body: bytes, headers: Mapping[str, str], *, retry_after: float | None = None
+    ) -> None:
+        """``retry_after``: a delay the answer's body asks for (a provider's own form), used when
+        its headers ask none."""
         self.status_code = status
         self.body = body
         self.headers = {name.lower(): value for name, value in headers.items()}  # names in lower case
         self.error, message = _parse_error(body)
         self.error_type = self.error.get("type") if self.error is not None else None
-        super().__init__(message or f"upstream answered HTTP {status}", retry_after=parse_retry_after(self.headers))
+        asked = parse_retry_after(self.headers)
+        super().__init__(
+            message or f"upstream answered HTTP {status}", retry_after=retry_after if asked is None else asked
+        )
         self.failover = status in FAILOVER_STATUSES or status in DEPLOYMENT_FAULT_STATUSES or self.from_between
 
     @property

@@ -32,13 +32,11 @@ from typing import Any
 
 from ezat_compat.errors import InvalidRequestError, ThreadNotFoundError, ThreadUnsupportedError
 from ezat_compat.jsonfast import loads
+from ezat_compat.translate.cache_marks import KEYS_THAT_HOLD_BLOCKS, cache_marks
 
 THREADS_BETA = "message-threads-2026-08-12"
 CREATE_ONLY_FIELDS = ("system", "tools")
 MAX_CACHE_BREAKPOINTS = 4  # the API's limit of blocks with cache_control in one request
-# The keys under which a request holds content blocks (the SDK's ``KEYS_THAT_HOLD_BLOCKS``):
-# cache_control is looked for and removed only there, so a tool's free-form ``input`` stays as is.
-KEYS_THAT_HOLD_BLOCKS = frozenset(("content", "source", "tool", "definition", "tool_references"))
 # Blocks that can't carry cache_control (the API refuses it on thinking blocks).
 UNCACHEABLE = frozenset(("thinking", "redacted_thinking"))
 THREAD_REFUSAL = (
@@ -119,26 +117,12 @@ def without_cache_control(value: Any) -> Any:
 
 def breakpoints(value: Any) -> int:
     """How many ``cache_control`` marks ``value`` (a system prompt, tools or messages) holds."""
-    if isinstance(value, dict):
-        found = 1 if value.get("cache_control") is not None else 0
-        return found + sum(breakpoints(v) for k, v in value.items() if k in KEYS_THAT_HOLD_BLOCKS)
-    if isinstance(value, list):
-        return sum(breakpoints(item) for item in value)
-    return 0
+    return sum(1 for _ in cache_marks(value))
 
 
 def _ttls(value: Any) -> Iterator[str]:
     """The TTL of every ``cache_control`` mark in ``value`` (``5m`` when it names none)."""
-    if isinstance(value, dict):
-        mark = value.get("cache_control")
-        if isinstance(mark, dict):
-            yield str(mark.get("ttl", "5m"))
-        for k, v in value.items():
-            if k in KEYS_THAT_HOLD_BLOCKS:
-                yield from _ttls(v)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _ttls(item)
+    return (str(mark.get("ttl", "5m")) for mark in cache_marks(value) if isinstance(mark, dict))
 
 
 def _mark_last(messages: list[dict[str, Any]], later: Any) -> None:

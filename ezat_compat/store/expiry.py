@@ -83,6 +83,10 @@ class ExpiringStore:
         self._writer = write_engine(engine)
         self.ttl_s = ttl_s
         self._purger = Purger(self._writer, self.table, self.key, every_s=purge_every_s, batch=purge_batch)
+        self._prepare()
+
+    def _prepare(self) -> None:
+        """What a store builds once, from its engine (its statements), after the above."""
 
     def purge(self, now: float) -> int:
         """Delete up to ``purge_batch`` expired rows; how many went (errors logged)."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, bindparam, delete, select
+from sqlalchemy import bindparam, delete, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -75,10 +75,9 @@ class ResponseStore(ExpiringStore):
     table = responses
     key = (responses.c.org_id, responses.c.response_id)
 
-    def __init__(self, engine: Engine, ttl_s: float, **options: Any) -> None:
-        """``options``: ``ExpiringStore``'s."""
-        super().__init__(engine, ttl_s, **options)
-        dialect = engine.dialect.name
+    def _prepare(self) -> None:
+        """The upsert ``put`` runs, in the engine's dialect."""
+        dialect = self._engine.dialect.name
         if dialect not in ("sqlite", "postgresql"):
             raise ValueError(f"no response store for the {dialect} dialect")
         insert = sqlite.insert if dialect == "sqlite" else postgresql.insert

@@ -33,6 +33,8 @@ import hashlib
 import json
 from typing import Any
 
+from ezat_compat.translate.cache_marks import has_mark
+
 SCOPE_PREFIX = "cache scope "
 
 # Tokens the upstream adds to a prompt with tools (Anthropic's "tool use system prompt": 346 for
@@ -72,16 +74,24 @@ def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
+def _inner_tokens(block: Any) -> int:
+    """A tool result's block: counted as any block, but never another tool result (the API
+    takes none there; so the count never recurses)."""
+    if isinstance(block, dict) and block.get("type") == "tool_result":
+        raise _Uncountable
+    return _block_tokens(block)
+
+
 def _block_tokens(block: Any) -> int:
     if isinstance(block, str):
         return BLOCK_TOKENS + _text_tokens(block)
     kind = block.get("type") if isinstance(block, dict) else None
     if not isinstance(kind, str) or kind not in _TEXT_KINDS:
         raise _Uncountable
-    if kind == "tool_result":
+    if kind == "tool_result":  # its content: text, or blocks that are not tool results
         inner = block.get("content")
         inner_blocks = inner if isinstance(inner, list) else [inner] if inner is not None else []
-        return BLOCK_TOKENS + sum(_block_tokens(b) for b in inner_blocks)
+        return BLOCK_TOKENS + sum(_inner_tokens(b) for b in inner_blocks)
     if kind == "tool_use":
         return BLOCK_TOKENS + _text_tokens(block.get("name", "")) + _text_tokens(block.get("input", {}))
     if kind == "text":
@@ -92,25 +102,15 @@ def _block_tokens(block: Any) -> int:
     return BLOCK_TOKENS + sum(_text_tokens(t) for t in texts if isinstance(t, str))
 
 
-def _marked(block: Any) -> bool:
-    return isinstance(block, dict) and block.get("cache_control") is not None
-
-
 def _has_breakpoint(body: dict[str, Any]) -> bool:
-    """A breakpoint anywhere: top level (automatic caching), a tool, a system block, a message's
-    block or a block inside a tool result."""
-    if body.get("cache_control") is not None or any(_marked(t) for t in _list(body.get("tools"))):
+    """A breakpoint anywhere: top level (automatic caching), a system block, a tool or a message
+    (its blocks, however deep). The messages are searched from the newest, where translation's
+    automatic breakpoint and clients' usual marks are: a long conversation is not walked."""
+    if body.get("cache_control") is not None or has_mark(body.get("system")) or has_mark(body.get("tools")):
         return True
-    if any(_marked(b) for b in _list(body.get("system"))):
-        return True
-    for message in _list(body.get("messages")):
-        content = message.get("content") if isinstance(message, dict) else None
-        for block in _list(content):
-            if _marked(block):
-                return True
-            inner = block.get("content") if isinstance(block, dict) else None
-            if isinstance(inner, list) and any(_marked(b) for b in inner):
-                return True
+    for message in reversed(_list(body.get("messages"))):
+        if isinstance(message, dict) and has_mark(message.get("content")):
+            return True
     return False
 
 

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ezat_compat.sim.cache import count_input_tokens
+from ezat_compat.translate.cache_marks import cache_marks, has_mark
 from ezat_compat.translate.cache_scope import SCOPE_PREFIX, cache_scope, needs_scope, scope_cache
 
 SCOPE = cache_scope(7)
@@ -210,7 +211,7 @@ def test_a_prompt_left_unscoped_is_below_the_minimum_for_the_simulator(
 
 
 # the keys needs_scope and scope_cache look at, so that shapes reach every branch
-_KEYS = ["messages", "system", "tools", "content", "type", "text", "cache_control", "role", "input", "name"]
+_KEYS = ["messages", "system", "tools", "content", "type", "text", "cache_control", "role", "input", "name", "source"]
 _KEYS += ["thinking", "signature", "data", "mcp_servers", "tool_result", "tool_use", "image"]
 
 _json = st.recursive(
@@ -252,3 +253,19 @@ def test_a_malformed_body_is_left_to_the_upstream(body: dict[str, Any]) -> None:
     for least in (16, 10**6):  # 10**6: every block is counted
         if needs_scope(body, least):
             scope_cache(copy.deepcopy(body), SCOPE)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=_json)
+def test_the_fast_mark_search_agrees_with_the_walker(value: Any) -> None:
+    """``has_mark`` (the hot path's stack walk) finds a mark exactly when ``cache_marks`` does."""
+    assert has_mark(value) == (next(cache_marks(value), None) is not None)
+
+
+def test_a_tool_result_inside_a_tool_result_is_not_counted_deeper() -> None:
+    """The API takes no tool result inside another: the bound stops there (scoped), never recursing."""
+    nested: dict[str, Any] = {"type": "tool_result", "tool_use_id": "t", "content": "x"}
+    for _ in range(2000):
+        nested = {"type": "tool_result", "tool_use_id": "t", "content": [nested]}
+    body = {"cache_control": EPH, "messages": [user(nested)]}
+    assert needs_scope(body, 10**6)

@@ -198,10 +198,7 @@ class VertexProvider(Provider):
         mapped_status, error_type = GOOGLE_STATUS.get(str(error.get("status")), (status, "api_error"))
         message = str(error.get("message") or error.get("status") or f"HTTP {status}")
         payload = json.dumps({"type": "error", "error": {"type": error_type, "message": message}}).encode()
-        failure = UpstreamStatusError(mapped_status, payload, headers)
-        if failure.upstream_retry_after is None:  # Vertex sends no retry-after header; a detail may say
-            failure.upstream_retry_after = retry_delay(error.get("details"))
-        return failure
+        return UpstreamStatusError(mapped_status, payload, headers, retry_after=retry_delay(error.get("details")))
 
     def describe(self) -> list[str]:
         d = self.deployment
