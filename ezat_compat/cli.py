@@ -296,8 +296,10 @@ def cmd_usage(args: argparse.Namespace) -> int:
 def _egress_lines(config: Config) -> list[str]:
     """Each deployment's way out (proxy, password masked; CA bundle; client certificate);
     ``CLIError`` naming the first file that is missing or unreadable."""
+    from ezat_compat.translate.responses_tools import ANTHROPIC_WEB_SEARCH as WEB_SEARCH_TOOL
     from ezat_compat.upstream.egress import check_files, describe, egress_of
     from ezat_compat.upstream.providers import ProviderSetupError, make_provider
+    from ezat_compat.upstream.providers.features import tool_refused
 
     lines = []
     for model in config.models:
@@ -310,6 +312,8 @@ def _egress_lines(config: Config) -> list[str]:
                 provider = make_provider(deployment, egress).describe()
             except ProviderSetupError as exc:
                 raise CLIError(str(exc)) from None
+            if model.web_search and tool_refused(deployment.provider, WEB_SEARCH_TOOL["type"]):
+                provider.append(f"web search: not on {deployment.provider}, web-search requests skip it")
             lines.append(
                 f"deployment {deployment.name} ({deployment.base_url}): "
                 + "; ".join(provider + describe(egress, deployment.base_url))

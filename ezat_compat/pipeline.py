@@ -59,6 +59,7 @@ from ezat_compat.upstream.bodies import encode_body
 from ezat_compat.upstream.client import UpstreamClient, UpstreamStream
 from ezat_compat.upstream.imagefit import UpstreamImageLimits
 from ezat_compat.upstream.images import ImageFetcher
+from ezat_compat.upstream.providers.features import RESTRICTED, takers
 from ezat_compat.wire.json import BodyError, decode_body
 
 log = logging.getLogger("ezat_compat")
@@ -349,9 +350,10 @@ class Gateway:
 
     # ------------------------------------------------------------ routing and failover
 
-    def _attempts(self, call: Call, path: str) -> Iterator[Deployment]:
+    def _attempts(self, call: Call, path: str, source: Mapping[str, Any] | None) -> Iterator[Deployment]:
         # A deployment whose key variable is unset is skipped (start-up warned about it); with none
-        # left the request fails saying which variable to set.
+        # left the request fails saying which variable to set. A deployment whose provider refuses
+        # a tool the request declares is passed over (``takers``).
         deployments = tuple(d for d in call.model.deployments if usable(d) and offers(d.provider, path))
         if not deployments and any(usable(d) for d in call.model.deployments):
             raise GatewayError(f"No deployment of model {call.model.id} offers {path} (its providers don't).")
@@ -361,6 +363,8 @@ class Gateway:
                 f"No deployment of model {call.model.id} has an upstream key: "
                 f"set {' or '.join(names)} in the gateway's environment."
             )
+        if source is not None and any(d.provider in RESTRICTED for d in deployments):
+            deployments = takers(call.model.id, deployments, source)
         order = deployments if len(deployments) == 1 else plan(deployments, session=call.session, rand=self.rand)
         for deployment in order:
             if self.cooldowns.acquire(health_key(call.model, deployment), self.clock()):
@@ -405,7 +409,7 @@ class Gateway:
         deployment's provider reshapes it)."""
         deadline = call.started + self.timeout_s
         last: UpstreamError | None = None
-        for deployment in self._attempts(call, path):
+        for deployment in self._attempts(call, path, source):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
@@ -449,7 +453,7 @@ class Gateway:
         headers and first event within ``first_event_timeout_s`` is a failed attempt (cooled as
         any other). Returns the stream and its first event (the rest of its read stays pending)."""
         last: UpstreamError | None = None
-        for deployment in self._attempts(call, path):
+        for deployment in self._attempts(call, path, source):
             call.deployment = deployment.name
             call.price = deployment.price
             call.attempts.append(deployment.name)

@@ -406,6 +406,9 @@ class Simulator:
         url_source = clouds.url_source_path(body)
         if url_source is not None:
             raise clouds.bedrock_error(400, f"{url_source}: URL sources are not supported; send base64 data")
+        missing = clouds.refused_tool("bedrock", body)
+        if missing is not None:
+            raise clouds.bedrock_error(400, "The model returned the following errors: " + missing)
         config = body.get("output_config")
         if isinstance(config, dict) and "format" in config and clouds.refuses_output_format(model):
             raise clouds.bedrock_error(
@@ -457,6 +460,9 @@ class Simulator:
         url_source = clouds.url_source_path(body)
         if url_source is not None:
             raise InvalidRequestError(f"{url_source}: URL sources are not supported; send base64 data")
+        missing = clouds.refused_tool("vertex", body)
+        if missing is not None:  # Anthropic's envelope, as Vertex passes its validator's on
+            raise InvalidRequestError(missing)
         inner = {k: v for k, v in body.items() if k != "anthropic_version"}
         if counting:
             validate_request(inner, count_only=True, caps=self.config.caps)

@@ -158,6 +158,48 @@ def count_tokens_input(model: str, body: Mapping[str, Any]) -> Any:
     return parsed
 
 
+# Vertex AI's own list of the tool types it takes, as its refusal words it (coder/xum#2922,
+# 2026-03-12: "tools.0: Input tag 'web_fetch_20250910' found using 'type' does not match any of
+# the expected tags: …", claude-opus-4-6 on streamRawPredict): web fetch, code execution and the
+# newer web search are not among them.
+VERTEX_EXPECTED_TAGS = (
+    "'bash_20250124', 'custom', 'memory_20250818', 'text_editor_20250124', 'text_editor_20250429', "
+    "'text_editor_20250728', 'tool_search_tool_bm25', 'tool_search_tool_bm25_20251119', "
+    "'tool_search_tool_regex', 'tool_search_tool_regex_20251119', 'web_search_20250305'"
+)
+# Bedrock: web search is not offered there (Claude Code's "Feature availability": Web search ✗
+# on Amazon Bedrock), nor the MCP connector (its beta is refused, BerriAI/litellm#19875).
+BEDROCK_MISSING_TOOLS = ("web_search_", "mcp_toolset")
+# Fields that exist only with a beta neither cloud takes: fast mode's ``speed``
+# (fast-mode-2026-02-01; Claude Code's "Feature availability": fast mode ✗ on Amazon Bedrock and
+# Google Vertex AI) and the MCP connector's ``mcp_servers``.
+CLOUD_MISSING_FIELDS = ("speed", "mcp_servers")
+
+
+def refused_tool(provider: str, body: Mapping[str, Any]) -> str | None:
+    """The refusal of the first tool of ``body`` that ``provider`` ("bedrock", "vertex") doesn't
+    offer, in the validator's words (``tools.N: Input tag …``); None when it offers them all. A
+    field the cloud lacks (``CLOUD_MISSING_FIELDS``) is refused as an extra input. Vertex's words
+    are quoted; Bedrock's for tools aren't public, so the validator's form is used without a list."""
+    for key in CLOUD_MISSING_FIELDS:
+        if key in body:
+            return f"{key}: Extra inputs are not permitted"
+    tools = body.get("tools")
+    vertex_tags = {tag.strip("' ") for tag in VERTEX_EXPECTED_TAGS.split(",")}
+    for k, tool in enumerate(tools if isinstance(tools, list) else ()):
+        kind = tool.get("type") if isinstance(tool, dict) else None
+        if not isinstance(kind, str) or kind == "custom":
+            continue
+        if provider == "vertex" and kind not in vertex_tags:
+            return (
+                f"tools.{k}: Input tag '{kind}' found using 'type' does not match any of the expected tags: "
+                + VERTEX_EXPECTED_TAGS
+            )
+        if provider == "bedrock" and kind.startswith(BEDROCK_MISSING_TOOLS):
+            return f"tools.{k}: Input tag '{kind}' found using 'type' does not match any of the expected tags"
+    return None
+
+
 def url_source_path(body: Mapping[str, Any]) -> str | None:
     """The path of the first image or document block with a ``url`` source (in a message or a
     tool_result), or None. Claude on Bedrock and on Vertex AI takes base64 sources only

@@ -110,6 +110,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Gateway, S
             {"name": "vertex-next", **vertex, "priority": 1},
         ),
         _model("bad-only", {"name": "bedrock-bad-alone", **bedrock, "aws_profile": "wrong"}),
+        _model(
+            "search-bedrock-first",
+            {"name": "bedrock-first", **bedrock, "priority": 0},
+            {"name": "anthropic-second", "base_url": sim.url, "priority": 1},
+        ),
     ]
     env = {
         "AWS_ACCESS_KEY_ID": SIM_AWS_ACCESS_KEY_ID,
@@ -119,6 +124,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Gateway, S
         "AWS_EC2_METADATA_DISABLED": "true",
         "GOOGLE_APPLICATION_CREDENTIALS": str(root / "sa.json"),
         "FOUNDRY_KEY": FOUNDRY_KEY,
+        "ANTHROPIC_API_KEY": "sk-ant-test",  # anthropic-second's
     }
     gw = Gateway(root=root / "gw", models=models, env=env).start()
     try:
@@ -318,6 +324,24 @@ def test_check_config_names_each_provider_and_its_credentials(stack: tuple[Gatew
     assert "provider: foundry" in out and "key: from FOUNDRY_KEY" in out
     for secret in (SIM_AWS_SECRET_ACCESS_KEY, WRONG_SECRET, FOUNDRY_KEY, "PRIVATE KEY"):
         assert secret not in out + done.stderr
+
+
+def test_check_config_says_which_deployments_web_search_skips(stack: tuple[Gateway, Sim, str], tmp_path: Path) -> None:
+    gw, _, _ = stack
+    model = 'id = "anthropic/search-bedrock-first"\n'
+    path = tmp_path / "ezat.toml"
+    path.write_text(gw.config_path.read_text().replace(model, model + "web_search = true\n"))
+    done = subprocess.run(
+        [sys.executable, "-m", "ezat_compat.cli", "--config", str(path), "check-config"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **gw.env},
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = {line.split(" ", 2)[1]: line for line in done.stdout.splitlines() if line.startswith("deployment ")}
+    assert "web search: not on bedrock, web-search requests skip it" in lines["bedrock-first"]
+    assert "web search" not in lines["anthropic-second"] and "web search" not in lines["bedrock-good"]
 
 
 def test_check_config_fails_in_one_line_without_credentials(stack: tuple[Gateway, Sim, str], tmp_path: Path) -> None:
@@ -627,3 +651,84 @@ def test_bedrocks_count_tokens_takes_a_profiles_foundation_model() -> None:
     assert counting_model("anthropic.claude-x") == "anthropic.claude-x"
     arn = "arn:aws:bedrock:us-east-1:123:inference-profile/us.anthropic.claude-x"
     assert counting_model(arn) == arn
+
+
+def _native(gw: Gateway, key: str, body: dict[str, Any], betas: str = "") -> requests.Response:
+    headers = {"x-api-key": key, "anthropic-version": "2023-06-01"}
+    if betas:
+        headers["anthropic-beta"] = betas
+    return requests.post(gw.url + "/v1/messages", json=body, headers=headers, timeout=30)
+
+
+def test_a_tool_bedrock_lacks_goes_to_the_models_other_deployment(stack: tuple[Gateway, Sim, str]) -> None:
+    """Web search isn't on Bedrock (Claude Code's feature availability): a request declaring it
+    passes the Bedrock deployment over, even in the first tier, and never reaches it."""
+    gw, sim, key = stack
+    sim.clear()
+    search = {"type": "web_search_20250305", "name": "web_search", "max_uses": 1}
+    body = {"model": "search-bedrock-first", "max_tokens": 100, "tools": [search]}
+    for stream in (False, True):
+        ask = {**body, "stream": stream, "messages": [{"role": "user", "content": f"Search it (stream={stream})"}]}
+        answer = _native(gw, key, ask)
+        assert answer.status_code == 200, answer.text
+    plain = _native(gw, key, {**body, "tools": [], "messages": [{"role": "user", "content": "No tools"}]})
+    assert plain.status_code == 200
+    paths = [r["path"] for r in sim.requests()]
+    assert paths == ["/v1/messages", "/v1/messages", f"/model/{BEDROCK_MODEL}/invoke"]  # the first tier otherwise
+    served = sorted(r["deployment"] for r in gw.usage() if r["deployment"] in ("bedrock-first", "anthropic-second"))
+    assert served == ["anthropic-second", "anthropic-second", "bedrock-first"]
+
+
+@pytest.mark.parametrize(
+    ("alias", "tool"),
+    [
+        ("on-vertex", {"type": "web_fetch_20250910", "name": "web_fetch"}),
+        ("on-vertex", {"type": "code_execution_20250825", "name": "code_execution"}),
+        ("on-bedrock", {"type": "web_search_20250305", "name": "web_search"}),
+    ],
+)
+def test_a_tool_no_deployment_offers_is_a_400_that_never_leaves(
+    stack: tuple[Gateway, Sim, str], alias: str, tool: dict[str, Any]
+) -> None:
+    gw, sim, key = stack
+    sim.clear()
+    body = {"model": alias, "max_tokens": 100, "tools": [tool], "messages": [{"role": "user", "content": "Go"}]}
+    answer = _native(gw, key, body)
+    assert answer.status_code == 400, answer.text
+    error = answer.json()
+    assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error"
+    assert error["error"]["message"].startswith(f"Model anthropic/{alias} can't use {tool['type']}:")
+    assert sim.requests() == []  # nothing the cloud would refuse was sent
+    row = next(r for r in gw.usage() if r["request_id"] == answer.headers["request-id"])
+    assert row["status"] == 400 and Decimal(row["cost_usd"]) == 0
+
+
+def test_fast_mode_reaches_a_cloud_as_a_standard_request(stack: tuple[Gateway, Sim, str]) -> None:
+    """``speed`` exists only with the fast-mode beta, which neither cloud takes: both go."""
+    gw, sim, key = stack
+    for alias, prefix in (("on-bedrock", "/model/"), ("on-vertex", "/v1/projects/")):
+        body = {"model": alias, "max_tokens": 50, "speed": "fast", "messages": [{"role": "user", "content": "Quick"}]}
+        answer = _native(gw, key, body, betas="fast-mode-2026-02-01")
+        assert answer.status_code == 200, answer.text
+        sent = _last(sim, prefix)
+        assert "speed" not in sent["body"] and "fast-mode" not in json.dumps(sent["body"])
+        assert "fast-mode" not in sent["headers"].get("anthropic-beta", "")
+
+
+def test_the_simulated_bedrock_refuses_what_it_lacks(stack: tuple[Gateway, Sim, str]) -> None:
+    """Sent straight to the simulator (past the gateway), as a regression would send them."""
+    _, sim, _ = stack
+    body = {"max_tokens": 8, "messages": [{"role": "user", "content": "hi"}], "anthropic_version": "bedrock-2023-05-31"}
+    search = {"type": "web_search_20250305", "name": "web_search"}
+    for extra, words in (
+        ({"tools": [search]}, "tools.0: Input tag 'web_search_20250305' found using 'type'"),
+        ({"speed": "fast"}, "speed: Extra inputs are not permitted"),
+    ):
+        refused = requests.post(
+            sim.url + f"/model/{BEDROCK_MODEL}/invoke",
+            json={**body, **extra},
+            headers={"authorization": "Bearer a-bedrock-api-key"},
+            timeout=10,
+        )
+        assert refused.status_code == 400 and refused.headers["x-amzn-ErrorType"].startswith("ValidationException")
+        assert refused.json()["message"].startswith("The model returned the following errors: " + words)

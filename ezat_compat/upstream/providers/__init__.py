@@ -22,7 +22,8 @@ client's hot path skips ``path`` and ``authorize`` altogether and the request co
 cost before providers existed. ``bedrock.py`` and ``vertex.py`` import their SDK (an extra)
 only when a deployment of theirs is made; a missing extra is named in ``ProviderSetupError``.
 
-Betas and fields each provider refuses are data in ``betas.py``, each rule with its source.
+Betas and fields each provider refuses are data in ``betas.py``, the tools and beta-gated fields
+in ``features.py``, each rule with its source.
 """
 
 from __future__ import annotations

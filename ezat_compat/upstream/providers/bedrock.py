@@ -62,6 +62,7 @@ from ezat_compat.upstream.bodies import encode_body
 from ezat_compat.upstream.egress import Egress, missing_file
 from ezat_compat.upstream.providers import Event, Provider, ProviderSetupError, beta_list, common_headers
 from ezat_compat.upstream.providers.betas import takes_output_format, told_format
+from ezat_compat.upstream.providers.features import drop_gated_fields
 
 try:
     import botocore.config
@@ -170,6 +171,7 @@ class BedrockProvider(Provider):
         if betas:
             out["anthropic_beta"] = betas
         out.update((k, v) for k, v in data.items() if k not in ("anthropic_version", "anthropic_beta"))
+        out = drop_gated_fields(out, betas)  # a field whose beta Bedrock doesn't take goes with it
         if not takes_output_format(self.name, self.deployment.upstream_model):
             out = told_format(out)  # the model's copy of the schema on Bedrock refuses the field
         if path == COUNT_TOKENS:  # CountTokens: the InvokeModel body it would count, as base64

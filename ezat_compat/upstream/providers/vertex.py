@@ -33,6 +33,7 @@ from ezat_compat.errors import UpstreamAuthError, UpstreamStatusError
 from ezat_compat.upstream.bodies import encode_body
 from ezat_compat.upstream.egress import Egress, TLSAdapter
 from ezat_compat.upstream.providers import Provider, ProviderSetupError, beta_list, common_headers
+from ezat_compat.upstream.providers.features import drop_gated_fields
 
 try:
     import google.auth
@@ -125,6 +126,7 @@ class VertexProvider(Provider):
             data["stream"] = stream
         out = {"anthropic_version": ANTHROPIC_VERSION, **{k: v for k, v in data.items() if k != "anthropic_version"}}
         betas = beta_list(self.name, headers)
+        out = drop_gated_fields(out, betas)  # a field whose beta Vertex doesn't take goes with it
         return encode_body(out), ({"anthropic-beta": ",".join(betas)} if betas else None)
 
     def path(self, path: str, stream: bool) -> str:

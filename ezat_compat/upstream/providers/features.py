@@ -1,0 +1,135 @@
+"""Which Anthropic-defined tools and beta-gated body fields each provider takes: data, each row
+with its source.
+
+Two kinds of rule, because the two can't be handled alike:
+
+- **A tool the client declared** (``tools[].type``, ``mcp_servers``) is what the client asked
+  for: it can't be left out of the request without changing the answer. A deployment whose
+  provider refuses one is passed over for that request (``refusal``); failover goes to the
+  deployments that take it, and when none of the model's do, the request is a 400 naming the
+  tool and the providers, never a call the upstream would refuse.
+- **A field that only works with its beta** (``speed``, fast mode) goes upstream only with that
+  beta. Where a provider's beta allow-list (``betas.py``) drops the beta, the field is dropped with
+  it (``drop_gated_fields``): the request runs as it would without the option, as Anthropic's
+  fast-mode page says a request that can't run fast does, at standard speed.
+
+``None`` in a table: every value passes (Anthropic's own API, and Foundry's, decide).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ezat_compat.domain import Deployment
+from ezat_compat.errors import InvalidRequestError
+
+# Google Vertex AI: the Anthropic-defined tool types it takes, as its own refusal lists them
+# (coder/xum#2922, 2026-03-12, claude-opus-4-6 on streamRawPredict: "tools.0: Input tag
+# 'web_fetch_20250910' found using 'type' does not match any of the expected tags:
+# 'bash_20250124', 'custom', 'memory_20250818', 'text_editor_20250124', 'text_editor_20250429',
+# 'text_editor_20250728', 'tool_search_tool_bm25', 'tool_search_tool_bm25_20251119',
+# 'tool_search_tool_regex', 'tool_search_tool_regex_20251119', 'web_search_20250305'"). Web fetch
+# (both versions), code execution, the computer-use tools and web_search_20260209 are refused.
+VERTEX_TOOL_TYPES = frozenset(
+    {
+        "bash_20250124",
+        "custom",
+        "memory_20250818",
+        "text_editor_20250124",
+        "text_editor_20250429",
+        "text_editor_20250728",
+        "tool_search_tool_bm25",
+        "tool_search_tool_bm25_20251119",
+        "tool_search_tool_regex",
+        "tool_search_tool_regex_20251119",
+        "web_search_20250305",
+    }
+)
+
+# Amazon Bedrock: the tool families it refuses. Web search: Claude Code's "Feature availability"
+# (code.claude.com/docs/en/feature-availability, "CLI features that vary by provider": Web search
+# ✓ on the Anthropic API, ✗ on Amazon Bedrock). The MCP connector: Bedrock refuses its beta,
+# mcp-servers-2025-12-04, with "invalid beta flag" (BerriAI/litellm#19875), so an ``mcp_toolset``
+# can't run there.
+BEDROCK_REFUSED_TOOL_PREFIXES = ("web_search_", "mcp_toolset")
+
+# ``mcp_servers`` (the MCP connector) needs its beta (mcp-client-…), which neither cloud's
+# allow-list in ``betas.py`` carries: Bedrock was seen refusing it (above), and Vertex's list of
+# tool types has no ``mcp_toolset``.
+MCP_PROVIDERS: Mapping[str, bool] = {"anthropic": True, "foundry": True, "bedrock": False, "vertex": False}
+
+# A body field -> the betas that enable it (any one). Fast mode: ``speed: "fast"`` with the
+# fast-mode-2026-02-01 beta (Anthropic, "Fast mode (research preview)": "Set speed: "fast" with
+# the fast-mode-2026-02-01 beta header"); Claude Code's "Feature availability" lists fast mode as
+# ✗ on Amazon Bedrock and Google Vertex AI, whose allow-lists don't carry the beta.
+FIELD_BETAS: Mapping[str, frozenset[str]] = {"speed": frozenset({"fast-mode-2026-02-01"})}
+
+RESTRICTED = frozenset({"bedrock", "vertex"})  # the providers any rule here applies to
+
+
+def tool_refused(provider: str, kind: str) -> bool:
+    """Does ``provider`` refuse a tool of ``tools[].type`` ``kind``?"""
+    if provider == "vertex":
+        return kind not in VERTEX_TOOL_TYPES
+    if provider == "bedrock":
+        return kind.startswith(BEDROCK_REFUSED_TOOL_PREFIXES)
+    return False
+
+
+def declared(body: Mapping[str, Any]) -> tuple[str, ...]:
+    """What ``body`` (an Anthropic Messages body, of any shape) declares that a provider may
+    refuse: each Anthropic-defined tool's type (a tool with no ``type``, or ``custom``, is the
+    client's own and every provider takes it), and ``mcp_servers`` when it names any."""
+    found: list[str] = []
+    tools = body.get("tools")
+    for tool in tools if isinstance(tools, list) else ():
+        kind = tool.get("type") if isinstance(tool, dict) else None
+        if isinstance(kind, str) and kind != "custom" and kind not in found:
+            found.append(kind)
+    if body.get("mcp_servers"):
+        found.append("mcp_servers")
+    return tuple(found)
+
+
+def refusal(provider: str, wanted: Iterable[str]) -> str | None:
+    """The first of ``wanted`` (``declared``'s) that ``provider`` refuses, or None."""
+    if provider not in RESTRICTED:
+        return None
+    for kind in wanted:
+        if kind == "mcp_servers":
+            if not MCP_PROVIDERS.get(provider, False):
+                return kind
+        elif tool_refused(provider, kind):
+            return kind
+    return None
+
+
+def drop_gated_fields(body: dict[str, Any], betas: Iterable[str]) -> dict[str, Any]:
+    """``body`` without the fields whose enabling beta isn't among ``betas`` (the ones sent);
+    ``body`` itself when nothing is dropped."""
+    sent = set(betas)
+    gone = [k for k, enabling in FIELD_BETAS.items() if k in body and not enabling & sent]
+    if not gone:
+        return body
+    return {k: v for k, v in body.items() if k not in gone}
+
+
+def takers(model: str, deployments: tuple[Deployment, ...], body: Mapping[str, Any]) -> tuple[Deployment, ...]:
+    """The deployments whose provider takes every tool ``body`` declares (``deployments`` itself
+    when all do). ``InvalidRequestError`` when none does: the request can't be served by this
+    model's deployments as written, and retrying won't change that."""
+    wanted = declared(body)
+    if not wanted:
+        return deployments
+    taking = tuple(d for d in deployments if refusal(d.provider, wanted) is None)
+    if taking:
+        return taking if len(taking) < len(deployments) else deployments
+    refused = sorted({refusal(d.provider, wanted) or "" for d in deployments})
+    providers = sorted({d.provider for d in deployments})
+    raise InvalidRequestError(
+        f"Model {model} can't use {', '.join(refused)}: its deployments are on "
+        f"{' and '.join(providers)}, which {'doesn' if len(providers) == 1 else 'don'}'t offer it. "
+        "Leave it out, or use a model served by Anthropic's API.",
+        param="tools",
+    )
