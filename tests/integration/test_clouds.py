@@ -326,18 +326,23 @@ def test_check_config_names_each_provider_and_its_credentials(stack: tuple[Gatew
         assert secret not in out + done.stderr
 
 
-def test_check_config_says_which_deployments_web_search_skips(stack: tuple[Gateway, Sim, str], tmp_path: Path) -> None:
-    gw, _, _ = stack
-    model = 'id = "anthropic/search-bedrock-first"\n'
-    path = tmp_path / "ezat.toml"
-    path.write_text(gw.config_path.read_text().replace(model, model + "web_search = true\n"))
-    done = subprocess.run(
+def _check_config(gw: Gateway, path: Path) -> subprocess.CompletedProcess[str]:
+    """``check-config`` run on the config file at ``path``, in the gateway's environment."""
+    return subprocess.run(
         [sys.executable, "-m", "ezat_compat.cli", "--config", str(path), "check-config"],
         capture_output=True,
         text=True,
         env={**os.environ, **gw.env},
         timeout=60,
     )
+
+
+def test_check_config_says_which_deployments_web_search_skips(stack: tuple[Gateway, Sim, str], tmp_path: Path) -> None:
+    gw, _, _ = stack
+    model = 'id = "anthropic/search-bedrock-first"\n'
+    path = tmp_path / "ezat.toml"
+    path.write_text(gw.config_path.read_text().replace(model, model + "web_search = true\n"))
+    done = _check_config(gw, path)
     assert done.returncode == 0, done.stderr
     lines = {line.split(" ", 2)[1]: line for line in done.stdout.splitlines() if line.startswith("deployment ")}
     assert "web search: not on bedrock, web-search requests skip it" in lines["bedrock-first"]
@@ -349,13 +354,7 @@ def test_check_config_fails_in_one_line_without_credentials(stack: tuple[Gateway
     text = gw.config_path.read_text().replace('aws_profile = "wrong"', 'aws_profile = "missing"')
     path = tmp_path / "ezat.toml"
     path.write_text(text)
-    done = subprocess.run(
-        [sys.executable, "-m", "ezat_compat.cli", "--config", str(path), "check-config"],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **gw.env},
-        timeout=60,
-    )
+    done = _check_config(gw, path)
     assert done.returncode == 1
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "bedrock-bad" in lines[0] and "missing" in lines[0]

@@ -23,25 +23,9 @@ from ezat_compat.upstream.providers.features import (
     takers,
     tool_refused,
 )
+from tests.support.deployments import BEDROCK, VERTEX
 
 ANTHROPIC = Deployment(name="a", base_url="http://127.0.0.1:9", upstream_model="claude-x", api_key_env="K")
-BEDROCK = Deployment(
-    name="b",
-    base_url="http://127.0.0.1:9",
-    upstream_model="anthropic.claude-x-v1:0",
-    provider="bedrock",
-    region="us-east-1",
-    api_key_env="",
-)
-VERTEX = Deployment(
-    name="v",
-    base_url="http://127.0.0.1:9",
-    upstream_model="claude-x@1",
-    provider="vertex",
-    region="us-east5",
-    project="p",
-    api_key_env="",
-)
 FOUNDRY = replace(ANTHROPIC, name="f", provider="foundry")
 
 

@@ -19,31 +19,14 @@ from botocore import UNSIGNED
 from botocore.config import Config
 
 from ezat_compat.config import ConfigError, parse_config
-from ezat_compat.domain import Deployment
 from ezat_compat.errors import UpstreamStreamError
 from ezat_compat.sim import clouds
 from ezat_compat.upstream.bodies import encode_body
 from ezat_compat.upstream.providers import make_provider
 from ezat_compat.upstream.providers.bedrock import iter_event_stream
 from ezat_compat.upstream.providers.betas import allowed_betas
+from tests.support.deployments import BEDROCK, VERTEX
 
-BEDROCK = Deployment(
-    name="b",
-    base_url="http://127.0.0.1:9",
-    upstream_model="anthropic.claude-x-v1:0",
-    provider="bedrock",
-    region="us-east-1",
-    api_key_env="",
-)
-VERTEX = Deployment(
-    name="v",
-    base_url="http://127.0.0.1:9",
-    upstream_model="claude-x@1",
-    provider="vertex",
-    region="us-east5",
-    project="p",
-    api_key_env="",
-)
 BETAS = "claude-code-20250219, interleaved-thinking-2025-05-14,effort-2025-11-24,mcp-servers-2025-12-04"
 
 
