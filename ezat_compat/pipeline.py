@@ -18,7 +18,7 @@ import logging
 import math
 import random
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -57,6 +57,7 @@ from ezat_compat.translate.estimate import bound_web_searches, input_tokens_uppe
 from ezat_compat.translate.request import ImageSlot
 from ezat_compat.upstream.bodies import encode_body
 from ezat_compat.upstream.client import UpstreamClient, UpstreamStream
+from ezat_compat.upstream.headroom import Headroom
 from ezat_compat.upstream.imagefit import UpstreamImageLimits
 from ezat_compat.upstream.images import ImageFetcher
 from ezat_compat.upstream.providers.features import RESTRICTED, takers
@@ -180,6 +181,7 @@ class Gateway:
         self.clock = clock
         self.rand = rand
         self.open_streams: set[StreamSession] = set()  # for a shutdown that must end them
+        self.headroom = Headroom()  # deployments low on their own limits, tried after the others
         self.timeout_s = config.gateway.upstream_timeout_s
         self.keepalive_s = config.gateway.keepalive_s
         self._next_sweep = time.monotonic() + SWEEP_EVERY_S
@@ -365,10 +367,19 @@ class Gateway:
             )
         if source is not None and any(d.provider in RESTRICTED for d in deployments):
             deployments = takers(call.model.id, deployments, source)
-        order = deployments if len(deployments) == 1 else plan(deployments, session=call.session, rand=self.rand)
+        order: Sequence[Deployment] = deployments
+        if len(deployments) > 1:
+            order = plan(deployments, session=call.session, rand=self.rand)
+            order = self.headroom.last(order, lambda d: health_key(call.model, d), self.clock())
         for deployment in order:
             if self.cooldowns.acquire(health_key(call.model, deployment), self.clock()):
                 yield deployment
+
+    def _heard(self, model: Model, deployment: Deployment, headers: Mapping[str, str]) -> None:
+        """What an answer's header fields say of the deployment's own limits: its place in the
+        next orders (``headroom.py``) and the remaining-quota gauge."""
+        for limit, left in self.headroom.learn(health_key(model, deployment), headers, self.clock()):
+            self.metrics.child(self.metrics.upstream_remaining, model.id, deployment.name, limit).set(left)
 
     def _failed(self, call: Call, deployment: Deployment, exc: UpstreamError) -> None:
         if isinstance(exc, UpstreamStatusError) and not exc.failover:
@@ -434,6 +445,7 @@ class Gateway:
             self.metrics.child(self.metrics.upstream_latency, call.model.id, deployment.name, "false").observe(
                 time.monotonic() - started
             )
+            self._heard(call.model, deployment, response_headers)
             return data, response_headers
         if last is None and time.monotonic() >= deadline:
             last = UpstreamTimeoutError("no deployment answered in time")
@@ -488,6 +500,7 @@ class Gateway:
                 last = exc
                 continue
             self.metrics.child(self.metrics.ttfb, call.model.id, deployment.name).observe(time.monotonic() - started)
+            self._heard(call.model, deployment, stream.headers)
             return stream, first
         raise self._exhausted(call, last)
 

@@ -257,6 +257,13 @@ class Metrics:
             # "all" is the package's default: one sample per live process.
             multiprocess_mode="livesum" if self.multiprocess else "all",
         )
+        self.upstream_remaining = Gauge(
+            "ezat_upstream_ratelimit_remaining",
+            "What a deployment's last answer said is left of its own limit (anthropic-ratelimit-*-remaining)",
+            ["model", "deployment", "limit"],
+            registry=reg,
+            multiprocess_mode="livemostrecent" if self.multiprocess else "all",
+        )
         self.billing_errors = Counter("ezat_billing_errors", "Usage records that could not be written", registry=reg)
         self.tokens = Histogram(
             "gen_ai_client_token_usage",

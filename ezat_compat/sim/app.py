@@ -43,6 +43,7 @@ from ezat_compat.sim.cache import PromptCache, count_input_tokens, prompt_units
 from ezat_compat.sim.errors import STATUS_TO_ERROR_TYPE, InvalidRequestError, SimError, error_body
 from ezat_compat.sim.events import OVERLOADED_EVENT, encode_event, message_events
 from ezat_compat.sim.markers import Markers, parse_markers
+from ezat_compat.sim.ratelimit import RateLimitedError, RequestBucket
 from ezat_compat.sim.replies import build_reply, message_json
 from ezat_compat.sim.request import last_user_text
 from ezat_compat.sim.script import scripted_markers
@@ -93,6 +94,7 @@ class SimConfig:
     max_body_bytes: int = MAX_BODY_BYTES
     cache_entries: int = 4096
     google_service_account: str = ""  # a service-account JSON file: its tokens are Vertex's credentials
+    rpm_limit: int | None = None  # the organisation's requests a minute (Anthropic's paths): headers, then 429s
 
     def __post_init__(self) -> None:
         if self.fail_status is not None and not 400 <= self.fail_status <= 599:
@@ -108,6 +110,8 @@ class SimConfig:
             raise ValueError("cut_after must not be negative")
         if self.retry_after is not None and self.retry_after < 0:
             raise ValueError("retry_after must not be negative")
+        if self.rpm_limit is not None and self.rpm_limit < 1:
+            raise ValueError(f"rpm_limit must be at least 1, not {self.rpm_limit}")
         unknown = [e for e in self.efforts if e not in EFFORTS]
         if unknown:
             raise ValueError(f"unknown effort levels: {', '.join(unknown)} (known: {', '.join(EFFORTS)})")
@@ -239,6 +243,7 @@ class Simulator:
         self._paths = frozenset(path for _, path in self._routes)
         self._identity = ("x-sim-name", config.name)
         self._google = clouds.GoogleTokens(config.google_service_account) if config.google_service_account else None
+        self._bucket = RequestBucket(config.rpm_limit) if config.rpm_limit else None
 
     # -- WSGI entry ---------------------------------------------------------------------------
 
@@ -288,6 +293,8 @@ class Simulator:
         extra: tuple[tuple[str, str], ...] = ()
         if error.retry_after is not None:
             extra = (("retry-after", f"{error.retry_after:g}"),)
+        if isinstance(error, RateLimitedError):
+            extra += error.headers
         return self._respond(start_response, error.status, error_body(error, request_id), request_id, extra)
 
     # -- request reading ----------------------------------------------------------------------
@@ -349,10 +356,16 @@ class Simulator:
 
     def _messages(self, environ: Environ, start_response: StartResponse, request_id: str) -> Iterable[bytes]:
         body = self._receive(environ, environ.get("PATH_INFO") or "/v1/messages")
-        return self._answer(start_response, request_id, body)
+        limits = self._bucket.take() if self._bucket is not None else ()
+        return self._answer(start_response, request_id, body, extra=limits)
 
     def _answer(
-        self, start_response: StartResponse, request_id: str, body: Any, framing: str = "sse"
+        self,
+        start_response: StartResponse,
+        request_id: str,
+        body: Any,
+        framing: str = "sse",
+        extra: tuple[tuple[str, str], ...] = (),
     ) -> Iterable[bytes]:
         """The reply to an Anthropic Messages body (``model`` and ``stream`` in it), JSON or a
         stream in ``framing`` ("sse", or "bedrock": AWS event-stream)."""
@@ -365,8 +378,8 @@ class Simulator:
         reply = build_reply(body, clean_text, markers)
         message = message_json(body["model"], _new_id("msg_"), reply, usage)
         if body.get("stream"):
-            return self._stream(start_response, request_id, message, self._plan(markers), framing)
-        return self._respond(start_response, 200, message, request_id)
+            return self._stream(start_response, request_id, message, self._plan(markers), framing, extra)
+        return self._respond(start_response, 200, message, request_id, extra)
 
     # -- the clouds (clouds.py) -----------------------------------------------------------------
 
@@ -522,6 +535,7 @@ class Simulator:
         message: dict[str, Any],
         plan: StreamPlan,
         framing: str = "sse",
+        extra: tuple[tuple[str, str], ...] = (),
     ) -> Iterator[bytes]:
         bedrock = framing == "bedrock"
         start_response(
@@ -534,6 +548,7 @@ class Simulator:
                 ("cache-control", "no-cache"),
                 ("request-id", request_id),
                 self._identity,
+                *extra,
             ],
         )
         if bedrock:

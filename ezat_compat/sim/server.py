@@ -125,6 +125,13 @@ def build_parser(prog: str = "ezat-sim") -> argparse.ArgumentParser:
         help=f"the highest max_tokens the model takes; above it: 400 (default {ModelCaps.max_output_tokens})",
     )
     add(
+        "--rpm-limit",
+        type=_positive,
+        metavar="N",
+        help="the organisation's requests a minute (a token bucket, as Anthropic's API keeps it): "
+        "anthropic-ratelimit-requests-* on every answer, 429 rate_limit_error past it",
+    )
+    add(
         "--google-service-account",
         metavar="FILE",
         help="a service-account JSON: /token issues tokens for it, and Vertex AI's paths take only those",
@@ -153,6 +160,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         efforts=args.efforts,
         max_output_tokens=args.max_output_tokens,
         google_service_account=args.google_service_account or "",
+        rpm_limit=args.rpm_limit,
     )
 
 

@@ -353,6 +353,12 @@ class UpstreamStream:
             return exc
         return UpstreamStreamError(f"the upstream stream broke: {type(_root(exc)).__name__}")
 
+    @property
+    def headers(self) -> Mapping[str, str]:
+        """The response's header fields (none before its head has come)."""
+        response = self._response
+        return response.headers if response is not None else {}
+
     def first(self) -> Event | None:
         """The first event (the rest of its read stays pending); ``None`` if the body ended first."""
         while not self.ended:

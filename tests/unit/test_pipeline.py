@@ -120,8 +120,9 @@ class FakeStream:
     exception or ``GATE``; an exception is raised by the poll after; at a ``GATE`` polls are
     silent until the stream is closed or interrupted, then the body ends."""
 
-    def __init__(self, deployment: Any, events: list[Any]) -> None:
+    def __init__(self, deployment: Any, events: list[Any], headers: dict[str, str] | None = None) -> None:
         self.deployment = deployment
+        self.headers = headers or {}  # the response head's fields
         self.script = list(events)
         self.closed = False
         self.ended = False
