@@ -83,7 +83,12 @@ def _proxy_url(value: str) -> None:
 
 
 # provider -> the keys only it takes, and those it requires (README, "Deployments on clouds")
-_PROVIDER_KEYS: dict[str, tuple[str, ...]] = {"bedrock": ("region", "aws_profile"), "vertex": ("project", "region")}
+_PROVIDER_KEYS: dict[str, tuple[str, ...]] = {
+    "bedrock": ("region", "aws_profile", "guardrail", "guardrail_version", "service_tier"),
+    "vertex": ("project", "region"),
+}
+# InvokeModel's serviceTier values (botocore's bedrock-runtime service model, ServiceTierType)
+BEDROCK_SERVICE_TIERS = ("priority", "default", "flex", "reserved")
 _PROVIDER_REQUIRED: dict[str, tuple[str, ...]] = {"bedrock": ("region",), "vertex": ("project", "region")}
 
 
@@ -96,6 +101,11 @@ class _DeploymentSchema(_Strict):
     region = fields.Str(load_default="", validate=validate.Regexp(r"^[a-z0-9-]*$", error="Not a region name."))
     aws_profile = fields.Str(load_default="")
     project = fields.Str(load_default="")
+    guardrail = fields.Str(load_default="", validate=validate.Length(max=2048))
+    guardrail_version = fields.Str(
+        load_default="", validate=validate.Regexp(r"^(|[1-9][0-9]{0,7}|DRAFT)$", error="A version number or DRAFT.")
+    )
+    service_tier = fields.Str(load_default="", validate=validate.OneOf(("", *BEDROCK_SERVICE_TIERS)))
     price = fields.Nested(_PriceSchema, load_default=None)
     anthropic_version = fields.Str(load_default="2023-06-01")
     priority = fields.Int(load_default=0, strict=True)
@@ -128,9 +138,14 @@ class _DeploymentSchema(_Strict):
         (a ``region`` on an Anthropic deployment would silently do nothing)."""
         provider = data.get("provider", "anthropic")
         takes = _PROVIDER_KEYS.get(provider, ())
-        for key in ("region", "aws_profile", "project"):
+        for key in ("region", "aws_profile", "project", "guardrail", "guardrail_version", "service_tier"):
             if data.get(key) and key not in takes:
                 raise ValidationError({key: [f"{key} is not used by provider {provider!r}."]})
+        # InvokeModel: "You provide a guardrail identifier, but guardrailVersion isn't specified"
+        # is an error (botocore's bedrock-runtime service model, guardrailIdentifier).
+        if bool(data.get("guardrail")) != bool(data.get("guardrail_version")):
+            key = "guardrail_version" if data.get("guardrail") else "guardrail"
+            raise ValidationError({key: ["guardrail and guardrail_version go together."]})
         for key in _PROVIDER_REQUIRED.get(provider, ()):
             if not data.get(key):
                 raise ValidationError({key: [f"provider {provider!r} needs {key}."]})

@@ -45,6 +45,9 @@ class Deployment:
     region: str = ""  # bedrock, vertex: the cloud region (us-east-1, us-east5, global)
     aws_profile: str = ""  # bedrock: a profile of the shared AWS files ("": botocore's default chain)
     project: str = ""  # vertex: the Google Cloud project id
+    guardrail: str = ""  # bedrock: the guardrail applied to each invocation ("": none)
+    guardrail_version: str = ""  # bedrock: its version (a number or DRAFT), required with it
+    service_tier: str = ""  # bedrock: priority, default, flex or reserved ("": Bedrock's default)
     price: Price | None = None  # overrides the model's price for requests this deployment serves
 
     @property

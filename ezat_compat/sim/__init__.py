@@ -13,7 +13,8 @@ filler words), ``thinking_tokens=N`` (N thinking tokens even without ``thinking`
 model_context_window_exceeded), ``tool=NAME`` (call that tool, also next to tool results: the next
 round of an agent loop; a marker in the text of the tool results that end a request scripts the
 next call, ``script``) and ``args={JSON}`` (with these arguments; last in its marker),
-``reject=PATH`` (a 400 naming PATH).
+``reject=PATH`` (a 400 naming PATH), ``guardrail`` (on Bedrock, with a guardrail on the request:
+it intervenes, ``clouds.guardrail_intervened``).
 
 Requests are held to the real API's rules (``validate.RULES``, each with its source); the
 simulator signs the thinking blocks it emits (``signing``) and refuses one it did not sign.

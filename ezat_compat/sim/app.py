@@ -366,6 +366,8 @@ class Simulator:
         body: Any,
         framing: str = "sse",
         extra: tuple[tuple[str, str], ...] = (),
+        *,
+        guarded: bool = False,
     ) -> Iterable[bytes]:
         """The reply to an Anthropic Messages body (``model`` and ``stream`` in it), JSON or a
         stream in ``framing`` ("sse", or "bedrock": AWS event-stream)."""
@@ -377,6 +379,8 @@ class Simulator:
         usage = self.cache.account(body["model"], prompt_units(body), self.config.min_cache_tokens)
         reply = build_reply(body, clean_text, markers)
         message = message_json(body["model"], _new_id("msg_"), reply, usage)
+        if guarded and markers.guardrail:
+            message = clouds.guardrail_intervened(message)
         if body.get("stream"):
             return self._stream(start_response, request_id, message, self._plan(markers), framing, extra)
         return self._respond(start_response, 200, message, request_id, extra)
@@ -407,6 +411,7 @@ class Simulator:
         for key in ("model", "stream"):
             if key in body:
                 raise clouds.bedrock_error(400, f"Malformed input request: extraneous key [{key}] is not permitted")
+        guarded, tier = clouds.invoke_options(headers) if not counting else (False, "")
         if body.get("anthropic_version") != clouds.BEDROCK_VERSION:
             raise clouds.bedrock_error(400, "Malformed input request: anthropic_version: invalid value")
         from ezat_compat.upstream.providers.betas import BEDROCK_BETAS  # the rules the gateway keeps
@@ -439,7 +444,14 @@ class Simulator:
         if operation == "invoke-with-response-stream":
             inner["stream"] = True
         try:
-            return self._answer(start_response, request_id, inner, "bedrock")
+            return self._answer(
+                start_response,
+                request_id,
+                inner,
+                "bedrock",
+                (("x-amzn-bedrock-service-tier", tier),),
+                guarded=guarded,
+            )
         except SimError as error:
             raise clouds.bedrock_error(error.status, error.message) from None
 

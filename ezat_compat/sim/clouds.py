@@ -176,6 +176,49 @@ BEDROCK_MISSING_TOOLS = ("web_search_", "mcp_toolset")
 CLOUD_MISSING_FIELDS = ("speed", "mcp_servers")
 
 
+# InvokeModel's options as header fields (botocore's bedrock-runtime service model): the
+# service tier, one of ServiceTierType's values, and a guardrail, whose version is required
+# with its identifier ("You provide a guardrail identifier, but guardrailVersion isn't
+# specified" is an error).
+SERVICE_TIERS = ("priority", "default", "flex", "reserved")
+GUARDRAIL_BLOCKED = "Sorry, the model cannot answer this question."  # a guardrail's configured message
+
+
+def invoke_options(headers: Mapping[str, str]) -> tuple[bool, str]:
+    """(a guardrail applies, the service tier) of an InvokeModel request's header fields
+    (lower-case names); ``CloudError`` (400 ValidationException) for values Bedrock refuses,
+    in AWS's validation words for an enum."""
+    tier = headers.get("x-amzn-bedrock-service-tier", "")
+    if tier and tier not in SERVICE_TIERS:
+        raise bedrock_error(
+            400,
+            f"1 validation error detected: Value '{tier}' at 'serviceTier' failed to satisfy constraint: "
+            f"Member must satisfy enum value set: [{', '.join(SERVICE_TIERS)}]",
+        )
+    guardrail = headers.get("x-amzn-bedrock-guardrailidentifier", "")
+    if guardrail and not headers.get("x-amzn-bedrock-guardrailversion"):
+        # the rule is AWS's; these words are the simulator's (the real ones aren't public)
+        raise bedrock_error(400, "Guardrail version is required when a guardrail identifier is provided.")
+    return bool(guardrail), tier or "default"
+
+
+def guardrail_intervened(message: dict[str, Any]) -> dict[str, Any]:
+    """``message`` as Bedrock answers when the request's guardrail blocks it: the guardrail's
+    message as the only text, stop reason ``guardrail_intervened`` (the value langchain-ai/
+    langchain-aws#937 shows in a stream's message_delta) and the body's
+    ``amazon-bedrock-guardrailAction: INTERVENED``."""
+    usage = dict(message["usage"], output_tokens=len(GUARDRAIL_BLOCKED.split()))
+    usage["output_tokens_details"] = {"thinking_tokens": 0}
+    return {
+        **message,
+        "content": [{"type": "text", "text": GUARDRAIL_BLOCKED}],
+        "stop_reason": "guardrail_intervened",
+        "stop_sequence": None,
+        "usage": usage,
+        "amazon-bedrock-guardrailAction": "INTERVENED",
+    }
+
+
 def refused_tool(provider: str, body: Mapping[str, Any]) -> str | None:
     """The refusal of the first tool of ``body`` that ``provider`` ("bedrock", "vertex") doesn't
     offer, in the validator's words (``tools.N: Input tag …``); None when it offers them all. A

@@ -19,7 +19,7 @@ from ezat_compat.sim.errors import InvalidRequestError
 MARKER_RE = re.compile(r"\[\[sim:(.*?)\]\]", re.DOTALL)  # up to the first "]]"
 _INT_MARKERS = frozenset({"status", "cut", "error_after", "token_delay_ms", "tools", "words", "thinking_tokens"})
 _FLOAT_MARKERS = frozenset({"retry_after", "delay", "stall"})
-_FLAG_MARKERS = frozenset({"refusal", "pause", "context"})
+_FLAG_MARKERS = frozenset({"refusal", "pause", "context", "guardrail"})
 _STR_MARKERS = frozenset({"reject", "tool"})  # reject=<path>: a 400 naming that path; tool=<name>: call it
 _ARGS_KEY = "args="
 
@@ -41,6 +41,7 @@ class Markers:
     refusal: bool = False
     pause: bool = False
     context: bool = False
+    guardrail: bool = False  # a Bedrock guardrail on the request blocks it (no guardrail: nothing)
     reject: str | None = None
     tool: str | None = None
     args: Mapping[str, Any] | None = None

@@ -34,6 +34,7 @@ THINKING_TYPES = frozenset({"thinking", "redacted_thinking"})
 INCOMPLETE_REASONS = {
     "max_tokens": "max_output_tokens",
     "model_context_window_exceeded": "max_output_tokens",
+    "guardrail_intervened": "content_filter",  # a Bedrock deployment's guardrail blocked it
 }
 REFUSAL = "refusal"  # the stop reason whose reply is a refusal part
 DEFAULT_REFUSAL = "The model declined to answer."

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 # "Finish reasons": end_turn/stop_sequence -> stop; max_tokens and the context window -> length;
-# tool_use -> tool_calls; refusal -> content_filter; pause_turn and anything unknown -> stop.
+# tool_use -> tool_calls; refusal and a guardrail's intervention -> content_filter; pause_turn and
+# anything unknown -> stop.
 STOP_REASON_TO_FINISH_REASON: dict[str, str] = {
     "end_turn": "stop",
     "stop_sequence": "stop",
@@ -11,6 +12,8 @@ STOP_REASON_TO_FINISH_REASON: dict[str, str] = {
     "model_context_window_exceeded": "length",
     "tool_use": "tool_calls",
     "refusal": "content_filter",
+    # Bedrock's, when a deployment's guardrail blocks the prompt or the answer (langchain-ai/langchain-aws#937)
+    "guardrail_intervened": "content_filter",
     "pause_turn": "stop",
 }
 DEFAULT_FINISH_REASON = "stop"

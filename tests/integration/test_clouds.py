@@ -111,6 +111,16 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Gateway, S
         ),
         _model("bad-only", {"name": "bedrock-bad-alone", **bedrock, "aws_profile": "wrong"}),
         _model(
+            "guarded",
+            {
+                "name": "bedrock-guarded",
+                **bedrock,
+                "guardrail": "gr-sim",
+                "guardrail_version": "1",
+                "service_tier": "flex",
+            },
+        ),
+        _model(
             "search-bedrock-first",
             {"name": "bedrock-first", **bedrock, "priority": 0},
             {"name": "anthropic-second", "base_url": sim.url, "priority": 1},
@@ -320,6 +330,7 @@ def test_check_config_names_each_provider_and_its_credentials(stack: tuple[Gatew
     assert "deployment bedrock-good" in out and "provider: bedrock, region us-east-1" in out
     assert "credentials: AWS SigV4, found by botocore's chain in env" in out
     assert "(profile wrong)" in out  # bedrock-bad's credentials come from its profile
+    assert "guardrail gr-sim version 1; service tier flex" in out  # bedrock-guarded's options
     assert "credentials: Google application default credentials (service account gateway@" in out
     assert "provider: foundry" in out and "key: from FOUNDRY_KEY" in out
     for secret in (SIM_AWS_SECRET_ACCESS_KEY, WRONG_SECRET, FOUNDRY_KEY, "PRIVATE KEY"):
@@ -731,3 +742,47 @@ def test_the_simulated_bedrock_refuses_what_it_lacks(stack: tuple[Gateway, Sim, 
         )
         assert refused.status_code == 400 and refused.headers["x-amzn-ErrorType"].startswith("ValidationException")
         assert refused.json()["message"].startswith("The model returned the following errors: " + words)
+
+
+BLOCK = "Tell me about the forbidden topic [[sim:guardrail]]"
+
+
+def test_a_bedrock_guardrail_and_service_tier_go_with_every_invocation(stack: tuple[Gateway, Sim, str]) -> None:
+    """The deployment's guardrail and service tier reach InvokeModel as its header fields,
+    signed (the simulator verifies SigV4 over them); an answer the guardrail lets through is an
+    ordinary one."""
+    gw, sim, key = stack
+    with _client(gw, key) as client:
+        reply = client.chat.completions.create(model="guarded", messages=[{"role": "user", "content": "Hello"}])
+    assert reply.choices[0].finish_reason == "stop" and reply.choices[0].message.content
+    sent = _last(sim, "/model/")
+    assert sent["headers"]["x-amzn-bedrock-guardrailidentifier"] == "gr-sim"
+    assert sent["headers"]["x-amzn-bedrock-guardrailversion"] == "1"
+    assert sent["headers"]["x-amzn-bedrock-service-tier"] == "flex"
+    assert "x-amzn-bedrock-service-tier" in sent["headers"]["authorization"]  # among the signed fields
+
+
+def test_a_guardrails_intervention_is_a_content_filter_on_every_route(stack: tuple[Gateway, Sim, str]) -> None:
+    """Bedrock ends a blocked answer with stop reason ``guardrail_intervened``: Chat Completions
+    says ``content_filter`` (JSON and stream), the Responses API an incomplete response for
+    ``content_filter``, and ``/v1/messages`` passes it on; each is billed as answered."""
+    gw, _, key = stack
+    with _client(gw, key) as client:
+        blocked = client.chat.completions.create(model="guarded", messages=[{"role": "user", "content": BLOCK}])
+        assert blocked.choices[0].finish_reason == "content_filter"
+        assert blocked.choices[0].message.content == "Sorry, the model cannot answer this question."
+        chunks = list(
+            client.chat.completions.create(model="guarded", messages=[{"role": "user", "content": BLOCK}], stream=True)
+        )
+        assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == [
+            "content_filter"
+        ]
+        response = client.responses.create(model="guarded", input=BLOCK)
+        assert response.status == "incomplete" and response.incomplete_details is not None
+        assert response.incomplete_details.reason == "content_filter"
+        streamed = list(client.responses.create(model="guarded", input=BLOCK, stream=True))
+        assert streamed[-1].type == "response.incomplete"
+    native = _native(gw, key, {"model": "guarded", "max_tokens": 50, "messages": [{"role": "user", "content": BLOCK}]})
+    assert native.status_code == 200 and native.json()["stop_reason"] == "guardrail_intervened"
+    rows = [r for r in gw.usage() if r["deployment"] == "bedrock-guarded"]
+    assert len(rows) >= 5 and all(r["status"] == 200 and r["output_tokens"] > 0 for r in rows)

@@ -255,6 +255,36 @@ def _config(**deployment: Any) -> dict[str, Any]:
             "anthropic_version is not used by provider 'vertex'",
             id="vertex-anthropic-version",
         ),
+        pytest.param(
+            {"provider": "bedrock", "region": "us-east-1", "guardrail": "gr-1"},
+            "guardrail and guardrail_version go together",
+            id="guardrail-without-version",
+        ),
+        pytest.param(
+            {"provider": "bedrock", "region": "us-east-1", "guardrail_version": "1"},
+            "guardrail and guardrail_version go together",
+            id="version-without-guardrail",
+        ),
+        pytest.param(
+            {"provider": "bedrock", "region": "us-east-1", "guardrail": "g", "guardrail_version": "v1"},
+            "A version number or DRAFT",
+            id="guardrail-version-not-a-number",
+        ),
+        pytest.param(
+            {"provider": "bedrock", "region": "us-east-1", "service_tier": "cheap"},
+            "Must be one of",
+            id="unknown-service-tier",
+        ),
+        pytest.param(
+            {"base_url": "https://a.test", "service_tier": "flex"},
+            "service_tier is not used by provider 'anthropic'",
+            id="service-tier-on-anthropic",
+        ),
+        pytest.param(
+            {"provider": "vertex", "region": "us-east5", "project": "p", "guardrail": "g", "guardrail_version": "1"},
+            "guardrail is not used by provider 'vertex'",
+            id="guardrail-on-vertex",
+        ),
     ],
 )
 def test_config_refuses_a_provider_without_its_keys(deployment: dict[str, Any], problem: str) -> None:
@@ -543,3 +573,50 @@ def test_bedrock_tells_the_format_only_to_models_that_refuse_it() -> None:
         sent = json.loads(shaped)
         assert ("output_config" in sent) is sent_format
         assert ("system" in sent) is not sent_format
+
+
+def test_bedrock_sends_and_signs_its_invocation_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A guardrail and a service tier go as InvokeModel's header fields (botocore's service
+    model), signed with the rest: the simulator, verifying, recomputes the signature over them."""
+    deployment = replace(BEDROCK, guardrail="gr-abc", guardrail_version="DRAFT", service_tier="flex")
+    provider = make_provider(deployment)
+    headers = provider.headers(None, "application/json")
+    assert headers["x-amzn-bedrock-guardrailidentifier"] == "gr-abc"
+    assert headers["x-amzn-bedrock-guardrailversion"] == "DRAFT"
+    assert headers["x-amzn-bedrock-service-tier"] == "flex"
+    assert "x-amzn-bedrock-service-tier" not in make_provider(BEDROCK).headers(None, "application/json")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", clouds.SIM_AWS_ACCESS_KEY_ID)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", clouds.SIM_AWS_SECRET_ACCESS_KEY)
+    assert provider.describe()[1:3] == ["guardrail gr-abc version DRAFT", "service tier flex"]
+    body = b'{"max_tokens": 1}'
+    request = requests.Request("POST", "http://127.0.0.1:9/model/m/invoke", data=body, headers=headers).prepare()
+    provider.authorize(request)
+    signed = request.headers["Authorization"].split("SignedHeaders=", 1)[1].split(",", 1)[0].split(";")
+    assert {"x-amzn-bedrock-guardrailidentifier", "x-amzn-bedrock-service-tier"} <= set(signed)
+    lower = {k.lower(): v for k, v in request.headers.items()}
+    clouds.verify_sigv4("POST", request.url or "", lower, body)  # raises when it doesn't verify
+    lower["x-amzn-bedrock-service-tier"] = "priority"  # changed after signing: refused
+    with pytest.raises(clouds.CloudError):
+        clouds.verify_sigv4("POST", request.url or "", lower, body)
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ({}, (False, "default")),
+        ({"x-amzn-bedrock-service-tier": "flex"}, (False, "flex")),
+        (
+            {"x-amzn-bedrock-guardrailidentifier": "g", "x-amzn-bedrock-guardrailversion": "1"},
+            (True, "default"),
+        ),
+        ({"x-amzn-bedrock-service-tier": "cheap"}, "failed to satisfy constraint: Member must satisfy enum value set"),
+        ({"x-amzn-bedrock-guardrailidentifier": "g"}, "Guardrail version is required"),
+    ],
+)
+def test_the_simulated_bedrock_reads_invocation_options(headers: dict[str, str], expected: Any) -> None:
+    if isinstance(expected, tuple):
+        assert clouds.invoke_options(headers) == expected
+        return
+    with pytest.raises(clouds.CloudError) as refused:
+        clouds.invoke_options(headers)
+    assert refused.value.status == 400 and expected in refused.value.body["message"]

@@ -78,7 +78,8 @@ log = logging.getLogger("ezat_compat")
 
 ANTHROPIC_VERSION = "bedrock-2023-05-31"
 SERVICE = "bedrock"
-_SIGNED_HEADERS = ("content-type", "accept")  # besides host and x-amz-date, which botocore adds
+_SIGNED_HEADERS = ("content-type", "accept")  # besides host and x-amz-date, which botocore adds,
+# and the invocation's options (``invoke_options``), signed as botocore signs them
 
 # x-amzn-ErrorType (and an event stream's :exception-type) -> (status, Anthropic error type).
 # InvokeModel's errors (Bedrock API reference, "InvokeModel", Errors) and the common ones
@@ -126,6 +127,20 @@ def counting_model(upstream_model: str) -> str:
     return upstream_model
 
 
+def invoke_options(deployment: Deployment) -> dict[str, str]:
+    """The header fields of InvokeModel's options a deployment sets (botocore's bedrock-runtime
+    service model: ``guardrailIdentifier``, ``guardrailVersion`` and ``serviceTier`` travel as
+    ``X-Amzn-Bedrock-GuardrailIdentifier``, ``-GuardrailVersion`` and ``-Service-Tier``), in
+    lower case, as ``headers`` sends them and ``authorize`` signs them."""
+    options = {}
+    if deployment.guardrail:
+        options["x-amzn-bedrock-guardrailidentifier"] = deployment.guardrail
+        options["x-amzn-bedrock-guardrailversion"] = deployment.guardrail_version
+    if deployment.service_tier:
+        options["x-amzn-bedrock-service-tier"] = deployment.service_tier
+    return options
+
+
 def envelope(error_type: str, message: str) -> bytes:
     return json.dumps({"type": "error", "error": {"type": error_type, "message": message}}).encode()
 
@@ -133,7 +148,7 @@ def envelope(error_type: str, message: str) -> bytes:
 class BedrockProvider(Provider):
     """A Bedrock deployment (module docstring)."""
 
-    __slots__ = ("_ca_file", "_count_path", "_credentials", "_egress", "_lock", "_paths", "_session")
+    __slots__ = ("_ca_file", "_count_path", "_credentials", "_egress", "_lock", "_options", "_paths", "_session")
     name = "bedrock"
     rewrites = True
 
@@ -151,6 +166,7 @@ class BedrockProvider(Provider):
         self._credentials: Any = None
         self._egress = egress
         self._ca_file = ""  # the combined CA file of the credential calls, once written
+        self._options = invoke_options(deployment)
         logging.getLogger("botocore.auth").setLevel(logging.INFO)  # its debug lines hold the signature
 
     # -- the request ----------------------------------------------------------------------------
@@ -202,6 +218,7 @@ class BedrockProvider(Provider):
         headers = common_headers(accept)
         if self.deployment.api_key:
             headers["authorization"] = f"Bearer {self.deployment.api_key}"
+        headers.update(self._options)
         return headers
 
     def credentials_session(self) -> Any:
@@ -297,7 +314,9 @@ class BedrockProvider(Provider):
                 "deployment %s: AWS credentials could not be refreshed: %s", self.deployment.name, type(exc).__name__
             )
             raise UpstreamAuthError(f"the AWS credentials of {self.deployment.name} could not be refreshed") from None
-        signed = {k: v for k, v in request.headers.items() if k.lower() in _SIGNED_HEADERS}
+        signed = {
+            k: v for k, v in request.headers.items() if k.lower() in _SIGNED_HEADERS or k.lower() in self._options
+        }
         aws = AWSRequest(method="POST", url=request.url, data=request.body, headers=signed)
         SigV4Auth(frozen, SERVICE, self.deployment.region).add_auth(aws)
         for name in ("Authorization", "X-Amz-Date", "X-Amz-Security-Token"):
@@ -330,6 +349,10 @@ class BedrockProvider(Provider):
     def describe(self) -> list[str]:
         d = self.deployment
         lines = [f"provider: bedrock, region {d.region}, model {d.upstream_model}"]
+        if d.guardrail:
+            lines.append(f"guardrail {d.guardrail} version {d.guardrail_version}")
+        if d.service_tier:
+            lines.append(f"service tier {d.service_tier}")
         if d.api_key_env:
             lines.append(f"credentials: Bedrock API key from {d.api_key_env}" + ("" if d.api_key else " (not set)"))
             return lines
