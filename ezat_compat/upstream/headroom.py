@@ -34,6 +34,8 @@ _HEADERS = tuple(
     )
     for limit in LIMITS
 )
+_REQUESTS_LEFT = _HEADERS[0][1]
+_TOKENS_LEFT = _HEADERS[1][1]
 LOW_SHARE = 0.05  # under 5 % of a limit left: the next requests are likely to be refused
 LOW_FOR_S = 1.0  # how long a low deployment waits its turn when its reset can't be read
 LOW_FOR_MAX_S = 60.0  # the limits are per minute: a reset further ahead is not believed
@@ -66,7 +68,10 @@ def reset_at(value: str | None) -> float | None:
 def read(headers: Mapping[str, str], now: float) -> tuple[list[tuple[str, int]], float | None]:
     """What ``headers`` (an answer's) say of the deployment's limits: ``(limit, remaining)`` for
     each one reported, and until when it is low on one of them (the latest such reset,
-    bounded; None when none is low)."""
+    bounded; None when none is low). Anthropic's API sends every limit's fields together: an
+    answer with neither the requests nor the tokens one is read as reporting none."""
+    if _REQUESTS_LEFT not in headers and _TOKENS_LEFT not in headers:
+        return [], None  # not Anthropic's API (or none of its limits): two look-ups, not twelve
     seen: list[tuple[str, int]] = []
     until: float | None = None
     for limit, left, total, reset in _HEADERS:

@@ -58,13 +58,21 @@ def _requests(remaining: str, limit: str | None = "50", reset: str | None = None
         ),
         pytest.param(
             {
+                "anthropic-ratelimit-tokens-limit": "500000",
+                "anthropic-ratelimit-tokens-remaining": "90000",
                 "anthropic-ratelimit-input-tokens-limit": "400000",
                 "anthropic-ratelimit-input-tokens-remaining": "19000",
                 "anthropic-ratelimit-input-tokens-reset": "2026-12-06T21:30:12+00:00",
             },
-            [("input-tokens", 19000)],
+            [("tokens", 90000), ("input-tokens", 19000)],
             NOW + 12,
             id="input-tokens-low-offset-form",
+        ),
+        pytest.param(
+            {"anthropic-ratelimit-input-tokens-remaining": "0"},
+            [],
+            None,
+            id="without-requests-or-tokens-nothing-is-read",
         ),
     ],
 )
