@@ -10,8 +10,8 @@ Two kinds of rule, because the two can't be handled alike:
   tool and the providers, never a call the upstream would refuse.
 - **A field that only works with its beta** (``speed``, fast mode) goes upstream only with that
   beta. Where a provider's beta allow-list (``betas.py``) drops the beta, the field is dropped with
-  it (``drop_gated_fields``): the request runs as it would without the option, as Anthropic's
-  fast-mode page says a request that can't run fast does, at standard speed.
+  it (``drop_gated_fields``): the request runs as it would without the option (fast mode's
+  ``speed``: at standard speed, which is also the price the gateway bills).
 
 ``None`` in a table: every value passes (Anthropic's own API, and Foundry's, decide).
 """
