@@ -424,7 +424,7 @@ class Simulator:
         url_source = clouds.url_source_path(body)
         if url_source is not None:
             raise clouds.bedrock_error(400, f"{url_source}: URL sources are not supported; send base64 data")
-        missing = clouds.refused_tool("bedrock", body)
+        missing = clouds.refused_tool("bedrock", body) or clouds.refused_cache_ttl(model, body)
         if missing is not None:
             raise clouds.bedrock_error(400, "The model returned the following errors: " + missing)
         config = body.get("output_config")

@@ -219,6 +219,35 @@ def guardrail_intervened(message: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# Bedrock's older Claude models refuse a ``ttl`` in ``cache_control`` ("Extra inputs are not
+# permitted": Claude Opus 4 and 4.1, Sonnet 4, Sonnet 3.7 and the 3.5 models in
+# earendil-works/pi#1570's table); the one-hour cache came for Opus, Sonnet and Haiku 4.5 (AWS
+# "Prompt caching", as aws-samples/bedrock-access-gateway#224 quotes it).
+BEDROCK_OLD_CACHE = ("claude-3", "claude-opus-4-2", "claude-sonnet-4-2", "claude-opus-4-1-", "claude-haiku-4-2")
+
+
+def refused_cache_ttl(model: str, body: Mapping[str, Any]) -> str | None:
+    """The refusal of the first ``cache_control.ttl`` in ``body`` when ``model`` (a Bedrock
+    model or profile id) is one of the older ones; None otherwise."""
+    if not any(old in model for old in BEDROCK_OLD_CACHE):
+        return None
+    places: list[tuple[str, Any]] = []
+    for key in ("system", "tools"):
+        value = body.get(key)
+        places.extend((f"{key}.{i}", item) for i, item in enumerate(value if isinstance(value, list) else ()))
+    messages = body.get("messages")
+    for i, message in enumerate(messages if isinstance(messages, list) else ()):
+        content = message.get("content") if isinstance(message, dict) else None
+        places.extend(
+            (f"messages.{i}.content.{j}", b) for j, b in enumerate(content if isinstance(content, list) else ())
+        )
+    for path, block in places:
+        mark = block.get("cache_control") if isinstance(block, dict) else None
+        if isinstance(mark, dict) and "ttl" in mark:
+            return f"{path}.cache_control.ttl: Extra inputs are not permitted"
+    return None
+
+
 def refused_tool(provider: str, body: Mapping[str, Any]) -> str | None:
     """The refusal of the first tool of ``body`` that ``provider`` ("bedrock", "vertex") doesn't
     offer, in the validator's words (``tools.N: Input tag …``); None when it offers them all. A

@@ -43,3 +43,39 @@ def has_mark(value: Any) -> bool:
         elif isinstance(item, list):
             stack.extend(item)
     return False
+
+
+def without_ttl(value: Any) -> Any:
+    """``value`` with the ``ttl`` of every ``cache_control`` mark under the keys that hold blocks
+    taken out (the default, five minutes, in its place): new dicts and lists only along the
+    paths that change, ``value`` itself when no mark has one. A body nested past Python's
+    recursion limit is returned as it is (the upstream refuses such a body anyway)."""
+    try:
+        return _without_ttl(value)
+    except RecursionError:
+        return value
+
+
+def _without_ttl(value: Any) -> Any:
+    if isinstance(value, dict):
+        changed: dict[str, Any] | None = None
+        mark = value.get("cache_control")
+        if isinstance(mark, dict) and "ttl" in mark:
+            changed = dict(value)
+            changed["cache_control"] = {k: v for k, v in mark.items() if k != "ttl"}
+        for key, inner in value.items():
+            if key in KEYS_THAT_HOLD_BLOCKS and isinstance(inner, (dict, list)):
+                new = _without_ttl(inner)
+                if new is not inner:
+                    changed = changed if changed is not None else dict(value)
+                    changed[key] = new
+        return value if changed is None else changed
+    if isinstance(value, list):
+        out: list[Any] | None = None
+        for i, item in enumerate(value):
+            new = _without_ttl(item)
+            if new is not item:
+                out = out if out is not None else list(value)
+                out[i] = new
+        return value if out is None else out
+    return value

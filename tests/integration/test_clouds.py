@@ -27,12 +27,14 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from ezat_compat.sim.clouds import SIM_AWS_ACCESS_KEY_ID, SIM_AWS_SECRET_ACCESS_KEY
+from ezat_compat.translate.cache_marks import cache_marks
 from tests.integration.harness import Gateway, ModelSpec, Sim, unscoped
 
 pytestmark = pytest.mark.integration
 
 BEDROCK_MODEL = "anthropic.claude-sonnet-5-5-v1:0"
 VERTEX_MODEL = "claude-sonnet-5-5@20260101"
+OLD_BEDROCK_MODEL = "anthropic.claude-3-7-sonnet-20250219-v1:0"  # before the one-hour cache
 WRONG_SECRET = "not-the-right-secret-0123456789"
 FOUNDRY_KEY = "foundry-test-key"
 CLAUDE_CODE_BETAS = "claude-code-20250219,interleaved-thinking-2025-05-14,fine-grained-tool-streaming-2025-05-14"
@@ -110,6 +112,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Gateway, S
             {"name": "vertex-next", **vertex, "priority": 1},
         ),
         _model("bad-only", {"name": "bedrock-bad-alone", **bedrock, "aws_profile": "wrong"}),
+        _model("old-on-bedrock", {"name": "bedrock-old", **bedrock, "upstream_model": OLD_BEDROCK_MODEL}),
         _model(
             "guarded",
             {
@@ -786,3 +789,32 @@ def test_a_guardrails_intervention_is_a_content_filter_on_every_route(stack: tup
     assert native.status_code == 200 and native.json()["stop_reason"] == "guardrail_intervened"
     rows = [r for r in gw.usage() if r["deployment"] == "bedrock-guarded"]
     assert len(rows) >= 5 and all(r["status"] == 200 and r["output_tokens"] > 0 for r in rows)
+
+
+def test_an_older_bedrock_model_gets_its_cache_marks_without_a_ttl(stack: tuple[Gateway, Sim, str]) -> None:
+    """Claude Sonnet 3.7 on Bedrock refuses ``cache_control.ttl``: the marks go with the default
+    five minutes, and the answer is a 200; sent as the client wrote it, the simulator refuses."""
+    gw, sim, key = stack
+    hour = {"type": "ephemeral", "ttl": "1h"}
+    body = {
+        "model": "old-on-bedrock",
+        "max_tokens": 50,
+        "system": [{"type": "text", "text": "You are brief. " * 300, "cache_control": hour}],
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "Hi", "cache_control": hour}]}],
+    }
+    for stream in (False, True):
+        answer = _native(gw, key, {**body, "stream": stream})
+        assert answer.status_code == 200, answer.text
+        sent = _last(sim, f"/model/{OLD_BEDROCK_MODEL}")["body"]
+        marks = list(cache_marks([sent["system"], sent["messages"]]))  # the scope block's included
+        assert len(marks) >= 2 and all(mark == {"type": "ephemeral"} for mark in marks)
+        assert unscoped(sent)["messages"][0]["content"][0]["cache_control"] == {"type": "ephemeral"}
+    direct = {k: v for k, v in body.items() if k != "model"} | {"anthropic_version": "bedrock-2023-05-31"}
+    refused = requests.post(
+        sim.url + f"/model/{OLD_BEDROCK_MODEL}/invoke",
+        json=direct,
+        headers={"authorization": "Bearer a-bedrock-api-key"},
+        timeout=10,
+    )
+    assert refused.status_code == 400
+    assert refused.json()["message"].endswith("system.0.cache_control.ttl: Extra inputs are not permitted")

@@ -58,10 +58,11 @@ import requests
 from ezat_compat.domain import Deployment
 from ezat_compat.endpoints import COUNT_TOKENS, MESSAGES
 from ezat_compat.errors import UpstreamAuthError, UpstreamStatusError
+from ezat_compat.translate.cache_marks import without_ttl
 from ezat_compat.upstream.bodies import encode_body
 from ezat_compat.upstream.egress import Egress, missing_file
 from ezat_compat.upstream.providers import Event, Provider, ProviderSetupError, beta_list, common_headers
-from ezat_compat.upstream.providers.betas import takes_output_format, told_format
+from ezat_compat.upstream.providers.betas import takes_cache_ttl, takes_output_format, told_format
 from ezat_compat.upstream.providers.features import drop_gated_fields
 
 try:
@@ -148,7 +149,17 @@ def envelope(error_type: str, message: str) -> bytes:
 class BedrockProvider(Provider):
     """A Bedrock deployment (module docstring)."""
 
-    __slots__ = ("_ca_file", "_count_path", "_credentials", "_egress", "_lock", "_options", "_paths", "_session")
+    __slots__ = (
+        "_ca_file",
+        "_count_path",
+        "_credentials",
+        "_egress",
+        "_lock",
+        "_no_ttl",
+        "_options",
+        "_paths",
+        "_session",
+    )
     name = "bedrock"
     rewrites = True
 
@@ -167,6 +178,7 @@ class BedrockProvider(Provider):
         self._egress = egress
         self._ca_file = ""  # the combined CA file of the credential calls, once written
         self._options = invoke_options(deployment)
+        self._no_ttl = not takes_cache_ttl(self.name, deployment.upstream_model)
         logging.getLogger("botocore.auth").setLevel(logging.INFO)  # its debug lines hold the signature
 
     # -- the request ----------------------------------------------------------------------------
@@ -190,6 +202,10 @@ class BedrockProvider(Provider):
         out = drop_gated_fields(out, betas)  # a field whose beta Bedrock doesn't take goes with it
         if not takes_output_format(self.name, self.deployment.upstream_model):
             out = told_format(out)  # the model's copy of the schema on Bedrock refuses the field
+        if self._no_ttl:  # an older model: its cache marks go with the default five minutes
+            for key in ("system", "tools", "messages"):
+                if key in out:
+                    out[key] = without_ttl(out[key])
         if path == COUNT_TOKENS:  # CountTokens: the InvokeModel body it would count, as base64
             out.setdefault("max_tokens", 1)
             invoke = base64.b64encode(encode_body(out)).decode()

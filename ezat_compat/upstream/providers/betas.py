@@ -11,6 +11,7 @@ there); a value not on a provider's list is dropped for it. ``None``: every valu
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 
 # Amazon Bedrock, InvokeModel's ``anthropic_beta`` (in the body). The values AWS documents for
@@ -135,3 +136,18 @@ def told_format(body: Mapping[str, object]) -> dict[str, object]:
     else:
         out["system"] = [told]
     return out
+
+
+# Which Claude models on Bedrock take a ``cache_control`` ``ttl`` (the one-hour cache). Bedrock
+# added it on 2026-01-26 for Claude Opus 4.5, Sonnet 4.5 and Haiku 4.5 (AWS "Prompt caching",
+# supported models, as aws-samples/bedrock-access-gateway#224 and vercel/ai#12124 list them) and
+# the models since; the older ones refuse the field: "Extra inputs are not permitted" for Claude
+# Opus 4 and 4.1, Sonnet 4, Sonnet 3.7 and the 3.5 models (earendil-works/pi#1570's table).
+# Their ids: ``claude-3…`` and the 4.0/4.1 ones, whose date follows the major version
+# (``claude-sonnet-4-20250514``, ``claude-opus-4-1-20250805``).
+BEDROCK_NO_CACHE_TTL = re.compile(r"claude-3|claude-(?:opus|sonnet|haiku)-4-(?:1-)?\d{8}")
+
+
+def takes_cache_ttl(provider: str, upstream_model: str) -> bool:
+    """Does ``provider`` take a ``ttl`` in ``cache_control`` for ``upstream_model``?"""
+    return provider != "bedrock" or BEDROCK_NO_CACHE_TTL.search(upstream_model) is None
