@@ -23,7 +23,8 @@ Modules: ``app`` (the WSGI app, the I/O shell) and ``server`` (flags, gevent, bi
 a pure core that does no I/O, sleeps, reads no clock and draws no random number — ``errors``
 (``SimError``, Anthropic's envelope), ``request`` (reading a body, the token formula),
 ``markers``, ``shape`` and ``validate`` (Anthropic's 400s), ``images``, ``signing``,
-``cache`` (input tokens, the prompt cache), ``schema_json``, ``replies`` and ``events`` (SSE).
+``cache`` (input tokens, the prompt cache), ``schema_json``, ``replies`` and ``events`` (SSE),
+``ratelimit`` (the organisation's request limit, on a clock the app gives it).
 
 This package imports nothing that opens sockets, so ``__main__`` can patch gevent first.
 """

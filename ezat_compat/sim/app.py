@@ -243,7 +243,7 @@ class Simulator:
         self._paths = frozenset(path for _, path in self._routes)
         self._identity = ("x-sim-name", config.name)
         self._google = clouds.GoogleTokens(config.google_service_account) if config.google_service_account else None
-        self._bucket = RequestBucket(config.rpm_limit) if config.rpm_limit else None
+        self._bucket = RequestBucket(config.rpm_limit, time.time) if config.rpm_limit else None
 
     # -- WSGI entry ---------------------------------------------------------------------------
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import threading
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -38,9 +37,10 @@ def rfc3339(moment: float) -> str:
 
 
 class RequestBucket:
-    """``per_minute`` requests, continuously replenished (``per_minute / 60`` a second)."""
+    """``per_minute`` requests, continuously replenished (``per_minute / 60`` a second), on the
+    ``clock`` the caller gives (the app: ``time.time``)."""
 
-    def __init__(self, per_minute: int, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, per_minute: int, clock: Callable[[], float]) -> None:
         if per_minute < 1:
             raise ValueError(f"a request limit must be at least 1 a minute, not {per_minute}")
         self.per_minute = per_minute

@@ -137,4 +137,4 @@ def test_the_bucket_refills_continuously_and_refuses_past_its_limit() -> None:
 
 def test_a_bucket_needs_a_limit() -> None:
     with pytest.raises(ValueError, match="at least 1"):
-        RequestBucket(0)
+        RequestBucket(0, lambda: NOW)
