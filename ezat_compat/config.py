@@ -90,6 +90,7 @@ _PROVIDER_KEYS: dict[str, tuple[str, ...]] = {
 # InvokeModel's serviceTier values (botocore's bedrock-runtime service model, ServiceTierType)
 BEDROCK_SERVICE_TIERS = ("priority", "default", "flex", "reserved")
 _PROVIDER_REQUIRED: dict[str, tuple[str, ...]] = {"bedrock": ("region",), "vertex": ("project", "region")}
+_PROVIDER_ONLY = tuple(dict.fromkeys(key for keys in _PROVIDER_KEYS.values() for key in keys))  # refused elsewhere
 
 
 class _DeploymentSchema(_Strict):
@@ -138,7 +139,7 @@ class _DeploymentSchema(_Strict):
         (a ``region`` on an Anthropic deployment would silently do nothing)."""
         provider = data.get("provider", "anthropic")
         takes = _PROVIDER_KEYS.get(provider, ())
-        for key in ("region", "aws_profile", "project", "guardrail", "guardrail_version", "service_tier"):
+        for key in _PROVIDER_ONLY:
             if data.get(key) and key not in takes:
                 raise ValidationError({key: [f"{key} is not used by provider {provider!r}."]})
         # InvokeModel: "You provide a guardrail identifier, but guardrailVersion isn't specified"

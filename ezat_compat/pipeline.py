@@ -186,6 +186,10 @@ class Gateway:
         self.keepalive_s = config.gateway.keepalive_s
         self._next_sweep = time.monotonic() + SWEEP_EVERY_S
         self._reserve_prices = {model.id: reserve_price(model) for model in config.models}
+        # the models with a deployment whose provider refuses some tools (``features.takers``)
+        self._restricted = frozenset(
+            model.id for model in config.models if any(d.provider in RESTRICTED for d in model.deployments)
+        )
 
     # ------------------------------------------------------------ the request, end to end
 
@@ -365,12 +369,13 @@ class Gateway:
                 f"No deployment of model {call.model.id} has an upstream key: "
                 f"set {' or '.join(names)} in the gateway's environment."
             )
-        if source is not None and any(d.provider in RESTRICTED for d in deployments):
+        if source is not None and call.model.id in self._restricted:
             deployments = takers(call.model.id, deployments, source)
         order: Sequence[Deployment] = deployments
         if len(deployments) > 1:
             order = plan(deployments, session=call.session, rand=self.rand)
-            order = self.headroom.last(order, lambda d: health_key(call.model, d), self.clock())
+            if self.headroom:  # some deployment said it is low on its limits
+                order = self.headroom.last(order, lambda d: health_key(call.model, d), self.clock())
         for deployment in order:
             if self.cooldowns.acquire(health_key(call.model, deployment), self.clock()):
                 yield deployment

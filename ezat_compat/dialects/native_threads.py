@@ -32,7 +32,7 @@ from typing import Any
 
 from ezat_compat.errors import InvalidRequestError, ThreadNotFoundError, ThreadUnsupportedError
 from ezat_compat.jsonfast import loads
-from ezat_compat.translate.cache_marks import KEYS_THAT_HOLD_BLOCKS, cache_marks
+from ezat_compat.translate.cache_marks import cache_marks, without_marks
 
 THREADS_BETA = "message-threads-2026-08-12"
 CREATE_ONLY_FIELDS = ("system", "tools")
@@ -101,20 +101,6 @@ def unsupported() -> ThreadUnsupportedError:
     return ThreadUnsupportedError(THREAD_REFUSAL, param="thread")
 
 
-def without_cache_control(value: Any) -> Any:
-    """A copy of ``value`` (messages or a block) without ``cache_control`` under the keys that hold
-    blocks, however deep."""
-    if isinstance(value, dict):
-        return {
-            k: (without_cache_control(v) if k in KEYS_THAT_HOLD_BLOCKS else v)
-            for k, v in value.items()
-            if k != "cache_control"
-        }
-    if isinstance(value, list):
-        return [without_cache_control(item) for item in value]
-    return value
-
-
 def breakpoints(value: Any) -> int:
     """How many ``cache_control`` marks ``value`` (a system prompt, tools or messages) holds."""
     return sum(1 for _ in cache_marks(value))
@@ -178,7 +164,7 @@ def turn_messages(turn: ThreadTurn, reply: Mapping[str, Any]) -> list[dict[str, 
     when the history is read back (``joined``)."""
     content = reply.get("content")
     answer = {"role": "assistant", "content": list(content) if isinstance(content, list) else []}
-    return without_cache_control([*turn.messages, answer])  # type: ignore[no-any-return]
+    return without_marks([*turn.messages, answer])  # type: ignore[no-any-return]
 
 
 def joined(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -179,7 +179,8 @@ CLOUD_MISSING_FIELDS = ("speed", "mcp_servers")
 # InvokeModel's options as header fields (botocore's bedrock-runtime service model): the
 # service tier, one of ServiceTierType's values, and a guardrail, whose version is required
 # with its identifier ("You provide a guardrail identifier, but guardrailVersion isn't
-# specified" is an error).
+# specified" is an error), and which needs a JSON body ("You enable the guardrail but the
+# contentType isn't application/json" is one too).
 SERVICE_TIERS = ("priority", "default", "flex", "reserved")
 GUARDRAIL_BLOCKED = "Sorry, the model cannot answer this question."  # a guardrail's configured message
 
@@ -196,6 +197,9 @@ def invoke_options(headers: Mapping[str, str]) -> tuple[bool, str]:
             f"Member must satisfy enum value set: [{', '.join(SERVICE_TIERS)}]",
         )
     guardrail = headers.get("x-amzn-bedrock-guardrailidentifier", "")
+    if guardrail and headers.get("content-type", "").split(";")[0].strip() != "application/json":
+        # "You enable the guardrail but the contentType isn't application/json" (same source)
+        raise bedrock_error(400, "A guardrail needs the request's content type to be application/json.")
     if guardrail and not headers.get("x-amzn-bedrock-guardrailversion"):
         # the rule is AWS's; these words are the simulator's (the real ones aren't public)
         raise bedrock_error(400, "Guardrail version is required when a guardrail identifier is provided.")

@@ -3,7 +3,7 @@ history breakpoint and the cache scope's decision)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 # The keys under which a request holds content blocks (the SDK's ``KEYS_THAT_HOLD_BLOCKS``):
@@ -45,27 +45,30 @@ def has_mark(value: Any) -> bool:
     return False
 
 
-def without_ttl(value: Any) -> Any:
-    """``value`` with the ``ttl`` of every ``cache_control`` mark under the keys that hold blocks
-    taken out (the default, five minutes, in its place): new dicts and lists only along the
-    paths that change, ``value`` itself when no mark has one. A body nested past Python's
-    recursion limit is returned as it is (the upstream refuses such a body anyway)."""
+def rewrite_marks(value: Any, change: Callable[[Any], Any]) -> Any:
+    """``value`` with every ``cache_control`` mark under the keys that hold blocks replaced by
+    ``change(mark)`` (``None``: the mark taken out): new dicts and lists only along the paths
+    that change, ``value`` itself when ``change`` keeps every mark (returns it as it is). A body
+    nested past Python's recursion limit is returned as it is (the upstream refuses it anyway)."""
     try:
-        return _without_ttl(value)
+        return _rewrite(value, change)
     except RecursionError:
         return value
 
 
-def _without_ttl(value: Any) -> Any:
+def _rewrite(value: Any, change: Callable[[Any], Any]) -> Any:
     if isinstance(value, dict):
         changed: dict[str, Any] | None = None
         mark = value.get("cache_control")
-        if isinstance(mark, dict) and "ttl" in mark:
-            changed = dict(value)
-            changed["cache_control"] = {k: v for k, v in mark.items() if k != "ttl"}
+        if mark is not None:
+            new_mark = change(mark)
+            if new_mark is not mark:
+                changed = {k: v for k, v in value.items() if k != "cache_control"}
+                if new_mark is not None:
+                    changed["cache_control"] = new_mark
         for key, inner in value.items():
             if key in KEYS_THAT_HOLD_BLOCKS and isinstance(inner, (dict, list)):
-                new = _without_ttl(inner)
+                new = _rewrite(inner, change)
                 if new is not inner:
                     changed = changed if changed is not None else dict(value)
                     changed[key] = new
@@ -73,9 +76,26 @@ def _without_ttl(value: Any) -> Any:
     if isinstance(value, list):
         out: list[Any] | None = None
         for i, item in enumerate(value):
-            new = _without_ttl(item)
+            new = _rewrite(item, change)
             if new is not item:
                 out = out if out is not None else list(value)
                 out[i] = new
         return value if out is None else out
     return value
+
+
+def _no_ttl(mark: Any) -> Any:
+    if isinstance(mark, dict) and "ttl" in mark:
+        return {k: v for k, v in mark.items() if k != "ttl"}
+    return mark
+
+
+def without_ttl(value: Any) -> Any:
+    """``value`` with the ``ttl`` of every mark taken out (the default, five minutes, in its
+    place); ``rewrite_marks``' copying."""
+    return rewrite_marks(value, _no_ttl)
+
+
+def without_marks(value: Any) -> Any:
+    """``value`` without any ``cache_control`` mark; ``rewrite_marks``' copying."""
+    return rewrite_marks(value, lambda _: None)

@@ -96,6 +96,10 @@ class Headroom:
     def __init__(self) -> None:
         self._until: dict[str, float] = {}
 
+    def __bool__(self) -> bool:
+        """Whether any deployment is (or was lately) marked low: ``last`` has work to do."""
+        return bool(self._until)
+
     def learn(self, name: str, headers: Mapping[str, str], now: float) -> list[tuple[str, int]]:
         """Note what an answer of deployment ``name`` says of its limits; ``(limit, remaining)``
         of each it reports."""

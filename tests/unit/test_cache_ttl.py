@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ezat_compat.sim import clouds
-from ezat_compat.translate.cache_marks import cache_marks, without_ttl
+from ezat_compat.translate.cache_marks import cache_marks, without_marks, without_ttl
 from ezat_compat.upstream.bodies import encode_body
 from ezat_compat.upstream.providers import make_provider
 from ezat_compat.upstream.providers.betas import takes_cache_ttl
@@ -123,3 +123,16 @@ def test_bedrock_sends_a_ttl_only_to_models_that_take_it(model: str, kept: bool)
     ]
     assert marks == ([HOUR] * 3 if kept else [{"type": "ephemeral"}] * 3)
     assert source["system"][0]["cache_control"] == HOUR  # untouched
+
+
+def test_marks_can_be_taken_out_whole() -> None:
+    """``without_marks``, the thread's stored turns: the same mechanism taking marks out."""
+    blocks = [
+        {"type": "text", "text": "a", "cache_control": HOUR},
+        {"type": "tool_use", "id": "t", "name": "f", "input": {"cache_control": HOUR}},
+    ]
+    after = without_marks(blocks)
+    assert after[0] == {"type": "text", "text": "a"} and after[1] is blocks[1]
+    assert blocks[0]["cache_control"] == HOUR
+    plain = [{"type": "text", "text": "b"}]
+    assert without_marks(plain) is plain

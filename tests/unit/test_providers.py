@@ -606,11 +606,26 @@ def test_bedrock_sends_and_signs_its_invocation_options(monkeypatch: pytest.Monk
         ({}, (False, "default")),
         ({"x-amzn-bedrock-service-tier": "flex"}, (False, "flex")),
         (
-            {"x-amzn-bedrock-guardrailidentifier": "g", "x-amzn-bedrock-guardrailversion": "1"},
+            {
+                "content-type": "application/json",
+                "x-amzn-bedrock-guardrailidentifier": "g",
+                "x-amzn-bedrock-guardrailversion": "1",
+            },
             (True, "default"),
         ),
+        (
+            {
+                "content-type": "text/plain",
+                "x-amzn-bedrock-guardrailidentifier": "g",
+                "x-amzn-bedrock-guardrailversion": "1",
+            },
+            "content type to be application/json",
+        ),
         ({"x-amzn-bedrock-service-tier": "cheap"}, "failed to satisfy constraint: Member must satisfy enum value set"),
-        ({"x-amzn-bedrock-guardrailidentifier": "g"}, "Guardrail version is required"),
+        (
+            {"content-type": "application/json", "x-amzn-bedrock-guardrailidentifier": "g"},
+            "Guardrail version is required",
+        ),
     ],
 )
 def test_the_simulated_bedrock_reads_invocation_options(headers: dict[str, str], expected: Any) -> None:

@@ -159,6 +159,7 @@ class BedrockProvider(Provider):
         "_options",
         "_paths",
         "_session",
+        "_told_format",
     )
     name = "bedrock"
     rewrites = True
@@ -179,6 +180,7 @@ class BedrockProvider(Provider):
         self._ca_file = ""  # the combined CA file of the credential calls, once written
         self._options = invoke_options(deployment)
         self._no_ttl = not takes_cache_ttl(self.name, deployment.upstream_model)
+        self._told_format = not takes_output_format(self.name, deployment.upstream_model)
         logging.getLogger("botocore.auth").setLevel(logging.INFO)  # its debug lines hold the signature
 
     # -- the request ----------------------------------------------------------------------------
@@ -200,7 +202,7 @@ class BedrockProvider(Provider):
             out["anthropic_beta"] = betas
         out.update((k, v) for k, v in data.items() if k not in ("anthropic_version", "anthropic_beta"))
         out = drop_gated_fields(out, betas)  # a field whose beta Bedrock doesn't take goes with it
-        if not takes_output_format(self.name, self.deployment.upstream_model):
+        if self._told_format:
             out = told_format(out)  # the model's copy of the schema on Bedrock refuses the field
         if self._no_ttl:  # an older model: its cache marks go with the default five minutes
             for key in ("system", "tools", "messages"):
