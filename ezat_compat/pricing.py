@@ -8,12 +8,14 @@ output).
 
 - ``cost_micros``: what a finished request costs (settled into the ledger).
 - ``worst_case_micros``: what a request may cost at most (reserved before it runs).
+- ``capped_usage``: the usage billed, never past the bounds that reservation was made from.
 - ``usd_to_micros`` / ``micros_to_usd``: the dollar strings of the CLI and of ``--json``.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from decimal import ROUND_CEILING, ROUND_HALF_UP, Context, Decimal
 
 from ezat_compat.domain import Price, Usage
@@ -77,6 +79,36 @@ def worst_case_micros(
     if web_searches:
         total = _EXACT.add(total, _EXACT.multiply(Decimal(web_searches) * 1_000_000, price.web_search))
     return int(total.quantize(_ONE, rounding=ROUND_CEILING, context=_EXACT))
+
+
+def capped_usage(usage: Usage, input_bound: int, max_output_tokens: int, web_searches: int) -> Usage:
+    """``usage`` held to the bounds its reservation was computed from (``worst_case_micros``'s
+    arguments): prompt tokens (input, cache writes and reads together) at most ``input_bound``,
+    output at most ``max_output_tokens`` (0: no output bound known), searches at most
+    ``web_searches``. Returns ``usage`` itself when it is within them, so the caller can tell an
+    upstream that reported more than the request could have used (an upstream fault: billed at
+    the cap, never past the reservation). Prompt tokens past the bound are taken off the dearest
+    kind first (cache writes, then uncached input, then cache reads)."""
+    over_prompt = usage.prompt_tokens - max(0, input_bound)
+    over_output = max_output_tokens > 0 and usage.output_tokens > max_output_tokens
+    over_search = usage.web_searches > max(0, web_searches)
+    if over_prompt <= 0 and not over_output and not over_search:
+        return usage
+    counts = [usage.cache_write_tokens, usage.input_tokens, usage.cache_read_tokens]
+    for i, count in enumerate(counts):
+        cut = min(count, max(0, over_prompt))
+        counts[i] = count - cut
+        over_prompt -= cut
+    output = min(usage.output_tokens, max_output_tokens) if max_output_tokens > 0 else usage.output_tokens
+    return replace(
+        usage,
+        cache_write_tokens=counts[0],
+        input_tokens=counts[1],
+        cache_read_tokens=counts[2],
+        output_tokens=output,
+        reasoning_tokens=min(usage.reasoning_tokens, output),
+        web_searches=min(usage.web_searches, max(0, web_searches)),
+    )
 
 
 def usd_to_micros(text: str) -> int:

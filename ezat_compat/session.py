@@ -11,6 +11,7 @@ was produced, estimated (Chat Completions reference, "Streaming": usage is recor
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from typing import Protocol
@@ -25,6 +26,11 @@ log = logging.getLogger("ezat_compat")
 # Messages API, "Streaming": the last event of a reply (its bill is recorded when it is fed).
 LAST_EVENT = "message_stop"
 CHARS_PER_TOKEN = 4
+# A stream that produced more characters than its max_tokens could hold is cut there (an upstream
+# that doesn't stop, or lies): no token of Claude's tokenizers is near this long, and the slack
+# keeps a tiny max_tokens from cutting a reply that is within it.
+MAX_CHARS_PER_TOKEN = 32
+CHAR_CAP_SLACK = 1024
 RELAY_FAILED = "The gateway failed while relaying the stream."
 RELAY_STOPPED = "The gateway stopped while relaying the stream."
 
@@ -76,8 +82,10 @@ class StreamSession:
     """A started stream. ``head`` is the translation of the first event (already read)."""
 
     __slots__ = (
+        "_char_cap",
         "_closed",
         "_max_tokens",
+        "_open_block",
         "_owner",
         "_translator",
         "_upstream",
@@ -103,6 +111,8 @@ class StreamSession:
         self._translator = translator
         self._owner = owner
         self._max_tokens = max_tokens
+        self._char_cap = max_tokens * MAX_CHARS_PER_TOKEN + CHAR_CAP_SLACK if max_tokens > 0 else -1
+        self._open_block: str | None = None  # the data of the content block started and not stopped
         self._closed = False
         self.ping = ping
         self.keepalive_s = keepalive_s
@@ -128,7 +138,36 @@ class StreamSession:
             return out + self._succeed()
         if translator.error is not None:
             return out + self._fail(self._owner.failure(UpstreamStatusError.from_event(translator.error)))
+        if event == "content_block_start":
+            self._open_block = data
+        elif event == "content_block_stop":
+            self._open_block = None
+        if 0 <= self._char_cap < translator.produced_chars():
+            return out + self._overran()
         return out
+
+    def _overran(self) -> bytes:
+        """The upstream went on past what ``max_tokens`` allows: the reply is ended here as the
+        API ends one at its limit (the open block stopped, ``stop_reason: "max_tokens"``), and
+        billed at the cap (the pipeline counts the excess as an upstream fault)."""
+        log.warning("an upstream stream went past its max_tokens (%d): cut there", self._max_tokens)
+        out = []
+        if self._open_block is not None:
+            try:
+                index = json.loads(self._open_block).get("index", 0)
+            except (ValueError, AttributeError):
+                index = 0
+            out.append(
+                self._translator.feed("content_block_stop", json.dumps({"type": "content_block_stop", "index": index}))
+            )
+        delta = {
+            "type": "message_delta",
+            "delta": {"stop_reason": "max_tokens", "stop_sequence": None},
+            "usage": {"output_tokens": self._max_tokens + 1},  # past the cap: billed at it, counted as excess
+        }
+        out.append(self._translator.feed("message_delta", json.dumps(delta)))
+        out.append(self.feed(LAST_EVENT, json.dumps({"type": LAST_EVENT})))
+        return b"".join(out)
 
     def relay(self, event: str, data: str) -> bytes:
         """``feed``, where a failure to translate (a bug) ends the stream as broken."""

@@ -265,6 +265,13 @@ class Metrics:
             multiprocess_mode="livemostrecent" if self.multiprocess else "all",
         )
         self.billing_errors = Counter("ezat_billing_errors", "Usage records that could not be written", registry=reg)
+        self.usage_excess = Counter(
+            "ezat_upstream_usage_excess",
+            "Answers whose reported usage (or stream length) went past what the request reserved from its input and "
+            "max_tokens: billed at the reservation's cap; an upstream fault to alert on",
+            ["model", "deployment"],
+            registry=reg,
+        )
         self.tokens = Histogram(
             "gen_ai_client_token_usage",
             "Tokens of billed requests by type, per request (the _sum: the tokens usage --json counts)",

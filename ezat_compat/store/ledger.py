@@ -301,6 +301,20 @@ class Ledger:
                     raise self._org_refusal(conn, ctx, amount_micros)
                 raise self._key_refusal(conn, ctx, amount_micros)
 
+    def check_funds(self, ctx: AuthContext, amount_micros: int) -> None:
+        """Refuse (402, the words of ``reserve``) a request whose organisation or key could not
+        pay ``amount_micros`` now; hold nothing. For work done before, or without, a reservation:
+        an unbilled request (``count_tokens``) and the load of a stored conversation, so that a key
+        that can't pay for a completion can't make the gateway do a completion's work."""
+        with self._engine.connect() as conn:
+            org = conn.execute(_ORG_FUNDS, {"b_org": ctx.org_id}).first()
+            if org is None or org.balance_micros - org.reserved_micros < amount_micros:
+                raise self._org_refusal(conn, ctx, amount_micros)
+            if ctx.spend_limit_micros is not None:
+                key = conn.execute(_KEY_FUNDS, {"b_key": ctx.key_id}).first()
+                if key is None or key.spend_limit_micros - key.spent_micros - key.reserved_micros < amount_micros:
+                    raise self._key_refusal(conn, ctx, amount_micros)
+
     def _forget_if_held(self, params: dict[str, Any], status: int) -> None:
         """A reserve failed with the database gone: it may still have committed (PostgreSQL took
         the COMMIT, its answer was lost), and nothing would settle that hold but the 6-hour
