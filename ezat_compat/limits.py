@@ -274,8 +274,21 @@ class RateLimits:
                     self._limiter = FixedWindowRateLimiter(storage)
         return self._limiter
 
-    def admit(self, ctx: AuthContext, tokens: int = 0) -> TokenHold | None:
-        """Reserve ``tokens`` of the key's tpm, then count one request against its rpm.
+    def count_request(self, ctx: AuthContext) -> None:
+        """Count one request against the key's rpm now (429 past it), before work that comes
+        ahead of ``admit`` (loading a stored conversation); then call ``admit(…, counted=True)``."""
+        if ctx.rpm is None:
+            return
+        try:
+            item = _item("rpm", ctx.rpm, self.window_s)
+            if not self._get_limiter().hit(item, str(ctx.key_id)):
+                raise self._rpm_refused(ctx, ctx.rpm, item, str(ctx.key_id))
+        except StorageError as exc:
+            raise GatewayError("The rate-limit store is unreachable; try again shortly.") from exc
+
+    def admit(self, ctx: AuthContext, tokens: int = 0, *, counted: bool = False) -> TokenHold | None:
+        """Reserve ``tokens`` of the key's tpm, then count one request against its rpm (unless
+        ``counted``: ``count_request`` did).
 
         Returns the hold to settle when the request ends (None when nothing was reserved).
         Raises ``RateLimitError`` (429) with ``retry_after`` (whole seconds, at least 1) when
@@ -284,7 +297,8 @@ class RateLimits:
         when the limit storage can't be reached. A refused request holds nothing. Returns at
         once for unlimited keys.
         """
-        if ctx.rpm is None and ctx.tpm is None:
+        rpm = None if counted else ctx.rpm
+        if rpm is None and ctx.tpm is None:
             return None
         ident = str(ctx.key_id)
         hold: TokenHold | None = None
@@ -292,15 +306,15 @@ class RateLimits:
         try:
             limiter = self._get_limiter()
             embedded = self._storage if isinstance(self._storage, SQLiteCounterStorage) else None
-            if embedded is not None and ctx.tpm is not None and ctx.rpm is not None and tokens:
-                hold = self._reserve_tokens_and_hit(embedded, ctx, ctx.tpm, ctx.rpm, tokens, ident)
+            if embedded is not None and ctx.tpm is not None and rpm is not None and tokens:
+                hold = self._reserve_tokens_and_hit(embedded, ctx, ctx.tpm, rpm, tokens, ident)
             else:
                 if ctx.tpm is not None:
                     hold = self._reserve_tokens(ctx, ctx.tpm, tokens)
-                if ctx.rpm is not None:
-                    item = _item("rpm", ctx.rpm, self.window_s)
+                if rpm is not None:
+                    item = _item("rpm", rpm, self.window_s)
                     if not limiter.hit(item, ident):
-                        raise self._rpm_refused(ctx, ctx.rpm, item, ident)
+                        raise self._rpm_refused(ctx, rpm, item, ident)
         except StorageError as exc:
             raise GatewayError("The rate-limit store is unreachable; try again shortly.") from exc
         except RateLimitError:

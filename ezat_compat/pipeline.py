@@ -43,7 +43,7 @@ from ezat_compat.errors import (
     UpstreamTimeoutError,
 )
 from ezat_compat.limits import RateLimits, TokenHold
-from ezat_compat.pricing import cost_micros, worst_case_micros
+from ezat_compat.pricing import capped_usage, cost_micros, worst_case_micros
 from ezat_compat.routing import plan
 from ezat_compat.server.logs import RequestRecord
 from ezat_compat.server.metrics import Metrics
@@ -140,6 +140,8 @@ class Call:
     reserved_micros: int
     started: float
     max_tokens: int = 0
+    input_bound: int = 0  # the input tokens and web searches the reservation covers (``capped_usage``)
+    search_bound: int = 0
     deployment: str = ""
     settled: bool = False
     billed: bool = True
@@ -212,11 +214,18 @@ class Gateway:
             path = dialect.body_path(exc.path) if exc.path else None
             raise InvalidRequestError(f"{path}: {exc.message}" if path else exc.message, param=path) from None
         parsed = dialect.parse(body, request.headers, lambda name: self.resolve(auth, name, record))
-        if parsed.prepare is not None:  # the organisation's own state (a stored conversation)
+        counted = False
+        if parsed.prepare is not None:  # the organisation's own state (a stored conversation):
+            self.limits.count_request(auth)  # loaded only for a key within its rpm
+            if parsed.billed:  # and one that can still pay for a turn
+                self.ledger.check_funds(auth, 1)
+            counted = True
             parsed.prepare(parsed, auth.org_id)
         if parsed.thinking_ids:  # thinking kept from earlier rounds of a tool loop
             dialect.restore_thinking(parsed, self.thinking.get(auth.org_id, parsed.thinking_ids, self.clock()))
-        call = self.admit(request.request_id, dialect.endpoint, auth, parsed, status_of=dialect.status_of)
+        call = self.admit(
+            request.request_id, dialect.endpoint, auth, parsed, status_of=dialect.status_of, counted=counted
+        )
         call.record = record
         return Run(self, dialect, parsed, call, request.connected).go()
 
@@ -245,20 +254,34 @@ class Gateway:
         parsed: Parsed,
         *,
         status_of: Callable[[GatewayError], int] | None = None,
+        counted: bool = False,
     ) -> Call:
         """Rate limits, then reserve the worst-case cost (429 / 402); unbilled requests reserve
-        nothing. ``status_of``: the dialect's status of an error (for a reserve lost with the
-        database, whose ledger row says what the client got)."""
+        nothing, but are refused (402) when the key couldn't pay for the same request with one
+        token of output: it would make the gateway do a completion's work (images) for free.
+        ``status_of``: the dialect's status of an error (for a reserve lost with the database,
+        whose ledger row says what the client got). ``counted``: the request was already counted
+        against the key's rpm (``RateLimits.count_request``)."""
         if time.monotonic() >= self._next_sweep:
             self._sweep_stale_reservations()
         self.ledger.maintain()  # in the background, every few seconds: journal replay, dead workers' holds
-        reserve = bound = 0
+        reserve = bound = searches = 0
         if parsed.billed:  # the worst case is known before anything is held
             bound = input_tokens_upper_bound(parsed.body, parsed.model.context_window)
             searches = bound_web_searches(parsed.body, self.config.gateway.web_search_max_uses)
             price = self._reserve_prices.get(parsed.model.id) or parsed.model.price
             reserve = worst_case_micros(bound, parsed.max_tokens, price, searches)
-        tokens = self.limits.admit(auth, bound + parsed.max_tokens if parsed.billed else 0)
+        tokens = self.limits.admit(auth, bound + parsed.max_tokens if parsed.billed else 0, counted=counted)
+        if not parsed.billed:  # a completion's work (the upstream's, images): for a key that could pay for one
+            try:
+                price = self._reserve_prices.get(parsed.model.id) or parsed.model.price
+                self.ledger.check_funds(
+                    auth,
+                    worst_case_micros(input_tokens_upper_bound(parsed.body, parsed.model.context_window), 1, price),
+                )
+            except BaseException:
+                self.limits.settle_tokens(tokens, 0)
+                raise
         if parsed.billed:
             try:
                 self.ledger.reserve(
@@ -283,6 +306,8 @@ class Gateway:
             reserved_micros=reserve,
             started=time.monotonic(),
             max_tokens=parsed.max_tokens,
+            input_bound=bound,
+            search_bound=searches,
             billed=parsed.billed,
             tokens=tokens,
         )
@@ -323,7 +348,13 @@ class Gateway:
             return
         billed = status in (STATUS_OK, CLIENT_CLOSED) and usage is not None
         usage = usage if billed and usage is not None else Usage()
-        cost = cost_micros(usage, call.price or call.model.price) if billed else 0
+        cost = 0
+        if billed:
+            capped = capped_usage(usage, call.input_bound, call.max_tokens, call.search_bound)
+            cost = cost_micros(capped, call.price or call.model.price)
+            if capped is not usage or cost > call.reserved_micros:
+                self._excess(call, usage)
+                usage, cost = capped, min(cost, call.reserved_micros)
         call.record.billed(usage, cost)
         entry = LedgerEntry(
             created_at=datetime.now(UTC),
@@ -347,6 +378,21 @@ class Gateway:
             self.limits.settle_tokens(call.tokens, usage.prompt_tokens + usage.output_tokens if billed else 0)
         except Exception:
             log.exception("could not count tokens of request %s", call.request_id)
+
+    def _excess(self, call: Call, usage: Usage) -> None:
+        """The upstream reported more than the request could use: billed at the reservation's
+        cap, logged and counted (``ezat_upstream_usage_excess_total``) for an operator to alert on."""
+        self.metrics.child(self.metrics.usage_excess, call.model.id, call.deployment).inc()
+        log.warning(
+            "deployment %s reported usage past request %s's reservation (input bound %d, max_tokens %d, "
+            "web searches %d): %s; billed at the cap",
+            call.deployment,
+            call.request_id,
+            call.input_bound,
+            call.max_tokens,
+            call.search_bound,
+            usage,
+        )
 
     def _write_alone(self, rider: Rider) -> None:
         try:

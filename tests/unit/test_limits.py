@@ -232,3 +232,24 @@ def test_tokens_and_the_request_are_counted_in_one_transaction(make_limits: Any)
     hold = limits.admit(ctx, 10)
     assert len(runs) == 1 and len(runs[0]) == 2  # the tpm reservation and the rpm hit, together
     assert hold is not None and storage.get(hold.key) == 20
+
+
+def test_a_request_counted_before_its_stored_conversation_loads_is_counted_once(make_limits: Any) -> None:
+    """Issue 41 #4: the rpm is checked before a stored conversation is loaded (``count_request``),
+    and the admission that follows (``counted=True``) doesn't count the request again."""
+    limits = make_limits()
+    ctx = key(rpm=2, tpm=1000)
+    for _ in range(2):
+        limits.count_request(ctx)
+        hold = limits.admit(ctx, 10, counted=True)
+        assert hold is not None and hold.tokens == 10
+    with pytest.raises(RateLimitError, match="requests per minute"):
+        limits.count_request(ctx)
+    with pytest.raises(RateLimitError, match="requests per minute"):
+        limits.admit(ctx, 10)
+
+
+def test_count_request_is_free_for_a_key_without_rpm(make_limits: Any) -> None:
+    limits = make_limits()
+    limits.count_request(key(tpm=100))
+    assert limits.storage is None

@@ -171,6 +171,9 @@ class FakeLedger:
         self.rows: list[tuple[str, Any]] = []
         self.riders: list[Any] = []  # what rode with each settlement (None: nothing)
 
+    def check_funds(self, ctx: AuthContext, amount: int) -> None:
+        pass
+
     def reserve(self, ctx: AuthContext, request_id: str, amount: int, **_request: str) -> None:
         self.reserved[request_id] = amount
         self.made[request_id] = amount
@@ -194,8 +197,11 @@ class FakeLimits:
     def __init__(self) -> None:
         self.tokens = 0
 
-    def admit(self, ctx: AuthContext, tokens: int = 0) -> TokenHold | None:
+    def admit(self, ctx: AuthContext, tokens: int = 0, *, counted: bool = False) -> TokenHold | None:
         return TokenHold("k", tokens) if tokens else None
+
+    def count_request(self, ctx: AuthContext) -> None:
+        pass
 
     def settle_tokens(self, hold: TokenHold | None, used: int) -> None:
         self.tokens += used
