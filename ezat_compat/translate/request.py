@@ -18,7 +18,7 @@ from ezat_compat.domain import Model
 from ezat_compat.errors import InvalidRequestError
 from ezat_compat.translate.ids import encode_tool_id
 from ezat_compat.translate.media import PDF_MEDIA_TYPE, decode_base64, is_pdf, sniff_image_type
-from ezat_compat.translate.schema import fit_schema, fit_tool_schema
+from ezat_compat.translate.schema import SchemaBudget, fit_schema, fit_tool_schema
 from ezat_compat.translate.tables import (
     DEFAULT_MAX_TOKENS,
     EFFORT_TO_THINKING_BUDGET,
@@ -359,10 +359,13 @@ def _finish_conversation(conv: _Conversation, model: Model, model_name: str) -> 
 # ---------------------------------------------------------------- tools
 
 
-def _tools(tools: list[dict[str, Any]], pause: Callable[[], None] = no_pause) -> list[tuple[dict[str, Any], str]]:
+def _tools(
+    tools: list[dict[str, Any]], budget: SchemaBudget, pause: Callable[[], None] = no_pause
+) -> list[tuple[dict[str, Any], str]]:
     """Function tools -> Anthropic tools: name, description, schema, strict, cache_control.
-    A ``strict`` tool's schema is fitted to structured outputs (``schema.fit_schema``). Spec:
-    "Tools". ``pause`` every ``TOOLS_PAUSE_EVERY`` tools (a schema's fitting is the heavy part)."""
+    A ``strict`` tool's schema is fitted to structured outputs (``schema.fit_schema``), under the
+    request's ``budget``. Spec: "Tools". ``pause`` every ``TOOLS_PAUSE_EVERY`` tools (a schema's
+    fitting is the heavy part)."""
     out: list[tuple[dict[str, Any], str]] = []
     names: set[str] = set()
     for t, tool in enumerate(tools):
@@ -384,7 +387,7 @@ def _tools(tools: list[dict[str, Any]], pause: Callable[[], None] = no_pause) ->
         elif schema["type"] != "object":
             raise _bad(f"tools[{t}].function.parameters.type", 'must be "object"')
         if fn.get("strict"):  # decoded under the structured-output grammar: fitted to it
-            schema = fit_tool_schema(schema, f"tools[{t}].function.parameters", str(name))
+            schema = fit_tool_schema(schema, f"tools[{t}].function.parameters", str(name), budget)
         block: dict[str, Any] = {"name": name}
         if fn.get("description"):
             block["description"] = fn["description"]
@@ -495,14 +498,17 @@ def _stop_sequences(stop: str | list[str] | None) -> list[str]:
     return [s for s in items if not _blank(s)]
 
 
-def _output_format(response_format: dict[str, Any] | None, model: Model, model_name: str) -> dict[str, Any] | None:
+def _output_format(
+    response_format: dict[str, Any] | None, model: Model, model_name: str, budget: SchemaBudget
+) -> dict[str, Any] | None:
     """``json_schema`` -> native structured output, the schema fitted to what Anthropic accepts
-    (``schema.fit_schema``); ``text`` -> nothing. Spec: "Output length and format"."""
+    (``schema.fit_schema``, under the request's ``budget``); ``text`` -> nothing. Spec: "Output
+    length and format"."""
     if not response_format or response_format["type"] != "json_schema":
         return None
     if not model.structured_output:
         raise _bad("response_format", f"model {model_name} does not support structured output (json_schema)")
-    schema = fit_schema(response_format["json_schema"]["schema"], "response_format.json_schema.schema")
+    schema = fit_schema(response_format["json_schema"]["schema"], "response_format.json_schema.schema", budget)
     return {"type": "json_schema", "schema": schema}
 
 
@@ -591,7 +597,8 @@ def openai_to_anthropic(
         raise _bad("messages", "must contain at least one user message")
     _finish_conversation(conv, model, name)
 
-    tool_pairs = _tools(req["tools"], pause) if req.get("tools") else []
+    budget = SchemaBudget()  # one for every schema of the request
+    tool_pairs = _tools(req["tools"], budget, pause) if req.get("tools") else []
     if tool_pairs and not model.tools:
         raise _bad("tools", f"model {name} does not support tools")
     choice = None
@@ -602,7 +609,7 @@ def openai_to_anthropic(
     forced = choice is not None and choice["type"] in ("any", "tool")
     max_tokens = _max_tokens(req, model, name)
     effort, thinking = _reasoning(req.get("reasoning_effort"), forced, max_tokens, model, name)
-    output_format = _output_format(req.get("response_format"), model, name)
+    output_format = _output_format(req.get("response_format"), model, name, budget)
 
     source_map: dict[tuple[Any, ...], str] = {}
     system = []

@@ -47,7 +47,7 @@ from ezat_compat.translate.responses_tools import (
     tool_choice_to_anthropic,
     tools_to_anthropic,
 )
-from ezat_compat.translate.schema import fit_schema
+from ezat_compat.translate.schema import SchemaBudget, fit_schema
 from ezat_compat.translate.tables import (
     DEFAULT_MAX_TOKENS,
 )
@@ -330,15 +330,17 @@ def _reasoning_options(req: Mapping[str, Any]) -> tuple[str | None, bool]:
     return reasoning.get("effort"), summary is not None
 
 
-def _output_format(req: Mapping[str, Any], model: Model, model_name: str) -> dict[str, Any] | None:
+def _output_format(
+    req: Mapping[str, Any], model: Model, model_name: str, budget: SchemaBudget
+) -> dict[str, Any] | None:
     """``text.format``: json_schema -> structured output (the schema fitted as chat's
-    ``response_format``), text -> nothing."""
+    ``response_format``, under the request's ``budget``), text -> nothing."""
     fmt = (req.get("text") or {}).get("format")
     if fmt is None or fmt.get("type") != "json_schema":
         return None
     if not model.structured_output:
         raise _bad("text.format", f"model {model_name} does not support structured output (json_schema)")
-    return {"type": "json_schema", "schema": fit_schema(fmt["schema"], "text.format.schema")}
+    return {"type": "json_schema", "schema": fit_schema(fmt["schema"], "text.format.schema", budget)}
 
 
 # ---------------------------------------------------------------- the request
@@ -366,14 +368,17 @@ def responses_to_anthropic(
 
     declared = [(tool, f"tools[{t}]", False) for t, tool in enumerate(req.get("tools") or ())]
     declared += [t for t in conv.tools if not t[2]] + [t for t in conv.tools if t[2]]
-    tool_pairs, tool_names, _ = tools_to_anthropic(declared, model, name, pause) if declared else ([], {}, False)
+    budget = SchemaBudget()  # one for every schema of the request
+    tool_pairs, tool_names, _ = (
+        tools_to_anthropic(declared, model, name, pause, budget) if declared else ([], {}, False)
+    )
     parallel = req.get("parallel_tool_calls")
     choice = tool_choice_to_anthropic(req.get("tool_choice"), tool_names, parallel, model, name) if tool_pairs else None
     forced = choice is not None and choice["type"] in ("any", "tool")
     max_tokens = _max_tokens(req, model, name)
     effort_name, summary = _reasoning_options(req)
     effort, thinking = _reasoning(effort_name, forced, max_tokens, model, name, "reasoning.effort")
-    output_format = _output_format(req, model, name)
+    output_format = _output_format(req, model, name, budget)
     sampling = {key: req[key] for key in ("temperature", "top_p") if req.get(key) is not None}
 
     source_map: dict[tuple[Any, ...], str] = {}

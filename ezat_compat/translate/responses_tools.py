@@ -18,7 +18,7 @@ from typing import Any
 
 from ezat_compat.domain import Model
 from ezat_compat.translate.request import TOOL_NAME, TOOLS_PAUSE_EVERY, _bad
-from ezat_compat.translate.schema import fit_tool_schema
+from ezat_compat.translate.schema import SchemaBudget, fit_tool_schema
 from ezat_compat.translate.tables import TOOL_CHOICE_TO_ANTHROPIC
 from ezat_compat.wire.json import no_pause
 
@@ -63,9 +63,10 @@ def _tag(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _schema(params: Any, strict: bool, path: str, name: str = "") -> dict[str, Any]:
+def _schema(params: Any, strict: bool, path: str, name: str = "", budget: SchemaBudget | None = None) -> dict[str, Any]:
     """A function tool's parameters -> ``input_schema`` (the chat rules: an object schema; a
-    ``strict`` one fitted to structured outputs, a refusal naming the tool ``name``)."""
+    ``strict`` one fitted to structured outputs under the request's ``budget``, a refusal naming
+    the tool ``name``)."""
     if params is None:
         return {"type": "object", "properties": {}}
     schema = dict(params)
@@ -73,7 +74,7 @@ def _schema(params: Any, strict: bool, path: str, name: str = "") -> dict[str, A
         schema = {"type": "object", **schema}
     elif schema["type"] != "object":
         raise _bad(f"{path}.parameters.type", 'must be "object"')
-    return fit_tool_schema(schema, f"{path}.parameters", name) if strict else schema
+    return fit_tool_schema(schema, f"{path}.parameters", name, budget) if strict else schema
 
 
 def _custom_tool(tool: dict[str, Any], path: str) -> dict[str, Any]:
@@ -97,7 +98,9 @@ def _custom_tool(tool: dict[str, Any], path: str) -> dict[str, Any]:
     return block
 
 
-def _one_tool(tool: dict[str, Any], path: str, namespace: str | None) -> tuple[dict[str, Any], ClientTool]:
+def _one_tool(
+    tool: dict[str, Any], path: str, namespace: str | None, budget: SchemaBudget
+) -> tuple[dict[str, Any], ClientTool]:
     kind = tool.get("type")
     name = str(tool.get("name"))
     if kind == "function":
@@ -106,7 +109,7 @@ def _one_tool(tool: dict[str, Any], path: str, namespace: str | None) -> tuple[d
         description = tool.get("description")
         if description:
             block["description"] = description
-        block["input_schema"] = _schema(tool.get("parameters"), strict, path, name)
+        block["input_schema"] = _schema(tool.get("parameters"), strict, path, name, budget)
         if tool.get("strict") is not None:
             block["strict"] = strict
     else:
@@ -153,13 +156,17 @@ def tools_to_anthropic(
     model: Model,
     model_name: str,
     pause: Callable[[], None] = no_pause,
+    budget: SchemaBudget | None = None,
 ) -> tuple[list[tuple[dict[str, Any], str]], dict[str, ClientTool], bool]:
     """Tools as (tool, client path, found) -> (Anthropic tools with their paths, Anthropic
     name -> client tool, web search translated). ``tools``: the request's, then those of its
     ``additional_tools`` items, then those a client-run tool search found (``found``: a name
     already there is left out, as a tool found twice; elsewhere a duplicate is refused).
     Namespaces are flattened; web_search only for models with it (the schema refused the other
-    built-ins). ``pause`` every ``TOOLS_PAUSE_EVERY`` tools (a worker's cooperative yield)."""
+    built-ins). ``pause`` every ``TOOLS_PAUSE_EVERY`` tools (a worker's cooperative yield).
+    ``budget``: the request's ``SchemaBudget``, for its strict tools and its ``text.format``
+    together (None: one for these tools alone)."""
+    budget = SchemaBudget() if budget is None else budget
     out: list[tuple[dict[str, Any], str]] = []
     names: dict[str, ClientTool] = {}
     web_search = False
@@ -177,14 +184,14 @@ def tools_to_anthropic(
             pause()
         kind = tool.get("type")
         if kind in ("function", "custom"):
-            add(*_one_tool(tool, path, None), path, found)
+            add(*_one_tool(tool, path, None, budget), path, found)
         elif kind == TOOL_SEARCH:
             add(*_tool_search(tool, path), path, found)
         elif kind == "namespace":
             namespace = str(tool.get("name"))
             for k, member in enumerate(tool.get("tools") or ()):
                 member_path = f"{path}.tools[{k}]"
-                add(*_one_tool(member, member_path, namespace), member_path, found)
+                add(*_one_tool(member, member_path, namespace, budget), member_path, found)
         elif kind in WEB_SEARCH_TYPES and model.web_search and not web_search:
             # (a model without web search: the tool is left out, never forwarded)
             web_search = True

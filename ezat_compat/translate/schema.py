@@ -24,12 +24,16 @@ the client's request (``response_format.json_schema.schema.properties.tags.addit
 properties they list), recursive or external ``$ref``, a schema without a type, an unknown
 type, an ``enum`` of objects or arrays, an ``enum`` with no value of its type.
 
-The work is bounded by the schema's size, never by what inlining makes of it: each referenced
+The work is bounded by the schemas' size, never by what inlining makes of them: each referenced
 schema (a definition, an ``allOf`` ``$ref``'s target) is fitted once and copied at each further
-use, and the copies ``allOf`` inlines may add at most ``MAX_INLINED`` characters of JSON (a
-chain of definitions each listing the next one twice would otherwise double at every level);
-beyond that, or past ``MAX_DEPTH`` levels, the schema is refused with a 400 naming its path
-(``tools[3].function.parameters``). Recursive schemas are refused before any of this.
+use, and what inlining adds (each ``allOf`` use of a target, each further copy) is at most
+``MAX_INLINED`` characters of JSON for the whole request, not for each schema: a chain of
+definitions each listing the next one twice doubles at every level, and 2,000 strict tools each
+just under a per-schema cap once held a worker's 4.7 GB. A ``SchemaBudget`` holds that
+count: make one per request and pass it to every ``fit_schema`` / ``fit_tool_schema`` of the
+request. A size is checked before its copy is made, so the work stops as soon as the budget is
+passed. Beyond the budget, or past ``MAX_DEPTH`` levels, the schema is refused with a 400 naming
+its path (``tools[3].function.parameters``). Recursive schemas are refused before any of this.
 
 Pure: plain data in, a new dict out; the input is never changed.
 """
@@ -54,8 +58,9 @@ DEFINITIONS = ("$defs", "definitions")
 # Regex features Anthropic's grammar refuses: backreferences, lookahead/lookbehind, word boundaries.
 UNSUPPORTED_PATTERN = re.compile(r"\\[1-9]|\\k<|\(\?<?[=!]|\\[bB]")
 MAX_DEPTH = 64  # nesting levels; deeper schemas are refused rather than recursed into without end
-# JSON characters the copies inlined for allOf $refs may add to one schema: far beyond any grammar
-# the API compiles ("The compiled grammar is too large"), far below what would hold a worker.
+# JSON characters inlining (allOf $refs, and further copies of what they point to) may add to one
+# request's schemas, all together: far beyond any grammar the API compiles ("The compiled grammar
+# is too large"), far below what would hold a worker (~20 ms of CPU, a few MB).
 MAX_INLINED = 256 * 1024
 
 _SCALARS = (str, int, float, bool, type(None))
@@ -64,6 +69,18 @@ _TYPES_TEXT = ", ".join(TYPES)
 
 def _bad(path: str, reason: str) -> InvalidRequestError:
     return InvalidRequestError(f"{path}: {reason}", param=path)
+
+
+@dataclass(slots=True)
+class SchemaBudget:
+    """What inlining may add to one request's schemas, all together: ``limit`` JSON characters,
+    ``spent`` so far. Make one per request (``SchemaBudget()``) and pass it to every
+    ``fit_schema`` and ``fit_tool_schema`` call of that request (strict tools' parameters,
+    ``response_format``, ``text.format``); never share one between requests. A schema that passes
+    it is refused with a 400 naming the schema's path."""
+
+    limit: int = MAX_INLINED
+    spent: int = 0
 
 
 @dataclass(slots=True)
@@ -84,13 +101,14 @@ class _Document:
 
     root: Mapping[str, Any]
     path: str
+    budget: SchemaBudget  # the request's, shared by its schemas
     # ref pointer -> done (True) / being walked (False): the recursion check's colours
     walked: dict[str, bool] = field(default_factory=dict)
     resolved: dict[str, tuple[Any, str]] = field(default_factory=dict)  # ref pointer -> target
     fitted: dict[int, _Fitted] = field(default_factory=dict)  # id(client schema) -> its fitting
     sizes: dict[int, int] = field(default_factory=dict)  # id(inlined copy) -> its JSON size
     deepest: int = 0  # the deepest level fitting has reached (for a reused schema's height)
-    inlined: int = 0  # JSON characters the inlined copies add
+    inlined: int = 0  # JSON characters the inlined copies add to this schema
 
     def resolve(self, ref: Any, path: str) -> tuple[Any, str]:
         """A local ``$ref`` -> (the schema it points to, that schema's path in the request)."""
@@ -156,15 +174,18 @@ def _children(node: Mapping[str, Any], path: str) -> list[tuple[str, Any, str]]:
     return out
 
 
-def fit_schema(schema: Mapping[str, Any], path: str) -> dict[str, Any]:
+def fit_schema(schema: Mapping[str, Any], path: str, budget: SchemaBudget | None = None) -> dict[str, Any]:
     """The schema the client sent at ``path`` (``response_format.json_schema.schema``,
     ``tools[0].function.parameters``), fitted to Anthropic's structured outputs: a new dict.
+    ``budget``: the request's ``SchemaBudget``, shared by all its schemas (None: one of its own,
+    for a schema alone).
 
-    Raises ``InvalidRequestError`` (400) naming the sub-path when the schema can't be expressed.
+    Raises ``InvalidRequestError`` (400) naming the sub-path when the schema can't be expressed,
+    or naming ``path`` when inlining would pass the budget.
     """
     if not isinstance(schema, Mapping):
         raise _bad(path, "must be a JSON schema object")
-    doc = _Document(schema, path)
+    doc = _Document(schema, path, SchemaBudget() if budget is None else budget)
     doc.check_refs(schema, path)
     for key in DEFINITIONS:  # definitions nothing refers to are sent too: check them as well
         defs = schema.get(key)
@@ -177,11 +198,13 @@ def fit_schema(schema: Mapping[str, Any], path: str) -> dict[str, Any]:
 # ---------------------------------------------------------------- one schema node
 
 
-def fit_tool_schema(schema: Mapping[str, Any], path: str, tool: str) -> dict[str, Any]:
+def fit_tool_schema(
+    schema: Mapping[str, Any], path: str, tool: str, budget: SchemaBudget | None = None
+) -> dict[str, Any]:
     """``fit_schema`` for the parameters of the strict tool named ``tool``: a refusal names the
     tool too, as the client knows it (``… (tool "get_weather")``)."""
     try:
-        return fit_schema(schema, path)
+        return fit_schema(schema, path, budget)
     except InvalidRequestError as exc:
         raise InvalidRequestError(f"{exc.message} (tool {_json(tool)})", param=exc.param) from None
 
@@ -264,8 +287,8 @@ def _combinators(rest: dict[str, Any], out: dict[str, Any], path: str, doc: _Doc
 
 def _fit_once(node: Any, path: str, doc: _Document, depth: int, *, inlined: bool) -> dict[str, Any]:
     """A schema that can be reached more than once (a definition, an ``allOf`` ``$ref``'s
-    target) fitted the first time only; later uses get a copy, checked for depth, and an
-    ``inlined`` copy counts towards ``MAX_INLINED``."""
+    target) fitted the first time only; later uses get a copy, checked for depth. An ``inlined``
+    use and every copy are charged to the request's budget before the copy is made."""
     entry = doc.fitted.get(id(node))
     if entry is None:
         outer = doc.deepest
@@ -277,21 +300,34 @@ def _fit_once(node: Any, path: str, doc: _Document, depth: int, *, inlined: bool
         raise _bad(path, f"the schema is nested more than {MAX_DEPTH} levels deep")
     else:
         doc.deepest = max(doc.deepest, depth + entry.height)
-    if inlined:
+    if inlined or entry.placed:
         if entry.size is None:
             entry.size = _measure(entry.schema, doc.sizes)
-        doc.inlined += entry.size
-        if doc.inlined > MAX_INLINED:
-            raise _bad(
-                doc.path,
-                f"the schema is too large once its allOf $refs are inlined (more than {MAX_INLINED} "
-                "characters); refer to shared definitions with $ref outside allOf, which is sent as is",
-            )
+        _charge(doc, entry.size)
     schema = _copy(entry.schema) if entry.placed else entry.schema
     entry.placed = True
-    if inlined:
-        doc.sizes[id(schema)] = entry.size or 0
+    if entry.size is not None:
+        doc.sizes[id(schema)] = entry.size
     return schema
+
+
+def _charge(doc: _Document, size: int) -> None:
+    """Count ``size`` JSON characters of inlining against the schema and the request's budget;
+    refuse the schema (its path) past the budget: alone, or with the request's other schemas."""
+    doc.inlined += size
+    budget = doc.budget
+    budget.spent += size
+    if budget.spent <= budget.limit:
+        return
+    advice = "refer to shared definitions with $ref outside allOf, which is sent as is"
+    if doc.inlined > budget.limit:
+        reason = f"the schema is too large once its allOf $refs are inlined (more than {budget.limit} characters)"
+    else:
+        reason = (
+            "the request's schemas are too large once their allOf $refs are inlined "
+            f"(more than {budget.limit} characters in all, this schema included)"
+        )
+    raise _bad(doc.path, f"{reason}; {advice}")
 
 
 def _measure(value: Any, known: Mapping[int, int]) -> int:
