@@ -37,6 +37,7 @@ from ezat_compat.domain import Config
 from ezat_compat.errors import GatewayError, InvalidRequestError, MethodNotAllowedError, RouteNotFoundError
 from ezat_compat.limits import RateLimits
 from ezat_compat.pipeline import Gateway, health_key
+from ezat_compat.sealing import load_sealer
 from ezat_compat.server import memory
 from ezat_compat.server.drain import start_draining, stop_draining
 from ezat_compat.server.forwarded import TrustedForwarded
@@ -47,6 +48,7 @@ from ezat_compat.store.accounts import Accounts
 from ezat_compat.store.db import make_engine
 from ezat_compat.store.ledger import Ledger
 from ezat_compat.store.thinking import make_thinking_stash
+from ezat_compat.translate.cache_scope import SCOPE_KEY_PURPOSE, CacheScopes
 from ezat_compat.upstream.client import UpstreamClient
 from ezat_compat.upstream.images import ImageFetcher
 
@@ -110,6 +112,12 @@ def build_gateway(config: Config) -> Gateway:
         ),
         metrics=metrics,
         thinking=make_thinking_stash(engine, gw_cfg.redis_url, gw_cfg.thinking_ttl_s),
+        # keyed by the sealing key (every node that shares it gives an organisation one scope)
+        cache_scopes=(
+            CacheScopes(load_sealer(data_folder(config)).derive(SCOPE_KEY_PURPOSE))
+            if gw_cfg.isolate_prompt_cache
+            else None
+        ),
     )
 
 

@@ -52,7 +52,7 @@ from ezat_compat.store.accounts import Accounts, AuthContext
 from ezat_compat.store.hotpath import Rider
 from ezat_compat.store.ledger import CLIENT_CLOSED, STALE_RESERVATION, Ledger, LedgerEntry
 from ezat_compat.store.thinking import ThinkingStash
-from ezat_compat.translate.cache_scope import cache_scope, needs_scope, scope_cache
+from ezat_compat.translate.cache_scope import CacheScopes, needs_scope, scope_cache
 from ezat_compat.translate.estimate import bound_web_searches, input_tokens_upper_bound
 from ezat_compat.translate.request import ImageSlot
 from ezat_compat.upstream.bodies import encode_body
@@ -167,6 +167,7 @@ class Gateway:
         images: ImageFetcher,
         metrics: Metrics,
         thinking: ThinkingStash,
+        cache_scopes: CacheScopes | None = None,
         clock: Callable[[], float] = time.time,
         rand: Callable[[], float] = random.random,
     ) -> None:
@@ -180,6 +181,8 @@ class Gateway:
         self.images = images
         self.metrics = metrics
         self.thinking = thinking
+        # each organisation's prompt-cache scope (None: ``isolate_prompt_cache = false``)
+        self.cache_scopes = cache_scopes
         self.clock = clock
         self.rand = rand
         self.open_streams: set[StreamSession] = set()  # for a shutdown that must end them
@@ -588,8 +591,8 @@ class Run:
         gw, parsed, call = self.gw, self.parsed, self.call
         try:
             gw.fetch_images(parsed.image_slots, parsed.model, call.auth.org_id)
-            if gw.config.gateway.isolate_prompt_cache and needs_scope(parsed.body, parsed.model.min_cache_tokens):
-                scope_cache(parsed.body, cache_scope(call.auth.org_id))
+            if gw.cache_scopes is not None and needs_scope(parsed.body, parsed.model.min_cache_tokens):
+                scope_cache(parsed.body, gw.cache_scopes(call.auth.org_id))
             body = encode_body(parsed.body)
             ids = ReplyIds(call.request_id, int(gw.clock()))
             if parsed.stream:

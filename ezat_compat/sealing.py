@@ -36,6 +36,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import hmac
 import json
 import os
 import re
@@ -90,7 +91,7 @@ def key_id(key: bytes) -> bytes:
 class Sealer:
     """Seals under the current key and opens what any key of the ring sealed (module docstring)."""
 
-    __slots__ = ("_aead", "_id", "_ring")
+    __slots__ = ("_aead", "_derived", "_id", "_ring")
 
     def __init__(self, key: bytes, old: Sequence[bytes] = ()) -> None:
         for k in (key, *old):
@@ -98,9 +99,18 @@ class Sealer:
                 raise ValueError(f"the sealing key must be {KEY_BYTES} bytes")
         self._aead = AESGCM(key)
         self._id = key_id(key)
+        self._derived = hmac.new(key, b"ezat-compat derived key:", "sha256")  # ``derive``'s start
         self._ring: dict[bytes, AESGCM] = {}  # key id -> cipher: the current key first
         for k in (key, *old):
             self._ring.setdefault(key_id(k), AESGCM(k))
+
+    def derive(self, purpose: bytes) -> bytes:
+        """A 32-byte key for another use of the gateway's secret, named by ``purpose`` (HMAC-SHA256
+        under the current key): the same on every node that shares the key, another once it is
+        rotated, and telling nothing of the key (``translate.cache_scope.CacheScopes``)."""
+        mac = self._derived.copy()
+        mac.update(purpose)
+        return mac.digest()
 
     def seal(self, org_id: int, blocks: list[dict[str, Any]]) -> str:
         """``blocks`` as a sealed string bound to ``org_id`` (a fresh random nonce each time)."""

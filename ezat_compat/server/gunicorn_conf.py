@@ -129,6 +129,7 @@ def _start_checks(server: Any) -> None:
             for address in server.cfg.bind:
                 serving.check_bind(address)
         serving.prepare_database(_config)
+        serving.check_sealing_key(_config)
     except serving.StartupError as exc:
         print(f"ezat-compat: {exc}", file=sys.stderr, flush=True)
         if getattr(server, "pidfile", None) is not None:

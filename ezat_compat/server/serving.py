@@ -109,6 +109,24 @@ def check_bind(bind: str) -> None:
             raise StartupError(f"cannot listen on {bind}: {reason}") from None
 
 
+def check_sealing_key(config: Config) -> None:
+    """The sealing key loads (``EZAT_SEALING_KEY``, or the data folder's key file, made here once
+    for every worker), when the prompt-cache scopes are keyed by it (``isolate_prompt_cache``):
+    else a one-line ``StartupError`` saying what to fix."""
+    if not config.gateway.isolate_prompt_cache:
+        return
+    from ezat_compat.datafiles import data_folder
+    from ezat_compat.sealing import load_sealer
+
+    try:
+        load_sealer(data_folder(config))
+    except (OSError, ValueError) as exc:
+        raise StartupError(
+            f"cannot load the sealing key, which keys each organisation's prompt-cache scope: {exc}; set "
+            "EZAT_SEALING_KEY, make [gateway] data_dir writable, or set isolate_prompt_cache = false"
+        ) from None
+
+
 def prepare_database(config: Config) -> None:
     """Create or migrate the configured database, sweeping reservations left by a crash; one-line
     ``StartupError`` when it can't be reached, its URL is not supported or its schema is newer

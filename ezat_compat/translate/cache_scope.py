@@ -6,12 +6,19 @@ other that sends the same prefix, and ``cached_tokens`` / ``cache_read_input_tok
 second that the first sent it (an oracle on another tenant's prompts).
 
 With isolation on, every upstream body starts its cached prefix with the organisation's own
-scope: a first system block ``cache scope <16 hex>`` (the organisation's digest). The cache is
-keyed by the whole prefix in the order tools, system, messages, so:
+scope: a first system block ``cache scope <16 hex>``, an HMAC of the organisation's id under a
+key only the gateway holds (``CacheScopes``: derived from the sealing key, ``sealing.py``, so
+every node that shares that key gives an organisation the same scope, and rotating it starts
+every organisation's cache afresh). The cache is keyed by the whole prefix in the order tools,
+system, messages, so:
 
 - a request's prefix at any system or message breakpoint starts with its organisation's scope
-  block: another organisation's requests start with theirs, never reach it, and read nothing
-  of it (the scope is not a secret: no request can put another scope before its own);
+  block, which the gateway always puts first itself: another organisation's requests start with
+  theirs, never reach it, and read nothing of it. A client's own text that starts like a scope
+  block (another organisation's, copied or guessed) is only that: it comes after the gateway's
+  block, never instead of it (leaving alone a system prompt that started with ``cache scope ``
+  let one organisation send another's scope text and read its prefix). The key keeps the text
+  from being computed from the small sequential ids besides;
 - a breakpoint on a tool (its prefix is tools alone, ahead of any system block) is moved onto
   the scope block: the prefix cached there is the tools and the scope, as long for the
   organisation itself and closed to the others (the longest TTL among the tools' wins).
@@ -24,18 +31,25 @@ a request goes upstream as it was translated.
 The cost: the scope block's ~12 input tokens on every cacheable request (at least
 ``min_cache_tokens`` long, so about 1% at most), and cache entries no longer shared between
 organisations (each writes its own). Requests of one organisation still share theirs across
-keys, nodes and deployments of one account.
+keys, nodes (sharing a sealing key) and deployments of one account.
+
+    scopes = CacheScopes(sealer.derive(SCOPE_KEY_PURPOSE))   # once per process
+    if needs_scope(body, model.min_cache_tokens):
+        scope_cache(body, scopes(org_id))                    # a dict look-up after the first
 """
 
 from __future__ import annotations
 
-import hashlib
+import hmac
 import json
 from typing import Any
 
 from ezat_compat.translate.cache_marks import has_mark
 
 SCOPE_PREFIX = "cache scope "
+SCOPE_KEY_PURPOSE = b"prompt-cache scope"  # what the gateway's secret is derived for (``CacheScopes``)
+SCOPE_KEY_MIN_BYTES = 16
+MAX_SCOPES_KEPT = 65536  # organisations whose scope a process keeps made; past it, made again
 
 # Tokens the upstream adds to a prompt with tools (Anthropic's "tool use system prompt": 346 for
 # Claude 4 models with tool_choice auto/none, 313 with any/tool; "Pricing" in the tool-use docs),
@@ -49,10 +63,37 @@ BLOCK_TOKENS = 8
 _TEXT_KINDS = frozenset(("text", "thinking", "redacted_thinking", "tool_use", "tool_result"))
 
 
-def cache_scope(org_id: int) -> str:
-    """The organisation's scope text: stable across workers, nodes and restarts."""
-    digest = hashlib.sha256(f"ezat-prompt-cache-scope:{org_id}".encode()).hexdigest()[:16]
-    return SCOPE_PREFIX + digest
+def cache_scope(org_id: int, key: bytes = b"") -> str:
+    """The organisation's scope text under ``key`` (HMAC-SHA256): stable across workers, nodes
+    and restarts that share the key. The gateway's key is secret (``CacheScopes`` holds it; use
+    that); without one (tests) the text can be computed by anyone, and isolation still holds,
+    since ``scope_cache`` always puts the gateway's block first."""
+    digest = hmac.digest(key, f"ezat-prompt-cache-scope:{org_id}".encode(), "sha256")
+    return SCOPE_PREFIX + digest.hex()[:16]
+
+
+class CacheScopes:
+    """Each organisation's scope text under the gateway's secret ``key``, made once per process
+    and organisation (the request path looks it up). Build one per process from the gateway's
+    secret, ``Sealer.derive(SCOPE_KEY_PURPOSE)``, and call it with the request's organisation id.
+    Raises ``ValueError`` for a key shorter than ``SCOPE_KEY_MIN_BYTES``."""
+
+    __slots__ = ("_key", "_texts")
+
+    def __init__(self, key: bytes) -> None:
+        if len(key) < SCOPE_KEY_MIN_BYTES:
+            raise ValueError(f"the prompt-cache scope key must hold at least {SCOPE_KEY_MIN_BYTES} bytes")
+        self._key = key
+        self._texts: dict[int, str] = {}
+
+    def __call__(self, org_id: int) -> str:
+        """``org_id``'s scope text (``cache_scope`` under the key)."""
+        text = self._texts.get(org_id)
+        if text is None:
+            if len(self._texts) >= MAX_SCOPES_KEPT:
+                self._texts.clear()
+            text = self._texts[org_id] = cache_scope(org_id, self._key)
+        return text
 
 
 def _text_tokens(value: Any) -> int:
@@ -156,17 +197,33 @@ def _longest(ttls: list[dict[str, Any]]) -> dict[str, Any]:
     return next((c for c in ttls if c.get("ttl") == "1h"), ttls[-1])
 
 
+def _scoped(system: Any, tools: Any, scope: str) -> bool:
+    """Whether the body already is as ``scope_cache`` leaves it: its first system block is a text
+    block of exactly ``scope`` and no tool holds a breakpoint. Such a prefix starts with this
+    organisation's scope whoever put it there (a client that learnt its own scope can only place
+    itself in its own organisation's cache); a block that only starts like a scope, or is another
+    organisation's, is the client's text."""
+    if not (isinstance(system, list) and system and isinstance(system[0], dict)):
+        return False
+    first = system[0]
+    if first.get("type") != "text" or first.get("text") != scope:
+        return False
+    return not (
+        isinstance(tools, list) and any(isinstance(t, dict) and isinstance(t.get("cache_control"), dict) for t in tools)
+    )
+
+
 def scope_cache(body: dict[str, Any], scope: str) -> None:
-    """Put ``scope`` first in ``body``'s system prompt (an Anthropic Messages body, changed in
-    place); move the tools' breakpoints onto it. A body that already starts with a scope block
-    (a failover re-sends the same body) is left as it is."""
+    """Put ``scope`` (the request's organisation's, ``CacheScopes``) first in ``body``'s system
+    prompt (an Anthropic Messages body, changed in place); move the tools' breakpoints onto it.
+    Whatever the client's system prompt starts with, the gateway's block goes before it; only a
+    body this call already scoped for the same organisation is left as it is (calling it twice
+    changes nothing more)."""
     system = body.get("system")
-    if isinstance(system, list) and system and isinstance(system[0], dict):
-        text = system[0].get("text")
-        if isinstance(text, str) and text.startswith(SCOPE_PREFIX):
-            return
-    block: dict[str, Any] = {"type": "text", "text": scope}
     tools = body.get("tools")
+    if _scoped(system, tools, scope):
+        return
+    block: dict[str, Any] = {"type": "text", "text": scope}
     if isinstance(tools, list):
         moved = [t["cache_control"] for t in tools if isinstance(t, dict) and isinstance(t.get("cache_control"), dict)]
         if moved:

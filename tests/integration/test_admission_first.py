@@ -1,4 +1,4 @@
-"""A key's limits and funds are checked before the gateway works for it (issue 41 #1, #4).
+"""A key's limits and funds are checked before the gateway works for it.
 
 - ``count_tokens`` is unbilled, but a key whose organisation can't pay for the same request
   with one token of output gets the 402 a completion would, before any image is read or

@@ -1,4 +1,4 @@
-"""An upstream that lies about its usage, or never stops, can't overdraw a balance (issue 41 #6).
+"""An upstream that lies about its usage, or never stops, can't overdraw a balance.
 
 A request is billed at most what it reserved from its own input and ``max_tokens``, whatever
 the upstream reports: a JSON answer that claims a billion output tokens is billed at the cap, a

@@ -235,7 +235,7 @@ def test_tokens_and_the_request_are_counted_in_one_transaction(make_limits: Any)
 
 
 def test_a_request_counted_before_its_stored_conversation_loads_is_counted_once(make_limits: Any) -> None:
-    """Issue 41 #4: the rpm is checked before a stored conversation is loaded (``count_request``),
+    """The rpm is checked before a stored conversation is loaded (``count_request``),
     and the admission that follows (``counted=True``) doesn't count the request again."""
     limits = make_limits()
     ctx = key(rpm=2, tpm=1000)

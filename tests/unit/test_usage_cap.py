@@ -1,4 +1,4 @@
-"""The bill never passes the reservation (issue 41 #6): ``pricing.capped_usage`` holds the usage
+"""The bill never passes the reservation: ``pricing.capped_usage`` holds the usage
 to the bounds the reservation was computed from, so ``cost_micros(capped) <= worst_case_micros``
 whatever an upstream reports."""
 
