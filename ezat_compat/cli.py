@@ -1,4 +1,4 @@
-"""``ezat-compat``: the operator interface (README, "Running it in production"; a contract: keep the names).
+"""``ezat-compat``: the operator interface (docs/operations.md; a contract: keep the names).
 
     ezat-compat [--config PATH] demo | serve | sim | orgs … | keys … | usage … | check-config | db …
 

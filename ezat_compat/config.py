@@ -82,7 +82,7 @@ def _proxy_url(value: str) -> None:
         raise ValidationError("Not a proxy URL: the port is not a number.") from None
 
 
-# provider -> the keys only it takes, and those it requires (README, "Deployments on clouds")
+# provider -> the keys only it takes, and those it requires (docs/config.md, "Providers")
 _PROVIDER_KEYS: dict[str, tuple[str, ...]] = {
     "bedrock": ("region", "aws_profile", "guardrail", "guardrail_version", "service_tier"),
     "vertex": ("project", "region"),

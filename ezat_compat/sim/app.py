@@ -45,7 +45,7 @@ from ezat_compat.sim.events import OVERLOADED_EVENT, encode_event, message_event
 from ezat_compat.sim.markers import Markers, parse_markers
 from ezat_compat.sim.ratelimit import RateLimitedError, RequestBucket
 from ezat_compat.sim.replies import build_reply, message_json
-from ezat_compat.sim.request import last_user_text
+from ezat_compat.sim.request import last_user_text, utf8_json
 from ezat_compat.sim.script import scripted_markers
 from ezat_compat.sim.shape import EFFORTS
 from ezat_compat.sim.validate import MAX_BODY_BYTES, ModelCaps, check_body_size, validate_request
@@ -183,7 +183,10 @@ EVENT_STREAM = "application/vnd.amazon.eventstream"
 
 
 def _dumps(payload: Any) -> bytes:
-    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
+    """``payload`` as compact UTF-8 JSON. A lone surrogate (a client's ``"\\ud800"``, echoed in
+    a reply or a refusal) has no UTF-8: it goes out as the same ``\\ud800`` escape
+    (``request.utf8_json``)."""
+    return utf8_json(json.dumps(payload, separators=(",", ":"), ensure_ascii=False))
 
 
 def _new_id(prefix: str) -> str:
@@ -334,7 +337,7 @@ class Simulator:
         parse_error: str | None = None
         try:
             body: Any = json.loads(raw)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested past the interpreter's limit
             body, parse_error = None, str(exc)
         self.stats.requests += 1
         recorded = body if len(raw) <= self.config.max_recorded_body_bytes else {"_sim_truncated": len(raw)}

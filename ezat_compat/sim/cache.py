@@ -162,7 +162,7 @@ class PromptCache:
         last_breakpoint = max((k for k, unit in enumerate(units) if unit.breakpoint), default=-1)
         if last_breakpoint < 0:
             return InputUsage(total)
-        digest = hashlib.sha256(model.encode())
+        digest = hashlib.sha256(model.encode("utf-8", "surrogatepass"))  # any model name hashes
         cumulative = read = 0
         hit: bytes | None = None
         to_store: list[tuple[bytes, int]] = []

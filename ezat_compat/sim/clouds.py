@@ -34,6 +34,8 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import parse_qs, quote
 
+from ezat_compat.sim.request import utf8_json
+
 SIM_AWS_ACCESS_KEY_ID = "AKIDEZATSIMULATOR01"
 SIM_AWS_SECRET_ACCESS_KEY = "ezat-sim/aws-secret-access-key-for-tests"
 SIGNATURE_WINDOW_S = 300  # AWS refuses a request signed more than 5 minutes from its clock
@@ -371,7 +373,7 @@ def encode_message(headers: Mapping[str, str], payload: bytes) -> bytes:
 
 def chunk_message(data: Mapping[str, Any]) -> bytes:
     """An Anthropic stream event as Bedrock's ``chunk`` event."""
-    event = json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
+    event = utf8_json(json.dumps(data, separators=(",", ":"), ensure_ascii=False))  # a lone surrogate escaped
     payload = json.dumps({"bytes": base64.b64encode(event).decode()}).encode()
     return encode_message(
         {":event-type": "chunk", ":content-type": "application/json", ":message-type": "event"}, payload

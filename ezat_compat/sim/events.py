@@ -152,7 +152,9 @@ def message_events(message: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]
 
 def encode_event(name: str, data: Mapping[str, Any]) -> bytes:
     """One SSE event: ``event: <name>\\ndata: <compact JSON>\\n\\n``."""
-    return f"event: {name}\ndata: {compact_json(data)}\n\n".encode()
+    # ``request.utf8_json``'s rule (a client's lone surrogate goes back as its escape), inlined:
+    # this runs once per event of every stream.
+    return f"event: {name}\ndata: {compact_json(data)}\n\n".encode("utf-8", "backslashreplace")
 
 
 OVERLOADED_EVENT = encode_event(

@@ -9,6 +9,7 @@ JSON object and must be the last key of its marker (its JSON may hold commas, no
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -82,7 +83,7 @@ def _split_args(content: str) -> tuple[str, Mapping[str, Any] | None]:
     raw = content[at + len(_ARGS_KEY) :].strip()
     try:
         args = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested past the recursion limit: no object either
         args = None
     if not isinstance(args, dict):
         raise InvalidRequestError(f"[[sim:…]] marker: `args` must be a JSON object, not {raw!r}")
@@ -103,6 +104,8 @@ def _marker_value(key: str, raw: str | None) -> Any:
             raise ValueError(key)
     except ValueError:
         raise InvalidRequestError(f"[[sim:…]] marker: cannot use `{key}` with value {raw!r}") from None
+    if not math.isfinite(value):  # "inf", "nan", "1e400": no sleep takes them
+        raise InvalidRequestError(f"[[sim:…]] marker: cannot use `{key}` with value {raw!r}")
     if value < 0:
         raise InvalidRequestError(f"[[sim:…]] marker: `{key}` must not be negative")
     return value

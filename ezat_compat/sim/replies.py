@@ -65,7 +65,7 @@ class Reply:
 
 def alnum_id(seed: str, length: int = 24) -> str:
     """``length`` alphanumerics derived from ``seed`` (same seed, same id)."""
-    number = int.from_bytes(hashlib.sha256(seed.encode()).digest(), "big")
+    number = int.from_bytes(hashlib.sha256(seed.encode("utf-8", "surrogatepass")).digest(), "big")  # any seed
     chars = []
     for _ in range(length):
         number, digit = divmod(number, 62)

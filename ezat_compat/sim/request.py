@@ -23,6 +23,15 @@ def compact_json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
+def utf8_json(text: str) -> bytes:
+    """JSON ``text`` as UTF-8 bytes to send. JSON allows a lone UTF-16 surrogate (``"\\ud800"``)
+    and Python's parser takes it into a ``str``, where UTF-8 has no encoding for it: a client's
+    surrogate echoed in a reply, an event or a refusal is written back as the same ``\\ud800``
+    escape (``backslashreplace`` yields exactly that form inside a JSON string) instead of
+    raising. Text without one encodes as plain UTF-8, at no extra cost."""
+    return text.encode("utf-8", "backslashreplace")
+
+
 def is_int(value: Any) -> bool:
     """A JSON integer (``True`` is not one)."""
     return isinstance(value, int) and not isinstance(value, bool)

@@ -186,14 +186,28 @@ def _check_system(system: Any) -> None:
         _check_cache_control(block, path)
 
 
+def decode_base64(data: str) -> bytes | None:
+    """The bytes of ``data`` read as strict base64, or None when it isn't base64.
+
+    ``a2b_base64`` raises ``binascii.Error`` for a bad character or padding, and a plain
+    ``ValueError`` for a ``str`` holding any non-ASCII character (``binascii.Error`` is a
+    ``ValueError``): both are refusals of the client's data, never a fault of the simulator.
+    """
+    try:
+        return binascii.a2b_base64(data, strict_mode=True)
+    except ValueError:
+        return None
+
+
 def _check_base64(data: Any, path: str) -> None:
+    """The API refuses data that isn't base64 (non-ASCII characters included: no base64 alphabet
+    has them), or is empty, with a 400 ``invalid_request_error`` naming the source, e.g.
+    "messages.2.content.0.tool_result.content.0.image.source.base64: invalid base64 data"
+    (quoted in https://github.com/anthropics/anthropic-sdk-typescript/issues/603); the
+    simulator's message names the ``data`` field under that path."""
     if not isinstance(data, str):
         raise InvalidRequestError(f"{path}.data: Input should be a valid string")
-    try:
-        decoded = binascii.a2b_base64(data, strict_mode=True)
-    except binascii.Error:
-        decoded = b""
-    if not decoded:
+    if not decode_base64(data):
         raise InvalidRequestError(f"{path}.data: Invalid base64 data")
 
 

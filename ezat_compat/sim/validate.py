@@ -11,7 +11,6 @@ limits) is a ``ModelCaps``; ``SimConfig`` builds one per simulator instance.
 
 from __future__ import annotations
 
-import binascii
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ from typing import Any
 from ezat_compat.sim.errors import InvalidRequestError, SimError
 from ezat_compat.sim.images import decodes, image_size, image_type
 from ezat_compat.sim.request import content_blocks
-from ezat_compat.sim.shape import EFFORTS, check_shape, expected, is_server_tool
+from ezat_compat.sim.shape import EFFORTS, check_shape, decode_base64, expected, is_server_tool
 from ezat_compat.sim.signing import verify_thinking
 
 MIB = 1024 * 1024
@@ -454,19 +453,16 @@ def _base64_images(body: Mapping[str, Any]) -> Iterator[tuple[str, str | None]]:
 
 
 def _decoded_size(data: str) -> tuple[int, int] | None:
-    try:
-        return image_size(binascii.a2b_base64(data, strict_mode=True))
-    except binascii.Error:
-        return None
+    raw = decode_base64(data)
+    return None if raw is None else image_size(raw)
 
 
 def _declared_images(body: Mapping[str, Any]) -> Iterator[tuple[str, str, bytes]]:
     """(path of the image's fields, declared media type, decoded bytes) of every base64 image."""
     for path, _, block in _message_blocks(body):
         if block["type"] == "image" and block["source"]["type"] == "base64":
-            try:
-                raw = binascii.a2b_base64(block["source"]["data"], strict_mode=True)
-            except binascii.Error:
+            raw = decode_base64(block["source"]["data"])
+            if raw is None:
                 continue  # the shape check refuses bad base64 first
             yield f"{path}.image", block["source"]["media_type"], raw
 
@@ -492,10 +488,9 @@ def _image_decodes(body: Mapping[str, Any], caps: ModelCaps) -> str | None:
 def _pdf_valid(body: Mapping[str, Any], caps: ModelCaps) -> str | None:
     for path, _, block in _message_blocks(body):
         if block["type"] == "document" and block["source"]["type"] == "base64":
-            try:
-                raw = binascii.a2b_base64(block["source"]["data"], strict_mode=True)
-            except binascii.Error:
-                continue
+            raw = decode_base64(block["source"]["data"])
+            if raw is None:
+                continue  # the shape check refuses bad base64 first
             if not raw.startswith(b"%PDF-"):
                 return f"{path}.pdf.source.base64.data: The PDF specified was not valid."
     return None

@@ -1,4 +1,4 @@
-"""The legacy Completions API over Chat Completions' translation (README, "Routes";
+"""The legacy Completions API over Chat Completions' translation (docs/clients.md, "Routes";
 openai-python ``types/completion.py``, ``completion_choice.py``).
 
 - ``completion_to_chat(req)``: a validated completions request -> the Chat Completions request

@@ -1,5 +1,5 @@
 """The legacy Completions request (``POST /openai/v1/completions``), as a marshmallow schema
-(README, "Routes"; openai-python ``types/completion_create_params.py``).
+(docs/clients.md, "Routes"; openai-python ``types/completion_create_params.py``).
 
 One prompt (a string, or an array of exactly one string) becomes one user message of a Chat
 Completions request (``translate/completions.py``), so every field chat also has is judged as

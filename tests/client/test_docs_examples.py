@@ -1,9 +1,10 @@
-"""The client examples of the README and docs/responses.md, run as printed (only the address and
-the key changed) against the real gateway and the strict simulator: the OpenAI SDK's chat
-completion, LangChain's ``ChatOpenAI``, the Responses API example, and the AI SDK's default
-provider in a three-turn conversation that replays ``response.messages`` with a tool and
-OpenAI's web search in the list. (The Agents SDK example runs in test_responses_frameworks.py,
-llama-index's in test_llama_index.py, Codex's blocks in test_responses_codex.py.)"""
+"""The client examples of the README, docs/clients.md and docs/responses.md, run as printed (only
+the address and the key changed) against the real gateway and the strict simulator: the OpenAI
+SDK's chat completion (the README's and the clients page's), LangChain's ``ChatOpenAI``, the
+Responses API example, and the AI SDK's default provider in a three-turn conversation that
+replays ``response.messages`` with a tool and OpenAI's web search in the list. (The Agents SDK
+example runs in test_responses_frameworks.py, llama-index's in test_llama_index.py, Codex's
+blocks in test_responses_codex.py.)"""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+CLIENTS_DOC = ROOT / "docs" / "clients.md"
 RESPONSES_DOC = ROOT / "docs" / "responses.md"
 BASE = "http://127.0.0.1:8080"
 KEY = "ezat_sk_…"
@@ -41,19 +43,20 @@ def _run_python(source: str, tmp_path: Path) -> str:
     return done.stdout
 
 
-def test_the_readmes_chat_completion_example(gateway: Gateway, key: str, sim: Sim, tmp_path: Path) -> None:
+@pytest.mark.parametrize("page", [README, CLIENTS_DOC], ids=["readme", "clients-page"])
+def test_the_chat_completion_example(gateway: Gateway, key: str, sim: Sim, tmp_path: Path, page: Path) -> None:
     sim.clear()
-    out = _run_python(_as_printed(README, "python", "client.chat.completions.create", gateway, key), tmp_path)
+    out = _run_python(_as_printed(page, "python", "client.chat.completions.create", gateway, key), tmp_path)
     assert out.startswith(ECHO + "What is a prompt cache?") and "CompletionUsage(" in out
     (body,) = sim.bodies()
     assert body["max_tokens"] == 64
     assert [block["text"] for block in body["messages"][0]["content"]] == ["What is a prompt cache?"]
 
 
-def test_the_readmes_langchain_example(gateway: Gateway, key: str, sim: Sim, tmp_path: Path) -> None:
+def test_the_clients_pages_langchain_example(gateway: Gateway, key: str, sim: Sim, tmp_path: Path) -> None:
     pytest.importorskip("langchain_openai")
     sim.clear()
-    out = _run_python(_as_printed(README, "python", "from langchain_openai", gateway, key), tmp_path)
+    out = _run_python(_as_printed(CLIENTS_DOC, "python", "from langchain_openai", gateway, key), tmp_path)
     assert out.strip() == ECHO + "What is a prompt cache?"
     assert len(sim.bodies()) == 1
 
@@ -66,12 +69,12 @@ def test_the_responses_docs_example(gateway: Gateway, key: str, sim: Sim, tmp_pa
 
 
 @pytest.mark.slow
-def test_the_readmes_ai_sdk_example(gateway: Gateway, key: str, sim: Sim, node_clients: Path) -> None:
+def test_the_clients_pages_ai_sdk_example(gateway: Gateway, key: str, sim: Sim, node_clients: Path) -> None:
     """Three turns of the AI SDK's ``openai(model)`` (store on): turns two and three send the
     earlier turns as item references, which the gateway resolves to what it stored; the web
     search tool in the list doesn't fail the request."""
     script = node_clients / "readme_ai_sdk.mjs"
-    script.write_text(_as_printed(README, "js", "@ai-sdk/openai", gateway, key))
+    script.write_text(_as_printed(CLIENTS_DOC, "js", "@ai-sdk/openai", gateway, key))
     sim.clear()
     done = subprocess.run(
         ["node", script.name], cwd=node_clients, env=dict(os.environ), capture_output=True, text=True, timeout=120

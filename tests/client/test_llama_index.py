@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.client.test_responses_frameworks import README_BASE, README_KEY, _readme_example
+from tests.client.test_responses_frameworks import EXAMPLE_BASE, EXAMPLE_KEY, _clients_example
 from tests.conftest import IN_CI
 from tests.integration.harness import Gateway
 
@@ -60,14 +60,16 @@ def llama_python() -> Path:
     return python
 
 
-def test_the_readmes_llama_index_example_runs_as_printed(gateway: Gateway, llama_python: Path, tmp_path: Path) -> None:
-    """The README's llama-index block, with only the address and the key changed: one
+def test_the_clients_pages_llama_index_example_runs_as_printed(
+    gateway: Gateway, llama_python: Path, tmp_path: Path
+) -> None:
+    """docs/clients.md's llama-index block, with only the address and the key changed: one
     completion on the legacy Completions API, one on Chat Completions."""
     key = gateway.new_key("llama-index-readme")
-    source = _readme_example("from llama_index")
-    assert README_BASE in source and README_KEY in source
+    source = _clients_example("from llama_index")
+    assert EXAMPLE_BASE in source and EXAMPLE_KEY in source
     script = tmp_path / "example.py"
-    script.write_text(source.replace(README_BASE, gateway.url).replace(README_KEY, key))
+    script.write_text(source.replace(EXAMPLE_BASE, gateway.url).replace(EXAMPLE_KEY, key))
     done = subprocess.run([str(llama_python), str(script)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.splitlines() == [

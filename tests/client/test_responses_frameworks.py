@@ -1,6 +1,6 @@
 """Agent frameworks on their default Responses models against the gateway and the strict
 simulator (docs/responses.md): the OpenAI Agents SDK running an agent with a function tool, and as
-the README prints it, and LangChain's ``ChatOpenAI(use_responses_api=True)`` in a tool loop."""
+docs/clients.md prints it, and LangChain's ``ChatOpenAI(use_responses_api=True)`` in a tool loop."""
 
 from __future__ import annotations
 
@@ -77,14 +77,14 @@ def test_langchain_chat_openai_with_the_responses_api_in_a_tool_loop(gateway: Ga
     assert len(sim.bodies()) == 2
 
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-README_BASE = "http://127.0.0.1:8080"
-README_KEY = "ezat_sk_…"
+CLIENTS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "clients.md"
+EXAMPLE_BASE = "http://127.0.0.1:8080"
+EXAMPLE_KEY = "ezat_sk_…"
 
 
-def _readme_example(marker: str) -> str:
-    """The README's Python code block that contains ``marker``, as printed there."""
-    return code_block(README, "python", marker)
+def _clients_example(marker: str) -> str:
+    """docs/clients.md's Python code block that contains ``marker``, as printed there."""
+    return code_block(CLIENTS_PAGE, "python", marker)
 
 
 @pytest.mark.parametrize(
@@ -95,16 +95,16 @@ def _readme_example(marker: str) -> str:
         pytest.param("anthropic/claude-sonnet-5-5", id="the-canonical-id-fails-in-the-sdk"),
     ],
 )
-def test_the_readmes_agents_sdk_example_runs_as_printed(
+def test_the_clients_pages_agents_sdk_example_runs_as_printed(
     gateway: Gateway, key: str, sim: Sim, tmp_path: Path, model: str | None
 ) -> None:
-    """The Agents SDK example of the README, run as a script with only the address and the key
-    changed (and, for the other model names the README names, the model): the alias and the
+    """The Agents SDK example of docs/clients.md, run as a script with only the address and the key
+    changed (and, for the other model names the page names, the model): the alias and the
     ``openai/`` prefix reach the gateway; the bare canonical id fails in the SDK, as it says."""
     pytest.importorskip("agents")
-    source = _readme_example("from agents import")
-    assert README_BASE in source and README_KEY in source and 'model="claude-sonnet-5-5"' in source
-    source = source.replace(README_BASE, gateway.url).replace(README_KEY, key)
+    source = _clients_example("from agents import")
+    assert EXAMPLE_BASE in source and EXAMPLE_KEY in source and 'model="claude-sonnet-5-5"' in source
+    source = source.replace(EXAMPLE_BASE, gateway.url).replace(EXAMPLE_KEY, key)
     if model is not None:
         source = source.replace('model="claude-sonnet-5-5"', f'model="{model}"')
     script = tmp_path / "agent.py"

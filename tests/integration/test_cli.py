@@ -1,4 +1,4 @@
-"""The operator interface (a contract: README, "Running it in production"): command names, flags, output shapes,
+"""The operator interface (a contract: docs/operations.md): command names, flags, output shapes,
 one-line errors without tracebacks, and ``serve`` running gunicorn with gevent workers."""
 
 from __future__ import annotations

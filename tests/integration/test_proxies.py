@@ -1,4 +1,4 @@
-"""The README's proxy recipes (deploy/nginx.conf, deploy/haproxy.cfg) as pasted, with the real
+"""The proxy recipes of docs/operations.md (deploy/nginx.conf, deploy/haproxy.cfg) as pasted, with the real
 nginx and HAProxy from Debian's packages in front of a real gateway (gunicorn, gevent) and the
 simulator, all on loopback. Each recipe is used word for word; only its listen port and its
 upstream address are replaced, and it is wrapped in the settings Debian's own main files have.
@@ -461,5 +461,5 @@ def test_a_stream_cut_by_a_dying_worker_raises_in_the_openai_sdk(proxy: Proxy, g
 
 
 @pytest.mark.parametrize("recipe", ["nginx.conf", "haproxy.cfg"])
-def test_the_readme_shows_the_recipes_as_tested(recipe: str) -> None:
-    assert (REPO / "deploy" / recipe).read_text().rstrip() in (REPO / "README.md").read_text()
+def test_the_operations_page_shows_the_recipes_as_tested(recipe: str) -> None:
+    assert (REPO / "deploy" / recipe).read_text().rstrip() in (REPO / "docs" / "operations.md").read_text()

@@ -1,5 +1,5 @@
 """The legacy Completions API (``POST /openai/v1/completions``) over chat's translation: one row
-per rule of the README's route table. Requests go through the dialect's ``parse`` (schema, then
+per rule of the route table in docs/clients.md. Requests go through the dialect's ``parse`` (schema, then
 chat's translator); answers are validated with the openai SDK's ``Completion`` type."""
 
 from __future__ import annotations

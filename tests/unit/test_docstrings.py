@@ -5,8 +5,8 @@ A rule is named by the reference page and section it comes from (``Chat Completi
 at a tracker's issue number or at a file outside the repository (the reference pages' own file
 names, the design and style notes, a sibling folder): a newcomer has only the repository.
 
-Every ``.py`` and ``.md`` file of the package, the tests and the benchmark, and the README, is
-scanned line by line; a failure names each offending ``file:line``.
+Every ``.py`` and ``.md`` file of the package, the tests, the benchmark and the documentation
+(``docs/``), and the README, is scanned line by line; a failure names each offending ``file:line``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SCANNED = ("ezat_compat", "tests", "bench")
+SCANNED = ("ezat_compat", "tests", "bench", "docs")
 TOP_LEVEL = ("README.md",)
 
 # Each pattern is written so that this file doesn't match it (character classes and escapes).
@@ -52,9 +52,16 @@ def sources() -> list[Path]:
     return sorted(files)
 
 
-def test_the_scan_covers_the_package_the_tests_and_the_benchmark() -> None:
+def test_the_scan_covers_the_package_the_tests_the_benchmark_and_the_docs() -> None:
     scanned = {p.relative_to(ROOT).as_posix() for p in sources()}
-    for expected in ("README.md", "ezat_compat/pipeline.py", "ezat_compat/translate/README.md", "bench/report.py"):
+    for expected in (
+        "README.md",
+        "ezat_compat/pipeline.py",
+        "ezat_compat/translate/README.md",
+        "bench/report.py",
+        "docs/config.md",
+        "docs/operations.md",
+    ):
         assert expected in scanned
     assert "tests/unit/test_docstrings.py" in scanned
     assert len(scanned) > 50
