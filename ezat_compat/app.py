@@ -107,6 +107,7 @@ def build_gateway(config: Config) -> Gateway:
             threads=gw_cfg.image_fetch_threads,
             allow_private=gw_cfg.allow_private_image_hosts,
             org_threads=gw_cfg.image_fetch_org_threads,
+            decode_threads=gw_cfg.image_decode_threads,
             request_threads=gw_cfg.image_fetch_request_threads,
             extra_ca_files=(gw_cfg.ca_file,) if gw_cfg.ca_file else (),
         ),

@@ -206,6 +206,7 @@ class _GatewaySchema(_Strict):
     allow_private_image_hosts = fields.Bool(load_default=False)
     image_fetch_threads = fields.Int(load_default=64, strict=True, validate=validate.Range(min=1, max=1024))
     image_fetch_org_threads = fields.Int(load_default=20, strict=True, validate=validate.Range(min=1, max=1024))
+    image_decode_threads = fields.Int(load_default=2, strict=True, validate=validate.Range(min=1, max=64))
     image_fetch_request_threads = fields.Int(load_default=20, strict=True, validate=validate.Range(min=1, max=1024))
     cooldown_failures = fields.Int(load_default=3, strict=True, validate=validate.Range(min=1))
     cooldown_s = fields.Float(load_default=30.0, validate=validate.Range(min=0))

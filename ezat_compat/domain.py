@@ -101,6 +101,7 @@ class GatewaySettings:
     allow_private_image_hosts: bool = False
     image_fetch_threads: int = 64  # the worker's download pool, shared by every organization
     image_fetch_org_threads: int = 20  # of which one organization holds at most this many (20: one request's URLs)
+    image_decode_threads: int = 2  # image header reads, decodes and fits at once (one organization: all but one)
     image_fetch_request_threads: int = 20  # and one request at most this many
     cooldown_failures: int = 3
     cooldown_s: float = 30.0

@@ -8,11 +8,17 @@ API refuses an image whose base64 text is over 5 MB (``image exceeds 5 MB maximu
 32 MB (413). Those numbers are per model in the catalog (``Model.max_image_bytes`` …); this
 module makes every image fit them, so that no image the spec accepts is refused upstream.
 
-Four steps, all CPU and no I/O (the image fetcher runs them on its bounded pool):
+Four steps, all CPU and no I/O (the image fetcher runs them off the event loop, on its
+organisations' fair shares of the decoding places):
 
 - ``probe``: Pillow reads the header only (``Image.open``), with its decompression-bomb
   protection (``Image.MAX_IMAGE_PIXELS``) as an error; bytes Pillow can't read as one of the
-  four types are an error.
+  four types are an error. Pillow inflates a PNG's compressed text chunks (``zTXt``, ``iTXt``)
+  as it reads the header, up to ``MAX_TEXT_CHUNK`` each and ``MAX_TEXT_MEMORY`` in all (1 MB
+  and 64 MB by default: 60 chunks of 1 KB inflated 60 MB, for one 60 KB image): Pillow never
+  sees them here (``readable``: text isn't image data, and the upstream is sent the bytes as
+  they came), its limits are lowered all the same, and a PNG of more than ``MAX_PNG_CHUNKS``
+  chunks is refused before Pillow walks them (~4 µs of Python each).
 - ``check_pixels``: an image that fits is decoded once all the same (``load``; a JPEG at 1/8
   scale, which still reads all its data), so that one whose header reads but whose data doesn't
   (a PNG whose IDAT is random bytes, a truncated file) is refused here, not by the upstream.
@@ -34,18 +40,28 @@ from __future__ import annotations
 
 import io
 import math
+import struct
+import sys
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from PIL import Image
+from PIL import Image, PngImagePlugin
 
 from ezat_compat.domain import Model
 
 # Pillow warns (DecompressionBombWarning) between MAX_IMAGE_PIXELS and twice that and raises
 # above; its documentation's advice for untrusted input is to make the warning an error too.
 warnings.filterwarnings("error", category=Image.DecompressionBombWarning)
+# Pillow's bounds on what a PNG's compressed chunks inflate to as its header is read: one text
+# chunk or ICC profile (``MAX_TEXT_CHUNK``), and the text of one image (``MAX_TEXT_MEMORY``, 64 MB
+# by default). ``readable`` drops the text (and the profiles but for a fit's) before Pillow reads
+# it; these hold if one is missed. An ICC profile over 1 MB (none real is) makes an image that
+# must be fitted "could not be decoded".
+INFLATED_CHUNK_BYTES = 1024 * 1024
+PngImagePlugin.MAX_TEXT_CHUNK = INFLATED_CHUNK_BYTES
+PngImagePlugin.MAX_TEXT_MEMORY = INFLATED_CHUNK_BYTES
 
 _MIB = 1024 * 1024
 _FORMATS = {"PNG": "image/png", "JPEG": "image/jpeg", "GIF": "image/gif", "WEBP": "image/webp"}
@@ -64,11 +80,26 @@ _MAX_ROUNDS = 8  # scale steps before giving up (each shrinks the area by at lea
 # megapixels takes an 8000 x 6000 photo; a request's images together take 200.
 MAX_IMAGE_PIXELS = 50_000_000
 MAX_REQUEST_PIXELS = 200_000_000
+# Images and documents in one request: Anthropic's vision guide ("Basics and Limits": up to 600
+# per API request, 100 for models with a 200k-token context window), as its API refuses more
+# (``too many images and documents: 104 + 1 > 100``).
+MAX_MEDIA = 100
+MAX_MEDIA_LONG_CONTEXT = 600
+LONG_CONTEXT = 200_000  # a context window above this takes MAX_MEDIA_LONG_CONTEXT
+# Chunks of one PNG: real files have tens (a 32 MB one cut in 8 KB IDATs, ~4000); past this the
+# walk itself is the cost (Pillow reads ~250,000 empty chunks a second, holding the GIL).
+MAX_PNG_CHUNKS = 50_000
 
 UNDECODABLE = "the image could not be decoded"
 TOO_MANY_PIXELS_IN_ALL = f"the images of this request have more than {MAX_REQUEST_PIXELS} pixels in all"
 CANNOT_FIT = "the image could not be made small enough for the model"
 NO_ROOM = "the images of this request cannot fit the upstream's request size limit"
+TOO_MANY_CHUNKS = f"the PNG has more than {MAX_PNG_CHUNKS} chunks"
+
+
+def too_much_media(images: int, documents: int, limit: int) -> str:
+    """The refusal of a request with more than ``limit`` images and documents, in the API's words."""
+    return f"too many images and documents: {images} + {documents} > {limit}"
 
 
 def _too_many_pixels() -> str:
@@ -92,6 +123,7 @@ class UpstreamImageLimits:
     many_images: int = 20
     many_images_max_px: int = 2000
     max_request_bytes: int = 32 * _MIB
+    max_media: int = MAX_MEDIA  # images and documents of one request
 
     @classmethod
     def of(cls, model: Model) -> UpstreamImageLimits:
@@ -101,6 +133,7 @@ class UpstreamImageLimits:
             many_images=model.many_images,
             many_images_max_px=model.many_images_max_px,
             max_request_bytes=model.max_request_bytes,
+            max_media=MAX_MEDIA_LONG_CONTEXT if model.context_window > LONG_CONTEXT else MAX_MEDIA,
         )
 
     def max_side(self, images: int) -> int:
@@ -137,13 +170,63 @@ def _max_raw(max_b64: int) -> int:
     return 3 * (max_b64 // 4)
 
 
+def decoded_bytes(image: Probe) -> int:
+    """About what decoding ``image`` takes in memory: four bytes a pixel (Pillow's RGB and RGBA;
+    a 16-bit grey image takes two, then four while it is converted)."""
+    return 4 * image.width * image.height
+
+
+# ---------------------------------------------------------------- what Pillow reads
+
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_PNG_TEXT = frozenset({b"tEXt", b"zTXt", b"iTXt"})
+_PNG_CHUNK = struct.Struct(">I4s")
+
+
+def readable(raw: bytes, *, icc: bool = False) -> bytes:
+    """What Pillow is given of ``raw``: a PNG without its text chunks (``tEXt``, ``zTXt``,
+    ``iTXt``: metadata Pillow would inflate and keep, never pixels) nor its ICC profiles
+    (``iCCP``, inflated too; with ``icc``, the first is kept: a fit carries it into the image it
+    writes); any other image, or a PNG without them, as it is. So reading a request's images
+    inflates their pixels only (within its pixel budget), and one profile per fitted image.
+
+    Walks the chunks' headers only (12 bytes each), stopping where the file breaks off (Pillow
+    then finds the fault: a chunk cut short is kept); ``ImageFitError`` past ``MAX_PNG_CHUNKS``
+    chunks. Chunks are dropped whole, so the others' checksums still hold."""
+    if not raw.startswith(_PNG_SIGNATURE):
+        return raw
+    size, pos, start = len(raw), len(_PNG_SIGNATURE), len(_PNG_SIGNATURE)
+    kept: list[bytes] = [raw[:start]]
+    seen_icc = not icc  # an ICC profile seen already: the next one is dropped
+    for _chunk in range(MAX_PNG_CHUNKS):
+        if pos + 12 > size:
+            break
+        length, kind = _PNG_CHUNK.unpack_from(raw, pos)
+        end = pos + 12 + length
+        if end <= size and (kind in _PNG_TEXT or (kind == b"iCCP" and seen_icc)):
+            kept.append(raw[start:pos])
+            start = end
+        seen_icc = seen_icc or kind == b"iCCP"
+        pos = end
+        if kind == b"IEND":
+            break
+    else:
+        if pos + 12 <= size:
+            raise ImageFitError(TOO_MANY_CHUNKS)
+    if len(kept) == 1:
+        return raw
+    kept.append(raw[start:])
+    return b"".join(kept)
+
+
 # ---------------------------------------------------------------- probe
 
 
 def probe(raw: bytes) -> Probe:
     """The header of ``raw`` (a JPEG, PNG, GIF or WebP image); the pixels aren't decoded."""
+    data = readable(raw)
     try:
-        with Image.open(io.BytesIO(raw), formats=_PILLOW_FORMATS) as image:
+        with Image.open(io.BytesIO(data), formats=_PILLOW_FORMATS) as image:
             width, height = image.size
             media_type = _FORMATS.get(image.format or "")
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
@@ -166,8 +249,9 @@ def check_pixels(raw: bytes) -> None:
     """Decode the pixels of ``raw`` (its first frame), as the upstream will; ``ImageFitError``
     when they can't be (``UNDECODABLE``) or are too many. A JPEG is decoded at 1/8 scale
     (``draft``: its entropy-coded data is still read whole, a tenth of the work)."""
+    data = readable(raw)
     try:
-        with Image.open(io.BytesIO(raw), formats=_PILLOW_FORMATS) as opened:
+        with Image.open(io.BytesIO(data), formats=_PILLOW_FORMATS) as opened:
             if opened.format == "JPEG":
                 opened.draft(opened.mode, (1, 1))
             opened.load()
@@ -276,8 +360,9 @@ class _Decoded:
 
 
 def _decode(raw: bytes, image: Probe, scale: float) -> _Decoded:
+    data = readable(raw, icc=True)
     try:
-        with Image.open(io.BytesIO(raw), formats=_PILLOW_FORMATS) as opened:
+        with Image.open(io.BytesIO(data), formats=_PILLOW_FORMATS) as opened:
             fmt = opened.format or ""
             if fmt == "JPEG":  # decode at 1/2, 1/4 or 1/8 when the target is that small
                 opened.draft(opened.mode, _scaled(image, scale, max(image.width, image.height)))
@@ -296,11 +381,24 @@ def _has_alpha(picture: Image.Image) -> bool:
     return picture.mode in ("RGBA", "LA", "PA", "La", "RGBa") or "transparency" in picture.info
 
 
+# 16-bit grey -> its high bytes (Pillow's unpackers): one copy of the pixels' bytes, where
+# converting through 32-bit integers took two images four times its size (~500 MB at 50 MP).
+_SIXTEEN_BIT_HIGH_BYTES = {
+    "I;16": "L;16",
+    "I;16L": "L;16",
+    "I;16B": "L;16B",
+    "I;16N": "L;16" if sys.byteorder == "little" else "L;16B",
+}
+
+
 def _normalised(picture: Image.Image) -> Image.Image:
-    """A copy in L, LA, RGB, RGBA or CMYK: the modes that resize smoothly and save in every format."""
+    """``picture`` in L, LA, RGB, RGBA or CMYK: the modes that resize smoothly and save in every
+    format (itself when it is in one already: a copy would double the memory of a large image)."""
     mode = picture.mode
     if mode in ("L", "LA", "RGB", "RGBA") or (mode == "CMYK" and picture.format == "JPEG"):
-        return picture.copy()
+        return picture
+    if mode in _SIXTEEN_BIT_HIGH_BYTES:  # to 8 bits, scaled (v * 255 / 65535, within one level)
+        return Image.frombytes("L", picture.size, picture.tobytes(), "raw", _SIXTEEN_BIT_HIGH_BYTES[mode])
     if mode.startswith(("I", "F")):  # 16-bit or 32-bit grey: to 8 bits, scaled rather than clipped
         high = picture.getextrema()[1]
         top = 65535 if mode.startswith("I;16") or (isinstance(high, int | float) and high > 255) else 255

@@ -25,11 +25,17 @@ the organization holding fewest). The caller prefixes ``reason`` with the path o
 holds URL ``index`` and answers 400 —
 ``messages[0].content[2].image_url.url: could not download the image (HTTP 404)``.
 
-``prepare(slots, limits)`` is the pipeline's one call: it downloads the URL slots as above, then
-reads every image (data URLs too) with Pillow, decodes those that fit once (an image whose data
-doesn't decode is refused before the upstream sees it) and fits those over the upstream's limits
-(``imagefit``: 5 MB of base64, 8000 px, 2000 px past 20 images, 32 MB of body) on the same
-pool, each bounded by ``fit_timeout_s``; it raises ``InvalidRequestError`` naming the part.
+``prepare(slots, limits)`` is the pipeline's one call: it refuses a request of more images and
+documents than the model takes (``too many images and documents: 101 + 0 > 100``), downloads
+the URL slots as above, then reads every image (data URLs too) with Pillow, decodes those that
+fit once (an image whose data doesn't decode is refused before the upstream sees it) and fits
+those over the upstream's limits (``imagefit``: 5 MB of base64, 8000 px, 2000 px past 20
+images, 32 MB of body, 200 megapixels a request). Pillow's work never runs on the event loop:
+it runs on a few decoding places per process (``decode_threads``, on the hub's real threads),
+shared like the downloads' (``Shares``: one organisation holds at most ``org_decode_threads``,
+the next free place goes to the organisation holding fewest), all within ``fit_timeout_s``;
+after a large decode the freed memory goes back to the system (``server/memory``). It raises
+``InvalidRequestError`` naming the part.
 """
 
 from __future__ import annotations
@@ -38,21 +44,29 @@ import base64
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from typing import TypeVar
 
+from ezat_compat.cooperative import tools
+from ezat_compat.errors import InvalidRequestError
+from ezat_compat.server import memory
 from ezat_compat.translate.media import PDF_MEDIA_TYPE, is_pdf, sniff_image_type
 from ezat_compat.translate.request import ImageSlot
 from ezat_compat.upstream.image_download import Downloader, FetchedImage, as_fetched, reason_for, url_problem
 from ezat_compat.upstream.image_fitting import (
     FIT_TIMEOUT_S,
+    FREE_PLACE,
+    ORG_IMAGES,
+    Decoding,
     Image,
-    as_probed,
-    data_image,
+    Waited,
+    data_raw,
     fit_all,
     invalid_part,
+    probe_all,
     write_sources,
 )
 from ezat_compat.upstream.image_limits import (
@@ -60,6 +74,7 @@ from ezat_compat.upstream.image_limits import (
     NOT_AN_IMAGE,
     NOT_PUBLIC,
     NOT_RESOLVED,
+    ORG_BUSY,
     UNEXPECTED,
     Cancelled,
     ImageFetchError,
@@ -71,7 +86,13 @@ from ezat_compat.upstream.image_limits import (
     too_many_urls,
 )
 from ezat_compat.upstream.image_shares import GAVE_UP, GRANTED, Batch, Lanes, Shares
-from ezat_compat.upstream.imagefit import DEFAULT_OTHER_BYTES, UpstreamImageLimits
+from ezat_compat.upstream.imagefit import (
+    DEFAULT_OTHER_BYTES,
+    UpstreamImageLimits,
+    b64_length,
+    decoded_bytes,
+    too_much_media,
+)
 from ezat_compat.upstream.netguard import Resolver
 
 __all__ = [
@@ -94,6 +115,26 @@ def _sniff_pdf(data: bytes) -> str | None:
 def _kept(data: bytes, media_type: str) -> bytes:
     return data
 
+
+def _never() -> bool:
+    return False
+
+
+def _nothing() -> None:
+    """A fit failing has no sockets to cut."""
+
+
+def _decode_wait(outcome: str) -> str:
+    """What held a request that got no decoding place (``Shares.acquire``'s outcome)."""
+    return ORG_IMAGES if outcome == ORG_BUSY else FREE_PLACE
+
+
+# Places for Pillow's work in one process (each a hub thread while it decodes): few, since a
+# 50-megapixel decode takes ~300 MB and a CPU for a second; one organisation holds at most all
+# but one of them, so another's image never waits behind it.
+DECODE_THREADS = 2
+# Give the allocator's free pages back after a request whose decodes took about this much.
+TRIM_AFTER_DECODED_BYTES = 64 * 1024 * 1024
 
 T = TypeVar("T")
 
@@ -118,8 +159,9 @@ class ImageFetcher:
     internal destinations at the proxy too). Through a proxy the exchange is bounded by the
     deadline's timeouts and the reads' checks, not cut from the waiting thread.
 
-    ``fit_timeout_s`` bounds the fitting
-    of a request's images (``prepare``), on the same pool. Call ``close()`` at shutdown.
+    ``fit_timeout_s`` bounds the reading and fitting of a request's images (``prepare``),
+    which take ``decode_threads`` places of their own (at most ``org_decode_threads`` for one
+    organization: all but one by default). Call ``close()`` at shutdown.
     """
 
     def __init__(
@@ -135,9 +177,11 @@ class ImageFetcher:
         ca_certs: str | None = None,
         extra_ca_files: Sequence[str] = (),
         fit_timeout_s: float = FIT_TIMEOUT_S,
+        decode_threads: int = DECODE_THREADS,
+        org_decode_threads: int | None = None,
     ) -> None:
-        if min(threads, org_threads, request_threads) < 1:
-            raise ValueError("threads, org_threads and request_threads must be at least 1")
+        if min(threads, org_threads, request_threads, decode_threads, org_decode_threads or 1) < 1:
+            raise ValueError("threads, org_threads, request_threads and the decode threads must be at least 1")
         self._threads = threads
         self._org_threads = min(org_threads, threads)
         self._request_threads = min(request_threads, threads)
@@ -151,10 +195,14 @@ class ImageFetcher:
             pool_size=threads,
         )
         self._fit_timeout_s = fit_timeout_s
+        self._decode_threads = decode_threads
+        self._org_decode_threads = min(org_decode_threads or max(1, decode_threads - 1), decode_threads)
         self._lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
         self._shares = Shares(threads, self._org_threads)
         self._executor_pid = 0
+        self._decode_shares = Shares(decode_threads, self._org_decode_threads)
+        self._decode_pid = 0
 
     @property
     def limits(self) -> ImageLimits:
@@ -185,48 +233,105 @@ class ImageFetcher:
     ) -> None:
         """Make every image of a request ready for the upstream, in place; or 400 naming the part.
 
-        Downloads the URL slots (as ``fetch_all``), reads every image's header with Pillow (data
-        URLs too), and fits each image over ``limits`` for this request (see ``imagefit``) on
-        the pool; then sets ``slot.block["source"]`` of each downloaded or refitted image to its
-        base64 source. A data URL that already fits keeps its text as sent. ``other_bytes`` is
-        the size of the rest of the upstream body (text, tools…), kept free of images. ``org``
-        names the organization whose share of the pool the downloads and fits take.
+        Refuses more images and documents than ``limits.max_media`` before any work (in the
+        API's words, ``too many images and documents: 101 + 0 > 100``). Downloads the URL slots
+        (as ``fetch_all``), reads every image's header with Pillow (data URLs too), and fits
+        each image over ``limits`` for this request (see ``imagefit``); then sets
+        ``slot.block["source"]`` of each downloaded or refitted image to its base64 source. A
+        data URL that already fits keeps its text as sent. ``other_bytes`` is the size of the
+        rest of the upstream body (text, tools…), kept free of images. ``org`` names the
+        organization whose shares of the download pool and of the decoding places the work takes.
 
         Raises ``InvalidRequestError(f"{path}: {reason}", param=path)`` for the first image that
-        can't be used (a failed download, bytes Pillow can't decode, a decompression bomb):
-        every image's pixels are decoded once before it is sent (the upstream refuses one whose
-        data doesn't decode). Without images it does nothing; images that fit cost a header
-        read and one decode each (on one of the hub's real threads under gevent: ``cooperative.off_loop``),
-        images that are fitted the fit alone.
+        can't be used (a failed download, bytes Pillow can't decode, a decompression bomb, the
+        request's pixel budget, no decoding place within ``fit_timeout_s``): every image's pixels
+        are decoded once before it is sent (the upstream refuses one whose data doesn't decode).
+        Without images it does nothing; images that fit cost two hand-offs to a hub thread in
+        all (their headers, then their decodes), images that are fitted the fit alone.
         """
+        if not slots:
+            return
+        if len(slots) > limits.max_media:
+            documents = sum(1 for slot in slots if slot.pdf)
+            raise InvalidRequestError(too_much_media(len(slots) - documents, documents, limits.max_media))
         pdfs = [slot for slot in slots if slot.pdf]
         if pdfs:
             other_bytes += self._fetch_pdfs(pdfs, org)
             slots = [slot for slot in slots if not slot.pdf]
         if not slots:
             return
-        images: list[Image | None] = [None] * len(slots)
-        for index, slot in enumerate(slots):  # data URLs: the header only, here (microseconds)
+        sources = self._image_sources(slots, org)
+        decoding = self._decoding(org)
+        images = probe_all(slots, sources, decoding)
+        decoded = sum(decoded_bytes(image.probe) for image in images)
+        try:
+            fit_all(slots, images, limits, other_bytes=other_bytes, decoding=decoding)
+        finally:
+            if decoded >= TRIM_AFTER_DECODED_BYTES:
+                self._give_back(decoded)
+        write_sources(slots, images)
+
+    def _image_sources(self, slots: Sequence[ImageSlot], org: str) -> list[tuple[bytes, int, bool]]:
+        """Each image slot's (bytes, base64 length, fresh): a data URL's as the translator
+        decoded them, a URL's downloaded (fresh: its block's source is written)."""
+        sources: list[tuple[bytes, int, bool] | None] = [None] * len(slots)
+        for index, slot in enumerate(slots):
             if slot.url is None:
-                images[index] = data_image(slot)
+                sources[index] = (data_raw(slot), len(slot.block["source"]["data"]), False)
         url_indexes = [index for index, slot in enumerate(slots) if slot.url is not None]
         if url_indexes:
             try:
-                downloaded = self._download_all([slots[i].url or "" for i in url_indexes], as_probed, org)
+                downloaded = self._download_all([slots[i].url or "" for i in url_indexes], _kept, org)
             except ImageFetchError as exc:
                 failed = slots[url_indexes[min(max(exc.index, 0), len(url_indexes) - 1)]]
                 raise invalid_part(failed, exc.reason) from None
-            for index, image in zip(url_indexes, downloaded, strict=True):
-                images[index] = image
-        ready = [image for image in images if image is not None]
+            for index, raw in zip(url_indexes, downloaded, strict=True):
+                sources[index] = (raw, b64_length(len(raw)), True)
+        ready = [source for source in sources if source is not None]
         if len(ready) != len(slots):  # unreachable: every slot is a data URL or a URL
             raise invalid_part(slots[0], UNEXPECTED)
+        return ready
 
-        def run(jobs: Sequence[Callable[[], Image]], deadline: float) -> Lanes[Image]:
-            return self._run(jobs, org, deadline, lambda: None)
+    def _decoding(self, org: str) -> Decoding:
+        """Where a request's Pillow work runs: ``org``'s decoding places, until ``fit_timeout_s``
+        from now."""
+        deadline = time.monotonic() + self._fit_timeout_s
+        return Decoding(
+            one=partial(self._decode_one, org, deadline),
+            lanes=partial(self._fit_lanes, org),
+            deadline=deadline,
+            timeout_s=self._fit_timeout_s,
+        )
 
-        fit_all(slots, ready, limits, other_bytes=other_bytes, run=run, timeout_s=self._fit_timeout_s)
-        write_sources(slots, ready)
+    def _decode_one(self, org: str, deadline: float, work: Callable[[], T]) -> T:
+        """``work()`` off the loop on one of ``org``'s decoding places (waited for until
+        ``deadline``: ``Waited`` then)."""
+        shares = self._decode_shares_for_this_process()
+        outcome = shares.acquire(org, 0, deadline, _never)
+        if outcome != GRANTED:
+            raise Waited(_decode_wait(outcome))
+        try:
+            return tools().off_loop(work)
+        finally:
+            shares.release(org)
+
+    def _fit_lanes(self, org: str, jobs: Sequence[Callable[[], Image]], deadline: float) -> Lanes[Image]:
+        """A request's fits side by side, each lane on one of ``org``'s decoding places."""
+        lanes = self._run_on(
+            self._decode_shares_for_this_process(), self._org_decode_threads, jobs, org, deadline, _nothing
+        )
+        if lanes.denied:
+            lanes.denied = _decode_wait(lanes.denied)
+        return lanes
+
+    @staticmethod
+    def _give_back(decoded: int) -> None:
+        """After decodes of about ``decoded`` bytes: the allocator's free pages go back to the
+        system (``server/memory``; the pixels were freed in threads whose arenas keep them)."""
+        try:
+            tools().off_loop(partial(memory.after_request_of, decoded))
+        except Exception:  # never fails a request
+            logger.warning("could not give memory back after decoding images", exc_info=True)
 
     def _fetch_pdfs(self, slots: Sequence[ImageSlot], org: str) -> int:
         """Download the PDF URL slots (the rules of image URLs, a PDF by its bytes) and set each
@@ -262,10 +367,22 @@ class ImageFetcher:
         pid = os.getpid()
         with self._lock:
             if self._executor is None or self._executor_pid != pid:
-                self._executor = ThreadPoolExecutor(max_workers=self._threads, thread_name_prefix="ezat-images")
+                # a worker for each download place and each decoding place: a lane never queues
+                self._executor = ThreadPoolExecutor(
+                    max_workers=self._threads + self._decode_threads, thread_name_prefix="ezat-images"
+                )
                 self._shares = Shares(self._threads, self._org_threads)
                 self._executor_pid = pid
             return self._executor, self._shares
+
+    def _decode_shares_for_this_process(self) -> Shares:
+        """The decoding places' shares, made anew in each process (its lock doesn't survive a fork)."""
+        pid = os.getpid()
+        with self._lock:
+            if self._decode_pid != pid:
+                self._decode_shares = Shares(self._decode_threads, self._org_decode_threads)
+                self._decode_pid = pid
+            return self._decode_shares
 
     def _run(
         self, jobs: Sequence[Callable[[], T]], org: str, deadline: float, on_failure: Callable[[], None]
@@ -273,10 +390,24 @@ class ImageFetcher:
         """Run a request's ``jobs`` on the pool, at most ``request_threads`` at once, each lane
         on a place of ``org``'s share; return when all are done, one failed, or at ``deadline``
         (the lanes are stopped then: the caller reads what they did)."""
-        executor, shares = self._executor_for_this_process()
+        _executor, shares = self._executor_for_this_process()
+        return self._run_on(shares, self._request_threads, jobs, org, deadline, on_failure)
+
+    def _run_on(
+        self,
+        shares: Shares,
+        most: int,
+        jobs: Sequence[Callable[[], T]],
+        org: str,
+        deadline: float,
+        on_failure: Callable[[], None],
+    ) -> Lanes[T]:
+        """``_run`` on the places of ``shares`` (the downloads' or the decodes'), at most
+        ``most`` lanes at once."""
+        executor, _shares = self._executor_for_this_process()
         lanes: Lanes[T] = Lanes(jobs, shares, on_failure)
         try:
-            for held in range(min(self._request_threads, len(jobs))):
+            for held in range(min(most, len(jobs))):
                 outcome = shares.acquire(org, held, deadline, lanes.nothing_to_start)
                 if outcome != GRANTED:
                     lanes.denied = "" if outcome == GAVE_UP else outcome
