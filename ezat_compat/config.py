@@ -260,6 +260,8 @@ class _LoggingSchema(_Strict):
 class _ResponsesSchema(_Strict):
     store = fields.Bool(load_default=True)
     ttl_days = fields.Float(load_default=30.0, validate=validate.Range(min=0, min_inclusive=False))
+    org_quota_mb = fields.Float(load_default=1024.0, validate=validate.Range(min=0))
+    org_quota_count = fields.Int(load_default=200_000, strict=True, validate=validate.Range(min=0))
 
 
 class _ConfigSchema(_Strict):

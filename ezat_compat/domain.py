@@ -158,6 +158,8 @@ class ResponsesSettings:
 
     store: bool = True  # false: nothing is stored, previous_response_id answers 400
     ttl_days: float = 30.0
+    org_quota_mb: float = 1024.0  # per organisation: MiB of stored responses and thread turns (0: no limit)
+    org_quota_count: int = 200_000  # per organisation: stored responses and thread turns (0: no limit)
 
 
 @dataclass(frozen=True)

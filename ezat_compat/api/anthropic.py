@@ -9,6 +9,7 @@ from flask import Blueprint, Response, current_app, request
 
 from ezat_compat.api.common import api_key, client_request, gateway, json_response, respond
 from ezat_compat.dialects.anthropic_messages import AnthropicCountTokens, AnthropicMessages
+from ezat_compat.store.quota import quota_of
 from ezat_compat.store.responses import DAY_S
 from ezat_compat.store.threads import ThreadStore
 
@@ -26,7 +27,17 @@ def messages_dialect() -> AnthropicMessages:
         gw = gateway()
         settings = gw.config.responses
         ttl_s = settings.ttl_days * DAY_S
-        threads = ThreadStore(gw.ledger.engine, ttl_s, hot=gw.ledger.hot) if settings.store else None
+        threads = (
+            ThreadStore(
+                gw.ledger.engine,
+                ttl_s,
+                hot=gw.ledger.hot,
+                quota=quota_of(settings),
+                max_chain_bytes=2 * gw.config.max_body_bytes,
+            )
+            if settings.store
+            else None
+        )
         found = current_app.extensions.setdefault(EXTENSION, AnthropicMessages(threads))
     return found
 

@@ -7,18 +7,17 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
 
 from flask import Blueprint, Flask, Response, current_app, request
 
 from ezat_compat.api.common import api_key, client_request, gateway, json_response, respond
 from ezat_compat.datafiles import data_folder
 from ezat_compat.dialects.openai_responses import OpenAIResponses, ResponsesServices, not_found
-from ezat_compat.errors import GatewayError, InvalidRequestError
+from ezat_compat.errors import GatewayError
 from ezat_compat.sealing import KEY_ENV, load_sealer
 from ezat_compat.store.accounts import AuthContext
+from ezat_compat.store.quota import quota_of
 from ezat_compat.store.responses import DAY_S, ResponseStore, StoredResponse
-from ezat_compat.translate.item_references import item_key
 from ezat_compat.translate.responses_response import client_view
 
 bp = Blueprint("openai_responses", __name__, url_prefix="/openai/v1")
@@ -29,7 +28,6 @@ log = logging.getLogger("ezat_compat")
 NO_SEALING_KEY = (
     "The gateway has no key to seal reasoning with: its operator must fix the sealing key (the gateway's log says how)."
 )
-LIST_LIMIT_MAX = 100
 
 
 def dialect() -> OpenAIResponses:
@@ -51,9 +49,16 @@ def dialect_of(app: Flask) -> OpenAIResponses:
             config = gw.config
             settings = config.responses
             # The gateway's own engine and hot path (one owner of the database file per process);
-            # puts share the ledger's connection and transactions.
+            # puts share the ledger's connection and transactions. A continue reads back at most
+            # twice what one request may carry.
             store = (
-                ResponseStore(gw.ledger.engine, settings.ttl_days * DAY_S, hot=gw.ledger.hot)
+                ResponseStore(
+                    gw.ledger.engine,
+                    settings.ttl_days * DAY_S,
+                    hot=gw.ledger.hot,
+                    quota=quota_of(settings),
+                    max_chain_bytes=2 * config.max_body_bytes,
+                )
                 if settings.store
                 else None
             )
@@ -73,7 +78,8 @@ def dialect_of(app: Flask) -> OpenAIResponses:
                         folder,
                     )
                 raise GatewayError(NO_SEALING_KEY) from None
-            found = OpenAIResponses(ResponsesServices(settings, store, sealer, time.time))
+            quota = store.over_quota if store is not None else None
+            found = OpenAIResponses(ResponsesServices(settings, store, sealer, time.time, quota))
             app.extensions[_EXTENSION] = found
     return found
 
@@ -87,32 +93,14 @@ def _admitted() -> AuthContext:
     return auth
 
 
-def _stored(response_id: str, *, context: bool = True) -> StoredResponse:
-    """The key's organisation's stored response, or 404; ``context=False``: without the
-    conversation (not read from the database at all)."""
+def _stored(response_id: str) -> StoredResponse:
+    """The key's organisation's stored response without its conversation (never read), or 404."""
     auth = _admitted()
     services = dialect().services
-    found = services.store.get(auth.org_id, response_id, services.clock(), context=context) if services.store else None
+    found = services.store.get(auth.org_id, response_id, services.clock(), context=False) if services.store else None
     if found is None:
         raise not_found(response_id)
     return found
-
-
-def _input_item_id(item: dict[str, Any], response_id: str, n: int) -> str:
-    """The id the list shows for input item ``n``: its own, or one made from the response's."""
-    own = item.get("id")
-    return own if own is not None else f"in_{item_key(response_id)}{n:03d}"
-
-
-def _input_item(item: dict[str, Any], response_id: str, n: int) -> dict[str, Any]:
-    """An input item as the list shows it: with an id, and message content as parts."""
-    out = dict(item)
-    out.setdefault("type", "message")
-    out["id"] = _input_item_id(item, response_id, n)
-    if out["type"] == "message" and isinstance(out.get("content"), str):
-        kind = "output_text" if out.get("role") == "assistant" else "input_text"
-        out["content"] = [{"type": kind, "text": out["content"]}]
-    return out
 
 
 @bp.post("/responses")
@@ -124,7 +112,7 @@ def create_response() -> Response:
 
 @bp.get("/responses/<response_id>")
 def retrieve_response(response_id: str) -> Response:
-    found = _stored(response_id, context=False)
+    found = _stored(response_id)
     return json_response(client_view(found.response, found.encrypted))
 
 
@@ -139,37 +127,6 @@ def delete_response(response_id: str) -> Response:
 
 @bp.get("/responses/<response_id>/input_items")
 def list_input_items(response_id: str) -> Response:
-    """The response's input items, newest first unless ``order=asc``; ``limit`` (1-100, 20)
-    and ``after`` / ``before`` (an item id) page through them."""
-    found = _stored(response_id)
-    order = request.args.get("order", "desc")
-    if order not in ("asc", "desc"):
-        raise InvalidRequestError("order: must be asc or desc", param="order")
-    try:
-        limit = int(request.args.get("limit", "20"))
-    except ValueError:
-        raise InvalidRequestError("limit: must be an integer", param="limit") from None
-    if not 1 <= limit <= LIST_LIMIT_MAX:
-        raise InvalidRequestError(f"limit: must be between 1 and {LIST_LIMIT_MAX}", param="limit")
-    numbered = list(enumerate(found.input))
-    if order == "desc":
-        numbered.reverse()
-    # The ids alone to find the page; only the page's items are built.
-    ids = [_input_item_id(item, response_id, n) for n, item in numbered]
-    after, before = request.args.get("after"), request.args.get("before")
-    if after is not None:
-        start = ids.index(after) + 1 if after in ids else len(ids)
-        numbered, ids = numbered[start:], ids[start:]
-    if before is not None and before in ids:
-        end = ids.index(before)
-        numbered, ids = numbered[:end], ids[:end]
-    page = [_input_item(item, response_id, n) for n, item in numbered[:limit]]
-    return json_response(
-        {
-            "object": "list",
-            "data": page,
-            "first_id": page[0]["id"] if page else None,
-            "last_id": page[-1]["id"] if page else None,
-            "has_more": len(numbered) > limit,
-        }
-    )
+    """The response's input items, a page at a time (``OpenAIResponses.input_items``)."""
+    auth = _admitted()
+    return json_response(dialect().input_items(auth.org_id, response_id, request.args))

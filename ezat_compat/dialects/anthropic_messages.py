@@ -41,6 +41,7 @@ from ezat_compat.dialects.native_threads import (
     ThreadTurn,
     not_found,
     thread_of,
+    too_long,
     turn_messages,
     unsupported,
     whole_request,
@@ -56,7 +57,8 @@ from ezat_compat.errors import (
 from ezat_compat.failures import client_error
 from ezat_compat.jsonfast import encode_json
 from ezat_compat.store.hotpath import Rider
-from ezat_compat.store.threads import ThreadStore
+from ezat_compat.store.quota import ThreadQuotaError
+from ezat_compat.store.threads import LongThreadError, ThreadStore
 from ezat_compat.translate.media import decode_base64, is_pdf, sniff_image_type
 from ezat_compat.translate.request import ImageSlot
 from ezat_compat.translate.response import merge_usage, usage_from_anthropic
@@ -224,7 +226,7 @@ def native_media(messages: Any, *, inline_urls: bool = False) -> list[ImageSlot]
         if not isinstance(source, dict) or source.get("type") != "base64" or not isinstance(source.get("data"), str):
             continue
         kind, declared = block.get("type"), source.get("media_type")
-        if kind == "image" and declared in IMAGE_MEDIA_TYPES:
+        if kind == "image" and isinstance(declared, str) and declared in IMAGE_MEDIA_TYPES:
             raw = decode_base64(source["data"])
             if raw is None:
                 continue
@@ -320,14 +322,25 @@ class AnthropicMessages:
         return parsed
 
     def _thread(self, parsed: Parsed, org_id: int) -> None:
-        """With the organisation known: a continue becomes the whole request it stands for (the
-        thread's ``system``, ``tools`` and history before its messages), routed in the thread's
-        session; a thread this organisation doesn't hold is ``thread_not_found``."""
+        """With the organisation known (before admission; nothing of it needed): a turn of an
+        organisation at its storage quota is refused (``thread_unsupported_request`` naming the
+        quota); a continue becomes the whole request it stands for (the thread's ``system``,
+        ``tools`` and history before its messages), routed in the thread's session; a thread this
+        organisation doesn't hold is ``thread_not_found``, one too long to read back
+        ``thread_unsupported_request``."""
         turn: ThreadTurn = parsed.context
         turn.org_id = org_id
-        if turn.previous_id is None or self.threads is None:
+        if self.threads is None:
             return
-        stored = self.threads.get(org_id, turn.previous_id, self.clock())
+        over = self.threads.over_quota(org_id, self.clock())
+        if over is not None:
+            raise ThreadQuotaError(over)
+        if turn.previous_id is None:
+            return
+        try:
+            stored = self.threads.get(org_id, turn.previous_id, self.clock())
+        except LongThreadError as exc:
+            raise too_long(exc.limit) from None
         if stored is None:
             raise not_found(turn.previous_id)
         turn.root_id = stored.root_id

@@ -96,6 +96,16 @@ def not_found(previous_id: str) -> ThreadNotFoundError:
     )
 
 
+def too_long(limit: int) -> ThreadUnsupportedError:
+    """A continue of a thread whose history is over what the gateway reads back (``ThreadStore
+    .max_chain_bytes``): the SDKs' tool runners go on without threads."""
+    return ThreadUnsupportedError(
+        f"thread.previous_message_id: this thread's history is over {limit / (1024 * 1024):g} MB, more than the "
+        "gateway reads back for a continue; resend this turn with the message history it still needs, without thread.",
+        param="thread.previous_message_id",
+    )
+
+
 def unsupported() -> ThreadUnsupportedError:
     """A continue on a gateway that keeps no threads (``[responses] store = false``)."""
     return ThreadUnsupportedError(THREAD_REFUSAL, param="thread")

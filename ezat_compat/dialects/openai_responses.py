@@ -3,19 +3,26 @@ chat completions. Validated by ``wire/responses.py``; translated by
 ``translate/responses_request.py``, ``translate/responses_response.py`` and
 ``translate/responses_stream.py``; errors in OpenAI's envelope with the spec's status table.
 
-What needs the organisation runs in ``Parsed.prepare`` (after authentication): the stored
-conversation of ``previous_response_id`` is loaded, item references are resolved against the
-stored responses (``translate/item_references.py``), sealed reasoning is opened, then the
-request is translated. A response created with ``store`` is saved once it is complete, with
-its request's ledger row (``Answer.record``, ``ResponsesStream.record``: on SQLite in the row's
-transaction), so before a stream's last event.
+What needs the organisation runs in ``Parsed.prepare`` (after authentication, before
+admission): a request that would be stored is refused if its organisation is at its storage
+quota (``store/quota.py``), the stored conversation of ``previous_response_id`` is loaded (its
+chain, bounded: ``store/responses.py``), item references are resolved against the stored
+responses (``translate/item_references.py``), sealed reasoning is opened, then the request is
+translated. It needs nothing of admission, so the key's limits may be checked before it. A
+response created with ``store`` is saved once it is complete, with its request's ledger row
+(``Answer.record``, ``ResponsesStream.record``: on SQLite in the row's transaction), so before a
+stream's last event: its own input (the items as sent, references resolved), its response, and
+the id of the response it continued, never the conversation before it again.
+
+``input_items`` lists a stored response's input a page at a time, from the store's index of it
+(``ResponseStore.input_page``): the route reads one page, whatever the input's length.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -38,7 +45,8 @@ from ezat_compat.failures import client_error
 from ezat_compat.jsonfast import encode_json
 from ezat_compat.sealing import Sealer, SealError
 from ezat_compat.store.hotpath import Rider
-from ezat_compat.store.responses import ResponseStore
+from ezat_compat.store.quota import QuotaRefusal, StorageQuotaError
+from ezat_compat.store.responses import BrokenChainError, LongChainError, ResponseStore
 from ezat_compat.translate.item_references import (
     RESPONSE_PREFIX,
     item_key,
@@ -46,6 +54,7 @@ from ezat_compat.translate.item_references import (
     references,
     resolve_references,
 )
+from ezat_compat.translate.responses_items import listed_input_item
 from ezat_compat.translate.responses_request import ResponsesTranslation, input_items, responses_to_anthropic
 from ezat_compat.translate.responses_response import ItemIds, anthropic_to_response, client_view, response_skeleton
 from ezat_compat.translate.responses_stream import Event, ResponseEvents
@@ -69,8 +78,30 @@ SEALED_BAD = (
 )
 
 
+LIST_LIMIT_MAX = 100  # input_items: ``limit`` 1-100 (the API reference's "List input items")
+LIST_LIMIT_DEFAULT = 20
+
+
 def not_found(response_id: str, param: str | None = None) -> NotFoundError:
     return NotFoundError(f"Response with id '{response_id}' not found.", param=param)
+
+
+def broken_chain(response_id: str) -> NotFoundError:
+    """A continue of a response whose conversation lost an earlier response (deleted, expired)."""
+    return NotFoundError(
+        f"Response with id '{response_id}' can't be continued: an earlier response of its conversation "
+        "was deleted or has expired; send the whole conversation in input.",
+        param="previous_response_id",
+    )
+
+
+def long_chain(limit: int) -> InvalidRequestError:
+    """A continue of a conversation over the gateway's bound (``ResponseStore.max_chain_bytes``)."""
+    return InvalidRequestError(
+        f"previous_response_id: the stored conversation is over {limit / (1024 * 1024):g} MB, more than the "
+        "gateway reads back for a continue; start a new conversation with what it still needs in input.",
+        param="previous_response_id",
+    )
 
 
 _HEADS: dict[str, bytes] = {}  # "event: <type>\ndata: " by event type (the few dozen this dialect sends)
@@ -112,21 +143,28 @@ class Context:
     store: bool  # this response is saved
     items: list[tuple[dict[str, Any], str]]  # this request's input, as sent (stored so)
     org_id: int = 0
-    context: list[dict[str, Any]] = field(default_factory=list)  # everything sent: earlier items, then input
-    input_start: int = 0
+    previous_id: str | None = None  # the stored response this one continues
     translation: ResponsesTranslation | None = None
 
 
 class ResponsesServices:
-    """What the dialect needs beyond the pipeline: the store, the sealer, the settings, a clock."""
+    """What the dialect needs beyond the pipeline: the store, the sealer, the settings, a clock,
+    and the storage quota (``quota``: the limit an organisation has reached, or None; the
+    store's ``over_quota``; None: no quota)."""
 
     def __init__(
-        self, settings: ResponsesSettings, store: ResponseStore | None, sealer: Sealer, clock: Callable[[], float]
+        self,
+        settings: ResponsesSettings,
+        store: ResponseStore | None,
+        sealer: Sealer,
+        clock: Callable[[], float],
+        quota: Callable[[int, float], QuotaRefusal | None] | None = None,
     ) -> None:
         self.settings = settings
         self.store = store if settings.store else None
         self.sealer = sealer
         self.clock = clock
+        self.quota = quota if self.store is not None else None
 
     def record(self, ctx: Context, response: dict[str, Any], response_json: bytes | None = None) -> Rider | None:
         """A finished response to keep, as a write riding with the request's ledger row (put
@@ -142,12 +180,14 @@ class ResponsesServices:
             return store.put(
                 ctx.org_id,
                 response,
-                ctx.context,
-                ctx.input_start,
+                [item for item, _ in ctx.items],
+                0,
                 encrypted,
                 now,
                 response_json=response_json,
                 failed=failed,
+                previous_id=ctx.previous_id,
+                pause=tools().pause,
             )
         except Exception as exc:
             failed(exc)
@@ -270,22 +310,34 @@ class OpenAIResponses:
         return parsed
 
     def _prepare(self, parsed: Parsed, org_id: int) -> None:
+        """The organisation's part: its quota (a response to store, refused at the quota before
+        anything is read), the conversation continued, the items referenced; then the
+        translation. Needs nothing of admission."""
         ctx: Context = parsed.context
         ctx.org_id = org_id
+        store, quota = self.services.store, self.services.quota
+        if ctx.store and quota is not None:
+            over = quota(org_id, self.services.clock())
+            if over is not None:
+                raise StorageQuotaError(over)
         earlier: list[tuple[dict[str, Any], str]] = []
         previous = ctx.loaded.get("previous_response_id")
-        if isinstance(previous, str) and self.services.store is not None:
-            stored = self.services.store.get(org_id, previous, self.services.clock())
+        if isinstance(previous, str) and store is not None:
+            try:
+                stored = store.get(org_id, previous, self.services.clock())
+            except BrokenChainError:
+                raise broken_chain(previous) from None
+            except LongChainError as exc:
+                raise long_chain(exc.limit) from None
             if stored is None:
                 raise not_found(previous, "previous_response_id")
             earlier = [(item, "previous_response_id") for item in stored.continuation()]
+            ctx.previous_id = previous
         items = input_items(ctx.loaded)
         refs = references(items)
         if refs:  # (only then: a request without references reads nothing more)
             outputs = self._referenced(org_id, refs, ctx.loaded.get("store") is not False)
             items, ctx.items = outputs(items), outputs(ctx.items)
-        ctx.context = [item for item, _ in earlier] + [item for item, _ in ctx.items]
-        ctx.input_start = len(earlier)
         auto_cache = (ctx.headers.get("x-ezat-cache") or "").strip(" \t").lower() != "off"
         translation = responses_to_anthropic(
             ctx.loaded,
@@ -328,6 +380,47 @@ class OpenAIResponses:
             log.info("sealed reasoning at %s was sealed under a key this gateway no longer holds: dropped", path)
             return []
         return blocks
+
+    # ------------------------------------------------------------ stored responses
+
+    def input_items(self, org_id: int, response_id: str, args: Mapping[str, str]) -> dict[str, Any]:
+        """``GET …/responses/{id}/input_items`` for the organisation: its input, newest first
+        unless ``order=asc``; ``limit`` (1-100, 20) and ``after`` / ``before`` (an item id) page
+        through it. One page is read (``ResponseStore.input_page``); 404 when the organisation
+        has no such live response."""
+        order = args.get("order", "desc")
+        if order not in ("asc", "desc"):
+            raise InvalidRequestError("order: must be asc or desc", param="order")
+        try:
+            limit = int(args.get("limit", str(LIST_LIMIT_DEFAULT)))
+        except ValueError:
+            raise InvalidRequestError("limit: must be an integer", param="limit") from None
+        if not 1 <= limit <= LIST_LIMIT_MAX:
+            raise InvalidRequestError(f"limit: must be between 1 and {LIST_LIMIT_MAX}", param="limit")
+        store = self.services.store
+        page = (
+            store.input_page(
+                org_id,
+                response_id,
+                self.services.clock(),
+                descending=order == "desc",
+                limit=limit,
+                after=args.get("after"),
+                before=args.get("before"),
+            )
+            if store is not None
+            else None
+        )
+        if page is None:
+            raise not_found(response_id)
+        data = [listed_input_item(item, response_id, n) for n, item in page.items]
+        return {
+            "object": "list",
+            "data": data,
+            "first_id": data[0]["id"] if data else None,
+            "last_id": data[-1]["id"] if data else None,
+            "has_more": page.has_more,
+        }
 
     def restore_thinking(self, parsed: Parsed, found: Mapping[str, list[dict[str, Any]]]) -> None:
         """Kept thinking back at the start of the assistant tool turns; without it for the last

@@ -162,9 +162,15 @@ thinking_stash = Table(
 )
 
 # Stored responses of the Responses API (store/responses.py): one row per response the client let
-# be stored, per organisation, until ``expires_at``. ``context`` is the whole conversation sent
-# (the items of ``previous_response_id``'s chain, then this request's input, from ``input_start``),
-# ``response`` the response object as JSON with its sealed reasoning.
+# be stored, per organisation, until ``expires_at``. ``context`` holds the response's own input
+# (``input_start`` 0) and ``previous_id`` the response it continued, whose row holds the rest of the
+# conversation (a chain, read back in one statement); a row stored before 0007 holds the whole
+# conversation instead (the earlier items, then its own input from ``input_start``), with no
+# ``previous_id``. A long input is kept in ``response_parts`` instead (``context`` empty).
+# ``response`` is the response object as JSON with its sealed reasoning.
+# ``input_count``, ``input_chunks`` (where each chunk of items starts in ``context``) and
+# ``input_ids`` (each own input item's own id, a line each) let ``input_items`` read one page
+# (store/input_index.py; NULL on rows stored before 0007). ``stored_bytes`` counts against the organisation's quota.
 responses = Table(
     "responses",
     metadata,
@@ -176,13 +182,31 @@ responses = Table(
     Column("input_start", Integer, nullable=False),
     Column("response", Text, nullable=False),
     Column("encrypted", Boolean, nullable=False),
+    Column("previous_id", String(96), nullable=True),
+    Column("input_count", Integer, nullable=True),
+    Column("input_chunks", Text, nullable=True),
+    Column("input_ids", Text, nullable=True),
+    Column("stored_bytes", BigInteger, nullable=False, server_default="0"),
     Index("ix_responses_expires_at", "expires_at"),
+)
+
+# The parts of a long stored input (store/input_index.py): a response whose input's JSON is over
+# 256 KB keeps it here, cut at chunk starts into rows of about 256 KB (its ``context`` empty), so a
+# page of ``input_items`` reads a row or two. They go with their response (deleted, purged).
+response_parts = Table(
+    "response_parts",
+    metadata,
+    Column("org_id", Integer, primary_key=True, autoincrement=False),
+    Column("response_id", String(96), primary_key=True),
+    Column("part", Integer, primary_key=True, autoincrement=False),
+    Column("text", Text, nullable=False),
 )
 
 # Message threads of native /v1/messages (store/threads.py): one row per turn, per organisation,
 # keyed by the turn's reply id, until ``expires_at``. ``messages`` is what the turn added (its new
 # messages, then the reply), ``previous_id`` the turn it continued (NULL for the first, whose
-# ``fields`` hold the thread's ``system`` and ``tools``), ``root_id`` the first turn's id.
+# ``fields`` hold the thread's ``system`` and ``tools``), ``root_id`` the first turn's id;
+# ``stored_bytes`` counts against the organisation's storage quota.
 message_threads = Table(
     "message_threads",
     metadata,
@@ -194,5 +218,17 @@ message_threads = Table(
     Column("expires_at", UtcMicros, nullable=False),
     Column("fields", Text, nullable=True),
     Column("messages", Text, nullable=False),
+    Column("stored_bytes", BigInteger, nullable=False, server_default="0"),
     Index("ix_message_threads_expires_at", "expires_at"),
+)
+
+# What each organisation's stored responses and threads' turns hold (store/quota.py): the sums of
+# their ``stored_bytes`` and how many rows, kept by the writes that add and delete them, read by
+# key before a request that would be stored (``[responses] org_quota_mb`` / ``org_quota_count``).
+storage_usage = Table(
+    "storage_usage",
+    metadata,
+    Column("org_id", Integer, primary_key=True, autoincrement=False),
+    Column("stored_bytes", BigInteger, nullable=False),
+    Column("stored_count", BigInteger, nullable=False),
 )
