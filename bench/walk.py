@@ -105,7 +105,7 @@ class Walk:
             "back_to_visited": back,
             "modules": len(seen),
             "re_entered": dict(reentered.most_common(8)),
-            "pid_reads": self.calls[f"{PACKAGE}.server.procid.pid"] + self.calls["c.getpid"],
+            "pid_reads": self.calls[f"{PACKAGE}.procid.pid"] + self.calls["c.getpid"],
             "usage_parses": sum(n for k, n in self.calls.items() if k.endswith(".usage_from_anthropic")),
         }
 

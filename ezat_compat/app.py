@@ -14,7 +14,6 @@ Flask's dispatch serves every route; the only WSGI layer in front of it is ``Tru
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import time
@@ -38,43 +37,29 @@ from ezat_compat.errors import GatewayError, InvalidRequestError, MethodNotAllow
 from ezat_compat.limits import RateLimits
 from ezat_compat.pipeline import Gateway, health_key
 from ezat_compat.sealing import load_sealer
-from ezat_compat.server import memory
+from ezat_compat import memory
 from ezat_compat.server.drain import start_draining, stop_draining
 from ezat_compat.server.forwarded import TrustedForwarded
 from ezat_compat.server.logs import Outages, RequestLog
 from ezat_compat.server.metrics import Metrics
 from ezat_compat.server.readiness import Readiness, note_outage
-from ezat_compat.store.accounts import Accounts
-from ezat_compat.store.db import make_engine
-from ezat_compat.store.ledger import Ledger
-from ezat_compat.store.thinking import make_thinking_stash
+from ezat_compat.store.store import Store, embedded_limits_path, open_store
 from ezat_compat.translate.cache_scope import SCOPE_KEY_PURPOSE, CacheScopes
 from ezat_compat.upstream.client import UpstreamClient
 from ezat_compat.upstream.images import ImageFetcher
 
 log = logging.getLogger("ezat_compat")
-__all__ = ["create_app", "data_folder", "start_draining", "stop_draining"]
+__all__ = ["create_app", "data_folder", "embedded_limits_path", "start_draining", "stop_draining"]
 METRICS_PORT_ROUTES = ("/metrics", "/healthz", "/readyz")  # what ``[server] metrics_bind`` serves
 ANTHROPIC_PREFIX = "/v1/"
 ANTHROPIC = AnthropicMessages()
 OPENAI = OpenAIChat()
 
 
-def embedded_limits_path(database_url: str, data_dir: str) -> str:
-    """Where the embedded (no Redis) rate-limit counters live: in the data folder, one file per
-    database (never beside a database elsewhere, nor at a predictable name in a shared /tmp)."""
-    digest = hashlib.sha256(database_url.encode()).hexdigest()[:16]
-    return os.path.join(os.path.abspath(data_dir), f"limits-{digest}.db")
-
-
-def build_gateway(config: Config) -> Gateway:
-    """Every collaborator of the gateway core, for this process."""
-    from ezat_compat.store.hotpath import make_hot_path
-
+def build_gateway(config: Config, store: Store) -> Gateway:
+    """Every collaborator of the gateway core, for this process, on its ``store``."""
     gw_cfg = config.gateway
-    engine = make_engine(gw_cfg.database_url)
-    hot_path = make_hot_path(engine)  # one per process: Accounts and Ledger share its connection
-    redis_url = gw_cfg.redis_url or None
+    assert store.counters is not None and store.thinking is not None, "the gateway's kind of store"
     cooldowns = make_cooldowns(
         gw_cfg.redis_url,
         failures=gw_cfg.cooldown_failures,
@@ -92,9 +77,9 @@ def build_gateway(config: Config) -> Gateway:
     return Gateway(
         config,
         catalog=Catalog(config.models, created=int(time.time())),
-        accounts=Accounts(engine, hot_path),
-        ledger=Ledger(engine, hot_path, data_dir=data_folder(config)),
-        limits=RateLimits(redis_url, embedded_limits_path(gw_cfg.database_url, data_folder(config))),
+        accounts=store.accounts,
+        ledger=store.ledger,
+        limits=RateLimits(counters=store.counters),
         cooldowns=cooldowns,
         upstream=UpstreamClient(
             connect_timeout_s=gw_cfg.connect_timeout_s,
@@ -112,7 +97,7 @@ def build_gateway(config: Config) -> Gateway:
             extra_ca_files=(gw_cfg.ca_file,) if gw_cfg.ca_file else (),
         ),
         metrics=metrics,
-        thinking=make_thinking_stash(engine, gw_cfg.redis_url, gw_cfg.thinking_ttl_s),
+        thinking=store.thinking,
         # keyed by the sealing key (every node that shares it gives an organisation one scope)
         cache_scopes=(
             CacheScopes(load_sealer(data_folder(config)).derive(SCOPE_KEY_PURPOSE))
@@ -220,7 +205,7 @@ def metrics_listener(metrics_bind: str) -> Callable[[Mapping[str, Any]], bool]:
     return on_metrics_listener
 
 
-def _register_request_log(app: Flask, config: Config) -> RequestLog:
+def _register_request_log(app: Flask, config: Config, store: Store | None) -> RequestLog:
     outages = Outages(log)
     ledger = getattr(gateway(), "ledger", None)  # a prepared gateway core (tests) may have none
     app.extensions["ezat_readiness"] = Readiness(
@@ -229,6 +214,7 @@ def _register_request_log(app: Flask, config: Config) -> RequestLog:
         outages,
         hot=getattr(ledger, "hot", None),
         backlog=getattr(ledger, "pending", None),
+        probe_engine=store.probe_engine if store is not None else None,
     )
     request_log = RequestLog(gateway().metrics, config.logging.format, outages)
 
@@ -291,13 +277,22 @@ def _register_public(app: Flask, config: Config) -> None:
         return json_response(gateway().catalog.public_catalog())
 
 
-def create_app(config: Config, *, gateway_core: Gateway | None = None) -> Flask:
-    """The WSGI app for ``config``. Pass ``gateway_core`` to use prepared collaborators."""
+def create_app(config: Config, *, gateway_core: Gateway | None = None, store: Store | None = None) -> Flask:
+    """The WSGI app for ``config``: the process's store (``open_store``, or ``store``), the
+    gateway core on it (or ``gateway_core``: prepared collaborators), the dialects with their
+    stores, the blueprints. ``app.extensions["ezat_store"]`` is the store, for whoever closes it."""
     app = Flask("ezat_compat")
     app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes
-    app.extensions["ezat"] = gateway_core or build_gateway(config)
+    if gateway_core is None:
+        store = store or open_store(config.gateway.database_url, config=config)
+        gateway_core = build_gateway(config, store)
+    app.extensions["ezat"] = gateway_core
+    app.extensions["ezat_store"] = store
+    anthropic_api.install(app, store.threads if store is not None else None)
+    if store is not None:  # a prepared gateway core (tests) installs its own Responses dialect
+        responses_api.install(app, config, store.responses)
     with app.app_context():
-        _register_request_log(app, config)
+        _register_request_log(app, config, store)
     app.register_blueprint(openai_api.bp)
     app.register_blueprint(responses_api.bp)
     app.register_blueprint(anthropic_api.bp)

@@ -9,10 +9,11 @@ Errors print one line on stderr and exit with status 1 (2 for usage errors), nev
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,7 @@ from ezat_compat.domain import Config
 
 if TYPE_CHECKING:
     from ezat_compat.store.accounts import Accounts
+    from ezat_compat.store.store import Store
 
 
 class CLIError(Exception):
@@ -43,18 +45,18 @@ def _database_url(args: argparse.Namespace) -> str:
     return load_config(path).gateway.database_url
 
 
-def _stores(args: argparse.Namespace) -> tuple[Any, Any]:
-    """The admin commands' stores. They never migrate: a schema other than this release's is
-    refused in one line (``db upgrade`` migrates; ``serve`` does on start)."""
-    from ezat_compat.store.accounts import Accounts
-    from ezat_compat.store.db import open_engine, require_current_schema
-    from ezat_compat.store.hotpath import make_hot_path
-    from ezat_compat.store.ledger import Ledger
+@contextlib.contextmanager
+def _store(args: argparse.Namespace) -> Iterator[Store]:
+    """The admin commands' store (``open_store``'s operator kind), closed after the command.
+    They never migrate: a schema other than this release's is refused in one line (``db
+    upgrade`` migrates; ``serve`` does on start)."""
+    from ezat_compat.store.store import open_store
 
-    engine = open_engine(_database_url(args))
-    require_current_schema(engine)
-    hot_path = make_hot_path(engine)
-    return Accounts(engine, hot_path), Ledger(engine, hot_path)
+    store = open_store(_database_url(args))
+    try:
+        yield store
+    finally:
+        store.close()
 
 
 def _usd(text: str) -> int:
@@ -149,8 +151,8 @@ def _list_orgs(accounts: Accounts, as_json: bool) -> None:
     print(table(rows, ["NAME", "BALANCE_USD", "RESERVED_USD", "STATUS", "KEYS", "CREATED"]))
 
 
-def cmd_orgs(args: argparse.Namespace) -> int:
-    accounts, _ = _stores(args)
+def cmd_orgs(args: argparse.Namespace, store: Store) -> int:
+    accounts = store.accounts
     if args.orgs_command == "list":
         _list_orgs(accounts, args.json)
     elif args.orgs_command == "create":
@@ -167,8 +169,8 @@ def cmd_orgs(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_keys(args: argparse.Namespace) -> int:
-    accounts, _ = _stores(args)
+def cmd_keys(args: argparse.Namespace, store: Store) -> int:
+    accounts = store.accounts
     if args.keys_command == "create":
         models = [p.strip() for p in (args.models or "").split(",") if p.strip()]
         expires = _parse_time(args.expires, "--expires")
@@ -235,9 +237,9 @@ def cmd_keys(args: argparse.Namespace) -> int:
                     raise CLIError(f"keys update --{name}: {exc}") from None
         if not changes:
             raise CLIError("keys update: say what to change (--spend-limit, --rpm, --tpm)")
-        info = accounts.update_key(args.key_id, **changes).to_json()
+        updated = accounts.update_key(args.key_id, **changes).to_json()
         limits = ", ".join(
-            f"{label} {info[field] if info[field] is not None else 'none'}"
+            f"{label} {updated[field] if updated[field] is not None else 'none'}"
             for label, field in (("spend limit (USD)", "spend_limit_usd"), ("rpm", "rpm"), ("tpm", "tpm"))
         )
         print(f"updated key {args.key_id}: {limits}")
@@ -247,12 +249,11 @@ def cmd_keys(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_usage(args: argparse.Namespace) -> int:
-    _, ledger = _stores(args)
+def cmd_usage(args: argparse.Namespace, store: Store) -> int:
+    ledger = store.ledger
     since = _parse_time(args.since, "--since")
     if args.json:
-        rows = ledger.usage_rows(org=args.org, key_public_id=args.key, since=since)
-        print(json.dumps(rows, indent=2))
+        print(json.dumps(ledger.usage_rows(org=args.org, key_public_id=args.key, since=since), indent=2))
         return 0
     summary = ledger.usage_summary(org=args.org, key_public_id=args.key, since=since)
     rows = [
@@ -588,12 +589,13 @@ def _run(argv: Sequence[str] | None) -> int:
     try:
         if args.command == "sim":
             return cmd_sim(args, extra)
+        with_store = {"orgs": cmd_orgs, "keys": cmd_keys, "usage": cmd_usage}.get(args.command)
+        if with_store is not None:
+            with _store(args) as store:
+                return with_store(args, store)
         handler = {
             "demo": cmd_demo,
             "serve": cmd_serve,
-            "orgs": cmd_orgs,
-            "keys": cmd_keys,
-            "usage": cmd_usage,
             "check-config": cmd_check_config,
             "db": cmd_db,
         }[args.command]

@@ -13,6 +13,7 @@ A bad file raises ``ConfigError`` whose message names the file and the key path
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import tomllib
 from collections.abc import Mapping
@@ -41,7 +42,6 @@ from ezat_compat.domain import (
     ServerSettings,
 )
 from ezat_compat.endpoints import DEFAULT_KEY_VARIABLE, default_base_url
-from ezat_compat.server.forwarded import parse_allow_list
 from ezat_compat.wire.paths import flatten_errors, format_error
 
 DEFAULT_CONFIG_NAME = "ezat.toml"
@@ -217,6 +217,25 @@ class _GatewaySchema(_Strict):
     web_search_max_uses = fields.Int(load_default=10, strict=True, validate=validate.Range(min=1, max=1000))
     ca_file = fields.Str(load_default="")
     isolate_prompt_cache = fields.Bool(load_default=True)
+
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def parse_allow_list(value: str) -> tuple[Network, ...] | None:
+    """gunicorn's comma-separated list of addresses or networks (``[server]
+    forwarded_allow_ips``); ``*`` (None) trusts every peer. Raises ``ValueError`` naming an entry
+    that is neither."""
+    entries = [item.strip() for item in value.split(",") if item.strip()]
+    if "*" in entries:
+        return None
+    networks = []
+    for entry in entries:
+        try:
+            networks.append(ipaddress.ip_network(entry, strict=False))
+        except ValueError:
+            raise ValueError(f"{entry!r} is not an IP address or network") from None
+    return tuple(networks)
 
 
 def _allow_list(value: str) -> None:

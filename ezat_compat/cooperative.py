@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from ezat_compat.server.procid import pid
+from ezat_compat.procid import pid
 
 YIELD_EVERY = 256  # events handled in a row before the greenlet lets the others run
 PAUSE_S = 1e-6  # > 0: a wait for the event loop's next turn

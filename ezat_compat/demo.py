@@ -398,18 +398,17 @@ Admin commands use this demo's config:  {command_name()} --config {config_path} 
 
 
 def _demo_key(database_url: str) -> str:
-    from ezat_compat.store.accounts import Accounts, StoreError
-    from ezat_compat.store.db import DatabaseUnavailable, SchemaError, make_engine, prepare_database
-    from ezat_compat.store.hotpath import make_hot_path
+    from ezat_compat.store.accounts import StoreError
+    from ezat_compat.store.db import DatabaseUnavailable, SchemaError, prepare_database
+    from ezat_compat.store.store import open_store
 
     try:
         prepare_database(database_url)  # the demo creates or migrates its database, as serve does
+        store = open_store(database_url)
     except (DatabaseUnavailable, SchemaError) as exc:
         raise DemoError(str(exc)) from None
-    engine = make_engine(database_url)
-    hot_path = make_hot_path(engine)
     try:
-        accounts = Accounts(engine, hot_path)
+        accounts = store.accounts
         try:
             accounts.get_org(DEMO_ORG)
         except StoreError:
@@ -417,5 +416,4 @@ def _demo_key(database_url: str) -> str:
         _, secret = accounts.create_key(DEMO_ORG, name="demo")
         return secret
     finally:
-        hot_path.close()
-        engine.dispose()
+        store.close()

@@ -61,15 +61,16 @@ def loads(text: str) -> Any:
     return json.loads(text)
 
 
+_ASCII_ENCODER = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), check_circular=False)
+
+
 def sse_data(value: Any) -> bytes:
     """``data: {json}\n\n`` for a float-free value (a chat chunk): ``translate.stream.encode_chunk``'s
     bytes (a lone surrogate escaped as it escapes it), faster."""
     try:
         return b"data: " + dumps_compact(value, floats=False) + b"\n\n"
-    except UnicodeEncodeError:
-        from ezat_compat.translate.stream import encode_chunk
-
-        return encode_chunk(value)
+    except UnicodeEncodeError:  # a lone surrogate from upstream JSON: escaped, as encode_chunk does
+        return b"data: " + _ASCII_ENCODER.encode(value).encode() + b"\n\n"
 
 
 def dumps_compact(value: Any, *, floats: bool = True, finite: bool = False) -> bytes:

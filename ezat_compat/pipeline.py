@@ -61,7 +61,7 @@ from ezat_compat.upstream.headroom import Headroom
 from ezat_compat.upstream.imagefit import UpstreamImageLimits
 from ezat_compat.upstream.images import ImageFetcher
 from ezat_compat.upstream.providers.features import RESTRICTED, takers
-from ezat_compat.wire.json import BodyError, decode_body
+from ezat_compat.translate.body_json import BodyError, decode_body
 
 log = logging.getLogger("ezat_compat")
 

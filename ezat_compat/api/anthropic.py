@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import time
 
-from flask import Blueprint, Response, current_app, request
+from flask import Blueprint, Flask, Response, current_app, request
 
 from ezat_compat.api.common import api_key, client_request, gateway, json_response, respond
 from ezat_compat.dialects.anthropic_messages import AnthropicCountTokens, AnthropicMessages
-from ezat_compat.store.quota import quota_of
-from ezat_compat.store.responses import DAY_S
 from ezat_compat.store.threads import ThreadStore
 
 bp = Blueprint("anthropic", __name__, url_prefix="/v1")
@@ -18,27 +16,15 @@ COUNT_TOKENS = AnthropicCountTokens()
 EXTENSION = "ezat.messages"
 
 
+def install(app: Flask, threads: ThreadStore | None) -> None:
+    """The composition root's native Messages dialect for ``app``, its message threads on
+    ``threads`` (the process's store's; None: ``[responses] store`` is off)."""
+    app.extensions[EXTENSION] = AnthropicMessages(threads)
+
+
 def messages_dialect() -> AnthropicMessages:
-    """The app's native Messages dialect, built on first use in each process (after gunicorn
-    forks): its message threads kept on the gateway's database, through its engine and hot path,
-    for ``[responses] ttl_days``; none when ``[responses] store`` is off."""
-    found: AnthropicMessages | None = current_app.extensions.get(EXTENSION)
-    if found is None:
-        gw = gateway()
-        settings = gw.config.responses
-        ttl_s = settings.ttl_days * DAY_S
-        threads = (
-            ThreadStore(
-                gw.ledger.engine,
-                ttl_s,
-                hot=gw.ledger.hot,
-                quota=quota_of(settings),
-                max_chain_bytes=2 * gw.config.max_body_bytes,
-            )
-            if settings.store
-            else None
-        )
-        found = current_app.extensions.setdefault(EXTENSION, AnthropicMessages(threads))
+    """The app's native Messages dialect (``install``)."""
+    found: AnthropicMessages = current_app.extensions[EXTENSION]
     return found
 
 

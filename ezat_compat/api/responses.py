@@ -5,7 +5,6 @@ pipeline, and the stored responses: ``GET``/``DELETE /openai/v1/responses/<id>``
 from __future__ import annotations
 
 import logging
-import threading
 import time
 
 from flask import Blueprint, Flask, Response, current_app, request
@@ -13,18 +12,17 @@ from flask import Blueprint, Flask, Response, current_app, request
 from ezat_compat.api.common import api_key, client_request, gateway, json_response, respond
 from ezat_compat.datafiles import data_folder
 from ezat_compat.dialects.openai_responses import OpenAIResponses, ResponsesServices, not_found
+from ezat_compat.domain import Config
 from ezat_compat.errors import GatewayError
 from ezat_compat.sealing import KEY_ENV, load_sealer
 from ezat_compat.store.accounts import AuthContext
-from ezat_compat.store.quota import quota_of
-from ezat_compat.store.responses import DAY_S, ResponseStore, StoredResponse
+from ezat_compat.store.responses import ResponseStore, StoredResponse
 from ezat_compat.translate.responses_response import client_view
 
 bp = Blueprint("openai_responses", __name__, url_prefix="/openai/v1")
 _EXTENSION = "ezat_responses"
-_SEAL_LOGGED = "ezat_responses.seal_failure_logged"
-_LOCK = threading.Lock()
 log = logging.getLogger("ezat_compat")
+NOT_INSTALLED = "The gateway's Responses API is not set up in this process."
 NO_SEALING_KEY = (
     "The gateway has no key to seal reasoning with: its operator must fix the sealing key (the gateway's log says how)."
 )
@@ -35,53 +33,44 @@ def dialect() -> OpenAIResponses:
     return dialect_of(current_app)
 
 
+def install(app: Flask, config: Config, store: ResponseStore | None) -> None:
+    """The composition root's Responses dialect for ``app``: its stored responses on ``store``
+    (the process's store's; None: ``[responses] store`` is off) and its sealer (the key from
+    the environment or the data folder). A sealer that can't be loaded is logged once, with its
+    path and cause; every Responses request then answers 500 ``NO_SEALING_KEY``."""
+    app.extensions[_EXTENSION] = _built(config, store)
+
+
 def dialect_of(app: Flask) -> OpenAIResponses:
-    """``app``'s Responses dialect, built on first use in each process (after gunicorn forks):
-    its store on the gateway's database and its sealer (key from the environment or the data
-    folder, the configuration file's folder)."""
-    found: OpenAIResponses | None = app.extensions.get(_EXTENSION)
-    if found is not None:
-        return found
-    with _LOCK:
-        found = app.extensions.get(_EXTENSION)
-        if found is None:
-            gw = app.extensions["ezat"]
-            config = gw.config
-            settings = config.responses
-            # The gateway's own engine and hot path (one owner of the database file per process);
-            # puts share the ledger's connection and transactions. A continue reads back at most
-            # twice what one request may carry.
-            store = (
-                ResponseStore(
-                    gw.ledger.engine,
-                    settings.ttl_days * DAY_S,
-                    hot=gw.ledger.hot,
-                    quota=quota_of(settings),
-                    max_chain_bytes=2 * config.max_body_bytes,
-                )
-                if settings.store
-                else None
-            )
-            folder = data_folder(config)
-            try:
-                sealer = load_sealer(folder)
-            except (OSError, ValueError) as exc:
-                # The path and the cause are the operator's, logged once per process; the client
-                # learns only that the gateway is at fault (a server path is not its business).
-                if not app.extensions.get(_SEAL_LOGGED):
-                    app.extensions[_SEAL_LOGGED] = True
-                    log.error(
-                        "no key to seal reasoning with (%s): set %s or make %s writable by the server's user; "
-                        "every Responses request answers 500 until then",
-                        exc,
-                        KEY_ENV,
-                        folder,
-                    )
-                raise GatewayError(NO_SEALING_KEY) from None
-            quota = store.over_quota if store is not None else None
-            found = OpenAIResponses(ResponsesServices(settings, store, sealer, time.time, quota))
-            app.extensions[_EXTENSION] = found
+    """``app``'s Responses dialect (``install``); a ``GatewayError`` (500) when its sealer could
+    not be loaded, or when the app was made without one."""
+    found: OpenAIResponses | GatewayError | None = app.extensions.get(_EXTENSION)
+    if found is None:
+        raise GatewayError(NOT_INSTALLED)
+    if isinstance(found, GatewayError):
+        raise GatewayError(found.message)
     return found
+
+
+def _built(config: Config, store: ResponseStore | None) -> OpenAIResponses | GatewayError:
+    settings = config.responses
+    folder = data_folder(config)
+    try:
+        sealer = load_sealer(folder)
+    except (OSError, ValueError) as exc:
+        # The path and the cause are the operator's, logged once per process; the client learns
+        # only that the gateway is at fault (a server path is not its business).
+        log.error(
+            "no key to seal reasoning with (%s): set %s or make %s writable by the server's user; "
+            "every Responses request answers 500 until then",
+            exc,
+            KEY_ENV,
+            folder,
+        )
+        return GatewayError(NO_SEALING_KEY)
+    store = store if settings.store else None
+    quota = store.over_quota if store is not None else None
+    return OpenAIResponses(ResponsesServices(settings, store, sealer, time.time, quota))
 
 
 def _admitted() -> AuthContext:

@@ -15,23 +15,11 @@ import ipaddress
 from collections.abc import Callable, Iterable
 from typing import Any
 
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+from ezat_compat.config import Network, parse_allow_list
+
+__all__ = ["Network", "TrustedForwarded", "client_address", "parse_allow_list", "trusted"]
+
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
-
-
-def parse_allow_list(value: str) -> tuple[Network, ...] | None:
-    """gunicorn's comma-separated list of addresses or networks; ``*`` (None) trusts every peer.
-    Raises ``ValueError`` naming an entry that is neither."""
-    entries = [item.strip() for item in value.split(",") if item.strip()]
-    if "*" in entries:
-        return None
-    networks = []
-    for entry in entries:
-        try:
-            networks.append(ipaddress.ip_network(entry, strict=False))
-        except ValueError:
-            raise ValueError(f"{entry!r} is not an IP address or network") from None
-    return tuple(networks)
 
 
 def trusted(address: str, allow: tuple[Network, ...] | None) -> bool:

@@ -165,6 +165,13 @@ def post_worker_init(worker: Any) -> None:
     serving.tune_collector()  # last: the app and its hooks are what it sets aside
 
 
+def worker_exit(server: Any, worker: Any) -> None:
+    """In the worker, once it has stopped serving: its store's handles are closed."""
+    store = getattr(worker.wsgi, "extensions", {}).get("ezat_store") if worker.wsgi is not None else None
+    if store is not None:
+        store.close()
+
+
 def child_exit(server: Any, worker: Any) -> None:
     from prometheus_client import multiprocess
 
@@ -202,18 +209,13 @@ def _recover(ledger: Any, worker_pid: int | None) -> None:
 def _release_dead_worker(pid: int | None) -> None:
     """Release the reservations of worker ``pid`` that just exited, whatever killed it (None: on
     start, those of dead workers of dead masters)."""
-    from ezat_compat.datafiles import data_folder
-    from ezat_compat.store.db import make_engine
-    from ezat_compat.store.hotpath import make_hot_path
-    from ezat_compat.store.ledger import Ledger
+    from ezat_compat.store.store import open_store
 
-    engine = make_engine(_config.gateway.database_url, pool_size=1, max_overflow=0)
-    hot_path = make_hot_path(engine)
+    store = open_store(_config.gateway.database_url, config=_config, pool_size=1)
     try:
-        _recover(Ledger(engine, hot_path, data_dir=data_folder(_config)), pid)
+        _recover(store.ledger, pid)
     finally:
-        hot_path.close()
-        engine.dispose()
+        store.close()
 
 
 def on_exit(server: Any) -> None:

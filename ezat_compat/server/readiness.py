@@ -36,7 +36,6 @@ from sqlalchemy import Engine, exc, make_url, text
 
 from ezat_compat.server.drain import draining
 from ezat_compat.server.logs import Outages, describe
-from ezat_compat.store.db import make_engine
 from ezat_compat.store.hotpath import HotPath
 
 DB_TIMEOUT_S = 2  # libpq's connect_timeout counts whole seconds, at least 2
@@ -73,17 +72,6 @@ def note_outage(readiness: Readiness, exc: BaseException) -> bool:
     return True
 
 
-def _probe_url(database_url: str) -> str:
-    """The database URL with bounded waits for the probe (PostgreSQL: connect and statement)."""
-    url = make_url(database_url)
-    if url.get_backend_name() == "postgresql":
-        given = url.query.get("options", "")  # kept: e.g. the URL's own ``-csearch_path=…``
-        given = given if isinstance(given, str) else " ".join(given)
-        options = f"{given} -c statement_timeout={DB_TIMEOUT_S * 1000}".strip()
-        url = url.update_query_dict({"connect_timeout": str(DB_TIMEOUT_S), "options": options})
-    return url.render_as_string(hide_password=False)
-
-
 class Readiness:
     """The checks behind ``/readyz`` for one process. ``hot``: the process's hot path on the
     database (a SQLite file is probed through it); ``backlog``: how many usage journal files
@@ -102,8 +90,10 @@ class Readiness:
         probe_redis: Callable[[], None] | None = None,
         hot: HotPath | None = None,
         backlog: Callable[[], int] | None = None,
+        probe_engine: Callable[[], Engine] | None = None,
     ) -> None:
         self.database_url = database_url
+        self._probe_engine = probe_engine  # the store's engine for the probe (``Store.probe_engine``)
         self._hot = hot
         self._backlog = backlog
         self.redis_url = redis_url
@@ -112,7 +102,6 @@ class Readiness:
         self.clock = clock
         self._probe_database = probe_database or self._select
         self._probe_redis = probe_redis or (self._ping if redis_url else None)
-        self._engine: Engine | None = None
         self._redis: redis.Redis | None = None
         self._lock = threading.Lock()
         self._result: dict[str, str] | None = None
@@ -171,9 +160,9 @@ class Readiness:
         if path and self._hot is not None:  # the worker's one connection on the file
             self._hot.read(PROBE_SQL, {})
             return
-        if self._engine is None:  # PostgreSQL: its own connection, with the probe's bounded waits
-            self._engine = make_engine(_probe_url(self.database_url), pool_size=1, max_overflow=0)
-        with self._engine.connect() as conn:
+        if self._probe_engine is None:
+            raise RuntimeError("no engine to probe the database with")
+        with self._probe_engine().connect() as conn:  # PostgreSQL: its own connection, bounded waits
             conn.execute(text(PROBE_SQL)).all()
 
     def _ping(self) -> None:
@@ -187,7 +176,5 @@ class Readiness:
         self._redis.ping()
 
     def close(self) -> None:
-        if self._engine is not None:
-            self._engine.dispose()
         if self._redis is not None:
             self._redis.close()

@@ -28,7 +28,7 @@ from ezat_compat.config import ConfigError, load_config, resolve_config_path
 from ezat_compat.domain import Config, Deployment
 
 if TYPE_CHECKING:
-    from flask import Flask
+    pass
 
 
 class StartupError(Exception):
@@ -148,16 +148,14 @@ def prepare_database(config: Config) -> None:
         db.prepare_database(config.gateway.database_url)
     except (db.DatabaseUnavailable, db.SchemaError) as exc:
         raise StartupError(str(exc)) from None
-    from ezat_compat.store.hotpath import make_hot_path
-    from ezat_compat.store.ledger import STALE_RESERVATION, Ledger
+    from ezat_compat.store.ledger import STALE_RESERVATION
+    from ezat_compat.store.store import open_store
 
-    engine = db.make_engine(config.gateway.database_url)
-    hot_path = make_hot_path(engine)
+    store = open_store(config.gateway.database_url, config=config, pool_size=1)
     try:
-        Ledger(engine, hot_path).sweep_stale(STALE_RESERVATION, datetime.now(UTC))
+        store.ledger.sweep_stale(STALE_RESERVATION, datetime.now(UTC))
     finally:
-        hot_path.close()
-        engine.dispose()
+        store.close()
 
 
 def _unset_keys(deployments: Sequence[Deployment]) -> dict[str, list[str]]:
@@ -266,15 +264,6 @@ def reload_config(log_error: Callable[[str], None], log_warning: Callable[[str],
     for line in deployment_warnings(config):
         log_warning(line)
     return True
-
-
-def worker_app() -> Flask:
-    """The WSGI app of a gunicorn worker: built from the configuration its master holds (the
-    last one that validated), else, outside ezat-compat's gunicorn settings, from the file."""
-    from ezat_compat.app import app_from_environment, create_app
-
-    config = served_config()
-    return create_app(config) if config is not None else app_from_environment()
 
 
 # A worker's first generation, in objects (CPython's default is 700).

@@ -249,6 +249,21 @@ def _unavailable(url: str, exc: BaseException) -> DatabaseUnavailable:
     return DatabaseUnavailable(f"cannot use the database {describe_url(url)}: {first}")
 
 
+PROBE_TIMEOUT_S = 2  # libpq's connect_timeout counts whole seconds, at least 2
+
+
+def probe_url(database_url: str) -> str:
+    """The database URL with bounded waits for the readiness probe (PostgreSQL: connect and
+    statement)."""
+    url = make_url(database_url)
+    if url.get_backend_name() == "postgresql":
+        given = url.query.get("options", "")  # kept: e.g. the URL's own ``-csearch_path=…``
+        given = given if isinstance(given, str) else " ".join(given)
+        options = f"{given} -c statement_timeout={PROBE_TIMEOUT_S * 1000}".strip()
+        url = url.update_query_dict({"connect_timeout": str(PROBE_TIMEOUT_S), "options": options})
+    return url.render_as_string(hide_password=False)
+
+
 def open_engine(url: str) -> Engine:
     """``make_engine(url)`` with one-line errors: an unsupported or unparsable URL raises
     ``DatabaseUnavailable`` (a ``ValueError`` of ``make_engine`` or SQLAlchemy's own)."""

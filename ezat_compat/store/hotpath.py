@@ -38,7 +38,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from ezat_compat.errors import OverloadedError
 from ezat_compat.locks import thread_lock
-from ezat_compat.server.procid import pid
+from ezat_compat.procid import pid
 from ezat_compat.store.db import SQLITE_BUSY_TIMEOUT_S, write_engine
 
 AUTH_SQL = (

@@ -44,7 +44,7 @@ from sqlalchemy.engine import make_url
 from ezat_compat.domain import Usage
 from ezat_compat.errors import GatewayError, InsufficientQuotaError
 from ezat_compat.pricing import micros_to_usd
-from ezat_compat.server.procid import pid
+from ezat_compat.procid import pid
 from ezat_compat.store.accounts import AuthContext, StoreError, iso
 from ezat_compat.store.hotpath import (
     REFUSED_BY_ORG,

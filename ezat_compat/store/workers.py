@@ -16,7 +16,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from ezat_compat.server import procid
+from ezat_compat import procid
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9.-]")
 TAG_MAX = 160

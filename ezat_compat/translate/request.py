@@ -28,7 +28,7 @@ from ezat_compat.translate.tables import (
     REASONING_EFFORT_TO_EFFORT,
     TOOL_CHOICE_TO_ANTHROPIC,
 )
-from ezat_compat.wire.json import BodyError, decode_json_text, no_pause
+from ezat_compat.translate.body_json import BodyError, decode_json_text, no_pause
 
 TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,128}")
 PAUSE_EVERY = 256  # messages (or items) translated between two calls of the caller's ``pause``

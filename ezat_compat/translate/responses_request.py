@@ -51,7 +51,7 @@ from ezat_compat.translate.schema import SchemaBudget, fit_schema
 from ezat_compat.translate.tables import (
     DEFAULT_MAX_TOKENS,
 )
-from ezat_compat.wire.json import no_pause
+from ezat_compat.translate.body_json import no_pause
 
 TEXT_PARTS = ("input_text", "output_text", "text", "summary_text")
 

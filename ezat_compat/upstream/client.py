@@ -76,7 +76,7 @@ from ezat_compat.errors import (
     UpstreamTimeoutError,
     UpstreamTLSError,
 )
-from ezat_compat.server.procid import pid
+from ezat_compat.procid import pid
 from ezat_compat.upstream.egress import Egress, TLSAdapter, egress_of
 from ezat_compat.upstream.providers import Decoder, Provider, ProviderSetupError, make_provider
 from ezat_compat.upstream.sse import iter_sse

@@ -34,7 +34,7 @@ images, 32 MB of body, 200 megapixels a request). Pillow's work never runs on th
 it runs on a few decoding places per process (``decode_threads``, on the hub's real threads),
 shared like the downloads' (``Shares``: one organisation holds at most ``org_decode_threads``,
 the next free place goes to the organisation holding fewest), all within ``fit_timeout_s``;
-after a large decode the freed memory goes back to the system (``server/memory``). It raises
+after a large decode the freed memory goes back to the system (``memory.py``). It raises
 ``InvalidRequestError`` naming the part.
 """
 
@@ -52,7 +52,7 @@ from typing import TypeVar
 
 from ezat_compat.cooperative import tools
 from ezat_compat.errors import InvalidRequestError
-from ezat_compat.server import memory
+from ezat_compat import memory
 from ezat_compat.translate.media import PDF_MEDIA_TYPE, is_pdf, sniff_image_type
 from ezat_compat.translate.request import ImageSlot
 from ezat_compat.upstream.image_download import Downloader, FetchedImage, as_fetched, reason_for, url_problem
@@ -327,7 +327,7 @@ class ImageFetcher:
     @staticmethod
     def _give_back(decoded: int) -> None:
         """After decodes of about ``decoded`` bytes: the allocator's free pages go back to the
-        system (``server/memory``; the pixels were freed in threads whose arenas keep them)."""
+        system (``memory.py``; the pixels were freed in threads whose arenas keep them)."""
         try:
             tools().off_loop(partial(memory.after_request_of, decoded))
         except Exception:  # never fails a request

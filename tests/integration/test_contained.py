@@ -199,7 +199,7 @@ def test_a_30_mb_body_of_small_items_gives_its_memory_back(one_worker: Gateway) 
     translated; the upstream refuses the translated body as too large. Three such requests leave
     the worker within 200 MB of where it started: the error's traceback no longer keeps the
     request's frames (a reference cycle through the failover loop's last error: +400 MB, held)
-    and the allocator's free pages go back (``server/memory.py``)."""
+    and the allocator's free pages go back (``memory.py``)."""
     gateway = one_worker
     key = gateway.new_key("big", balance="1000")
     worker = only_worker(gateway)

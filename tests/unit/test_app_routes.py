@@ -274,7 +274,7 @@ def test_an_unexpected_error_lets_go_of_its_frames_once_logged(monkeypatch: pyte
 
 
 def test_memory_is_given_back_only_after_a_large_body() -> None:
-    from ezat_compat.server import memory
+    from ezat_compat import memory
 
     assert memory.after_request_of(memory.TRIM_AFTER_BYTES - 1) is False
     assert memory.after_request_of(memory.TRIM_AFTER_BYTES) is (memory._trim is not None)

@@ -2,7 +2,7 @@
 dialect's envelope naming the field where there is one, or — on native ``/v1/messages``, which
 passes bodies through to the upstream — goes through with a bounded reservation (but for
 a ``max_tokens`` above the model's output limit, refused as the real API refuses it). Never a 500,
-never a traceback or an internal path in the body (Chat Completions reference, "Errors"; wire/json.py's
+never a traceback or an internal path in the body (Chat Completions reference, "Errors"; translate/body_json.py's
 rules: strict UTF-8, no NaN/Infinity, nesting at most ``MAX_DEPTH``, no lone surrogate, the last
 duplicate key wins)."""
 
@@ -21,7 +21,7 @@ from ezat_compat.errors import GatewayError
 from ezat_compat.pipeline import ClientRequest, Reply
 from ezat_compat.store.accounts import AuthContext
 from ezat_compat.upstream.providers import make_provider
-from ezat_compat.wire.json import MAX_DEPTH
+from ezat_compat.translate.body_json import MAX_DEPTH
 from tests.unit.test_pipeline import DIALECTS, MESSAGE, MODEL, FakeLedger, gateway
 
 USER = {"role": "user", "content": "hi"}

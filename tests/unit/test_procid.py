@@ -8,7 +8,7 @@ import subprocess
 import sys
 import textwrap
 
-from ezat_compat.server import procid
+from ezat_compat import procid
 
 
 def test_pid_is_this_process_id() -> None:

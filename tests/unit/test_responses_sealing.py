@@ -146,7 +146,7 @@ def test_a_sealing_failure_is_logged_once_with_its_path_and_answered_without_it(
 
     from flask import Flask
 
-    from ezat_compat.api.responses import NO_SEALING_KEY, dialect_of
+    from ezat_compat.api.responses import NO_SEALING_KEY, dialect_of, install
     from ezat_compat.config import parse_config
     from ezat_compat.errors import GatewayError
 
@@ -171,6 +171,7 @@ def test_a_sealing_failure_is_logged_once_with_its_path_and_answered_without_it(
     )
     app = Flask("t")
     app.extensions["ezat"] = SimpleNamespace(config=config)
+    install(app, config, None)  # the composition root's step: the sealer is loaded here, or not
     for _ in range(3):
         with pytest.raises(GatewayError) as caught, caplog.at_level("ERROR", logger="ezat_compat"):
             dialect_of(app)
