@@ -23,6 +23,7 @@ from typing import Any
 from flask import Flask, Response, current_app, g, request
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound, RequestEntityTooLarge
 
+from ezat_compat import memory
 from ezat_compat.api import anthropic as anthropic_api
 from ezat_compat.api import openai as openai_api
 from ezat_compat.api import responses as responses_api
@@ -37,7 +38,6 @@ from ezat_compat.errors import GatewayError, InvalidRequestError, MethodNotAllow
 from ezat_compat.limits import RateLimits
 from ezat_compat.pipeline import Gateway, health_key
 from ezat_compat.sealing import load_sealer
-from ezat_compat import memory
 from ezat_compat.server.drain import start_draining, stop_draining
 from ezat_compat.server.forwarded import TrustedForwarded
 from ezat_compat.server.logs import Outages, RequestLog

@@ -48,6 +48,7 @@ from ezat_compat.store.counters import SCHEME, Counters, SQLiteCounterStorage
 
 __all__ = ["SCHEME", "RateLimits", "SQLiteCounterStorage", "TokenHold"]
 
+
 @dataclass(frozen=True, slots=True)
 class TokenHold:
     """Tokens reserved for one admitted request in one minute's counter (``RateLimits.admit``)."""

@@ -52,6 +52,7 @@ from ezat_compat.store.accounts import Accounts, AuthContext
 from ezat_compat.store.hotpath import Rider
 from ezat_compat.store.ledger import CLIENT_CLOSED, STALE_RESERVATION, Ledger, LedgerEntry
 from ezat_compat.store.thinking import ThinkingStash
+from ezat_compat.translate.body_json import BodyError, decode_body
 from ezat_compat.translate.cache_scope import CacheScopes, needs_scope, scope_cache
 from ezat_compat.translate.estimate import bound_web_searches, input_tokens_upper_bound
 from ezat_compat.translate.request import ImageSlot
@@ -61,7 +62,6 @@ from ezat_compat.upstream.headroom import Headroom
 from ezat_compat.upstream.imagefit import UpstreamImageLimits
 from ezat_compat.upstream.images import ImageFetcher
 from ezat_compat.upstream.providers.features import RESTRICTED, takers
-from ezat_compat.translate.body_json import BodyError, decode_body
 
 log = logging.getLogger("ezat_compat")
 
@@ -267,7 +267,6 @@ class Gateway:
         against the key's rpm (``RateLimits.count_request``)."""
         if time.monotonic() >= self._next_sweep:
             self._sweep_stale_reservations()
-        self.ledger.maintain()  # in the background, every few seconds: journal replay, dead workers' holds
         reserve = bound = searches = 0
         if parsed.billed:  # the worst case is known before anything is held
             bound = input_tokens_upper_bound(parsed.body, parsed.model.context_window)

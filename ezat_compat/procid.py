@@ -10,6 +10,11 @@ it in the child before any code of the child runs.
 from __future__ import annotations
 
 import os
+import weakref
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
 
 _pid = os.getpid()
 
@@ -25,3 +30,17 @@ os.register_at_fork(after_in_child=_forked)
 def pid() -> int:
     """``os.getpid()``, without the system call."""
     return _pid
+
+
+def after_fork(owner: T, forked: Callable[[T], None]) -> None:
+    """Run ``forked(owner)`` in every forked child, before any code of the child runs, for as long
+    as ``owner`` lives (it is held weakly): per-process state (a connection, a queue, a lock) is
+    reset once at the fork instead of the process id being compared on every use."""
+    ref = weakref.ref(owner)
+
+    def in_child() -> None:
+        alive = ref()
+        if alive is not None:
+            forked(alive)
+
+    os.register_at_fork(after_in_child=in_child)

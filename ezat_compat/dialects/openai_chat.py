@@ -117,13 +117,18 @@ class OpenAIChat:
 
     def reply(self, parsed: Parsed, data: bytes, ids: ReplyIds) -> Answer:
         message = upstream_message(data)
+        usage = usage_from_anthropic(message.get("usage"))  # once: the reply's and the bill's
         completion = anthropic_to_openai(
-            message, completion_id="chatcmpl-" + ids.request_id, created=ids.created, model=parsed.model_name
+            message,
+            completion_id="chatcmpl-" + ids.request_id,
+            created=ids.created,
+            model=parsed.model_name,
+            usage=usage,
         )
         context: Context = parsed.context
         content = message.get("content")
         kept = thinking_of_reply(content) if context.translation.thinking and isinstance(content, list) else None
-        return Answer(encode_json(completion), usage_from_anthropic(message.get("usage")), kept)
+        return Answer(encode_json(completion), usage, kept)
 
     def translator(self, parsed: Parsed, ids: ReplyIds) -> EventTranslator:
         translation = parsed.context.translation

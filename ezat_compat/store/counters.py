@@ -183,8 +183,6 @@ def _reset_after_fork(storage: SQLiteCounterStorage) -> None:
     os.register_at_fork(after_in_child=after_in_child)
 
 
-
-
 class Counters:
     """The counters' storage of one process: Redis at ``redis_url``, else the SQLite file at
     ``embedded_path``; built on first use (``storage()``), closed by ``close()``. ``clock``

@@ -38,7 +38,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from ezat_compat.errors import OverloadedError
 from ezat_compat.locks import thread_lock
-from ezat_compat.procid import pid
+from ezat_compat.procid import after_fork
 from ezat_compat.store.db import SQLITE_BUSY_TIMEOUT_S, write_engine
 
 AUTH_SQL = (
@@ -226,14 +226,17 @@ class GroupCommit:
         self._queue: list[_Queued] = []
         self._queue_lock = thread_lock()  # held for a list operation: never across a switch
         self._leading = False
-        self._pid = pid()
+        after_fork(self, GroupCommit._forked)
+
+    def _forked(self) -> None:
+        # In a forked child, before any other thread exists: an empty queue and a lock no
+        # parent's thread can hold.
+        self._queue, self._queue_lock, self._leading = [], thread_lock(), False
 
     def run(self, work: Work[P, T], params: P, rider: Rider | None = None) -> T:
         """``work(execute, params)`` in a write transaction (maybe shared); its result, or its
         exception (the database's own errors unchanged). ``rider`` is queued with it, right
         after it: the two are always in one group, so in one transaction."""
-        if self._pid != pid():
-            self._queue, self._queue_lock, self._leading, self._pid = [], thread_lock(), False, pid()
         item = _Queued(work, params)
         ridden = _Queued(rider.work, rider.params) if rider is not None else None
         with self._queue_lock:
@@ -375,18 +378,27 @@ class SQLiteHotPath:
     def __init__(self, path: str) -> None:
         self.path = path
         self._conn: sqlite3.Connection | None = None
-        self._pid = 0
+        self._inherited: list[sqlite3.Connection] = []  # a parent's, never closed in a forked child
         self._lock = thread_lock()  # held around sqlite3 calls only: never across a switch
         self.group = GroupCommit(self._connection, lambda: self._lock)
+        after_fork(self, SQLiteHotPath._forked)
+
+    def _forked(self) -> None:
+        # In a forked child: the parent's connection is set aside (closing it could release the
+        # parent's locks on the file) and the next use opens the child's own.
+        if self._conn is not None:
+            self._inherited.append(self._conn)
+        self._conn = None
+        self._lock = thread_lock()
 
     def _connection(self) -> sqlite3.Connection:
-        if self._conn is None or self._pid != pid():
+        if self._conn is None:
             conn = sqlite3.connect(
                 self.path, timeout=SQLITE_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
             )
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=ON")
-            self._conn, self._pid = conn, pid()
+            self._conn = conn
         return self._conn
 
     def read(self, sql: str, params: Mapping[str, Any]) -> Sequence[Any] | None:
@@ -402,7 +414,7 @@ class SQLiteHotPath:
 
     def close(self) -> None:
         with self._lock:
-            if self._conn is not None and self._pid == pid():
+            if self._conn is not None:
                 self._conn.close()
             self._conn = None
 

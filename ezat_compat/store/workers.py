@@ -16,8 +16,6 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from ezat_compat import procid
-
 _UNSAFE = re.compile(r"[^A-Za-z0-9.-]")
 TAG_MAX = 160
 
@@ -98,16 +96,23 @@ def is_dead(tag: Tag) -> bool:
     return start_ticks(tag.pid) != tag.start
 
 
-_current: tuple[int, str] = (-1, "")
+_current = ""
+
+
+def _forked() -> None:
+    global _current
+    _current = ""
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 def worker_tag() -> str:
-    """``str(current_tag())``, computed once per process."""
+    """``str(current_tag())``, computed once per process (again in a forked child)."""
     global _current
-    pid = procid.pid()
-    if _current[0] != pid:
-        _current = (pid, str(current_tag()))
-    return _current[1]
+    if not _current:
+        _current = str(current_tag())
+    return _current
 
 
 def live_tag(parent: int, pid: int) -> str:

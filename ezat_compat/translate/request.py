@@ -16,6 +16,7 @@ from typing import Any
 
 from ezat_compat.domain import Model
 from ezat_compat.errors import InvalidRequestError
+from ezat_compat.translate.body_json import BodyError, decode_json_text, no_pause
 from ezat_compat.translate.ids import encode_tool_id
 from ezat_compat.translate.media import PDF_MEDIA_TYPE, decode_base64, is_pdf, sniff_image_type
 from ezat_compat.translate.schema import SchemaBudget, fit_schema, fit_tool_schema
@@ -28,7 +29,6 @@ from ezat_compat.translate.tables import (
     REASONING_EFFORT_TO_EFFORT,
     TOOL_CHOICE_TO_ANTHROPIC,
 )
-from ezat_compat.translate.body_json import BodyError, decode_json_text, no_pause
 
 TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,128}")
 PAUSE_EVERY = 256  # messages (or items) translated between two calls of the caller's ``pause``

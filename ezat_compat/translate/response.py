@@ -86,12 +86,15 @@ def tool_arguments(tool_input: Any) -> str:
     return json.dumps(tool_input if tool_input is not None else {}, ensure_ascii=False, separators=(",", ":"))
 
 
-def anthropic_to_openai(message: Mapping[str, Any], *, completion_id: str, created: int, model: str) -> dict[str, Any]:
+def anthropic_to_openai(
+    message: Mapping[str, Any], *, completion_id: str, created: int, model: str, usage: Usage | None = None
+) -> dict[str, Any]:
     """Translate a whole Anthropic message into a ``chat.completion``.
 
     Text blocks are joined; ``tool_use`` blocks become ``tool_calls``; thinking blocks are
     dropped (their tokens are in ``reasoning_tokens``). ``content`` is null when the reply is
-    only tool calls. ``model`` is what the client sent, unchanged.
+    only tool calls. ``model`` is what the client sent, unchanged. ``usage``: the message's
+    usage when the caller has parsed it already (``usage_from_anthropic``), so it is parsed once.
     """
     texts: list[str] = []
     tool_calls: list[dict[str, Any]] = []
@@ -126,5 +129,5 @@ def anthropic_to_openai(message: Mapping[str, Any], *, completion_id: str, creat
                 "finish_reason": finish_reason(message.get("stop_reason")),
             }
         ],
-        "usage": usage_to_openai(usage_from_anthropic(message.get("usage"))),
+        "usage": usage_to_openai(usage if usage is not None else usage_from_anthropic(message.get("usage"))),
     }

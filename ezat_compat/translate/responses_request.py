@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ezat_compat.domain import Model
+from ezat_compat.translate.body_json import no_pause
 from ezat_compat.translate.ids import encode_tool_id
 from ezat_compat.translate.request import (
     PAUSE_EVERY,
@@ -51,7 +52,6 @@ from ezat_compat.translate.schema import SchemaBudget, fit_schema
 from ezat_compat.translate.tables import (
     DEFAULT_MAX_TOKENS,
 )
-from ezat_compat.translate.body_json import no_pause
 
 TEXT_PARTS = ("input_text", "output_text", "text", "summary_text")
 

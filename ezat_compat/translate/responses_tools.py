@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ezat_compat.domain import Model
+from ezat_compat.translate.body_json import no_pause
 from ezat_compat.translate.request import TOOL_NAME, TOOLS_PAUSE_EVERY, _bad
 from ezat_compat.translate.schema import SchemaBudget, fit_tool_schema
 from ezat_compat.translate.tables import TOOL_CHOICE_TO_ANTHROPIC
-from ezat_compat.translate.body_json import no_pause
 
 WEB_SEARCH_TYPES = ("web_search", "web_search_preview", "web_search_2025_08_26", "web_search_preview_2025_03_11")
 ANTHROPIC_WEB_SEARCH = {"type": "web_search_20250305", "name": "web_search"}

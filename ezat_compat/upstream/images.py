@@ -50,9 +50,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from typing import TypeVar
 
+from ezat_compat import memory
 from ezat_compat.cooperative import tools
 from ezat_compat.errors import InvalidRequestError
-from ezat_compat import memory
 from ezat_compat.translate.media import PDF_MEDIA_TYPE, is_pdf, sniff_image_type
 from ezat_compat.translate.request import ImageSlot
 from ezat_compat.upstream.image_download import Downloader, FetchedImage, as_fetched, reason_for, url_problem
