@@ -1,4 +1,7 @@
-"""Shared fixtures: free ports, service availability (PostgreSQL, Redis) with CI enforcement."""
+"""Shared fixtures: free ports, service availability (PostgreSQL, Redis) with CI enforcement; how
+many processes run the tests, and how many examples each hypothesis test tries (CI: its own count;
+elsewhere a tenth, tests/support/property_budget.py). Helpers shared by test modules live in
+tests/support/, never in a test module."""
 
 from __future__ import annotations
 
@@ -8,7 +11,17 @@ from pathlib import Path
 
 import pytest
 
+# The helpers that test modules share assert as the tests do: their failures show the values too.
+pytest.register_assert_rewrite("tests.support")
+
+from tests.support.property_budget import (  # noqa: E402 - after the rewrite is registered
+    dev_profile_loaded,
+    load_dev_profile_unless_thorough,
+    scale_examples,
+)
+
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+load_dev_profile_unless_thorough(IN_CI)  # before any test module: @given takes the profile loaded then
 POSTGRES_URL = os.environ.get("EZAT_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 # pytest-xdist's workers (gw0, gw1…) each get a database of their own (15, 14…): tests flush theirs.
 _WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
@@ -28,6 +41,14 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     if paths and all(path == UNIT or UNIT in path.parents for path in paths):
         return max(1, min(SUITE_WORKERS, os.cpu_count() or 1))
     return SUITE_WORKERS
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Outside CI, each hypothesis test tries a tenth of the examples its ``@settings`` names
+    (``tests/support/property_budget.py``); under CI, all of them."""
+    if dev_profile_loaded():
+        for item in items:
+            scale_examples(getattr(item, "obj", None))
 
 
 def free_port() -> int:

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.client.test_responses_frameworks import EXAMPLE_BASE, EXAMPLE_KEY, _clients_example
 from tests.conftest import IN_CI
 from tests.integration.harness import Gateway
+from tests.support.docs import EXAMPLE_BASE, EXAMPLE_KEY, clients_example
 
 pytestmark = pytest.mark.integration
 PACKAGES = ("llama-index-llms-openai-like==0.8.1",)
@@ -66,7 +66,7 @@ def test_the_clients_pages_llama_index_example_runs_as_printed(
     """docs/clients.md's llama-index block, with only the address and the key changed: one
     completion on the legacy Completions API, one on Chat Completions."""
     key = gateway.new_key("llama-index-readme")
-    source = _clients_example("from llama_index")
+    source = clients_example("from llama_index")
     assert EXAMPLE_BASE in source and EXAMPLE_KEY in source
     script = tmp_path / "example.py"
     script.write_text(source.replace(EXAMPLE_BASE, gateway.url).replace(EXAMPLE_KEY, key))

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.integration.harness import Gateway, Sim, unscoped
-from tests.support.docs import code_block
+from tests.support.docs import EXAMPLE_BASE, EXAMPLE_KEY, clients_example
 
 pytestmark = pytest.mark.integration
 MODEL = "anthropic/claude-sonnet-5-5"
@@ -77,16 +77,6 @@ def test_langchain_chat_openai_with_the_responses_api_in_a_tool_loop(gateway: Ga
     assert len(sim.bodies()) == 2
 
 
-CLIENTS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "clients.md"
-EXAMPLE_BASE = "http://127.0.0.1:8080"
-EXAMPLE_KEY = "ezat_sk_…"
-
-
-def _clients_example(marker: str) -> str:
-    """docs/clients.md's Python code block that contains ``marker``, as printed there."""
-    return code_block(CLIENTS_PAGE, "python", marker)
-
-
 @pytest.mark.parametrize(
     "model",
     [
@@ -102,7 +92,7 @@ def test_the_clients_pages_agents_sdk_example_runs_as_printed(
     changed (and, for the other model names the page names, the model): the alias and the
     ``openai/`` prefix reach the gateway; the bare canonical id fails in the SDK, as it says."""
     pytest.importorskip("agents")
-    source = _clients_example("from agents import")
+    source = clients_example("from agents import")
     assert EXAMPLE_BASE in source and EXAMPLE_KEY in source and 'model="claude-sonnet-5-5"' in source
     source = source.replace(EXAMPLE_BASE, gateway.url).replace(EXAMPLE_KEY, key)
     if model is not None:

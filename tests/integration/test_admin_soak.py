@@ -23,7 +23,7 @@ import pytest
 from tests.integration.conftest import standard_models
 from tests.integration.faults import chat
 from tests.integration.harness import Gateway, Sim
-from tests.integration.test_proxies import Proxy, start_proxy
+from tests.support.proxies import Proxy, start_proxy
 
 pytestmark = pytest.mark.integration
 

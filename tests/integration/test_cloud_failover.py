@@ -20,8 +20,8 @@ import pytest
 
 from ezat_compat.sim.clouds import SIM_AWS_ACCESS_KEY_ID, SIM_AWS_SECRET_ACCESS_KEY
 from tests.integration.harness import Gateway, ModelSpec, Sim
-from tests.integration.test_clouds import _service_account, bedrock_at, private_pem, vertex_at
-from tests.integration.test_tool_loops import TOOLS
+from tests.support.clouds import bedrock_at, private_pem, service_account, vertex_at
+from tests.support.tool_loops import TOOLS
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -37,13 +37,13 @@ def ask_for(city: str) -> str:
 @pytest.fixture
 def clouds(tmp_path: Path) -> Iterator[tuple[Gateway, dict[str, Sim], str]]:
     pem = private_pem()
-    _service_account(tmp_path / "sa-sim.json", "unused", pem)
+    service_account(tmp_path / "sa-sim.json", "unused", pem)
     sims = {
         "anthropic": Sim(name="anthropic").start(),
         "bedrock": Sim(name="bedrock").start(),
         "vertex": Sim(name="vertex", flags=("--google-service-account", str(tmp_path / "sa-sim.json"))).start(),
     }
-    _service_account(tmp_path / "sa.json", sims["vertex"].url + "/token", pem)
+    service_account(tmp_path / "sa.json", sims["vertex"].url + "/token", pem)
     (tmp_path / "aws-config").write_text("")
     deployments = [
         {"name": "anthropic", "base_url": sims["anthropic"].url, "priority": 0},

@@ -23,17 +23,14 @@ import anthropic
 import openai
 import pytest
 import requests
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
 
 from ezat_compat.sim.clouds import SIM_AWS_ACCESS_KEY_ID, SIM_AWS_SECRET_ACCESS_KEY
 from ezat_compat.translate.cache_marks import cache_marks
 from tests.integration.harness import Gateway, ModelSpec, Sim, unscoped
+from tests.support.clouds import BEDROCK_MODEL, VERTEX_MODEL, bedrock_at, private_pem, service_account, vertex_at
 
 pytestmark = pytest.mark.integration
 
-BEDROCK_MODEL = "anthropic.claude-sonnet-5-5-v1:0"
-VERTEX_MODEL = "claude-sonnet-5-5@20260101"
 OLD_BEDROCK_MODEL = "anthropic.claude-3-7-sonnet-20250219-v1:0"  # before the one-hour cache
 WRONG_SECRET = "not-the-right-secret-0123456789"
 FOUNDRY_KEY = "foundry-test-key"
@@ -42,48 +39,8 @@ CLAUDE_CODE_BETAS = "claude-code-20250219,interleaved-thinking-2025-05-14,fine-g
 BEDROCK_PRICE = {"input": 4.0, "output": 20.0, "cache_write": 5.0, "cache_read": 0.4}
 
 
-def _service_account(path: Path, token_uri: str, pem: str) -> None:
-    path.write_text(
-        json.dumps(
-            {
-                "type": "service_account",
-                "project_id": "ezat-sim",
-                "private_key_id": "sim-key-1",
-                "private_key": pem,
-                "client_email": "gateway@ezat-sim.iam.gserviceaccount.com",
-                "client_id": "1",
-                "token_uri": token_uri,
-            }
-        )
-    )
-
-
-def bedrock_at(url: str) -> dict[str, Any]:
-    """A Bedrock deployment's provider keys, its endpoint the simulator at ``url``."""
-    return {"provider": "bedrock", "region": "us-east-1", "base_url": url, "upstream_model": BEDROCK_MODEL}
-
-
-def vertex_at(url: str) -> dict[str, Any]:
-    """A Vertex AI deployment's provider keys, its endpoint the simulator at ``url``."""
-    return {
-        "provider": "vertex",
-        "project": "ezat-sim",
-        "region": "us-east5",
-        "base_url": url,
-        "upstream_model": VERTEX_MODEL,
-    }
-
-
 def foundry_at(url: str) -> dict[str, Any]:
     return {"provider": "foundry", "base_url": url + "/anthropic", "api_key_env": "FOUNDRY_KEY"}
-
-
-def private_pem() -> str:
-    """A new RSA key, PEM (PKCS#8): a test service account's."""
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    return key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    ).decode()
 
 
 def _model(alias: str, *deployments: dict[str, Any]) -> ModelSpec:
@@ -94,9 +51,9 @@ def _model(alias: str, *deployments: dict[str, Any]) -> ModelSpec:
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Gateway, Sim, str]]:
     root = tmp_path_factory.mktemp("clouds")
     pem = private_pem()
-    _service_account(root / "sa-sim.json", "unused", pem)
+    service_account(root / "sa-sim.json", "unused", pem)
     sim = Sim(name="cloud", flags=("--google-service-account", str(root / "sa-sim.json"))).start()
-    _service_account(root / "sa.json", sim.url + "/token", pem)
+    service_account(root / "sa.json", sim.url + "/token", pem)
     (root / "aws-credentials").write_text(
         f"[wrong]\naws_access_key_id = {SIM_AWS_ACCESS_KEY_ID}\naws_secret_access_key = {WRONG_SECRET}\n"
     )
@@ -380,7 +337,7 @@ def wrong_google(stack: tuple[Gateway, Sim, str], tmp_path_factory: pytest.TempP
     token endpoint doesn't know (another key): Vertex can't get a token."""
     _, sim, _ = stack
     root = tmp_path_factory.mktemp("wrong-google")
-    _service_account(root / "sa.json", sim.url + "/token", private_pem())  # a key the simulator doesn't know
+    service_account(root / "sa.json", sim.url + "/token", private_pem())  # a key the simulator doesn't know
     vertex, foundry = vertex_at(sim.url), foundry_at(sim.url)
     models = [
         _model(

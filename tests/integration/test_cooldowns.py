@@ -1,5 +1,6 @@
 """Cooldowns on Redis (the ``redis_url`` fixture, keys under a unique prefix deleted afterwards):
-the shared suite of tests/unit/test_cooldowns.py again, and what several nodes sharing one Redis see."""
+the shared suite (tests/support/cooldowns.py) as tests/unit/test_cooldowns.py runs it, and what
+several nodes sharing one Redis see."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ import pytest
 import redis
 
 from ezat_compat.cooldowns import Cooldowns, Policy, RedisCooldowns
-from tests.unit import test_cooldowns as shared
-from tests.unit.test_cooldowns import POLICY, T0, Factory, cool_down
+from tests.support import cooldowns as shared
+from tests.support.cooldowns import POLICY, T0, Factory, cool_down
 
 pytestmark = pytest.mark.redis
 

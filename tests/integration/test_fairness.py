@@ -29,7 +29,7 @@ import requests
 
 from ezat_compat.upstream.images import ImageFetcher, ImageFetchError, ImageLimits
 from tests.integration.harness import Gateway, ModelSpec, Sim
-from tests.integration.test_image_fetch import ImageServer
+from tests.support.images import ImageServer
 
 pytestmark = pytest.mark.integration
 
@@ -269,7 +269,7 @@ monkey.patch_all()
 
 import threading, time
 from ezat_compat.upstream.images import ImageFetcher
-from tests.integration.test_image_fetch import ImageServer
+from tests.support.images import ImageServer
 
 server = ImageServer()
 fetcher = ImageFetcher(threads=8, allow_private=True, org_threads=4, request_threads=4)

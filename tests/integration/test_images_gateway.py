@@ -49,8 +49,8 @@ from ezat_compat.store.db import make_engine
 from ezat_compat.store.hotpath import make_hot_path
 from tests.conftest import free_port
 from tests.integration.harness import Gateway, ModelSpec, Sim
-from tests.integration.test_image_fetch import IMAGES, PNG, PNG_RANDOM_IDAT, ImageServer, noise_png
 from tests.support.anthropic_types import validate_anthropic_request
+from tests.support.images import IMAGES, PNG, PNG_RANDOM_IDAT, ImageServer, noise_png
 
 pytestmark = pytest.mark.integration
 

@@ -19,8 +19,8 @@ import redis
 from ezat_compat.errors import RateLimitError
 from ezat_compat.limits import RateLimits, SQLiteCounterStorage
 from ezat_compat.store.accounts import AuthContext
-from tests.unit import test_limits as single_process
-from tests.unit.test_limits import key
+from tests.support import limits as single_process
+from tests.support.limits import key
 
 SPAWN = multiprocessing.get_context("spawn")
 BACKENDS = ["embedded", pytest.param("redis", marks=pytest.mark.redis)]

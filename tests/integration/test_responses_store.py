@@ -13,7 +13,7 @@ from ezat_compat.store.db import make_engine, migrate
 from ezat_compat.store.hotpath import make_hot_path
 from ezat_compat.store.responses import ResponseStore
 from ezat_compat.store.tables import responses
-from tests.integration.test_store import db_url  # noqa: F401 - the SQLite / PostgreSQL fixture
+from tests.support.stores import db_url  # noqa: F401 - the SQLite / PostgreSQL fixture
 
 NOW = 1_750_000_000.0
 TTL = 3600.0

@@ -12,8 +12,7 @@ import random
 import re
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -21,7 +20,7 @@ import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import Engine, create_engine, event, func, inspect, make_url, select, text
+from sqlalchemy import Engine, event, inspect, select, text
 
 from ezat_compat.dialects.anthropic_messages import AnthropicMessages
 from ezat_compat.domain import Usage
@@ -30,87 +29,19 @@ from ezat_compat.store.accounts import Accounts, AuthContext, StoreError, hash_k
 from ezat_compat.store.db import alembic_config, locked_connection, make_engine, migrate
 from ezat_compat.store.hotpath import DatabaseUnavailableError, HotPath, Rider, SQLiteHotPath, make_hot_path
 from ezat_compat.store.journal import Journal
-from ezat_compat.store.ledger import Ledger, LedgerEntry
+from ezat_compat.store.ledger import Ledger
 from ezat_compat.store.responses import ResponseStore
 from ezat_compat.store.tables import api_keys, ledger, metadata, orgs, reservations, responses
+from tests.support.stores import NOW, Down, count, entry, setup_key
 
-NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
+# The fixtures on the SQLite / PostgreSQL databases: pytest finds them among the module's names.
+from tests.support.stores import accounts as accounts
+from tests.support.stores import books as books
+from tests.support.stores import db_url as db_url
+from tests.support.stores import engine as engine
+from tests.support.stores import hot_path as hot_path
+
 SPAWN = multiprocessing.get_context("spawn")
-BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
-
-
-def _with_schema(url: str, schema: str) -> str:
-    return make_url(url).update_query_dict({"options": f"-csearch_path={schema}"}).render_as_string(hide_password=False)
-
-
-@pytest.fixture(params=BACKENDS)
-def db_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
-    """A database URL nobody else uses: a new SQLite file, or a new PostgreSQL schema."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'ezat.db'}"
-        return
-    base = request.getfixturevalue("postgres_url")
-    schema = f"ezat_store_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(base)
-    try:
-        with admin.begin() as conn:
-            conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-        yield _with_schema(base, schema)
-        with admin.begin() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-    finally:
-        admin.dispose()
-
-
-@pytest.fixture
-def engine(db_url: str) -> Iterator[Engine]:
-    eng = make_engine(db_url)
-    migrate(eng)
-    yield eng
-    eng.dispose()
-
-
-@pytest.fixture
-def hot_path(engine: Engine) -> Iterator[HotPath]:
-    """The one hot path of the engine, as the composition root builds it."""
-    hot = make_hot_path(engine)
-    yield hot
-    hot.close()
-
-
-@pytest.fixture
-def accounts(engine: Engine, hot_path: HotPath) -> Accounts:
-    return Accounts(engine, hot_path)
-
-
-@pytest.fixture
-def books(engine: Engine, hot_path: HotPath) -> Ledger:
-    return Ledger(engine, hot_path)
-
-
-def entry(
-    ctx: AuthContext,
-    cost: int,
-    *,
-    status: int = 200,
-    usage: Usage | None = None,
-    created_at: datetime = NOW,
-    model: str = "claude-sonnet-5-5",
-    estimated: bool = False,
-) -> LedgerEntry:
-    return LedgerEntry(
-        created_at=created_at,
-        org_id=ctx.org_id,
-        key_id=ctx.key_id,
-        endpoint="chat.completions",
-        model=model,
-        canonical_model="anthropic/claude-sonnet-5-5",
-        deployment="primary",
-        usage=usage or Usage(input_tokens=10, output_tokens=5),
-        cost_micros=cost,
-        status=status,
-        estimated=estimated,
-    )
 
 
 def org_row(engine: Engine, name: str) -> Any:
@@ -121,17 +52,6 @@ def org_row(engine: Engine, name: str) -> Any:
 def key_row(engine: Engine, key_id: int) -> Any:
     with engine.connect() as conn:
         return conn.execute(select(api_keys).where(api_keys.c.id == key_id)).one()
-
-
-def count(engine: Engine, table: Any) -> int:
-    with engine.connect() as conn:
-        return int(conn.execute(select(func.count()).select_from(table)).scalar_one())
-
-
-def setup_key(accounts: Accounts, *, balance: int = 1_000_000, org: str = "acme", **key: Any) -> AuthContext:
-    accounts.create_org(org, balance)
-    _, secret = accounts.create_key(org, now=NOW, **key)
-    return accounts.authenticate(secret, NOW)
 
 
 def run_processes(target: Callable[..., None], args: list[tuple[Any, ...]], timeout: float = 120) -> list[Any]:
@@ -182,7 +102,7 @@ def test_migrate_twice_is_idempotent_and_matches_the_tables(db_url: str) -> None
     migrate(db_url)
     diffs, versions = _schema_state(db_url)
     assert diffs == []
-    assert versions == ["0006"]
+    assert versions == ["0007"]
 
 
 def test_migrate_from_several_processes_at_once(db_url: str) -> None:
@@ -190,7 +110,7 @@ def test_migrate_from_several_processes_at_once(db_url: str) -> None:
     assert run_processes(_migrate_child, [(db_url, barrier)] * 3) == ["ok"] * 3
     diffs, versions = _schema_state(db_url)
     assert diffs == []
-    assert versions == ["0006"]
+    assert versions == ["0007"]
 
 
 def _migrate_to(engine: Engine, revision: str, *, down: bool = False) -> None:
@@ -232,7 +152,7 @@ def test_upgrading_from_0004_keeps_the_held_reservations(db_url: str) -> None:
 
         migrate(eng)
         assert _reservations_shape(eng) == (set(), False if eng.dialect.name == "sqlite" else None)
-        assert _schema_state(db_url) == ([], ["0006"])
+        assert _schema_state(db_url) == ([], ["0007"])
         with eng.connect() as conn:
             assert conn.execute(select(reservations).order_by(reservations.c.request_id)).all() == before
         assert org_row(eng, "acme").reserved_micros == 6000
@@ -258,7 +178,7 @@ def test_upgrading_from_0004_keeps_the_held_reservations(db_url: str) -> None:
         with eng.connect() as conn:
             assert conn.execute(select(reservations).order_by(reservations.c.request_id)).all() == kept
         migrate(eng)  # and up again
-        assert _schema_state(db_url) == ([], ["0006"])
+        assert _schema_state(db_url) == ([], ["0007"])
         with eng.connect() as conn:
             assert conn.execute(select(reservations).order_by(reservations.c.request_id)).all() == kept
     finally:
@@ -1147,28 +1067,6 @@ def test_a_rider_taken_back_with_its_write_fails_with_the_cause(
         hot_path.write(lambda execute, params: (None, True), None, rider)
     assert [type(f) for f in failures] == [TimeoutError]
     assert count(engine, responses) == 0 and hot_path.group.queued == 0
-
-
-class Down:
-    """A hot path whose database is gone while ``down`` is set (every write fails as an outage,
-    the rider's too), and answers again once it is cleared."""
-
-    def __init__(self, hot: HotPath) -> None:
-        self.hot = hot
-        self.down = True
-
-    def read(self, sql: str, params: Any) -> Any:
-        return self.hot.read(sql, params)
-
-    def write(self, work: Any, params: Any, rider: Rider | None = None) -> Any:
-        if self.down:
-            if rider is not None:
-                rider.failed(DatabaseUnavailableError())
-            raise DatabaseUnavailableError()
-        return self.hot.write(work, params, rider)
-
-    def close(self) -> None:
-        self.hot.close()
 
 
 def test_a_stored_response_waits_in_the_journal_with_its_settlement(

@@ -16,7 +16,7 @@ from ezat_compat.store.journal import Journal
 from ezat_compat.store.ledger import Ledger
 from ezat_compat.store.tables import ledger, message_threads
 from ezat_compat.store.threads import ThreadStore
-from tests.integration.test_store import (  # noqa: F401 - the SQLite / PostgreSQL fixtures
+from tests.support.stores import (  # noqa: F401 - the SQLite / PostgreSQL fixtures
     Down,
     accounts,
     count,

@@ -29,6 +29,7 @@ from sqlalchemy import Engine, create_engine, delete, func, make_url, select, te
 from ezat_compat.store.tables import thinking_stash
 from tests.integration.conftest import standard_models
 from tests.integration.harness import Gateway, Sim
+from tests.support.tool_loops import TOOLS
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -38,16 +39,6 @@ REDIS_DB = 12  # a database number no other suite uses; flushed before and after
 ACCESS_FORMAT = "%(p)s %({request-id}o)s %(s)s"
 SYSTEM = "You are a weather agent. Call one tool per round until the user's checklist is done. " * 8
 CITIES = ("Oslo", "Paris", "Tōkyō", "Lima", "Nairobi")
-TOOLS: list[Any] = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "Current weather for a city",
-            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-        },
-    }
-]
 STACKS = [
     pytest.param("sqlite", id="sqlite"),
     pytest.param("postgresql+redis", id="postgresql+redis", marks=[pytest.mark.postgres, pytest.mark.redis]),

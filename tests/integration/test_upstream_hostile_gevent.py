@@ -94,7 +94,7 @@ assert max(lags) < 0.15, (max(lags), took)
     "fast-relay-yields": """
 import json
 from ezat_compat.api.sse import relay
-from tests.unit.test_pipeline import DIALECTS, END, START, FakeStream, events, gateway, request
+from tests.support.pipeline import DIALECTS, END, START, FakeStream, events, gateway, request
 
 class Reads(FakeStream):  # the events as the reader hands them on: 200 a read, all there at once
     at = 0
@@ -117,7 +117,9 @@ def ticker():
     while True:
         t = time.monotonic(); gevent.sleep(0.01); lags.append(time.monotonic() - t - 0.01)
 gevent.spawn(ticker); gevent.sleep(0.05)
-session = gw.handle(DIALECTS["openai"], request("openai", stream=True))
+# max_tokens room for 120,000 characters: a stream past what its max_tokens can hold is cut
+body = {"model": "m", "max_tokens": 4000, "messages": [{"role": "user", "content": "hi"}]}
+session = gw.handle(DIALECTS["openai"], request("openai", stream=True, body=body))
 started = time.monotonic()
 out = b"".join(relay(session))
 took = time.monotonic() - started
@@ -194,7 +196,7 @@ from ezat_compat.catalog import Catalog
 from ezat_compat.config import parse_config
 from ezat_compat.cooperative import tools
 from ezat_compat.translate.request import openai_to_anthropic
-from ezat_compat.wire.json import decode_body
+from ezat_compat.translate.body_json import decode_body
 from ezat_compat.wire.openai import load_chat_request
 
 deployment = {"name": "d", "base_url": "http://h", "upstream_model": "x"}

@@ -21,7 +21,7 @@ from ezat_compat.dialects.anthropic_messages import AnthropicMessages
 from ezat_compat.errors import GatewayError, InvalidRequestError
 from ezat_compat.pipeline import ClientRequest, Reply
 from ezat_compat.server.metrics import Metrics
-from tests.unit.test_pipeline import CONFIG
+from tests.support.pipeline import CONFIG
 
 ROUTES = ["/openai/v1/chat/completions", "/openai/v1/completions", "/v1/messages"]
 

@@ -20,9 +20,9 @@ from ezat_compat.dialects.anthropic_messages import AnthropicMessages
 from ezat_compat.errors import GatewayError
 from ezat_compat.pipeline import ClientRequest, Reply
 from ezat_compat.store.accounts import AuthContext
-from ezat_compat.upstream.providers import make_provider
 from ezat_compat.translate.body_json import MAX_DEPTH
-from tests.unit.test_pipeline import DIALECTS, MESSAGE, MODEL, FakeLedger, gateway
+from ezat_compat.upstream.providers import make_provider
+from tests.support.pipeline import DIALECTS, MESSAGE, MODEL, FakeLedger, gateway
 
 USER = {"role": "user", "content": "hi"}
 OPENAI_OK = {"model": "m", "messages": [USER]}

@@ -25,8 +25,8 @@ from ezat_compat.translate.item_references import (
     resolve_references,
     response_id_of_item,
 )
-from tests.unit.test_pipeline import AUTH, THINKING, TOOL_REPLY, gateway
-from tests.unit.test_responses_pipeline import LOOKUP, SEALER, request
+from tests.support.pipeline import AUTH, LOOKUP, SEALER, THINKING, TOOL_REPLY, gateway
+from tests.support.pipeline import responses_request as request
 
 RID = "0197a0c2-5d1e-7a3b-8c4d-0123456789ab"  # request ids are UUIDv7 (api/common.new_request_id)
 RESPONSE_ID = "resp_" + RID

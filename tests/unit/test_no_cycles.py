@@ -18,8 +18,7 @@ import pytest
 from ezat_compat.api.sse import relay
 from ezat_compat.pipeline import ClientRequest, Reply
 from ezat_compat.session import StreamSession
-from tests.unit.test_pipeline import ANTHROPIC, END, MESSAGE, OPENAI, START, TEXT, events, gateway
-from tests.unit.test_responses_pipeline import DIALECT as RESPONSES
+from tests.support.pipeline import ANTHROPIC, END, MESSAGE, OPENAI, RESPONSES, START, TEXT, events, gateway
 
 BODIES = {
     "chat": (OPENAI, {"model": "m", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}),
@@ -28,8 +27,21 @@ BODIES = {
 }
 
 
+@pytest.fixture(scope="module")
+def heap_frozen() -> Iterator[None]:
+    """What the process held before these tests (modules, the app, other tests' objects), frozen
+    as the server freezes the loaded app before its first request (``server/serving.py``):
+    ``gc.collect()`` then scans what the requests made, not a heap of every test module."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 @pytest.fixture
-def collector_off() -> Iterator[None]:
+def collector_off(heap_frozen: None) -> Iterator[None]:
     gc.collect()
     gc.disable()
     try:

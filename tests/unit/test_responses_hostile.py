@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from ezat_compat.errors import InvalidRequestError
 from ezat_compat.pipeline import ClientRequest, Reply
-from tests.unit.test_pipeline import MESSAGE, gateway
-from tests.unit.test_responses_pipeline import DIALECT
+from tests.support.pipeline import MESSAGE, gateway
+from tests.support.pipeline import RESPONSES as DIALECT
 
 SCALARS = (
     st.none()

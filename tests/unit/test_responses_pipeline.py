@@ -15,19 +15,23 @@ from ezat_compat.api.sse import relay
 from ezat_compat.dialects.openai_responses import OpenAIResponses, ResponsesServices
 from ezat_compat.domain import ResponsesSettings
 from ezat_compat.errors import InvalidRequestError, UpstreamStreamError
-from ezat_compat.pipeline import ClientRequest, Reply
+from ezat_compat.pipeline import Reply
 from ezat_compat.sealing import Sealer
 from ezat_compat.session import StreamSession
-from tests.unit.test_pipeline import AUTH, END, GATE, START, TEXT, TOOL_REPLY, TOOL_STREAM, events, gateway
-
-SEALER = Sealer(bytes(range(32)))
-DIALECT = OpenAIResponses(ResponsesServices(ResponsesSettings(store=False), None, SEALER, lambda: 1000.0))
-LOOKUP = {"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {}}}
-
-
-def request(body: dict[str, Any], rid: str = "r1") -> ClientRequest:
-    raw = json.dumps({"model": "m", **body}).encode()
-    return ClientRequest(request_id=rid, api_key="k", headers={}, read_body=lambda: raw)
+from tests.support.pipeline import (
+    AUTH,
+    END,
+    GATE,
+    LOOKUP,
+    START,
+    TEXT,
+    TOOL_REPLY,
+    TOOL_STREAM,
+    events,
+    gateway,
+)
+from tests.support.pipeline import RESPONSES as DIALECT
+from tests.support.pipeline import responses_request as request
 
 
 def sse(chunks: list[bytes]) -> list[dict[str, Any]]:

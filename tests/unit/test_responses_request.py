@@ -18,7 +18,7 @@ from ezat_compat.translate.responses_tools import ClientTool, flat_name
 from ezat_compat.wire.loading import RequestValidationError
 from ezat_compat.wire.responses import load_responses_request
 from tests.support.anthropic_types import validate_anthropic_request
-from tests.unit.test_translate_request import BASE_MODEL, PDF_URL, PNG_URL
+from tests.support.translation import BASE_MODEL, PDF_URL, PNG_URL
 
 USER = {"role": "user", "content": "Hi"}
 WEATHER = {

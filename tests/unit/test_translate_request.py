@@ -6,26 +6,15 @@ Each row's id names the rule; the comment names the spec section.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from typing import Any
 
 import pytest
 
-from ezat_compat.config import parse_config
-from ezat_compat.errors import InvalidRequestError
 from ezat_compat.translate.ids import decode_tool_id, encode_tool_id
-from ezat_compat.translate.request import Translation, openai_to_anthropic
-from ezat_compat.wire.loading import RequestValidationError
-from ezat_compat.wire.openai import load_chat_request
-from tests.support.anthropic_types import validate_anthropic_request
+from tests.support.translation import BASE_MODEL as BASE_MODEL  # test_responses_request.py imports it from here
+from tests.support.translation import PDF_URL, PNG_URL, USER, refused, translate
 
-PNG_URL = (
-    "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJ"
-    "RU5ErkJggg=="
-)
-PDF_URL = "data:application/pdf;base64,JVBERi0xLjQKJcOkw7zDtsOfCjIgMCBvYmoK"
-USER = {"role": "user", "content": "Hi"}
 WEATHER_TOOL = {
     "type": "function",
     "function": {
@@ -35,56 +24,6 @@ WEATHER_TOOL = {
     },
 }
 CALL = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}
-
-BASE_MODEL = parse_config(
-    {
-        "models": [
-            {
-                "id": "anthropic/test",
-                "aliases": ["test"],
-                "price": {"input": 3, "output": 15},
-                "deployments": [{"name": "d", "base_url": "http://127.0.0.1:9", "upstream_model": "claude-sonnet-5-5"}],
-            }
-        ]
-    }
-).models[0]
-
-
-def model(**changes: Any) -> Any:
-    return dataclasses.replace(BASE_MODEL, **changes)
-
-
-def translate(
-    extra: dict[str, Any] | None = None,
-    *,
-    messages: list[dict[str, Any]] | None = None,
-    auto_cache: bool = False,
-    **model_changes: Any,
-) -> Translation:
-    request = {"model": "test", "messages": messages if messages is not None else [USER]}
-    request.update(extra or {})
-    result = openai_to_anthropic(load_chat_request(request), model(**model_changes), auto_cache=auto_cache)
-    for slot in result.image_slots:  # what the downloader does before the request goes out
-        if slot.url is not None:  # data URLs' slots already hold their source
-            slot.block["source"] = {"type": "base64", "media_type": "image/png", "data": PNG_URL.split(",", 1)[1]}
-    validate_anthropic_request(result.body)
-    return result
-
-
-def refused(
-    extra: dict[str, Any] | None = None, *, messages: list[dict[str, Any]] | None = None, **model_changes: Any
-) -> tuple[str, str | None]:
-    """(message, param) of the 400 the request gets, from the schema or the translator."""
-    request = {"model": "test", "messages": messages if messages is not None else [USER]}
-    request.update(extra or {})
-    try:
-        openai_to_anthropic(load_chat_request(request), model(**model_changes), auto_cache=False)
-    except RequestValidationError as exc:
-        return f"{exc.path}: {exc.message}" if exc.path else exc.message, exc.path or None
-    except InvalidRequestError as exc:
-        assert exc.status == 400 and exc.openai_type == "invalid_request_error"
-        return exc.message, exc.param
-    raise AssertionError("the request was not refused")
 
 
 # ---------------------------------------------------------------- Messages

@@ -15,7 +15,7 @@ import pytest
 
 from ezat_compat.errors import InvalidRequestError
 from ezat_compat.translate.schema import MAX_INLINED, fit_schema
-from tests.unit.test_translate_request import refused, translate
+from tests.support.translation import refused, translate
 
 P = "response_format.json_schema.schema"
 S = {"type": "string"}

@@ -39,7 +39,7 @@ from ezat_compat.server.metrics import Metrics
 from ezat_compat.upstream.client import UpstreamClient
 from ezat_compat.upstream.egress import check_files, describe, egress_of, masked
 from tests.support.environment import without_proxy_variables
-from tests.unit.test_pipeline import AUTH
+from tests.support.pipeline import AUTH
 
 MESSAGE = {
     "content": [{"type": "text", "text": "ok"}],
