@@ -5,7 +5,11 @@ greenlet of the worker: their keep-alives, their timers, their reads. Code that 
 without waiting — relaying a fast upstream's events, reading a response head that trickles —
 uses these, and gets plain-thread equivalents outside gevent (tests, tools):
 
-- ``spawn(target)``: a greenlet, else a daemon thread;
+- ``readiness(fd)``: a wait for a socket to become readable, bounded by a time, that another
+  greenlet (or thread) can cut short (``Readiness``): an IO watcher and a timer waking one
+  gevent ``Waiter``, else ``poll`` on the socket and a pipe. A reader that only reads what is already there and waits
+  with this in between never has a read cut mid-way (a timeout inside a read loses the bytes
+  CPython's buffered reader had copied before it);
 - ``pause()``: a wait for the event loop's next turn, which runs timers and polls sockets (a
   sleep > 0: ``sleep(0)`` only runs the callbacks that are ready, and the loop polls once per
   ~50 of them); nothing outside gevent, where threads are preempted anyway. Callers pause every
@@ -25,11 +29,13 @@ patches after the fork).
 from __future__ import annotations
 
 import contextlib
-import threading
+import math
+import os
+import select
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from ezat_compat.procid import pid
 
@@ -37,7 +43,21 @@ YIELD_EVERY = 256  # events handled in a row before the greenlet lets the others
 PAUSE_S = 1e-6  # > 0: a wait for the event loop's next turn
 
 Bound = Callable[[float, BaseException], contextlib.AbstractContextManager[Any]]
-Spawn = Callable[[Callable[[], None]], Any]
+
+
+class Readiness(Protocol):
+    """A wait for one socket to become readable (``tools().readiness(fd)``); ``close`` it."""
+
+    def wait(self, seconds: float) -> bool:
+        """True when the socket is readable (or at its end, or broken: a read won't wait);
+        False when ``seconds`` ran out or ``wake`` was called."""
+        ...
+
+    def wake(self) -> None:
+        """End a ``wait`` in progress (from another greenlet or thread); none in progress: nothing."""
+        ...
+
+    def close(self) -> None: ...
 
 
 def _no_pause() -> None:
@@ -49,10 +69,84 @@ def _no_bound(seconds: float, error: BaseException) -> contextlib.AbstractContex
     return contextlib.nullcontext()
 
 
-def _thread(target: Callable[[], None]) -> threading.Thread:
-    thread = threading.Thread(target=target, name="ezat-upstream-stream", daemon=True)
-    thread.start()
-    return thread
+class _PolledReadiness:
+    """Outside gevent: ``poll`` on the socket and on a pipe that ``wake`` writes to."""
+
+    __slots__ = ("_poller", "_wake_r", "_wake_w")
+
+    def __init__(self, fd: int) -> None:
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._poller = select.poll()
+        self._poller.register(fd, select.POLLIN)
+        self._poller.register(self._wake_r, select.POLLIN)
+
+    def wait(self, seconds: float) -> bool:
+        ready = self._poller.poll(math.ceil(max(seconds, 0.0) * 1000))
+        if any(fd == self._wake_r for fd, _ in ready):
+            with contextlib.suppress(OSError):
+                os.read(self._wake_r, 64)
+            return False
+        return bool(ready)
+
+    def wake(self) -> None:
+        with contextlib.suppress(OSError):  # full (a wake is pending already) or closed
+            os.write(self._wake_w, b"w")
+
+    def close(self) -> None:
+        self.wake()
+        for fd in (self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+class _GeventReadiness:
+    """Under gevent: an IO watcher on the socket and a timer, both calling one ``Waiter``
+    (gevent's hub primitives, as ``gevent.socket.wait`` and ``Timeout`` use them, without a
+    ``Timeout`` object or an exception per wait: an idle stream waits here, and its greenlet's
+    saved stack and what the wait holds are its memory). ``wake`` switches the waiter from the
+    hub's next turn; a waiter already woken just keeps the value."""
+
+    __slots__ = ("_closing", "_hub", "_io", "_new_waiter", "_waiter")
+
+    def __init__(self, fd: int) -> None:
+        from gevent import get_hub
+        from gevent.hub import Waiter
+
+        self._hub = get_hub()
+        self._io = self._hub.loop.io(fd, 1)
+        self._new_waiter = Waiter
+        self._waiter: Any = None
+        self._closing = False
+
+    def wait(self, seconds: float) -> bool:
+        hub = self._hub
+        waiter: Any = self._new_waiter(hub)
+        timer = hub.loop.timer(max(seconds, 0.0))
+        self._io.start(waiter.switch, True)
+        timer.start(waiter.switch, False, update=True)  # from now, not from the loop's last turn
+        self._waiter = waiter
+        try:
+            return bool(waiter.get())
+        finally:
+            self._waiter = None
+            self._io.stop()
+            timer.close()
+            if self._closing:
+                self._io.close()
+
+    def wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None:
+            self._hub.loop.run_callback(waiter.switch, False)
+
+    def close(self) -> None:
+        if self._waiter is not None:  # another greenlet waits: woken, it closes the watcher
+            self._closing = True
+            self.wake()
+            return
+        self._io.close()
 
 
 def _in_place(work: Callable[[], Any]) -> Any:
@@ -79,23 +173,23 @@ def _on_hub_threadpool(work: Callable[[], Any]) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class Tools:
-    spawn: Spawn
+    readiness: Callable[[int], Readiness]
     pause: Callable[[], None]
     bound: Bound
     off_loop: Callable[[Callable[[], Any]], Any] = _in_place
 
 
-PLAIN = Tools(spawn=_thread, pause=_no_pause, bound=_no_bound)
+PLAIN = Tools(readiness=_PolledReadiness, pause=_no_pause, bound=_no_bound)
 _chosen: tuple[int, Tools] | None = None
 
 
 def _choose() -> Tools:
     try:
-        from gevent import Timeout, monkey, sleep, spawn
+        from gevent import Timeout, monkey, sleep
 
         if monkey.is_module_patched("socket"):
             return Tools(
-                spawn=spawn,
+                readiness=_GeventReadiness,
                 pause=partial(sleep, PAUSE_S),
                 bound=lambda seconds, error: Timeout(max(seconds, 0.001), error),
                 off_loop=_on_hub_threadpool,

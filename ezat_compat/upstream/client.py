@@ -38,14 +38,16 @@ broke the protocol; the response head (1xx answers, which http.client skips in a
 included) must come by a wall-clock deadline (``upstream_timeout_s`` for JSON, the first-event
 deadline for streams): under gevent a ``gevent.Timeout`` around the send interrupts the read,
 and urllib3 closes the connection it was reading (outside gevent, in tests and tools, the read
-timeout bounds each read and the stream's writer gives up by the deadline); the reader pauses
-(a sleep until the event loop's next turn) every ``YIELD_EVERY`` events, so that a fast
-upstream can't hold the event loop.
+timeout bounds each read, set to what is left of the deadline); a stream's reader pauses (a
+sleep until the event loop's next turn) every ``YIELD_EVERY`` events read without a wait, so
+that a fast upstream can't hold the event loop.
 
-A stream is read on its own greenlet (a thread outside gevent) into a queue (``UpstreamStream``),
-so the writer can wait for the next event with a bound of its own, send keep-alives while the
-upstream is silent, and give up at the first-event deadline by the wall clock — the response
-head included.
+A stream is read in place, with no greenlet or thread of its own (``UpstreamStream``): the
+request's greenlet sends it and reads its first event, the stream writer's reads the rest. A
+read takes only bytes that have already arrived and the reader waits for the socket between
+reads, with a bound of its own, so the writer can send keep-alives while the upstream is silent,
+notice a client that left, and give up at the first-event deadline by the wall clock — the
+response head included.
 """
 
 from __future__ import annotations
@@ -53,7 +55,6 @@ from __future__ import annotations
 import contextlib
 import http.cookiejar
 import logging
-import queue
 import socket
 import ssl
 import threading
@@ -64,7 +65,7 @@ from typing import Any
 import requests
 import urllib3
 
-from ezat_compat.cooperative import PLAIN, YIELD_EVERY, Bound, Tools, tools
+from ezat_compat.cooperative import PLAIN, YIELD_EVERY, Readiness, Tools, tools
 from ezat_compat.domain import Deployment
 from ezat_compat.endpoints import MESSAGES
 from ezat_compat.errors import (
@@ -78,15 +79,16 @@ from ezat_compat.errors import (
 )
 from ezat_compat.procid import pid
 from ezat_compat.upstream.egress import Egress, TLSAdapter, egress_of
-from ezat_compat.upstream.providers import Decoder, Provider, ProviderSetupError, make_provider
-from ezat_compat.upstream.sse import iter_sse
+from ezat_compat.upstream.providers import Provider, ProviderSetupError, make_provider
+from ezat_compat.upstream.sse import SSEDecoder, StreamDecoder
 
 log = logging.getLogger("ezat_compat")
 Event = tuple[str, str]
-READ_SIZE = 64 * 1024  # what one read of a body without chunks asks for
+READ_SIZE = 64 * 1024  # what one read of a body asks for (of a chunked one: at most its chunk)
 MAX_BODY_BYTES = 64 * 1024 * 1024  # ``[gateway] max_upstream_body_mb``'s default
-_END = object()  # the reader's last word: the body ended
-_WAKE = object()  # ``interrupt``: wake the waiting writer
+END_READ_TIMEOUT_S = 0.05  # reading a stream's end that has arrived, when it is closed
+# A read that timed out (the socket's timeout, as urllib3 and the stdlib raise it).
+_TIMEOUTS = (requests.exceptions.Timeout, urllib3.exceptions.TimeoutError, TimeoutError)
 
 
 class _Route:
@@ -193,7 +195,8 @@ def _root(exc: BaseException) -> BaseException:
 def _chunks(response: requests.Response) -> Iterable[bytes]:
     """A body's bytes as they arrive, as sent (never decoded: ``_send`` refuses an encoding):
     each HTTP chunk of a chunked body (urllib3's ``read_chunked``, what ``iter_content(None)``
-    reads, without its decoding). A body without chunks: each socket read's bytes as they come
+    reads, without its decoding; the CRLF after a chunk is read with it, so what stays buffered
+    after one is the next chunk's). A body without chunks: each socket read's bytes as they come
     (``read1``; ``iter_content`` would wait for a whole buffer)."""
     raw = response.raw
     if getattr(raw, "chunked", False):
@@ -202,166 +205,318 @@ def _chunks(response: requests.Response) -> Iterable[bytes]:
 
 
 class UpstreamStream:
-    """An open upstream SSE response: ``poll`` (or iterate ``events()``); always ``close()`` it.
+    """An open upstream stream, read in place by whoever polls it: ``first()`` in the request's
+    own greenlet (the request is sent and its first event read there), then ``poll`` in the
+    stream writer's; always ``close()`` it. No other greenlet or thread reads it.
 
-    The reader (its own greenlet) sends the request, reads the body with sseclient-py and puts
-    the events of each read on a queue, together (one wake-up of the writer per read, not per
-    event); ``poll`` takes what is there. ``first_deadline``
-    (``time.monotonic()``): when the response head and the first event must have come, by the
-    wall clock. After it, a socket silent for ``idle_timeout_s`` breaks the stream (the
-    reader's read timeout)."""
+    Once the first event came, ``poll`` never waits inside a read: it reads only bytes that have
+    already arrived — held in http.client's buffered reader or the TLS layer, or ready on the
+    socket (``_available``: one non-blocking look) — and between reads waits for the socket to
+    become readable (``cooperative.Readiness``) at most until its bound, so a bound that runs
+    out (the keep-alive is due) never cuts a read and loses what it had read. The bytes go to
+    the provider's decoder (``StreamDecoder``), which keeps an event that is still arriving, so
+    a silent upstream mid-event doesn't hold the writer either. Only a read of an HTTP chunk
+    that has begun to arrive waits for the rest of it (urllib3 reads a chunk whole), up to the
+    idle timeout: a server writes a chunk at once.
+
+    ``first_deadline`` (``time.monotonic()``): when the response head and the first event must
+    have come, by the wall clock. Until then there is nothing else to do (no keep-alive is due,
+    no cut can reach a stream not handed on yet), so the send and the first reads simply wait,
+    bounded as a whole by the deadline (gevent's timer; outside gevent the socket's timeout, set
+    to what is left of it): a stream given up there is dropped, so a cut read loses nothing that
+    matters. After it, a socket silent for ``idle_s`` breaks the stream."""
 
     __slots__ = (
+        "_broken",
+        "_chunks",
         "_closed",
+        "_decoder",
+        "_empty",
         "_error",
+        "_fp",
+        "_idle_s",
+        "_interrupted",
+        "_last_read",
+        "_new_decoder",
+        "_open",
         "_pending",
-        "_queue",
-        "_reader",
-        "_response",
+        "_raw",
+        "_read_timeout",
+        "_readiness",
+        "_reading",
+        "_since_pause",
+        "_sock",
         "_started",
+        "_tools",
         "deployment",
         "ended",
         "first_deadline",
     )
 
-    def __init__(self, deployment: Deployment, first_deadline: float) -> None:
+    def __init__(
+        self,
+        deployment: Deployment,
+        first_deadline: float,
+        open_response: Callable[[], requests.Response],
+        decoder: Callable[[], StreamDecoder] = SSEDecoder,
+        tools: Tools = PLAIN,
+        idle_s: float = 600.0,
+    ) -> None:
         self.deployment = deployment
         self.first_deadline = first_deadline
         self.ended = False  # the upstream ended the body (read to its end)
+        self._open: Callable[[], requests.Response] | None = open_response
+        self._new_decoder = decoder
+        self._tools = tools
+        self._idle_s = idle_s
         self._closed = False
-        self._started = False
+        self._started = False  # the first event came
+        self._broken = False  # a read failed: nothing more is read
+        self._interrupted = False
+        self._reading = False
         self._pending: list[Event] = []
-        self._error: UpstreamError | None = None
-        self._queue: Any = queue.SimpleQueue()
-        self._response: requests.Response | None = None
-        self._reader: Any = None
-
-    def start(
-        self,
-        open_response: Callable[[], requests.Response],
-        spawn: Callable[[Callable[[], None]], Any],
-        decode: Decoder = iter_sse,
-        pause: Callable[[], None] = PLAIN.pause,
-        bound: Bound = PLAIN.bound,
-    ) -> None:
-        """Start the reader; ``decode`` turns the body's chunks into events (the provider's
-        framing); ``pause`` lets other greenlets run, every ``YIELD_EVERY`` events; ``bound``
-        holds the response head to the first-event deadline."""
-        self._reader = spawn(lambda: self._read(open_response, decode, pause, bound))
-
-    def _read(
-        self,
-        open_response: Callable[[], requests.Response],
-        decode: Decoder,
-        pause: Callable[[], None],
-        bound: Bound,
-    ) -> None:
-        """The reader: the request (its head by the first-event deadline), then every event of
-        the body onto the queue, then ``_END`` (or the exception that stopped it)."""
-        put = self._queue.put
-        batch: list[Event] = []
-        count = 0
-
-        def hand_on() -> None:  # the events of one read, as one item: one wake-up of the writer
-            nonlocal batch
-            if batch:
-                put(batch)
-                batch = []
-
-        try:
-            late = UpstreamTimeoutError(f"{self.deployment.name} sent no response head in time")
-            with bound(self.first_deadline - time.monotonic(), late):
-                self._response = response = open_response()
-            if self._closed:
-                response.close()
-                return
-            for event in decode(_chunks(response), before_read=hand_on):
-                batch.append(event)
-                count += 1
-                if count >= YIELD_EVERY:  # a fast upstream: let the other greenlets run
-                    count = 0
-                    hand_on()
-                    pause()
-            hand_on()
-            put(_END)
-        except BaseException as exc:
-            hand_on()  # the events before the failure come first
-            if isinstance(exc, UpstreamError):
-                # An expected failure: handed on without its traceback, whose frames (the SSE
-                # parser's among them) hold what was buffered (up to the event cap) until the
-                # cyclic collector happens by. A bug keeps its traceback for the log.
-                exc.__traceback__ = None
-            put(exc)
-            if not isinstance(exc, Exception):
-                raise
+        self._error: UpstreamError | None = None  # raised at the next poll, after the events before it
+        self._raw: Any = None  # the response as urllib3 reads it (requests' ``Response.raw``)
+        self._chunks: Iterator[bytes] | None = None  # the body's chunks, as ``_chunks`` reads them
+        self._decoder: StreamDecoder | None = None
+        self._fp: Any = None  # http.client's buffered reader of the socket (None: reads don't wait)
+        self._sock: Any = None
+        self._readiness: Readiness | None = None
+        self._read_timeout: float | None = None
+        self._empty = False  # the last look found nothing above the socket, and nothing was read since
+        self._last_read = 0.0
+        self._since_pause = 0
 
     def poll(self, wait_s: float | None = None) -> list[Event]:
         """The events that have arrived: those already read, else the next ones, waiting at
-        most ``wait_s`` (``None``: as long as the stream may be silent). An empty list: none
-        came in time, the body ended (``ended``), or the stream was interrupted. Raises
-        ``UpstreamTimeoutError`` when no first event came by the first-event deadline,
-        ``UpstreamStatusError`` for a non-2xx answer, ``UpstreamStreamError`` when the stream
-        broke."""
-        if self._pending:
-            out, self._pending = self._pending, []
-            return out
+        most ``wait_s`` (``None``: as long as the stream may be silent; ``<= 0``: only those
+        already read, no read at all). An empty list: none came in time, the body ended
+        (``ended``), or the stream was interrupted or closed. Raises ``UpstreamTimeoutError``
+        when no first event came by the first-event deadline, ``UpstreamStatusError`` for a
+        non-2xx answer, ``UpstreamStreamError`` when the stream broke."""
+        pending = self._pending
+        if pending:
+            self._pending = []
+            return pending
         if self._error is not None:
-            error, self._error = self._error, None
-            raise error
-        if self.ended or self._closed:
+            raise self._raised()
+        if self.ended or self._closed or self._broken:
             return []
-        q = self._queue
-        timeout = wait_s
+        if self._interrupted:
+            self._interrupted = False
+            return []
         if not self._started:
-            left = self.first_deadline - time.monotonic()
-            if left <= 0:
-                raise UpstreamTimeoutError(f"{self.deployment.name} sent no event in time")
-            timeout = left if timeout is None else min(timeout, left)
-        try:
-            item = q.get(timeout=timeout) if timeout is None or timeout > 0 else q.get_nowait()
-        except queue.Empty:
-            if not self._started and time.monotonic() >= self.first_deadline:
-                raise UpstreamTimeoutError(f"{self.deployment.name} sent no event in time") from None
+            return self._poll_first(wait_s)
+        if wait_s is not None and wait_s <= 0:
             return []
-        items = [item]
-        while not q.empty():
-            items.append(q.get_nowait())
-        events: list[Event] = []
-        for item in items:
-            if type(item) is list:  # the events of one read
-                events += item
-            elif item is _END:
-                self.ended = True
-            elif item is not _WAKE:  # the exception that stopped the reader
-                if self._closed:  # closed from elsewhere while waiting: the end, not a failure
-                    self.ended = True
-                    break
-                failure = self._failure(item)
-                if not events:
-                    raise failure
-                self._error = failure  # raised at the next poll, after the events before it
-                break
+        return self._take(None if wait_s is None else time.monotonic() + wait_s, gather=True)
+
+    def _poll_first(self, wait_s: float | None) -> list[Event]:
+        """Before the first event: the request sent (its head), then reads until an event, all
+        bounded by ``first_deadline`` (under gevent by one timer for the whole)."""
+        name = self.deployment.name
+        deadline = self.first_deadline
+        now = time.monotonic()
+        if now >= deadline:
+            raise UpstreamTimeoutError(f"{name} sent no event in time")
+        until = deadline if wait_s is None else min(deadline, now + wait_s)
+        try:
+            with self._tools.bound(deadline - now, UpstreamTimeoutError(f"{name} sent no event in time")):
+                if self._raw is None:
+                    opening, self._open = self._open, None  # the request's body and fields go with the call
+                    assert opening is not None
+                    self._opened(opening())
+                    if self._closed:
+                        return []
+                if wait_s is not None and wait_s <= 0:
+                    return []
+                events = self._take(until, gather=False)
+        except UpstreamTimeoutError:
+            self._broken = True
+            if self._raw is None:
+                raise UpstreamTimeoutError(f"{name} sent no response head in time") from None
+            raise
+        except BaseException:
+            self._broken = True
+            raise
         if events:
             self._started = True
-        return events
+            self._read_timeout = self._idle_s  # from now on a read that waits is inside a chunk
+            return events
+        if not (self._closed or self.ended or self._broken) and time.monotonic() >= deadline:
+            self._broken = True
+            raise UpstreamTimeoutError(f"{name} sent no event in time")
+        return []
 
-    @staticmethod
-    def _failure(exc: BaseException) -> UpstreamError:
-        """What stopped the reader: the call's own failure (raised by ``_send``: refused, a
-        non-2xx answer…), else a body that broke off (a read failed, an event too large)."""
+    def _opened(self, response: requests.Response) -> None:
+        """The response head came: where its body is read from, and how to wait for it. Only
+        urllib3's response is kept: requests' (its copy of the header fields, its cookie jar,
+        the prepared request with the body sent) goes now, not at the stream's end."""
+        raw = self._raw = response.raw
+        if self._closed:  # closed from elsewhere meanwhile
+            _close(raw)
+            return
+        self._chunks = iter(_chunks(response))
+        self._decoder = self._new_decoder()
+        self._last_read = time.monotonic()
+        # urllib3 keeps http.client's response as ``_fp``; its ``fp`` is the socket's buffered reader.
+        fp = getattr(getattr(raw, "_fp", None), "fp", None)
+        sock = getattr(getattr(raw, "connection", None), "sock", None)
+        if fp is None or sock is None or not hasattr(fp, "peek") or not hasattr(sock, "settimeout"):
+            return  # no socket under it (a test double's body): reads don't wait
+        self._fp, self._sock = fp, sock
+        self._read_timeout = sock.gettimeout()
+
+    def _take(self, until: float | None, gather: bool) -> list[Event]:
+        """Read what has arrived into events, waiting for the socket until ``until`` (``None``:
+        the idle timeout) when nothing has; ``gather``: go on while more has already arrived.
+        A failure after some events is kept for the next poll."""
+        out: list[Event] = []
+        self._reading = True
+        try:
+            self._read(until, gather, out)
+        except Exception as exc:  # not BaseException: a greenlet killed, an exit go on as they are
+            self._broke(exc)
+        finally:
+            self._reading = False
+        if self._error is not None and not out:
+            raise self._raised()
+        return out
+
+    def _broke(self, exc: BaseException) -> None:
+        """A read failed: nothing more is read, and what the reading held (up to the event cap
+        in the decoder, the failure's frames) goes now, not when the cyclic collector happens
+        by; the failure waits in ``_error`` without the frames it was raised in."""
+        self._broken = True
+        self._decoder = None
+        self._chunks = None
+        failure = self._failure(exc)
+        exc.__traceback__ = failure.__traceback__ = None
+        exc.__context__ = failure.__context__ = None
+        self._error = failure
+
+    def _raised(self) -> UpstreamError:
+        """The failure kept for this poll, taken (raised by the caller: no local holds it, so
+        its traceback's frames don't hold it in turn)."""
+        error, self._error = self._error, None
+        assert error is not None
+        return error
+
+    def _read(self, until: float | None, gather: bool, out: list[Event]) -> list[Event]:
+        decoder, chunks = self._decoder, self._chunks
+        assert decoder is not None and chunks is not None
+        woke = False  # the socket was seen readable
+        # Waiting for the first event until the deadline, nothing else can be done meanwhile (no
+        # keep-alive is due, no cut can come before the stream is handed on): the reads wait
+        # themselves, bounded by the deadline (the socket's timeout, and gevent's timer).
+        look = self._started or until is None or until < self.first_deadline
+        while True:
+            if not look:
+                self._sock_timeout(until)
+            if not look or self._available(woke):
+                woke = False
+                if self._since_pause >= YIELD_EVERY:  # a fast upstream: let the other greenlets run
+                    self._since_pause = 0
+                    self._tools.pause()
+                data = next(chunks, b"")
+                self._empty = False
+                if not data:  # the body's end (read to it: urllib3 gave the connection back)
+                    self._finished()
+                    out += decoder.end()
+                    return out
+                self._last_read = now = time.monotonic()
+                events = decoder.feed(data)
+                self._since_pause += len(events) or 1
+                if events:
+                    out += events
+                    if not gather or len(out) >= YIELD_EVERY:
+                        return out
+                elif until is not None and now >= until:  # bytes that trickle don't stretch the bound
+                    return out
+                continue
+            if out:  # all that had arrived
+                return out
+            now = time.monotonic()
+            idle_end = self._last_read + self._idle_s
+            end = idle_end if until is None else min(until, idle_end)
+            if now >= end:
+                if now >= idle_end:
+                    raise UpstreamStreamError(f"the upstream stream broke: silent for {self._idle_s:g} s")
+                return out
+            readiness = self._readiness
+            if readiness is None:  # made at the first wait (the first event is read without one)
+                readiness = self._readiness = self._tools.readiness(self._sock.fileno())
+                if self._closed or self._interrupted:  # an interrupt that came before it: not missed
+                    self._interrupted = False
+                    return out
+            woke = readiness.wait(end - now)
+            self._since_pause = 0  # the others ran meanwhile
+            if self._closed or self._interrupted:
+                self._interrupted = False
+                return out
+
+    def _sock_timeout(self, until: float | None) -> None:
+        """A read before the first event waits at most until ``until`` (outside gevent, where
+        no timer bounds it)."""
+        sock = self._sock
+        if sock is not None and until is not None:
+            sock.settimeout(max(until - time.monotonic(), 0.001))
+
+    def _available(self, woke: bool) -> bool:
+        """Whether a read gives bytes without waiting: bytes held in http.client's buffered
+        reader or the TLS layer, or ready on the socket. One non-blocking look (the socket's
+        timeout 0 for a ``peek`` of the buffered reader, which reads the socket only when it
+        holds nothing); skipped when the last look found nothing, nothing was read since and
+        the socket wasn't seen readable. Readable yet nothing to peek: the body's end or a
+        broken connection, which the read itself tells."""
+        fp = self._fp
+        if fp is None:
+            return True
+        if self._empty and not woke:
+            return False
+        sock = self._sock
+        sock.settimeout(0.0)
+        try:
+            peeked = fp.peek(1)
+        except ssl.SSLWantReadError:  # a TLS record not whole yet: wait for the rest
+            self._empty = True
+            return False
+        except OSError:  # a TLS renegotiation, a reset connection: the read does it or tells it
+            return True
+        finally:
+            sock.settimeout(self._read_timeout)
+        if peeked:
+            return True
+        self._empty = True
+        return woke
+
+    def _finished(self) -> None:
+        """The body was read to its end: the connection is the pool's again, not ours to touch."""
+        self.ended = True
+        self._fp = self._sock = None
+        readiness, self._readiness = self._readiness, None
+        if readiness is not None:
+            readiness.close()
+
+    def _failure(self, exc: BaseException) -> UpstreamError:
+        """What stopped the read: the call's own failure (raised by ``_send``: refused, a
+        non-2xx answer…), else a body that broke off (a read failed, an event too large); before
+        the first event, a read that timed out is no event in time."""
         if isinstance(exc, UpstreamError):
             return exc
+        if not self._started and isinstance(exc, _TIMEOUTS):
+            return UpstreamTimeoutError(f"{self.deployment.name} sent no event in time")
         return UpstreamStreamError(f"the upstream stream broke: {type(_root(exc)).__name__}")
 
     @property
     def headers(self) -> Mapping[str, str]:
-        """The response's header fields (none before its head has come)."""
-        response = self._response
-        return response.headers if response is not None else {}
+        """The response's header fields, case-insensitive (none before its head has come)."""
+        raw = self._raw
+        return raw.headers if raw is not None else {}
 
     def first(self) -> Event | None:
         """The first event (the rest of its read stays pending); ``None`` if the body ended first."""
-        while not self.ended:
+        while not (self.ended or self._closed or self._broken):
             events = self.poll()
             if events:
                 self._pending = events[1:] + self._pending
@@ -373,39 +528,69 @@ class UpstreamStream:
         while True:
             events = self.poll()
             if not events:
-                if self.ended or self._closed:
+                if self.ended or self._closed or self._broken:
                     return
                 continue
             yield from events
 
     def interrupt(self) -> None:
-        """Wake a writer waiting for the next event (from another greenlet or thread)."""
-        self._queue.put(_WAKE)
+        """Wake a writer waiting for the next event (from another greenlet or thread): its
+        ``poll`` returns what it has, or nothing."""
+        self._interrupted = True
+        readiness = self._readiness
+        if readiness is not None:
+            readiness.wake()
 
     def close(self) -> None:
-        """Give the connection back when the body was read to its end, else drop it (and stop
-        the reader)."""
+        """Give the connection back when the body was read to its end (also when its end is
+        already here: read now, without waiting), else drop it."""
         if self._closed:
             return
         self._closed = True
+        raw = self._raw
         with contextlib.suppress(Exception):  # closing must never raise
-            response = self._response
-            if not self.ended:
-                kill = getattr(self._reader, "kill", None)
-                if kill is not None:  # a greenlet: stopped where it waits, its connection dropped
-                    kill(block=False)
-                elif response is not None:  # a thread: its socket shut, so its read returns
-                    _shut(response)
-            if response is not None:
-                response.close()
+            if raw is not None and not (self.ended or self._broken or self._reading):
+                self._read_to_end()
+        with contextlib.suppress(Exception):
+            if raw is not None and not self.ended:
+                _shut(raw)  # a thread reading it elsewhere returns
+            if raw is not None:
+                _close(raw)
+        readiness, self._readiness = self._readiness, None
+        if readiness is not None:
+            with contextlib.suppress(Exception):
+                readiness.close()
+
+    def _read_to_end(self) -> None:
+        """The body's end, if it has already arrived (a reply's last event usually comes with
+        it, or just before it): read, so the connection can be reused. Only what is there is
+        read, a little at most; anything but the end leaves the connection to be dropped."""
+        chunks = self._chunks
+        if chunks is None or self._fp is None:
+            return
+        self._empty = False
+        if not self._available(False):
+            return
+        self._sock.settimeout(END_READ_TIMEOUT_S)  # the end's few bytes are here, or all but
+        if not next(chunks, b""):  # more than the end: the connection is dropped
+            self._finished()
 
 
-def _shut(response: requests.Response) -> None:
-    connection = getattr(response.raw, "connection", None)
-    sock = getattr(connection, "sock", None)
+def _shut(raw: Any) -> None:
+    sock = getattr(getattr(raw, "connection", None), "sock", None)
     if sock is not None:
         with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)
+
+
+def _close(raw: Any) -> None:
+    """What ``requests.Response.close`` does for a body not consumed through it: urllib3's
+    response closed (its connection dropped, unless the body was read to its end and the
+    connection went back to the pool), then given back."""
+    raw.close()
+    release_conn = getattr(raw, "release_conn", None)
+    if release_conn is not None:
+        release_conn()
 
 
 class UpstreamClient:
@@ -634,24 +819,24 @@ class UpstreamClient:
         headers: Mapping[str, str] | None = None,
         first_event_timeout_s: float | None = None,
     ) -> UpstreamStream:
-        """A streaming call, read on its own greenlet: ``poll``, ``first`` or ``events()`` give
-        its events and raise its failures (a non-2xx answer included). Streams have no total
-        limit; a socket silent for ``stream_idle_timeout_s`` breaks it (Anthropic pings every
-        few seconds). With ``first_event_timeout_s``, the response head and the first event
-        must come within it, by the wall clock (Anthropic sends ``message_start`` at once when
-        it takes a stream): ``UpstreamTimeoutError`` otherwise, which the caller may fail over
-        since nothing reached the client."""
+        """A streaming call, sent by the first ``poll`` (or ``first``, or ``events()``), in the
+        caller's greenlet: they give its events and raise its failures (a non-2xx answer
+        included). Streams have no total limit; a socket silent for ``stream_idle_timeout_s``
+        breaks it (Anthropic pings every few seconds). With ``first_event_timeout_s``, the
+        response head and the first event must come within it, by the wall clock (Anthropic
+        sends ``message_start`` at once when it takes a stream): ``UpstreamTimeoutError``
+        otherwise, which the caller may fail over since nothing reached the client."""
         first = first_event_timeout_s if first_event_timeout_s is not None else self.stream_idle_timeout_s
         first = min(first, self.stream_idle_timeout_s)
-        route = self._route(deployment)  # made here, in the caller: a bad TLS file fails the call, not the reader
+        route = self._route(deployment)  # made here, in the caller: a bad TLS file fails the call
         all_headers = route.provider.headers(headers, "text/event-stream")
-        stream = UpstreamStream(deployment, time.monotonic() + first)
-        idle = self.stream_idle_timeout_s
-        stream.start(
-            lambda: self._send(route, deployment, path, body, all_headers, idle, True),
-            self._tools.spawn,
-            route.provider.decode,
-            self._tools.pause,
-            self._tools.bound,
+        return UpstreamStream(
+            deployment,
+            time.monotonic() + first,
+            # The head's read timeout is the first event's: a head that doesn't come by then is
+            # given up outside gevent too, where no wall-clock bound holds the send.
+            lambda: self._send(route, deployment, path, body, all_headers, first, True),
+            route.provider.decoder,
+            self._tools,
+            self.stream_idle_timeout_s,
         )
-        return stream

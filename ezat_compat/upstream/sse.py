@@ -1,4 +1,4 @@
-"""Reading an upstream's server-sent events: sseclient-py, with the one fix a real upstream needs.
+"""Reading an upstream's server-sent events: sseclient-py, fed whole events as the bytes arrive.
 
 Anthropic's streams are ``event:``/``data:`` lines ending in LF, each event closed by an empty
 line, sent with ``Transfer-Encoding: chunked`` (Messages API, "Streaming"). sseclient-py
@@ -7,12 +7,20 @@ bytes are split (``tests/unit/test_sse_decoder.py`` feeds it a recorded stream s
 byte), except in one case a real upstream produces: a body that ends in the middle of an event
 (the connection broke, a proxy cut it). sseclient-py dispatches that unterminated piece as an
 event; WHATWG discards it, and so must we, or half an event's JSON reaches the translator as a
-whole one. ``_Chunks`` notes when the body ran out; an event that sseclient-py dispatches after
-that is the unterminated piece, and is dropped.
+whole one.
 
-The other cases where sseclient-py departs from WHATWG (a byte-order mark at the start, line
-endings that mix CR and LF across a chunk boundary, bytes that aren't UTF-8) are not sent by
-any upstream we call; the decoder tests list them.
+sseclient-py pulls its bytes from an iterator, and a reader that waits for the upstream with a
+deadline of its own (the stream writer, ``upstream/client.py``) can't be pulled from: it must
+hand bytes in as they come and take back the events they complete. ``SSEDecoder`` does that with
+sseclient-py's own API: it holds the bytes after the last place where an event ends (an empty
+line: the ends sseclient-py splits events at, ``\\n\\n``, ``\\r\\r`` and ``\\r\\n\\r\\n``), and hands
+sseclient-py only bytes up to such an end, so sseclient-py never holds half an event between two
+reads and the decoder is never left waiting inside it. The bytes after the body's last end are
+the unterminated piece: never handed over, so never an event.
+
+The other cases where sseclient-py departs from WHATWG (a byte-order mark at the start, an LF
+then a CRLF, bytes that aren't UTF-8) are not sent by any upstream we call; the decoder tests
+list them.
 
 ``MAX_EVENT_BYTES`` bounds what one event may hold: an upstream that never ends an event can't
 make the reader buffer without end (``EventTooLargeError``).
@@ -21,6 +29,7 @@ make the reader buffer without end (``EventTooLargeError``).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from typing import Protocol
 
 from sseclient import SSEClient
 
@@ -28,46 +37,174 @@ from ezat_compat.errors import UpstreamStreamError
 
 MAX_EVENT_BYTES = 16 * 1024 * 1024
 Event = tuple[str, str]  # (event type, data)
+_LF = 0x0A
 
 
 class EventTooLargeError(UpstreamStreamError):
     """The upstream sent an event larger than the reader takes: the stream is broken."""
 
 
-class _Chunks:
-    """The body's chunks for sseclient-py: notes the body's end (``ended``), and how many bytes
-    came since an event last ended; calls ``before_read`` before it reads the next chunk."""
+class StreamDecoder(Protocol):
+    """A provider's stream framing, fed as the body arrives (``SSEDecoder``, Bedrock's
+    ``EventStreamDecoder``): ``feed`` gives the events its bytes complete, ``end`` those the
+    body's end completes (an unterminated one is not one). A failure raises; the events of the
+    same bytes that came before it are given first, the failure at the next call."""
 
-    __slots__ = ("_before_read", "_chunks", "_max_bytes", "_open_bytes", "ended")
+    def feed(self, chunk: bytes) -> list[Event]: ...
 
-    def __init__(self, chunks: Iterable[bytes], max_bytes: int, before_read: Callable[[], None] | None) -> None:
-        self._chunks = iter(chunks)
-        self._max_bytes = max_bytes
-        self._open_bytes = 0
-        self._before_read = before_read
-        self.ended = False
+    def end(self) -> list[Event]: ...
 
-    def __iter__(self) -> _Chunks:
-        return self
 
-    def __next__(self) -> bytes:
-        if self._before_read is not None:
-            self._before_read()
-        try:
-            chunk = next(self._chunks)
-        except StopIteration:
-            self.ended = True
-            raise
-        end = max(chunk.rfind(b"\n\n"), chunk.rfind(b"\r\r"), chunk.rfind(b"\n\r\n"))  # where an event last ended
-        self._open_bytes = len(chunk) - end if end >= 0 else self._open_bytes + len(chunk)
-        if self._open_bytes > self._max_bytes:
+def event_end(data: bytes, at_end: bool = False) -> int:
+    """Where the last complete event of ``data`` ends (just past its empty line), or -1.
+
+    The ends are sseclient-py's (``\\n\\n``, ``\\r\\n\\r\\n``, and ``\\r\\r`` unless an LF follows,
+    which makes it a CR and a CRLF: known only once the next byte came, or at the body's end,
+    ``at_end``). Cutting there leaves sseclient-py nothing of an event between two reads."""
+    if data.endswith(b"\n\n"):  # Anthropic's events end so: one check
+        return len(data)
+    lf = data.rfind(b"\n\n")
+    crlf = data.rfind(b"\r\n\r\n")
+    end = max(lf + 2 if lf >= 0 else -1, crlf + 4 if crlf >= 0 else -1)
+    cr = data.rfind(b"\r\r")
+    if cr >= 0 and cr + 2 > end:
+        after = cr + 2
+        if after < len(data):
+            if data[after] != _LF:
+                end = after
+        elif at_end:
+            end = after
+    return end
+
+
+class _Piece:
+    """What sseclient-py reads at each ``events()``: the piece handed to it, then the end (a
+    tuple's iterator: no Python call per chunk, no exception at its end)."""
+
+    __slots__ = ("piece",)
+
+    def __init__(self) -> None:
+        self.piece = b""
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter((self.piece,))
+
+    def __next__(self) -> bytes:  # an iterator, as sseclient-py's ``event_source`` is typed
+        raise StopIteration
+
+
+class SSEDecoder:
+    """An SSE body's events, fed as it arrives (``StreamDecoder``), parsed by sseclient-py.
+
+    ``feed`` keeps the bytes after the last event end (at most ``max_event_bytes``) and hands
+    sseclient-py the complete events before it, as one piece: one ``SSEClient`` for the stream,
+    whose ``events()`` reads the piece handed to it (``_Piece``) and ends with it, holding
+    nothing (the piece ends where an event ends)."""
+
+    __slots__ = ("_client", "_error", "_held", "_held_size", "_max_bytes", "_source")
+
+    def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+        self._max_bytes = max_event_bytes
+        self._held: list[bytes] = []  # the bytes after the last event end, as they came
+        self._held_size = 0
+        self._source = _Piece()
+        self._client = SSEClient(self._source)
+        self._error: BaseException | None = None
+
+    def feed(self, chunk: bytes) -> list[Event]:
+        if self._error is not None:
+            self._raise()
+        if not chunk:
+            return []
+        held = self._held
+        if not held:
+            end = event_end(chunk)
+            if end == len(chunk):  # whole events, nothing left over: the common case
+                return self._parse(chunk)
+            if end < 0:
+                self._hold(chunk)
+                return []
+            data, cut = chunk, end
+        else:
+            # An end may begin in the held bytes (a CRLF CRLF split between reads): look from their tail.
+            tail = held[-1][-3:] if len(held[-1]) >= 3 else b"".join(held)[-3:]
+            end = event_end(tail + chunk)
+            if end < 0:
+                self._hold(chunk)
+                return []
+            data = b"".join((*held, chunk))
+            cut = self._held_size - len(tail) + end
+            held.clear()
+            self._held_size = 0
+        events = self._parse(data[:cut])
+        if cut < len(data):
+            try:
+                self._hold(data[cut:])
+            except EventTooLargeError as exc:
+                if not events:
+                    raise
+                exc.__traceback__ = None
+                self._error = exc  # the events before it go on first
+        return events
+
+    def end(self) -> list[Event]:
+        """The events the body's end completes (a ``\\r\\r`` at its very end); the rest held is
+        an unterminated event, dropped (WHATWG)."""
+        if self._error is not None:
+            self._raise()
+        if not self._held:
+            return []
+        data = b"".join(self._held)
+        self._held.clear()
+        self._held_size = 0
+        cut = event_end(data, at_end=True)
+        return self._parse(data[:cut]) if cut > 0 else []
+
+    def _hold(self, data: bytes) -> None:
+        self._held.append(data)
+        self._held_size += len(data)
+        if self._held_size > self._max_bytes:
             raise EventTooLargeError(f"the upstream sent an event larger than {self._max_bytes} bytes")
-        return chunk
 
-    def close(self) -> None:  # what sseclient-py's ``close`` calls
-        close = getattr(self._chunks, "close", None)
-        if close is not None:
-            close()
+    def _parse(self, piece: bytes) -> list[Event]:
+        """sseclient-py's events of ``piece`` (whole events); a failure after some of them (bytes
+        that aren't UTF-8) is kept for the next call, so the events before it go on first."""
+        source = self._source
+        source.piece = piece
+        out: list[Event] = []
+        try:
+            for event in self._client.events():
+                out.append((event.event, event.data))
+        except Exception as exc:
+            if not out:
+                raise
+            exc.__traceback__ = None  # kept: not with this frame, which holds the decoder
+            self._error = exc
+        finally:
+            source.piece = b""
+        return out
+
+    def _raise(self) -> None:
+        error, self._error = self._error, None
+        assert error is not None
+        raise error
+
+
+def pulled(
+    decoder: StreamDecoder, chunks: Iterable[bytes], before_read: Callable[[], None] | None = None
+) -> Iterator[Event]:
+    """``decoder``'s events of the body's ``chunks``, pulled: each event as soon as the chunk
+    that completes it was read. ``before_read`` is called before each further chunk is read: by
+    then every complete event of the chunks read so far has been given."""
+    source = iter(chunks)
+    while True:
+        if before_read is not None:
+            before_read()
+        chunk = next(source, None)
+        if chunk is None:
+            break
+        yield from decoder.feed(chunk)
+    yield from decoder.end()
 
 
 def iter_sse(
@@ -77,22 +214,5 @@ def iter_sse(
     before_read: Callable[[], None] | None = None,
 ) -> Iterator[Event]:
     """(event type, data) of each complete event in the body's ``chunks`` (``message`` when an
-    event names no type); an event the body's end cut off is not one.
-
-    ``before_read`` is called before each further chunk is read: by then every complete event
-    of the chunks read so far has been yielded (sseclient-py asks for a chunk only when it has
-    none left to give), so a reader can hand the events of one read on together."""
-    source = _Chunks(chunks, max_event_bytes, before_read)
-    events = SSEClient(source).events()
-    while True:
-        try:
-            event = next(events)
-        except StopIteration:
-            return
-        except UnicodeDecodeError:
-            if source.ended:  # the unterminated piece, cut inside a character: discarded all the same
-                return
-            raise
-        if source.ended:  # dispatched only because the body ended: unterminated (WHATWG: discarded)
-            return
-        yield event.event, event.data
+    event names no type); an event the body's end cut off is not one (``SSEDecoder``, pulled)."""
+    return pulled(SSEDecoder(max_event_bytes), chunks, before_read)

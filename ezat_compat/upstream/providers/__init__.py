@@ -11,7 +11,9 @@ deployment's route:
     path(path, stream)                    the URL path (InvokeModel, rawPredict, /v1/messages)
     headers(extra, accept)                the header fields (x-api-key, or none: see authorize)
     authorize(request)                    a SigV4 signature or a bearer token, on the final request
-    decode(chunks, before_read)           the stream's framing -> (event type, data) pairs
+    decoder()                             the stream's framing: a ``StreamDecoder`` fed the
+                                          body's bytes as they come -> (event type, data) pairs
+    decode(chunks, before_read)           the same, pulled from an iterable of chunks
     status_error(status, body, headers)   the provider's error answer as Anthropic's envelope
     answer(path, data)                    a JSON answer as Anthropic's API gives it (Bedrock's
                                           CountTokens names its count otherwise)
@@ -40,11 +42,12 @@ from ezat_compat.errors import UpstreamStatusError
 from ezat_compat.upstream.bodies import with_model
 from ezat_compat.upstream.egress import Egress
 from ezat_compat.upstream.providers.betas import allowed_betas
-from ezat_compat.upstream.sse import iter_sse
+from ezat_compat.upstream.sse import SSEDecoder, StreamDecoder, iter_sse
 
 Event = tuple[str, str]
 USER_AGENT = f"ezat-compat/{__version__}"
 Decoder = Callable[..., Iterator[Event]]  # (chunks, *, before_read=None) -> events
+NewDecoder = Callable[[], StreamDecoder]  # a stream's decoder, fed its bytes as they come
 
 
 def common_headers(accept: str) -> dict[str, str]:
@@ -70,6 +73,7 @@ class Provider:
     name = "anthropic"
     rewrites = False  # True: ``path`` and ``authorize`` run for each call
     decode: Decoder = staticmethod(iter_sse)
+    decoder: NewDecoder = SSEDecoder
 
     def __init__(self, deployment: Deployment) -> None:
         self.deployment = deployment

@@ -64,6 +64,7 @@ from ezat_compat.upstream.egress import Egress, missing_file
 from ezat_compat.upstream.providers import Event, Provider, ProviderSetupError, beta_list, common_headers
 from ezat_compat.upstream.providers.betas import takes_cache_ttl, takes_output_format, told_format
 from ezat_compat.upstream.providers.features import drop_gated_fields
+from ezat_compat.upstream.sse import pulled
 
 try:
     import botocore.config
@@ -348,6 +349,10 @@ class BedrockProvider(Provider):
     def decode(chunks: Iterable[bytes], *, before_read: Callable[[], None] | None = None) -> Iterator[Event]:
         return iter_event_stream(chunks, before_read=before_read)
 
+    @staticmethod
+    def decoder() -> EventStreamDecoder:
+        return EventStreamDecoder()
+
     def status_error(self, status: int, body: bytes, headers: Mapping[str, str]) -> UpstreamStatusError:
         kind = _header(headers, "x-amzn-errortype")
         try:
@@ -397,25 +402,50 @@ def _header(headers: Mapping[str, str], name: str) -> str:
     return value
 
 
+class EventStreamDecoder:
+    """A Bedrock event stream's Anthropic events, fed as the body arrives (``StreamDecoder``):
+    botocore's ``EventStreamBuffer`` takes the bytes and gives the messages they complete. A
+    message the body's end cut off is not one; a bad CRC or an oversized message raises
+    (botocore's ``ParserError``: the stream is broken), after the events before it."""
+
+    __slots__ = ("_buffer", "_error")
+
+    def __init__(self) -> None:
+        self._buffer = EventStreamBuffer()
+        self._error: BaseException | None = None
+
+    def feed(self, chunk: bytes) -> list[Event]:
+        error = self._error
+        if error is not None:
+            self._error = None
+            raise error
+        self._buffer.add_data(chunk)
+        out: list[Event] = []
+        try:
+            for message in self._buffer:
+                event = _event(message)
+                if event is not None:
+                    out.append(event)
+        except Exception as exc:
+            if not out:
+                raise
+            exc.__traceback__ = None  # kept: not with this frame, which holds the decoder
+            self._error = exc
+        return out
+
+    def end(self) -> list[Event]:
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+        return []  # what botocore still holds is a message the body's end cut off
+
+
 def iter_event_stream(chunks: Iterable[bytes], *, before_read: Callable[[], None] | None = None) -> Iterator[Event]:
     """(event type, data) of each Anthropic event of a Bedrock event stream, as ``iter_sse``
-    gives them for Anthropic's SSE. ``before_read`` is called before each further chunk is
-    read (every complete message of the chunks so far has been yielded by then). A message
-    the body's end cut off is not one; a bad CRC or an oversized message raises (botocore's
-    ``ParserError``: the stream is broken)."""
-    buffer = EventStreamBuffer()
-    source = iter(chunks)
-    while True:
-        if before_read is not None:
-            before_read()
-        chunk = next(source, None)
-        if chunk is None:
-            return
-        buffer.add_data(chunk)
-        for message in buffer:
-            event = _event(message)
-            if event is not None:
-                yield event
+    gives them for Anthropic's SSE (``EventStreamDecoder``, pulled). ``before_read`` is called
+    before each further chunk is read (every complete message of the chunks so far has been
+    yielded by then)."""
+    return pulled(EventStreamDecoder(), chunks, before_read)
 
 
 def _event(message: EventStreamMessage) -> Event | None:
