@@ -165,6 +165,7 @@ class Fleet:
             **os.environ,
             "EZAT_CONFIG": str(config),
             "EZAT_BIND": f"127.0.0.1:{port}",
+            "EZAT_ADMIN_BIND": "",  # no admin listener: many gateways run at once
             "EZAT_WORKERS": str(workers),
             "ANTHROPIC_API_KEY": litellm_env.UPSTREAM_KEY,
         }

@@ -10,6 +10,11 @@ else did. ``/readyz`` answers from ``Readiness``; ``start_draining`` (re-exporte
 
 Flask's dispatch serves every route; the only WSGI layer in front of it is ``TrustedForwarded``
 (the client's address from a trusted proxy's ``X-Forwarded-For``).
+
+The admin API (``admin/api.py``: ``/v1/organizations/…``) is served on ``[admin] bind``, a
+listener of its own that serves nothing else but ``/healthz``, and on the main listener only
+when ``[admin] on_main_listener`` says so; which listener a request came in on is asked of its
+socket, as for ``metrics_bind``. Errors on its paths are Anthropic's envelope (``admin/errors.py``).
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from flask import Flask, Response, current_app, g, request
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound, RequestEntityTooLarge
 
 from ezat_compat import memory
+from ezat_compat.admin import api as admin_api
+from ezat_compat.admin.errors import from_http_exception, is_admin_path, render_admin_error
 from ezat_compat.api import anthropic as anthropic_api
 from ezat_compat.api import openai as openai_api
 from ezat_compat.api import responses as responses_api
@@ -108,16 +115,22 @@ def build_gateway(config: Config, store: Store) -> Gateway:
 
 
 def _render(err: GatewayError) -> Response:
-    """The error in the envelope of the dialect the path belongs to (routing 404/405 included)."""
-    dialect = ANTHROPIC if request.path.startswith(ANTHROPIC_PREFIX) else OPENAI
+    """The error in the envelope of the dialect the path belongs to (routing 404/405 included);
+    the admin API's is Anthropic's, with ``x-should-retry: false`` on a 4xx."""
     record = g.get("record")
     if record is not None:
         record.note_error(err)
+    if is_admin_path(request.path):
+        status, admin_body, headers = render_admin_error(err, getattr(g, "request_id", None))
+        return json_response(admin_body, status, headers)
+    dialect = ANTHROPIC if request.path.startswith(ANTHROPIC_PREFIX) else OPENAI
     status, body, headers = dialect.render_error(err, getattr(g, "request_id", None))
     return raw_json_response(body, status, headers)
 
 
 def _http_error(exc: HTTPException) -> GatewayError:
+    if is_admin_path(request.path):
+        return from_http_exception(exc, request.method, request.path)
     if isinstance(exc, NotFound):
         return RouteNotFoundError(f"Invalid URL ({request.method} {request.path}).")
     if isinstance(exc, MethodNotAllowed):
@@ -277,6 +290,29 @@ def _register_public(app: Flask, config: Config) -> None:
         return json_response(gateway().catalog.public_catalog())
 
 
+def _register_admin(app: Flask, config: Config, store: Store) -> None:
+    """The admin API, on ``[admin] bind`` (which then serves it and ``/healthz`` only) and on the
+    main listener when ``on_main_listener``; not at all when neither."""
+    settings = config.admin
+    if not settings.bind and not settings.on_main_listener:
+        return
+    admin_api.register(app, config, store)
+    if not settings.bind:
+        return
+    on_admin_listener = metrics_listener(settings.bind)  # the same question of the socket
+    on_main_too = settings.on_main_listener
+
+    @app.before_request
+    def admin_listener_serves_admin_only() -> None:
+        req = unproxied(request)  # every request passes here: one context lookup, not three
+        path = req.path
+        if is_admin_path(path):
+            if not on_main_too and not on_admin_listener(req.environ):
+                raise NotFound()  # served on [admin] bind only
+        elif path != "/healthz" and on_admin_listener(req.environ):
+            raise NotFound()
+
+
 def create_app(config: Config, *, gateway_core: Gateway | None = None, store: Store | None = None) -> Flask:
     """The WSGI app for ``config``: the process's store (``open_store``, or ``store``), the
     gateway core on it (or ``gateway_core``: prepared collaborators), the dialects with their
@@ -297,6 +333,8 @@ def create_app(config: Config, *, gateway_core: Gateway | None = None, store: St
     app.register_blueprint(responses_api.bp)
     app.register_blueprint(anthropic_api.bp)
     _register_public(app, config)
+    if store is not None:
+        _register_admin(app, config, store)
     _register_errors(app)
     app.wsgi_app = TrustedForwarded(app.wsgi_app, config.server.forwarded_allow_ips)  # type: ignore[method-assign]
     return app

@@ -1,6 +1,10 @@
 """``ezat-compat``: the operator interface (docs/operations.md; a contract: keep the names).
 
-    ezat-compat [--config PATH] demo | serve | sim | orgs … | keys … | usage … | check-config | db …
+    ezat-compat [--config PATH] demo | serve | sim | orgs … | keys … | usage … | spend-limits … |
+                                admin-keys … | audit list | check-config | db …
+
+Every change (``orgs``, ``keys``, ``admin-keys``) goes through the admin API's service layer
+(``admin/service.py``) and leaves an audit row naming ``cli:<unix user>`` (``audit list``).
 
 Tables for people by default; ``--json`` for scripts. Money is US dollars as decimal strings.
 Errors print one line on stderr and exit with status 1 (2 for usage errors), never a traceback.
@@ -86,6 +90,16 @@ def _parse_time(text: str | None, flag: str) -> datetime | None:
     return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
+def _seconds(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of seconds") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be 0 or more")
+    return value
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -152,29 +166,33 @@ def _list_orgs(accounts: Accounts, as_json: bool) -> None:
 
 
 def cmd_orgs(args: argparse.Namespace, store: Store) -> int:
-    accounts = store.accounts
+    from ezat_compat.admin import service
+
+    accounts, ctx = store.accounts, service.cli_context()
     if args.orgs_command == "list":
         _list_orgs(accounts, args.json)
     elif args.orgs_command == "create":
-        accounts.create_org(args.name, _usd(args.balance) if args.balance is not None else 0)
-        org = accounts.get_org(args.name)
+        org = service.create_org(store, ctx, args.name, _usd(args.balance) if args.balance is not None else 0)
         print(f"created organization {args.name} with a balance of ${_money(org.balance_micros)}")
     elif args.orgs_command == "top-up":
-        accounts.top_up(args.name, _usd(args.usd))
-        org = accounts.get_org(args.name)
+        org = service.top_up(store, ctx, args.name, _usd(args.usd))
         print(f"organization {args.name}: balance ${_money(org.balance_micros)}")
     elif args.orgs_command in ("suspend", "resume"):
-        accounts.set_suspended(args.name, args.orgs_command == "suspend")
+        service.set_suspended(store, ctx, args.name, args.orgs_command == "suspend")
         print(f"organization {args.name} {'suspended' if args.orgs_command == 'suspend' else 'resumed'}")
     return 0
 
 
 def cmd_keys(args: argparse.Namespace, store: Store) -> int:
-    accounts = store.accounts
+    from ezat_compat.admin import service
+
+    accounts, ctx = store.accounts, service.cli_context()
     if args.keys_command == "create":
         models = [p.strip() for p in (args.models or "").split(",") if p.strip()]
         expires = _parse_time(args.expires, "--expires")
-        info, secret = accounts.create_key(
+        info, secret = service.create_key(
+            store,
+            ctx,
             args.org,
             name=args.name or "",
             models=models,
@@ -237,15 +255,92 @@ def cmd_keys(args: argparse.Namespace, store: Store) -> int:
                     raise CLIError(f"keys update --{name}: {exc}") from None
         if not changes:
             raise CLIError("keys update: say what to change (--spend-limit, --rpm, --tpm)")
-        updated = accounts.update_key(args.key_id, **changes).to_json()
+        updated = service.update_key(store, ctx, args.key_id, **changes).to_json()
         limits = ", ".join(
             f"{label} {updated[field] if updated[field] is not None else 'none'}"
             for label, field in (("spend limit (USD)", "spend_limit_usd"), ("rpm", "rpm"), ("tpm", "tpm"))
         )
         print(f"updated key {args.key_id}: {limits}")
     elif args.keys_command == "revoke":
-        accounts.revoke_key(args.key_id)
+        service.revoke_key(store, ctx, args.key_id)
         print(f"revoked key {args.key_id}")
+    elif args.keys_command == "rotate":
+        info, secret = service.rotate_key(store, ctx, args.key_id, args.grace_seconds)
+        grace = (
+            f"the old one works for {args.grace_seconds} s more"
+            if args.grace_seconds
+            else "the old one no longer works"
+        )
+        print(f"rotated key {info.id}: its new secret (shown once; store it now; {grace}):", file=sys.stderr)
+        print(secret)
+    elif args.keys_command in ("block", "unblock"):
+        service.set_key_status(store, ctx, args.key_id, "inactive" if args.keys_command == "block" else "active")
+        print(f"{args.keys_command}ed key {args.key_id}")
+    return 0
+
+
+def cmd_admin_keys(args: argparse.Namespace, store: Store) -> int:
+    from ezat_compat.admin import service
+
+    ctx = service.cli_context()
+    if args.admin_keys_command == "create":
+        info, secret = service.create_admin_key(
+            store,
+            ctx,
+            name=args.name or "",
+            read_only=args.read_only,
+            expires_at=_parse_time(args.expires, "--expires"),
+        )
+        access = "read-only" if info.read_only else "read-write"
+        print(f"created {access} admin key {info.id} (shown once; store it now):", file=sys.stderr)
+        print(secret)
+    elif args.admin_keys_command == "list":
+        now = datetime.now(UTC)
+        keys = [{**k.to_json(), "status": k.status(now)} for k in service.admin_store(store).list_keys()]
+        if args.json:
+            print(json.dumps(keys, indent=2))
+        else:
+            rows = [
+                [
+                    k["id"],
+                    k["prefix"] + "…",
+                    k["name"],
+                    "read-only" if k["read_only"] else "read-write",
+                    k["status"],
+                    k["created_at"],
+                    k["expires_at"] or "-",
+                    k["last_used_at"] or "-",
+                ]
+                for k in keys
+            ]
+            print(table(rows, ["ID", "PREFIX", "NAME", "ACCESS", "STATUS", "CREATED", "EXPIRES", "LAST_USED"]))
+    elif args.admin_keys_command == "revoke":
+        service.revoke_admin_key(store, ctx, args.id)
+        print(f"revoked admin key {args.id}")
+    return 0
+
+
+def cmd_audit(args: argparse.Namespace, store: Store) -> int:
+    from ezat_compat.admin import service
+
+    since = _parse_time(args.since, "--since")
+    trail = service.admin_store(store)
+    entries: list[dict[str, Any]] = []
+    before_id = None
+    while True:  # newest first: every entry since --since, a batch at a time
+        batch = trail.entries(since=since, actor=args.actor, before_id=before_id)
+        entries += [entry.to_json() for entry in batch]
+        if not batch:
+            break
+        before_id = batch[-1].id
+    if args.json:
+        print(json.dumps(entries, indent=2))
+        return 0
+    rows = [
+        [e["at"], e["actor"], e["action"], f"{e['target']['type']} {e['target']['id']}", e["address"] or "-"]
+        for e in entries
+    ]
+    print(table(rows, ["AT", "ACTOR", "ACTION", "TARGET", "ADDRESS"]))
     return 0
 
 
@@ -289,6 +384,64 @@ def cmd_usage(args: argparse.Namespace, store: Store) -> int:
         )
     )
     return 0
+
+
+# ---------------------------------------------------------------- spend limits by period
+
+
+def cmd_spend_limits(args: argparse.Namespace, store: Store) -> int:
+    """``spend-limits set|list|delete``: the admin API's spend limits (admin/spend.py, the same
+    service), audited as ``cli:<user>``."""
+    from ezat_compat.admin.errors import AdminError
+    from ezat_compat.admin.service import cli_context
+    from ezat_compat.admin.spend import cli_rows, delete_limit, parse_cli_scope, set_limit, spend_limits
+    from ezat_compat.periods import time_zone
+
+    path = resolve_config_path(args.config)
+    if os.path.exists(path):  # the periods of the configured zone (else UTC: EZAT_DATABASE_URL alone)
+        spend_limits(store).zone = time_zone(load_config(path).spend.time_zone)
+    try:
+        if args.spend_command == "set":
+            amount = None if args.usd == "none" else _usd(args.usd)
+            thresholds = _thresholds(args.thresholds) if args.thresholds is not None else None
+            limit = set_limit(
+                store, cli_context(), parse_cli_scope(args.scope), args.period, amount, thresholds=thresholds
+            )
+            shown = "no limit" if limit.amount_micros is None else f"{_money(limit.amount_micros)} USD"
+            print(f"spend limit {limit.public_id}: {limit.scope_label} {limit.period} {shown}")
+        elif args.spend_command == "list":
+            rows = cli_rows(store, datetime.now(UTC))
+            if args.json:
+                print(json.dumps(rows, indent=2))
+            else:
+                cells = [
+                    [
+                        r["id"],
+                        r["scope"],
+                        r["period"],
+                        r["amount_usd"] or "none",
+                        r["spent_usd"],
+                        r["reserved_usd"],
+                        r["resets_at"],
+                        ",".join(map(str, r["thresholds"])) if r["thresholds"] else "-",
+                    ]
+                    for r in rows
+                ]
+                headers = ["ID", "SCOPE", "PERIOD", "LIMIT_USD", "SPENT_USD", "HELD_USD", "RESETS_AT", "ALERTS_%"]
+                print(table(cells, headers))
+        elif args.spend_command == "delete":
+            limit = delete_limit(store, cli_context(), args.id)
+            print(f"deleted spend limit {limit.public_id} ({limit.scope_label} {limit.period})")
+    except AdminError as exc:
+        raise CLIError(str(exc)) from None
+    return 0
+
+
+def _thresholds(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise CLIError(f"--thresholds: {text!r} is not a list of whole percentages like 80,100") from None
 
 
 # ---------------------------------------------------------------- check-config and db
@@ -360,12 +513,15 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     """Validate the file and what it needs from the environment, as ``nginx -t`` does: no
     connection is made. Warnings (a deployment without its key) go to stderr; exit 0. A model that
     no deployment can serve (none has its key) fails, naming the variables to set."""
-    from ezat_compat.server.serving import deployment_warnings, parse_bind, unusable_models
+    from ezat_compat.server.serving import admin_bind, deployment_warnings, parse_bind, unusable_models
     from ezat_compat.store.db import check_url, describe_url
 
     path = resolve_config_path(args.config)
     config = load_config(path)
-    parse_bind(os.environ.get("EZAT_BIND") or config.server.bind)  # the bind's form (not whether it is free)
+    main_bind = os.environ.get("EZAT_BIND") or config.server.bind
+    parse_bind(main_bind)  # the bind's form (not whether it is free)
+    if admin_bind(config, main_bind):  # the admin listener's: its own port
+        parse_bind(config.admin.bind)
     check_url(config.gateway.database_url)  # a supported URL whose driver is installed; nothing is created
     unusable = unusable_models(config)
     if unusable:
@@ -499,7 +655,7 @@ def build_parser() -> argparse.ArgumentParser:
     orgs_sub.add_parser("suspend", help="refuse every key of the organization (403) until resumed").add_argument("name")
     orgs_sub.add_parser("resume", help="let a suspended organization's keys work again").add_argument("name")
 
-    keys = sub.add_parser("keys", help="API keys: create, list, update, revoke")
+    keys = sub.add_parser("keys", help="API keys: create, list, update, revoke, rotate, block, unblock")
     keys_sub = keys.add_subparsers(dest="keys_command", title="actions", metavar="ACTION", required=True)
     kc = keys_sub.add_parser("create", help="a new key for an organization (the secret is printed once)")
     kc.add_argument("--org", required=True, metavar="NAME")
@@ -521,6 +677,45 @@ def build_parser() -> argparse.ArgumentParser:
     ku.add_argument("--tpm", metavar="N|none")
     kr = keys_sub.add_parser("revoke", help="revoke a key by its id (KEY_ID from keys list): 401 from then on")
     kr.add_argument("key_id", metavar="KEY_ID")
+    krot = keys_sub.add_parser(
+        "rotate", help="a new secret for a key (printed once); the old one works for --grace-seconds more"
+    )
+    krot.add_argument("key_id", metavar="KEY_ID")
+    krot.add_argument("--grace-seconds", type=_seconds, default=0, metavar="N", help="default 0: refused at once")
+    keys_sub.add_parser("block", help="refuse a key (401) at once, until unblocked").add_argument(
+        "key_id", metavar="KEY_ID"
+    )
+    keys_sub.add_parser("unblock", help="let a blocked key work again").add_argument("key_id", metavar="KEY_ID")
+
+    admin_keys = sub.add_parser("admin-keys", help="keys of the admin API: create, list, revoke")
+    ak_sub = admin_keys.add_subparsers(dest="admin_keys_command", title="actions", metavar="ACTION", required=True)
+    akc = ak_sub.add_parser("create", help="a new admin key (ezat_admin_…, printed once)")
+    akc.add_argument("--name", metavar="LABEL")
+    akc.add_argument("--read-only", action="store_true", help="it may read but change nothing")
+    akc.add_argument("--expires", metavar="ISO8601")
+    akl = ak_sub.add_parser("list", help="every admin key, never its secret")
+    akl.add_argument("--json", action="store_true")
+    ak_sub.add_parser("revoke", help="revoke an admin key by its id (adminkey_…)").add_argument("id", metavar="ID")
+
+    audit = sub.add_parser("audit", help="the audit trail: every change, who made it, before and after")
+    audit_sub = audit.add_subparsers(dest="audit_command", title="actions", metavar="ACTION", required=True)
+    al = audit_sub.add_parser("list", help="the changes, newest first")
+    al.add_argument("--since", metavar="ISO8601")
+    al.add_argument("--actor", metavar="ACTOR", help="only this actor's changes (adminkey_…, cli:USER)")
+    al.add_argument("--json", action="store_true")
+
+    spend = sub.add_parser("spend-limits", help="spend limits by period (daily, weekly, monthly): set, list, delete")
+    spend_sub = spend.add_subparsers(dest="spend_command", required=True, metavar="COMMAND")
+    ss = spend_sub.add_parser("set", help="set the limit of a scope and period (made, or changed in place)")
+    ss.add_argument("--scope", required=True, metavar="gateway|org:NAME|key:KEY_ID")
+    ss.add_argument("--period", required=True, choices=("daily", "weekly", "monthly"))
+    ss.add_argument("--usd", required=True, metavar="AMOUNT|none", help="whole cents; none: explicitly no limit")
+    ss.add_argument("--thresholds", metavar="PCT,...", help="alert percentages (default: [alerts] thresholds)")
+    sl = spend_sub.add_parser("list", help="every limit with its current period's spend and reset time")
+    sl.add_argument("--json", action="store_true")
+    spend_sub.add_parser("delete", help="remove a limit by its id (spl_… from spend-limits list)").add_argument(
+        "id", metavar="ID"
+    )
 
     usage = sub.add_parser("usage", help="requests, tokens and cost per org, key and model")
     usage.add_argument("--org", metavar="NAME")
@@ -582,6 +777,7 @@ def _run(argv: Sequence[str] | None) -> int:
     if getattr(args, "from_revision", None) and not args.sql:
         parser.error("db upgrade --from needs --sql")
     from ezat_compat.demo import DemoError
+    from ezat_compat.errors import GatewayError
     from ezat_compat.server.serving import StartupError, one_line
     from ezat_compat.store.accounts import StoreError
     from ezat_compat.store.db import DatabaseUnavailable, SchemaError
@@ -589,7 +785,14 @@ def _run(argv: Sequence[str] | None) -> int:
     try:
         if args.command == "sim":
             return cmd_sim(args, extra)
-        with_store = {"orgs": cmd_orgs, "keys": cmd_keys, "usage": cmd_usage}.get(args.command)
+        with_store = {
+            "orgs": cmd_orgs,
+            "keys": cmd_keys,
+            "usage": cmd_usage,
+            "spend-limits": cmd_spend_limits,
+            "admin-keys": cmd_admin_keys,
+            "audit": cmd_audit,
+        }.get(args.command)
         if with_store is not None:
             with _store(args) as store:
                 return with_store(args, store)
@@ -600,7 +803,16 @@ def _run(argv: Sequence[str] | None) -> int:
             "db": cmd_db,
         }[args.command]
         return handler(args)
-    except (CLIError, ConfigError, StoreError, DemoError, StartupError, DatabaseUnavailable, SchemaError) as exc:
+    except (
+        CLIError,
+        ConfigError,
+        StoreError,
+        DemoError,
+        StartupError,
+        DatabaseUnavailable,
+        SchemaError,
+        GatewayError,  # the admin service's: an unknown organization or key, a conflict
+    ) as exc:
         print(f"ezat-compat: {one_line(str(exc))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

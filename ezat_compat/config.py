@@ -2,9 +2,10 @@
 ``domain.py``.
 
 Named by ``--config PATH`` or ``EZAT_CONFIG``; ``EZAT_DATABASE_URL`` and ``EZAT_REDIS_URL``
-override the file's URLs, ``EZAT_DATA_DIR`` its ``data_dir``. Relative paths are relative to the
-configuration file's folder: ``data_dir``, TLS files, and a SQLite database (relative to the data
-folder, which is that folder unless ``data_dir`` moves it). Every key beyond ``id``, ``aliases``,
+override the file's URLs, ``EZAT_DATA_DIR`` its ``data_dir``, ``EZAT_ADMIN_BIND`` its ``[admin]
+bind``. Relative paths are relative to the configuration file's folder: ``data_dir``, TLS files,
+and a SQLite database (relative to the data folder, which is that folder unless ``data_dir``
+moves it). Every key beyond ``id``, ``aliases``,
 ``price`` and a deployment's ``name``/``base_url``/``upstream_model`` has a default; unknown keys
 are errors that name them.
 A bad file raises ``ConfigError`` whose message names the file and the key path
@@ -17,6 +18,7 @@ import ipaddress
 import os
 import tomllib
 from collections.abc import Mapping
+from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,8 @@ from ezat_compat.domain import (
     LOG_LEVELS,
     PROVIDERS,
     THINKING_STYLES,
+    AdminSettings,
+    AlertsSettings,
     Config,
     Deployment,
     GatewaySettings,
@@ -40,12 +44,15 @@ from ezat_compat.domain import (
     Price,
     ResponsesSettings,
     ServerSettings,
+    SpendSettings,
 )
 from ezat_compat.endpoints import DEFAULT_KEY_VARIABLE, default_base_url
+from ezat_compat.periods import time_zone
 from ezat_compat.wire.paths import flatten_errors, format_error
 
 DEFAULT_CONFIG_NAME = "ezat.toml"
 DATA_DIR_ENV = "EZAT_DATA_DIR"  # overrides [gateway] data_dir (the systemd unit sets its StateDirectory)
+ADMIN_BIND_ENV = "EZAT_ADMIN_BIND"  # overrides [admin] bind, even with "" (no admin listener)
 _MIB = 1024 * 1024
 
 
@@ -283,12 +290,66 @@ class _ResponsesSchema(_Strict):
     org_quota_count = fields.Int(load_default=200_000, strict=True, validate=validate.Range(min=0))
 
 
+def _time_zone(value: str) -> None:
+    try:
+        time_zone(value)
+    except ValueError:
+        raise ValidationError("Not a time zone name (IANA, like UTC or Europe/Paris).") from None
+
+
+def _webhook_url(value: str) -> None:
+    """ "" (no webhook) or an http(s) URL."""
+    if value:
+        validate.URL(require_tld=False, schemes={"http", "https"})(value)
+
+
+class _SpendSchema(_Strict):
+    time_zone = fields.Str(load_default="UTC", validate=_time_zone)
+
+
+class _AlertsSchema(_Strict):
+    webhook_url = fields.Str(load_default="", validate=_webhook_url)
+    webhook_secret_env = fields.Str(
+        load_default="EZAT_ALERTS_WEBHOOK_SECRET",
+        validate=validate.Regexp(r"^[A-Za-z_][A-Za-z0-9_]*$", error="Not an environment variable name."),
+    )
+    thresholds = fields.List(
+        fields.Int(strict=True, validate=validate.Range(min=1, max=1000)),
+        load_default=[80, 100],  # never changed: _alerts copies it into a tuple
+        validate=validate.Length(min=1),
+    )
+    every_s = fields.Float(load_default=5.0, validate=validate.Range(min=0.1, max=3600))
+
+
+class _AdminSchema(_Strict):
+    bind = fields.Str(load_default="127.0.0.1:8081")
+    on_main_listener = fields.Bool(load_default=False)
+
+
 class _ConfigSchema(_Strict):
     gateway = fields.Nested(_GatewaySchema, load_default=dict)
     server = fields.Nested(_ServerSchema, load_default=dict)
     responses = fields.Nested(_ResponsesSchema, load_default=dict)
     logging = fields.Nested(_LoggingSchema, load_default=dict)
+    admin = fields.Nested(_AdminSchema, load_default=dict)
+    spend = fields.Nested(_SpendSchema, load_default=dict)
+    alerts = fields.Nested(_AlertsSchema, load_default=dict)
     models = fields.List(fields.Nested(_ModelSchema), required=True, validate=validate.Length(min=1))
+
+    @validates_schema
+    def _admin_bind_apart(self, data: dict[str, Any], **_: Any) -> None:
+        """``[admin] bind`` is a listener of its own: never ``[server] bind`` nor ``metrics_bind``
+        (the app tells the admin listener by its socket)."""
+        bind = data.get("admin", {}).get("bind", AdminSettings.bind)
+        server = data.get("server", {})
+        if bind and bind in (server.get("bind", ServerSettings.bind), server.get("metrics_bind")):
+            raise ValidationError(
+                {
+                    "admin": {
+                        "bind": ["Must differ from [server] bind and metrics_bind: the admin API has its own address."]
+                    }
+                }
+            )
 
     @validates_schema
     def _model_names_unique(self, data: dict[str, Any], **_: Any) -> None:
@@ -402,6 +463,16 @@ def _log_files(server: Mapping[str, Any], folder: str) -> dict[str, Any]:
     return out
 
 
+def _alerts(alerts: Mapping[str, Any], environ: Mapping[str, str]) -> AlertsSettings:
+    """``[alerts]`` with the webhook's secret read from its variable and the thresholds sorted."""
+    settings = AlertsSettings(**alerts)  # an absent table: the defaults
+    return replace(
+        settings,
+        thresholds=tuple(sorted(set(settings.thresholds))),
+        webhook_secret=environ.get(settings.webhook_secret_env, ""),
+    )
+
+
 def parse_config(
     data: Mapping[str, Any], *, path: str = DEFAULT_CONFIG_NAME, environ: Mapping[str, str] | None = None
 ) -> Config:
@@ -422,6 +493,9 @@ def parse_config(
         gateway["redis_url"] = environ["EZAT_REDIS_URL"]
     if environ.get(DATA_DIR_ENV):
         gateway["data_dir"] = environ[DATA_DIR_ENV]
+    admin = dict(loaded["admin"])
+    if ADMIN_BIND_ENV in environ:  # even "": no admin listener (tests give each gateway its own port)
+        admin["bind"] = environ[ADMIN_BIND_ENV]
     data_path = _beside(folder, gateway.get("data_dir", "")) or folder
     gateway["database_url"] = sqlite_beside(gateway.get("database_url", GatewaySettings.database_url), data_path)
     return Config(
@@ -431,6 +505,9 @@ def parse_config(
         path=path,
         responses=ResponsesSettings(**loaded["responses"]),
         logging=LoggingSettings(**loaded["logging"]),
+        admin=AdminSettings(**admin),
+        spend=SpendSettings(**loaded["spend"]),
+        alerts=_alerts(loaded["alerts"], environ),
     )
 
 

@@ -3,7 +3,9 @@
 It makes a data folder with a SQLite database and a config file, starts the simulator as the
 upstream (or uses Anthropic itself when ``ANTHROPIC_API_KEY`` is set, unless ``--simulator``
 says otherwise: it says which before it starts), creates a demo organisation and key, serves
-the gateway under gunicorn and prints a curl line that works as pasted.
+the gateway under gunicorn and prints a curl line that works as pasted. The admin API is served
+on the same address (``[admin] on_main_listener``: one loopback port, nothing more to free) with
+an admin key made for the demo, both printed.
 """
 
 from __future__ import annotations
@@ -38,6 +40,10 @@ keepalive_s = 15
 bind = "{bind}"
 workers = 1
 drain_s = 0  # no load balancer in front of the demo: Ctrl-C stops it at once
+
+[admin]
+bind = ""                # no listener of its own: the demo's admin API is on its one loopback address
+on_main_listener = true
 
 [[models]]
 id = "anthropic/claude-sonnet-5-5"
@@ -361,7 +367,7 @@ def run_demo(
         config_path = root / "ezat.toml"
         config_path.write_text(catalog)
         config = load_config(config_path, environ={**os.environ, **env})
-        key = _demo_key(config.gateway.database_url)
+        key, admin_key = _demo_keys(config.gateway.database_url)
         gateway = subprocess.Popen(gunicorn_argv(config), env={**serving_environment(config, bind=bind), **env})
         base = f"http://{bind}"
         wait_healthy(base, gateway)
@@ -379,6 +385,9 @@ Try it:
 Or with the OpenAI SDK: OpenAI(base_url="{base}/openai/v1", api_key="{key}")
 Or as an Anthropic base URL (the anthropic SDK, Claude Code):  ANTHROPIC_BASE_URL={base} ANTHROPIC_API_KEY={key}
 Admin commands use this demo's config:  {command_name()} --config {config_path} usage
+The admin API (Anthropic's Admin API shapes: the anthropic SDK's client.organization…) is at
+{base}/v1/organizations with the admin key  {admin_key}
+  e.g.  curl {base}/v1/organizations/workspaces -H 'x-api-key: {admin_key}'
 {clouds_notice(base, key, config_path) if clouds else ""}Press Ctrl-C to stop.
 """,
             flush=True,
@@ -397,7 +406,9 @@ Admin commands use this demo's config:  {command_name()} --config {config_path} 
                 started.stdout.close()
 
 
-def _demo_key(database_url: str) -> str:
+def _demo_keys(database_url: str) -> tuple[str, str]:
+    """The demo organisation's new key and a new admin key (the organisation made on first use)."""
+    from ezat_compat.admin.service import cli_context, create_admin_key
     from ezat_compat.store.accounts import StoreError
     from ezat_compat.store.db import DatabaseUnavailable, SchemaError, prepare_database
     from ezat_compat.store.store import open_store
@@ -414,6 +425,7 @@ def _demo_key(database_url: str) -> str:
         except StoreError:
             accounts.create_org(DEMO_ORG, DEMO_BALANCE_MICROS)
         _, secret = accounts.create_key(DEMO_ORG, name="demo")
-        return secret
+        _, admin_secret = create_admin_key(store, cli_context(), name="demo")
+        return secret, admin_secret
     finally:
         store.close()

@@ -163,6 +163,32 @@ class ResponsesSettings:
 
 
 @dataclass(frozen=True)
+class SpendSettings:
+    """``[spend]``: spend limits by period (store/spend.py)."""
+
+    time_zone: str = "UTC"  # the periods' zone (IANA): days start at its midnight, weeks on Monday, months on the 1st
+
+
+@dataclass(frozen=True)
+class AlertsSettings:
+    """``[alerts]``: the spend limits' threshold alerts (ezat_compat/alerts.py)."""
+
+    webhook_url: str = ""  # where each threshold crossing is POSTed ("": no webhook; the gauges stay)
+    webhook_secret_env: str = "EZAT_ALERTS_WEBHOOK_SECRET"  # the variable holding the HMAC-SHA256 secret
+    webhook_secret: str = field(default="", repr=False)  # its value, read when the file is loaded
+    thresholds: tuple[int, ...] = (80, 100)  # percent of a limit's amount, for limits that name none
+    every_s: float = 5.0  # how often each worker looks for crossings and refreshes the gauges
+
+
+@dataclass(frozen=True)
+class AdminSettings:
+    """``[admin]``: where the admin API (``/v1/organizations/…``) is served (docs/admin-api.md)."""
+
+    bind: str = "127.0.0.1:8081"  # its own listener; "" = none (EZAT_ADMIN_BIND overrides it)
+    on_main_listener: bool = False  # true: served on ``[server] bind`` too
+
+
+@dataclass(frozen=True)
 class Config:
     gateway: GatewaySettings
     server: ServerSettings
@@ -170,6 +196,9 @@ class Config:
     path: str = ""
     responses: ResponsesSettings = field(default_factory=ResponsesSettings)
     logging: LoggingSettings = field(default_factory=LoggingSettings)
+    admin: AdminSettings = field(default_factory=AdminSettings)
+    spend: SpendSettings = field(default_factory=SpendSettings)
+    alerts: AlertsSettings = field(default_factory=AlertsSettings)
 
     @property
     def max_body_bytes(self) -> int:

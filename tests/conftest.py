@@ -20,6 +20,8 @@ from tests.support.property_budget import (  # noqa: E402 - after the rewrite is
     scale_examples,
 )
 
+# No gateway a test starts binds the default admin listener (127.0.0.1:8081): many run at once.
+os.environ.setdefault("EZAT_ADMIN_BIND", "")
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 load_dev_profile_unless_thorough(IN_CI)  # before any test module: @given takes the profile loaded then
 POSTGRES_URL = os.environ.get("EZAT_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")

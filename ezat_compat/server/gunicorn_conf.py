@@ -15,7 +15,8 @@ RFC 3339 UTC times), to stderr or ``[server] access_log`` / ``error_log``, files
 and every worker reopen on SIGUSR1 (logrotate's ``postrotate``: gunicorn's convention, through
 ``logger_class``); gunicorn's access log (``EZAT_ACCESS_LOG``, off by default: the gateway
 writes its own line per request) never shows query values or credentials.
-``[server] metrics_bind`` adds a listener that serves ``/metrics``. The multiprocess folder
+``[server] metrics_bind`` adds a listener that serves ``/metrics``, ``[admin] bind`` (or
+``EZAT_ADMIN_BIND``) one that serves the admin API; both are checked at start like the main one. The multiprocess folder
 (``metrics-*`` in the data folder) this master made is removed on every exit, also after a
 SIGHUP (which reads this file again). The process's umask is 077: every file it writes is 0600.
 """
@@ -106,6 +107,12 @@ def _observability_settings() -> None:
     logger_class = gunicorn_logger_class()
     if _config.server.metrics_bind and _config.server.metrics_bind not in bind:
         bind = [*bind, _config.server.metrics_bind]
+    try:
+        admin = serving.admin_bind(_config, bind[0])  # the admin API's listener (app._register_admin)
+    except serving.StartupError as exc:
+        raise SystemExit(f"ezat-compat: cannot start: {exc}") from None
+    if admin and admin not in bind:
+        bind = [*bind, admin]
     # ezat_compat.server.readiness.start_draining() in this master creates it; every worker sees it.
     os.environ.setdefault(
         DRAIN_FILE_ENV, os.path.join(os.environ["PROMETHEUS_MULTIPROC_DIR"], f"draining-{os.getpid()}")
@@ -161,6 +168,14 @@ def on_reload(server: Any) -> None:
 def post_worker_init(worker: Any) -> None:
     gateway = worker.wsgi.extensions["ezat"]
     gateway.ledger.start_replayer()  # the journal is applied when the database answers, traffic or not
+    store = worker.wsgi.extensions.get("ezat_store")
+    if store is not None and store.rollup is not None:
+        store.rollup.start()  # the reports' rollup folds new ledger rows in the background (store/rollup.py)
+    if store is not None and store.spend is not None:
+        from ezat_compat.alerts import start_alerts
+
+        # spend limits' thresholds: webhooks and gauges, every few seconds (ezat_compat/alerts.py)
+        start_alerts(store.spend, _config.alerts, gateway.metrics.publish_spend_limits)
     on_worker_term(worker, lambda: gateway.cut_streams(shutting_down()), float(_config.server.graceful_timeout_s))
     serving.tune_collector()  # last: the app and its hooks are what it sets aside
 

@@ -218,6 +218,7 @@ def logging_config(
         "root": {"level": libraries, "handlers": ["stderr"]},
         "loggers": {
             "ezat_compat": {"level": level_name},  # propagates to the root's handler
+            "ezat_compat.audit": {"level": "INFO"},  # every admin change's line, whatever log_level says
             "gunicorn.error": {"level": level_name, "handlers": ["stderr"], "propagate": False},
             "gunicorn.access": {"level": "INFO", "handlers": ["gunicorn_access"], "propagate": False},
             ACCESS_LOGGER: {

@@ -37,6 +37,16 @@ scrape time: ``ezat_deployments_in_cooldown``, ``ezat_build_info`` and the ``pro
 metrics of the gunicorn process tree (``ProcessTreeCollector``: prometheus_client's own
 process collector sees one process and doesn't apply in multiprocess mode).
 
+Spend limits by period (ezat_compat/alerts.py): ``ezat_spend_limit_ratio{scope,scope_id,period}``
+(the current period's spend over the cap) and ``ezat_spend_limit_usd{scope,scope_id,period,kind}``
+(``kind`` ``cap`` or ``spent``), for every limit with an amount: ``scope`` is ``gateway``, ``org``
+or ``key``, ``scope_id`` the organisation's name or the key's id (``key_…``; "" for the
+gateway). They are the one place where an organisation or key is a label: one series per limit an
+operator set, so bounded by them. Each worker's alerts loop reads them every few seconds and
+``publish_spend_limits`` keeps its latest reading, which a scrape of that worker reports (a
+deleted limit's series goes with it), rather than in the multiprocess files, which keep a
+series forever.
+
 Every answer is counted, whatever its status (``answered``, called once per request by the
 app's request log), except scrapes and probes (``/metrics``, ``/healthz``, ``/readyz``: not
 traffic, and the in-flight gauge reads 0 when idle). Label values are bounded: routes are the
@@ -54,7 +64,7 @@ import atexit
 import os
 import platform
 import shutil
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -73,6 +83,7 @@ from prometheus_client.registry import Collector
 from ezat_compat import __version__
 
 if TYPE_CHECKING:
+    from ezat_compat.alerts import SpendGauge
     from ezat_compat.domain import Usage
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
@@ -118,6 +129,32 @@ class _ScrapeCollector(Collector):
             if labels is not None:  # names of models this node does not serve stay out (bounded labels)
                 family.add_metric(list(labels), 1.0)
         yield family
+
+
+class _SpendLimitCollector(Collector):
+    """The spend limits' gauges as the alerts loop last read them (``Metrics.publish_spend_limits``)."""
+
+    def __init__(self, readings: Sequence[SpendGauge]) -> None:
+        self.readings = readings
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        ratio = GaugeMetricFamily(
+            "ezat_spend_limit_ratio",
+            "A spend limit's current period: spend over the cap (1 = the cap)",
+            labels=["scope", "scope_id", "period"],
+        )
+        usd = GaugeMetricFamily(
+            "ezat_spend_limit_usd",
+            "A spend limit's cap and its current period's spend, in USD",
+            labels=["scope", "scope_id", "period", "kind"],
+        )
+        for gauge in self.readings:
+            labels = [gauge.scope, gauge.scope_id, gauge.period]
+            ratio.add_metric(labels, gauge.ratio)
+            usd.add_metric([*labels, "cap"], gauge.cap_micros / 1_000_000)
+            usd.add_metric([*labels, "spent"], gauge.spent_micros / 1_000_000)
+        yield ratio
+        yield usd
 
 
 class ProcessTreeCollector(Collector):
@@ -287,6 +324,7 @@ class Metrics:
         )
         self._cooling: Callable[[], list[str]] | None = None
         self._cooling_names: Mapping[str, tuple[str, str]] = {}
+        self._spend_limits: Sequence[SpendGauge] = ()  # the alerts loop's last reading
         self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
         self._answers: dict[tuple[str, str, str, int], tuple[Any, Any]] = {}  # answered()'s children
         self._streams: dict[tuple[str, int], tuple[Any, Any]] = {}  # streamed()'s children
@@ -309,6 +347,11 @@ class Metrics:
         its ``(model, deployment)`` labels (names it doesn't know are not reported)."""
         self._cooling = cooling
         self._cooling_names = names or {}
+
+    def publish_spend_limits(self, readings: Sequence[SpendGauge]) -> None:
+        """The spend limits' gauges as just read (ezat_compat/alerts.py): the next scrape of
+        this process reports exactly these."""
+        self._spend_limits = tuple(readings)
 
     def answered(self, route: str, model: str, deployment: str, status: int, duration_s: float) -> None:
         """One answer, whatever its status (the request log calls this once per request)."""
@@ -379,6 +422,7 @@ class Metrics:
         output = generate_latest(registry)
         extra = CollectorRegistry()
         extra.register(_ScrapeCollector(self._cooling, self._cooling_names))
+        extra.register(_SpendLimitCollector(self._spend_limits))
         extra.register(ProcessTreeCollector(_tree_root()))
         return output + generate_latest(extra), CONTENT_TYPE_LATEST
 

@@ -63,6 +63,9 @@ def serve(config: Config, *, bind: str | None = None, workers: int | None = None
     its pid stays the one systemd started). The master checks the bind address and migrates the
     database before it listens and forks the workers."""
     check_bind(bind or config.server.bind)
+    admin = admin_bind(config, bind or config.server.bind)
+    if admin:
+        check_bind(admin)
     argv = gunicorn_argv(config)
     os.execve(sys.executable, argv, serving_environment(config, bind=bind, workers=workers))
     return 0  # pragma: no cover - execve does not return
@@ -107,6 +110,23 @@ def check_bind(bind: str) -> None:
                 errno.EACCES: "permission denied (ports below 1024 need privileges)",
             }.get(exc.errno or 0, exc.strerror or str(exc))
             raise StartupError(f"cannot listen on {bind}: {reason}") from None
+
+
+def admin_bind(config: Config, main_bind: str) -> str:
+    """The admin listener's address, bound besides ``main_bind`` ("" when there is none):
+    ``[admin] bind``, ``EZAT_ADMIN_BIND`` already applied by the loader. ``StartupError`` when it
+    would share the main listener's port: the app tells the two apart by the port a request came
+    in on, so the main listener would serve the admin API alone."""
+    bind = config.admin.bind
+    if not bind:
+        return ""
+    mine, main = parse_bind(bind), parse_bind(main_bind)
+    if bind == main_bind or (mine is not None and main is not None and mine[1] == main[1]):
+        raise StartupError(
+            f"cannot listen on {bind} for the admin API: the main listener ({main_bind}) has that port; give "
+            '[admin] bind (or EZAT_ADMIN_BIND) a port of its own, or "" for no admin listener'
+        )
+    return bind
 
 
 def check_sealing_key(config: Config) -> None:

@@ -1,11 +1,22 @@
 """Organisations, API keys and authentication.
 
-The CLI calls ``Accounts`` to manage orgs and keys (``ezat-compat orgs …``, ``keys …``); the
-request pipeline calls ``Accounts.authenticate`` once per request, which costs one indexed
-SELECT and never caches, so a revoked or expired key is refused at once by every worker.
+The CLI and the admin API (through ``admin/service.py``) call ``Accounts`` to manage orgs and keys
+(``ezat-compat orgs …``, ``keys …``); the request pipeline calls ``Accounts.authenticate`` once
+per request, which costs one indexed SELECT and never caches, so a revoked, blocked or expired
+key (or a rotated key's previous secret past its grace window) is refused at once by every worker.
 
 A key is ``ezat_sk_`` + 32 base62 characters (190 bits from ``secrets``). It is shown once, at
-creation; the database keeps only its SHA-256 and a display prefix (its first 12 characters).
+creation (and at each rotation); the database keeps only its SHA-256 and a display prefix (its
+first 12 characters). A rotated key's previous secret is kept as its SHA-256 in ``api_key_grace``
+until its grace window ends, and read only when a secret matches no key.
+
+Its public id is ``key_`` + 12 hex digits; the admin API writes it ``apikey_`` + the same digits
+(``api_key_id``) and takes either (``key_public_id``). An organisation's public id (the admin API's
+workspace id) is ``wrkspc_01`` + 22 base62 characters.
+
+``last_used_at`` is written off the request's path: ``authenticate`` notes the key in memory, at
+most once a minute per key and process, and a background thread (a greenlet in a gevent worker)
+writes what was noted in one statement per key.
 
 Management errors (unknown org, duplicate name, bad argument) raise ``StoreError``: print its
 message to the operator. ``authenticate`` raises the gateway's 401/403 errors.
@@ -15,29 +26,58 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
+import logging
 import re
 import secrets
 import string
+import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Engine, Row, insert, select, update
+from sqlalchemy import BigInteger, Engine, Row, delete, func, insert, literal, select, update
 from sqlalchemy.exc import IntegrityError
 
 from ezat_compat.errors import AuthenticationError, PermissionDeniedError
+from ezat_compat.locks import thread_lock
 from ezat_compat.pricing import micros_to_usd
+from ezat_compat.procid import after_fork
 from ezat_compat.store.db import write_engine
-from ezat_compat.store.hotpath import AUTH_SQL, HotPath
-from ezat_compat.store.tables import api_keys, orgs, to_epoch_micros
+from ezat_compat.store.hotpath import AUTH_GRACE_SQL, AUTH_SQL, Execute, HotPath
+from ezat_compat.store.tables import api_key_grace, api_keys, orgs, to_epoch_micros
+
+log = logging.getLogger("ezat_compat.accounts")
 
 KEY_PREFIX = "ezat_sk_"
 _KEY_ALPHABET = string.ascii_letters + string.digits
 _KEY_RANDOM_CHARS = 32  # 32 × log2(62) ≈ 190 bits
 DISPLAY_PREFIX_LEN = 12
 _ORG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+KEY_ID_PREFIX = "key_"
+API_KEY_ID_PREFIX = "apikey_"  # the admin API's spelling of a key's id
+WORKSPACE_ID_PREFIX = "wrkspc_"
+MAX_GRACE = timedelta(days=7)  # the longest a rotated key's previous secret may keep working
+LAST_USED_EVERY_MICROS = 60_000_000  # ``last_used_at`` is written at most once a minute per key and process
+TOUCH_SQL = "UPDATE api_keys SET last_used_at = :at WHERE id = :key_id AND (last_used_at IS NULL OR last_used_at < :at)"
+
+
+def api_key_id(public_id: str) -> str:
+    """The admin API's id of a key: ``key_1a2b…`` (or already ``apikey_1a2b…``) -> ``apikey_1a2b…``."""
+    return API_KEY_ID_PREFIX + key_public_id(public_id).removeprefix(KEY_ID_PREFIX)
+
+
+def key_public_id(given: str) -> str:
+    """A key's public id from either spelling: ``apikey_1a2b…`` or ``key_1a2b…`` -> ``key_1a2b…``."""
+    if given.startswith(API_KEY_ID_PREFIX):
+        return KEY_ID_PREFIX + given[len(API_KEY_ID_PREFIX) :]
+    return given
+
+
+def new_workspace_id() -> str:
+    """A fresh organisation public id: ``wrkspc_01`` + 22 base62 characters (Anthropic's form)."""
+    return WORKSPACE_ID_PREFIX + "01" + "".join(secrets.choice(_KEY_ALPHABET) for _ in range(22))
 
 
 class StoreError(Exception):
@@ -56,6 +96,11 @@ class OrgInfo:
     reserved_micros: int
     suspended: bool
     created_at: datetime
+    public_id: str = ""  # the admin API's workspace id (``wrkspc_…``)
+    suspended_at: datetime | None = None
+    models: tuple[str, ...] = ()  # what its keys may use at most (empty: every model)
+    rpm: int | None = None  # each of its keys' requests per minute at most
+    tpm: int | None = None  # each of its keys' tokens per minute at most
 
     @property
     def available_micros(self) -> int:
@@ -79,6 +124,21 @@ class KeyInfo:
     created_at: datetime
     expires_at: datetime | None
     revoked_at: datetime | None
+    blocked_at: datetime | None = None
+    last_used_at: datetime | None = None
+    created_by: str | None = None
+    org_public_id: str = ""
+
+    def status(self, now: datetime) -> str:
+        """The admin API's status: ``archived`` (revoked), ``expired``, ``inactive`` (blocked) or
+        ``active``, in that order of precedence."""
+        if self.revoked_at is not None:
+            return "archived"
+        if self.expires_at is not None and self.expires_at <= now:
+            return "expired"
+        if self.blocked_at is not None:
+            return "inactive"
+        return "active"
 
     def to_json(self) -> dict[str, Any]:
         """The object of ``keys list --json`` (a contract of the operator interface): dollars as
@@ -121,17 +181,23 @@ class AuthContext:
     org_name: str
     model_patterns: tuple[str, ...]
     spend_limit_micros: int | None
-    rpm: int | None
+    rpm: int | None  # the key's own or its organisation's, the lower of the two when both are set
     tpm: int | None
+    org_model_patterns: tuple[str, ...] = ()  # the organisation's model access (empty: every model)
 
     def allows(self, model_id: str, aliases: Sequence[str] = ()) -> bool:
-        """Whether the key may use the model: any of its glob patterns (``*``, ``?``, ``[…]``,
-        any letter case) matches the canonical id or one of the aliases. No patterns: every
-        model. When it returns False, answer 403 ``PermissionDeniedError``."""
-        if not self.model_patterns:
+        """Whether the key may use the model: one of the key's glob patterns (``*``, ``?``,
+        ``[…]``, any letter case) matches the canonical id or one of the aliases, and so does
+        one of its organisation's. No patterns (of either): every model. When it returns
+        False, answer 403 ``PermissionDeniedError``."""
+        if not self.model_patterns and not self.org_model_patterns:
             return True
         names = [model_id.lower(), *(alias.lower() for alias in aliases)]
-        return any(_compiled(p).match(name) for p in self.model_patterns for name in names)
+        return all(
+            any(_compiled(p).match(name) for p in patterns for name in names)
+            for patterns in (self.model_patterns, self.org_model_patterns)
+            if patterns
+        )
 
 
 def hash_key(secret: str) -> str:
@@ -175,6 +241,10 @@ _KEY_COLUMNS = (
     api_keys.c.public_id,
     api_keys.c.prefix,
     orgs.c.name.label("org"),
+    orgs.c.public_id.label("org_public_id"),
+    api_keys.c.blocked_at,
+    api_keys.c.last_used_at,
+    api_keys.c.created_by,
     api_keys.c.name,
     api_keys.c.models,
     api_keys.c.spend_limit_micros,
@@ -202,6 +272,10 @@ def _key_info(row: Row[Any, *tuple[Any, ...]]) -> KeyInfo:
         created_at=row.created_at,
         expires_at=row.expires_at,
         revoked_at=row.revoked_at,
+        blocked_at=row.blocked_at,
+        last_used_at=row.last_used_at,
+        created_by=row.created_by,
+        org_public_id=row.org_public_id or "",
     )
 
 
@@ -213,20 +287,98 @@ def _org_info(row: Row[Any]) -> OrgInfo:
         reserved_micros=row.reserved_micros,
         suspended=row.suspended,
         created_at=row.created_at,
+        public_id=row.public_id or "",
+        suspended_at=row.suspended_at,
+        models=_split_patterns(row.models or ""),
+        rpm=row.rpm,
+        tpm=row.tpm,
     )
+
+
+def _first_time(column: Any, moment: datetime) -> Any:
+    """SQL for "``column`` if set, else ``moment``" (a time column keeps its first value)."""
+    return func.coalesce(column, literal(to_epoch_micros(moment), BigInteger))
+
+
+def _lower(a: int | None, b: int | None) -> int | None:
+    """The lower of two caps, either of which may be None (no cap)."""
+    if a is None:
+        return b
+    return a if b is None else min(a, b)
+
+
+def _touch_tx(execute: Execute, noted: Sequence[tuple[int, int]]) -> tuple[None, bool]:
+    for key_id, at in noted:
+        execute(TOUCH_SQL, {"key_id": key_id, "at": at})
+    return None, True
+
+
+@dataclass(eq=False)
+class LastUsed:
+    """When each key was last used, noted in memory by ``authenticate`` at most once every
+    ``LAST_USED_EVERY_MICROS`` per key and written by a background thread (a greenlet under
+    gevent): the request pays a dictionary lookup; the database one short write per key a minute.
+    A write that fails is dropped (it is a hint, not a record)."""
+
+    hot: HotPath
+    background: bool = False  # True in the gateway's store (``open_store``); else ``flush`` writes
+    _seen: dict[int, int] = field(default_factory=dict)
+    _pending: dict[int, int] = field(default_factory=dict)
+    _writing: bool = False
+    _lock: Any = field(default_factory=thread_lock)
+
+    def __post_init__(self) -> None:
+        after_fork(self, LastUsed._forked)
+
+    def _forked(self) -> None:
+        self._seen, self._pending, self._writing, self._lock = {}, {}, False, thread_lock()
+
+    def note(self, key_id: int, at_micros: int) -> None:
+        last = self._seen.get(key_id)
+        if last is not None and at_micros - last < LAST_USED_EVERY_MICROS:
+            return
+        with self._lock:
+            self._seen[key_id] = at_micros
+            self._pending[key_id] = at_micros
+            start = self.background and not self._writing
+            if start:
+                self._writing = True
+        if start:
+            threading.Thread(target=self._write_loop, name="ezat-last-used", daemon=True).start()
+
+    def _write_loop(self) -> None:
+        while True:
+            with self._lock:
+                if not self._pending:
+                    self._writing = False
+                    return
+            try:
+                self.flush()
+            except Exception as exc:  # a hint only: dropped, said once per failing round
+                log.debug("last_used_at not written: %s", exc)
+
+    def flush(self) -> None:
+        """Write what was noted (tests call it to see the write at once)."""
+        with self._lock:
+            noted, self._pending = sorted(self._pending.items()), {}
+        if noted:
+            self.hot.write(_touch_tx, noted)
 
 
 class Accounts:
     """Organisations and keys in the database behind ``engine`` (migrated with ``migrate``).
 
     ``hot_path`` runs ``authenticate``: the one ``make_hot_path(engine)`` of the process, shared
-    with ``Ledger``. Thread-safe; create one per process and share it.
+    with ``Ledger``. Thread-safe; create one per process and share it. ``last_used_in_background``:
+    the keys' last use is written by a background thread (the gateway's store); else only when
+    ``last_used.flush()`` is called.
     """
 
-    def __init__(self, engine: Engine, hot_path: HotPath) -> None:
+    def __init__(self, engine: Engine, hot_path: HotPath, *, last_used_in_background: bool = False) -> None:
         self._engine = engine
         self._writer = write_engine(engine)
         self._read = hot_path.read
+        self.last_used = LastUsed(hot_path, background=last_used_in_background)
 
     # ------------------------------------------------------------ organisations
 
@@ -248,6 +400,8 @@ class Accounts:
                         reserved_micros=0,
                         suspended=False,
                         created_at=now or datetime.now(UTC),
+                        public_id=new_workspace_id(),
+                        models="",
                     )
                 )
         except IntegrityError:
@@ -262,10 +416,59 @@ class Accounts:
             raise StoreError(f"There is no organization named {name!r}; create it with `orgs create {name}`.")
         return _org_info(row)
 
+    def find_org(self, ref: str) -> OrgInfo | None:
+        """The organisation whose workspace id (``wrkspc_…``) or name is ``ref``, or None."""
+        with self._engine.connect() as conn:
+            row = conn.execute(select(orgs).where(orgs.c.public_id == ref)).first()
+            if row is None:
+                row = conn.execute(select(orgs).where(orgs.c.name == ref)).first()
+        return None if row is None else _org_info(row)
+
     def list_orgs(self) -> list[OrgInfo]:
         """Every organisation, by name."""
         with self._engine.connect() as conn:
             return [_org_info(row) for row in conn.execute(select(orgs).order_by(orgs.c.name))]
+
+    def list_orgs_by_creation(self) -> list[OrgInfo]:
+        """Every organisation, oldest first (the admin API's workspace order)."""
+        with self._engine.connect() as conn:
+            return [_org_info(row) for row in conn.execute(select(orgs).order_by(orgs.c.created_at, orgs.c.id))]
+
+    def rename_org(self, name: str, new_name: str) -> OrgInfo:
+        """Rename an organisation (its keys, balance and id stay); ``StoreError`` if the new name
+        is taken or not a plain name."""
+        if not isinstance(new_name, str) or not _ORG_NAME.fullmatch(new_name):
+            raise StoreError(
+                f"{new_name!r} is not a valid organization name; use letters, digits, '.', '_' "
+                "and '-' (up to 128 characters, starting with a letter or digit)"
+            )
+        self.get_org(name)
+        try:
+            with self._writer.begin() as conn:
+                conn.execute(update(orgs).where(orgs.c.name == name).values(name=new_name))
+        except IntegrityError:
+            raise StoreError(f"An organization named {new_name!r} already exists.") from None
+        return self.get_org(new_name)
+
+    def set_org_access(self, name: str, **changes: Any) -> OrgInfo:
+        """Change an organisation's ``models`` (patterns; empty: every model), ``rpm`` or ``tpm``
+        (None: no cap), which cap each of its keys from the key's next request on."""
+        unknown = set(changes) - {"models", "rpm", "tpm"}
+        if unknown:
+            raise StoreError(f"can't change {', '.join(sorted(unknown))}")
+        values: dict[str, Any] = {}
+        if "models" in changes:
+            values["models"] = ",".join(_clean_patterns(changes["models"]))
+        for cap in ("rpm", "tpm"):
+            if cap in changes:
+                _check_positive(cap, changes[cap])
+                values[cap] = changes[cap]
+        if values:
+            with self._writer.begin() as conn:
+                done = conn.execute(update(orgs).where(orgs.c.name == name).values(**values)).rowcount
+            if not done:
+                self.get_org(name)
+        return self.get_org(name)
 
     def top_up(self, name: str, micros: int) -> OrgInfo:
         """Add ``micros`` (> 0) to the organisation's balance; returns the updated org."""
@@ -278,10 +481,17 @@ class Accounts:
             self.get_org(name)  # raises the "no organization" error
         return self.get_org(name)
 
-    def set_suspended(self, name: str, suspended: bool) -> OrgInfo:
-        """Suspend (every key answers 403 at once) or resume an organisation."""
+    def set_suspended(self, name: str, suspended: bool, *, now: datetime | None = None) -> OrgInfo:
+        """Suspend (every key answers 403 at once) or resume an organisation. Suspending one
+        already suspended keeps the first ``suspended_at``."""
+        query = update(orgs).where(orgs.c.name == name)
+        if suspended:
+            when = now or datetime.now(UTC)
+            query = query.values(suspended=True, suspended_at=_first_time(orgs.c.suspended_at, when))
+        else:
+            query = query.values(suspended=False, suspended_at=None)
         with self._writer.begin() as conn:
-            done = conn.execute(update(orgs).where(orgs.c.name == name).values(suspended=suspended)).rowcount
+            done = conn.execute(query).rowcount
         if not done:
             self.get_org(name)
         return self.get_org(name)
@@ -299,6 +509,7 @@ class Accounts:
         tpm: int | None = None,
         expires_at: datetime | None = None,
         now: datetime | None = None,
+        created_by: str | None = None,
     ) -> tuple[KeyInfo, str]:
         """Create a key for ``org_name``; returns its info and its secret.
 
@@ -337,6 +548,7 @@ class Accounts:
                     created_at=now,
                     expires_at=expires_at,
                     revoked_at=None,
+                    created_by=created_by,
                 )
             )
             row = conn.execute(_KEYS.where(api_keys.c.key_hash == hash_key(secret))).one()
@@ -351,28 +563,97 @@ class Accounts:
         with self._engine.connect() as conn:
             return [_key_info(row) for row in conn.execute(query)]
 
-    def update_key(self, public_id: str, **changes: int | None) -> KeyInfo:
-        """Change a key's ``spend_limit_micros``, ``rpm`` or ``tpm`` (None: no limit), seen by
-        the gateway on the key's next request; ``StoreError`` if there is no such key. What is
-        spent and held is kept: a limit below it refuses the key's next request (402)."""
-        allowed = {"spend_limit_micros", "rpm", "tpm"}
+    def get_key(self, public_id: str) -> KeyInfo:
+        """The key ``public_id`` (``key_…`` or ``apikey_…``); ``StoreError`` if there is none."""
+        public_id = key_public_id(public_id)
+        with self._engine.connect() as conn:
+            row = conn.execute(_KEYS.where(api_keys.c.public_id == public_id)).first()
+        if row is None:
+            raise StoreError(f"There is no key {public_id!r}; `keys list` shows the ids (key_…).")
+        return _key_info(row)
+
+    def update_key(self, public_id: str, **changes: Any) -> KeyInfo:
+        """Change a key's ``spend_limit_micros``, ``rpm`` or ``tpm`` (None: no limit), ``name``,
+        ``models`` (patterns; empty: every model) or ``expires_at`` (None: never; else an aware
+        time in the future), seen by the gateway on the key's next request; ``StoreError`` if
+        there is no such key. What is spent and held is kept: a limit below it refuses the key's
+        next request (402)."""
+        public_id = key_public_id(public_id)
+        allowed = {"spend_limit_micros", "rpm", "tpm", "name", "models", "expires_at"}
         unknown = set(changes) - allowed
         if unknown:
             raise StoreError(f"can't change {', '.join(sorted(unknown))}")
         _check_positive("spend limit", changes.get("spend_limit_micros"), zero_ok=True)
         _check_positive("rpm", changes.get("rpm"))
         _check_positive("tpm", changes.get("tpm"))
+        values = dict(changes)
+        if "name" in values and (not isinstance(values["name"], str) or len(values["name"]) > 128):
+            raise StoreError("name: at most 128 characters")
+        if "models" in values:
+            values["models"] = ",".join(_clean_patterns(values["models"]))
+        if values.get("expires_at") is not None:
+            expires_at = values["expires_at"]
+            if expires_at.tzinfo is None:
+                raise StoreError("expires: give a time zone, e.g. 2030-01-01T00:00:00Z")
+            if expires_at <= datetime.now(UTC):
+                raise StoreError(f"expires: {iso(expires_at)} is in the past")
         with self._writer.begin() as conn:
-            if changes:
-                conn.execute(update(api_keys).where(api_keys.c.public_id == public_id).values(**changes))
+            if values:
+                conn.execute(update(api_keys).where(api_keys.c.public_id == public_id).values(**values))
             row = conn.execute(_KEYS.where(api_keys.c.public_id == public_id)).first()
         if row is None:
             raise StoreError(f"There is no key {public_id!r}; `keys list` shows the ids (key_…).")
         return _key_info(row)
 
+    def set_blocked(self, public_id: str, blocked: bool, *, now: datetime | None = None) -> KeyInfo:
+        """Block a key (refused with 401 from its next request on, until unblocked) or unblock
+        it. Blocking twice keeps the first time; a revoked key can't be unblocked or blocked
+        (``StoreError``): revocation is final."""
+        key = self.get_key(public_id)
+        if key.revoked_at is not None:
+            raise StoreError(f"The key {key.id!r} is revoked; a revoked key stays revoked (create a new one).")
+        value = _first_time(api_keys.c.blocked_at, now or datetime.now(UTC)) if blocked else None
+        with self._writer.begin() as conn:
+            conn.execute(update(api_keys).where(api_keys.c.public_id == key.id).values(blocked_at=value))
+        return self.get_key(key.id)
+
+    def rotate_key(
+        self, public_id: str, *, grace: timedelta = timedelta(0), now: datetime | None = None
+    ) -> tuple[KeyInfo, str]:
+        """Give a key a new secret; returns its info and the new secret (shown once). The
+        previous secret keeps working until ``grace`` has passed (0: refused at once; at most
+        ``MAX_GRACE``); the key's id, limits, spend and history stay. ``StoreError`` for a
+        revoked key or a grace out of range."""
+        now = now or datetime.now(UTC)
+        if grace < timedelta(0) or grace > MAX_GRACE:
+            raise StoreError(f"grace: between 0 and {int(MAX_GRACE.total_seconds())} seconds")
+        public_id = key_public_id(public_id)
+        secret = new_secret()
+        with self._writer.begin() as conn:
+            row = conn.execute(
+                select(api_keys.c.id, api_keys.c.key_hash, api_keys.c.revoked_at).where(
+                    api_keys.c.public_id == public_id
+                )
+            ).first()
+            if row is None:
+                raise StoreError(f"There is no key {public_id!r}; `keys list` shows the ids (key_…).")
+            if row.revoked_at is not None:
+                raise StoreError(f"The key {public_id!r} is revoked; a revoked key can't be rotated.")
+            conn.execute(delete(api_key_grace).where(api_key_grace.c.expires_at <= now))
+            if grace > timedelta(0):
+                conn.execute(insert(api_key_grace).values(key_hash=row.key_hash, key_id=row.id, expires_at=now + grace))
+            conn.execute(
+                update(api_keys)
+                .where(api_keys.c.id == row.id)
+                .values(key_hash=hash_key(secret), prefix=secret[:DISPLAY_PREFIX_LEN])
+            )
+        return self.get_key(public_id), secret
+
     def revoke_key(self, public_id: str, *, now: datetime | None = None) -> KeyInfo:
-        """Revoke a key by its public id (``key_…``); it answers 401 from the next request on.
-        Revoking twice keeps the first revocation time. ``StoreError`` if there is no such key."""
+        """Revoke a key by its public id (``key_…`` or ``apikey_…``); it answers 401 from the next
+        request on, its previous secrets too. Revoking twice keeps the first revocation time.
+        ``StoreError`` if there is no such key."""
+        public_id = key_public_id(public_id)
         with self._writer.begin() as conn:
             conn.execute(
                 update(api_keys)
@@ -387,26 +668,36 @@ class Accounts:
     # ------------------------------------------------------------ the hot path
 
     def authenticate(self, secret: str, now: datetime) -> AuthContext:
-        """Who is calling with ``secret``: one indexed SELECT of the key and its org.
+        """Who is calling with ``secret``: one indexed SELECT of the key and its org (a second
+        one, of the rotated keys' previous secrets, only when the first finds nothing).
 
-        Raises ``AuthenticationError`` (401) for an unknown, revoked or expired key and
+        Raises ``AuthenticationError`` (401) for an unknown, revoked, expired or blocked key and
         ``PermissionDeniedError`` (403) when the organisation is suspended. The model check
-        is the caller's: ``ctx.allows(model.id, model.aliases)``.
+        is the caller's: ``ctx.allows(model.id, model.aliases)``. The key's rate caps are its
+        own or its organisation's, the lower of the two when both are set.
         """
         if not secret or not secret.startswith(KEY_PREFIX):
             raise AuthenticationError("Invalid API key.")
-        row = self._read(AUTH_SQL, {"key_hash": hash_key(secret)})
+        key_hash = hash_key(secret)
+        now_micros = to_epoch_micros(now)
+        row = self._read(AUTH_SQL, {"key_hash": key_hash})
         if row is None:
-            raise AuthenticationError("Invalid API key.")
-        key_id, public_id, models, spend_limit, rpm, tpm, expires_at, revoked_at, org_id, org_name, suspended = row
+            row = self._read(AUTH_GRACE_SQL, {"key_hash": key_hash, "now": now_micros})
+            if row is None:
+                raise AuthenticationError("Invalid API key.")
+        (key_id, public_id, models, spend_limit, rpm, tpm, expires_at, revoked_at, blocked_at) = row[:9]
+        org_id, org_name, suspended, org_models, org_rpm, org_tpm = row[9:]
         if revoked_at is not None:
             raise AuthenticationError("This API key has been revoked.")
-        if expires_at is not None and expires_at <= to_epoch_micros(now):
+        if expires_at is not None and expires_at <= now_micros:
             raise AuthenticationError("This API key has expired.")
+        if blocked_at is not None:
+            raise AuthenticationError("This API key is disabled; ask your administrator to enable it.")
         if suspended:
             raise PermissionDeniedError(
                 f"The organization '{org_name}' is suspended; ask your administrator to resume it."
             )
+        self.last_used.note(key_id, now_micros)
         return AuthContext(
             key_id=key_id,
             key_public_id=public_id,
@@ -414,6 +705,7 @@ class Accounts:
             org_name=org_name,
             model_patterns=_split_patterns(models),
             spend_limit_micros=spend_limit,
-            rpm=rpm,
-            tpm=tpm,
+            rpm=_lower(rpm, org_rpm),
+            tpm=_lower(tpm, org_tpm),
+            org_model_patterns=_split_patterns(org_models) if org_models else (),
         )

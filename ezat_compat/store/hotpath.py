@@ -38,12 +38,19 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from ezat_compat.errors import OverloadedError
 from ezat_compat.locks import thread_lock
+from ezat_compat.periods import MAX_MICROS
 from ezat_compat.procid import after_fork
 from ezat_compat.store.db import SQLITE_BUSY_TIMEOUT_S, write_engine
 
-AUTH_SQL = (
-    "SELECT k.id, k.public_id, k.models, k.spend_limit_micros, k.rpm, k.tpm, k.expires_at, k.revoked_at, "
-    "o.id, o.name, o.suspended FROM api_keys k JOIN orgs o ON o.id = k.org_id WHERE k.key_hash = :key_hash"
+_AUTH_COLUMNS = (
+    "k.id, k.public_id, k.models, k.spend_limit_micros, k.rpm, k.tpm, k.expires_at, k.revoked_at, k.blocked_at, "
+    "o.id, o.name, o.suspended, o.models, o.rpm, o.tpm"
+)
+AUTH_SQL = f"SELECT {_AUTH_COLUMNS} FROM api_keys k JOIN orgs o ON o.id = k.org_id WHERE k.key_hash = :key_hash"
+# Only when AUTH_SQL finds nothing: a rotated key's previous secret, until its grace window ends.
+AUTH_GRACE_SQL = (
+    f"SELECT {_AUTH_COLUMNS} FROM api_key_grace g JOIN api_keys k ON k.id = g.key_id JOIN orgs o ON o.id = k.org_id "
+    "WHERE g.key_hash = :key_hash AND g.expires_at > :now"
 )
 RESERVE_ORG_SQL = (
     "UPDATE orgs SET reserved_micros = reserved_micros + :amount "
@@ -55,8 +62,18 @@ RESERVE_KEY_SQL = (
 )
 INSERT_RESERVATION_SQL = (
     "INSERT INTO reservations (request_id, org_id, key_id, amount_micros, created_at, worker, endpoint, model, "
-    "canonical_model) VALUES (:request_id, :org, :key, :amount, :created_at, :worker, :endpoint, :model, "
-    ":canonical_model)"
+    "canonical_model, spend_holds) VALUES (:request_id, :org, :key, :amount, :created_at, :worker, :endpoint, "
+    ":model, :canonical_model, :spend_holds)"
+)
+# Hold :amount on a spend limit's counter of one period (store/spend.py), creating the period's row,
+# only if what it spent and holds plus :amount stays within :cap (no cap: ``NO_CAP``). A row
+# changed (rowcount 1) means held. The SELECT's WHERE also settles SQLite's upsert parsing.
+RESERVE_SPEND_SQL = (
+    "INSERT INTO spend_counters (limit_id, period_start, period_end, spent_micros, reserved_micros) "
+    "SELECT :limit_id, :period_start, :period_end, 0, :amount WHERE :amount <= :cap "
+    "ON CONFLICT (limit_id, period_start) DO UPDATE SET reserved_micros = spend_counters.reserved_micros + "
+    "excluded.reserved_micros WHERE spend_counters.spent_micros + spend_counters.reserved_micros + "
+    "excluded.reserved_micros <= :cap"
 )
 # The reservations of the workers whose tags start with :prefix (store/workers.py), but not :keep's.
 WORKER_RESERVATIONS_SQL = (
@@ -86,9 +103,9 @@ INSERT_LEDGER_SQL = (
     f"INSERT INTO ledger ({', '.join(LEDGER_COLUMNS)}) VALUES ({', '.join(':' + c for c in LEDGER_COLUMNS)}) "
     "ON CONFLICT (request_id) DO NOTHING"  # inserted: rowcount 1 (a RETURNING clause costs a third more here)
 )
-TAKE_RESERVATION_SQL = "DELETE FROM reservations WHERE request_id = :request_id RETURNING amount_micros"
+TAKE_RESERVATION_SQL = "DELETE FROM reservations WHERE request_id = :request_id RETURNING amount_micros, spend_holds"
 TAKE_STALE_RESERVATIONS_SQL = (
-    "DELETE FROM reservations WHERE created_at < :cutoff RETURNING org_id, key_id, amount_micros"
+    "DELETE FROM reservations WHERE created_at < :cutoff RETURNING org_id, key_id, amount_micros, spend_holds"
 )
 # Debit ``cost`` and release ``held``: a settle, or (cost 0) the sweep of a stale reservation.
 SETTLE_ORG_SQL = (
@@ -99,10 +116,52 @@ SETTLE_KEY_SQL = (
     "UPDATE api_keys SET spent_micros = spent_micros + :cost, reserved_micros = reserved_micros - :held "
     "WHERE id = :key_id"
 )
+# The same for one spend-limit period the reservation held on: in the period it was made in.
+SETTLE_SPEND_SQL = (
+    "UPDATE spend_counters SET spent_micros = spent_micros + :cost, reserved_micros = reserved_micros - :held "
+    "WHERE limit_id = :limit_id AND period_start = :period_start"
+)
+# A settle whose reservation is gone (the six-hour sweep took it): its cost counts in the periods,
+# current at :at, of the limits of the gateway, its org and its key that have a row for them.
+SETTLE_SPEND_LATE_SQL = (
+    "UPDATE spend_counters SET spent_micros = spent_micros + :cost WHERE period_start <= :at AND period_end > :at "
+    "AND limit_id IN (SELECT id FROM spend_limits WHERE scope_type = 'gateway' "
+    "OR (scope_type = 'org' AND scope_id = :org_id) OR (scope_type = 'key' AND scope_id = :key_id))"
+)
 
-# What reserve() reports when the money isn't there (nothing is held then).
+# What reserve() reports when the money isn't there (nothing is held then); a spend limit's
+# refusal is the ``SpendHold`` that couldn't be held.
 REFUSED_BY_ORG = "org"
 REFUSED_BY_KEY = "key"
+NO_CAP = MAX_MICROS  # the cap of a limit whose amount is "no limit": its spend is counted, never refused
+
+
+@dataclass(frozen=True, slots=True)
+class SpendHold:
+    """One spend limit's period a reservation holds on (store/spend.py makes them): the limit's
+    row id, the period's bounds in epoch micros and the cap (micro-USD; ``NO_CAP``)."""
+
+    limit_id: int
+    period_start: int
+    period_end: int
+    cap: int
+
+
+def encode_holds(holds: Sequence[SpendHold]) -> str | None:
+    """``reservations.spend_holds`` for ``holds``: "limit_id:period_start,…" (None: none)."""
+    return ",".join(f"{h.limit_id}:{h.period_start}" for h in holds) if holds else None
+
+
+def decode_holds(text: str | None) -> list[tuple[int, int]]:
+    """The (limit_id, period_start) pairs of ``reservations.spend_holds``."""
+    if not text:
+        return []
+    pairs = []
+    for item in text.split(","):
+        limit_id, _, start = item.partition(":")
+        pairs.append((int(limit_id), int(start)))
+    return pairs
+
 
 T = TypeVar("T")
 P = TypeVar("P")
@@ -489,13 +548,29 @@ def make_hot_path(engine: Engine) -> HotPath:
 # Run them with ``hot.write(reserve_tx, params)`` etc.; each returns (result, commit?).
 
 
-def reserve_tx(execute: Execute, params: Mapping[str, Any]) -> tuple[str | None, bool]:
-    """Hold ``amount`` for ``org``/``key`` and record ``request_id`` (``created_at`` in epoch
-    micros): None when held, else who refused it (``REFUSED_BY_ORG``/``REFUSED_BY_KEY``)."""
+def reserve_tx(execute: Execute, params: Mapping[str, Any]) -> tuple[str | SpendHold | None, bool]:
+    """Hold ``amount`` for ``org``/``key`` and on each of ``holds`` (``SpendHold``s, their
+    ``encode_holds`` in ``spend_holds``), and record ``request_id`` (``created_at`` in epoch
+    micros): None when held, else who refused it (``REFUSED_BY_ORG``/``REFUSED_BY_KEY``, or the
+    ``SpendHold`` whose period has no room). Lock order: the org, the key, then the limits'
+    counters by (limit, period) — the order of settle and the sweep."""
     if execute(RESERVE_ORG_SQL, params).rowcount != 1:
         return REFUSED_BY_ORG, False
     if execute(RESERVE_KEY_SQL, params).rowcount != 1:
         return REFUSED_BY_KEY, False
+    holds: Sequence[SpendHold] = params["holds"]
+    if holds:
+        amount = params["amount"]
+        for hold in holds:
+            values = {
+                "limit_id": hold.limit_id,
+                "period_start": hold.period_start,
+                "period_end": hold.period_end,
+                "cap": hold.cap,
+                "amount": amount,
+            }
+            if execute(RESERVE_SPEND_SQL, values).rowcount != 1:
+                return hold, False
     execute(INSERT_RESERVATION_SQL, params)
     return None, True
 
@@ -514,6 +589,12 @@ def settle_tx(execute: Execute, row: Mapping[str, Any]) -> tuple[bool, bool]:
     }
     execute(SETTLE_ORG_SQL, params)
     execute(SETTLE_KEY_SQL, params)
+    if taken is None:
+        if params["cost"]:  # swept meanwhile: count the cost in the periods current now
+            execute(SETTLE_SPEND_LATE_SQL, {**params, "at": row["created_at"]})
+    elif taken[1]:
+        for limit_id, period_start in sorted(decode_holds(taken[1])):
+            execute(SETTLE_SPEND_SQL, {**params, "limit_id": limit_id, "period_start": period_start})
     return True, True
 
 
@@ -534,14 +615,19 @@ def sweep_tx(execute: Execute, cutoff_micros: int) -> tuple[int, bool]:
     taken = execute(TAKE_STALE_RESERVATIONS_SQL, {"cutoff": cutoff_micros}).fetchall()
     by_org: dict[int, int] = defaultdict(int)
     by_key: dict[int, int] = defaultdict(int)
-    for org_id, key_id, amount in taken:
+    by_period: dict[tuple[int, int], int] = defaultdict(int)
+    for org_id, key_id, amount, holds in taken:
         by_org[org_id] += amount
         by_key[key_id] += amount
-    # Lock order: orgs, then keys, each by id (the same order as reserve and settle).
+        for pair in decode_holds(holds):
+            by_period[pair] += amount
+    # Lock order: orgs, then keys, then spend counters, each by id (the order of reserve and settle).
     for org_id in sorted(by_org):
         execute(SETTLE_ORG_SQL, {"cost": 0, "held": by_org[org_id], "org_id": org_id})
     for key_id in sorted(by_key):
         execute(SETTLE_KEY_SQL, {"cost": 0, "held": by_key[key_id], "key_id": key_id})
+    for (limit_id, period_start), held in sorted(by_period.items()):
+        execute(SETTLE_SPEND_SQL, {"cost": 0, "held": held, "limit_id": limit_id, "period_start": period_start})
     return len(taken), True
 
 

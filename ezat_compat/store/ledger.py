@@ -4,10 +4,12 @@ Every billed request goes through two short transactions:
 
 1. ``reserve(ctx, request_id, worst_case)`` before the request is sent upstream. It moves the
    request's worst-case cost (``pricing.worst_case_micros``) into the org's and the key's
-   ``reserved_micros`` only if the org's available balance (balance − reserved) and the key's
-   spend limit (spent + reserved) both still cover it; otherwise nothing changes and it
-   raises ``InsufficientQuotaError`` (402). Both checks are conditional UPDATEs, so concurrent
-   requests — threads, gunicorn workers, nodes on one PostgreSQL — can never overshoot.
+   ``reserved_micros``, and into the current period of every spend limit by period that applies
+   (store/spend.py: the gateway's, the org's, the key's), only if the org's available balance
+   (balance − reserved), the key's spend limit (spent + reserved) and each period's cap (spent +
+   reserved) all still cover it; otherwise nothing changes and it raises
+   ``InsufficientQuotaError`` (402). Every check is a conditional UPDATE (or upsert), so
+   concurrent requests — threads, gunicorn workers, nodes on one PostgreSQL — can never overshoot.
 2. ``settle(request_id, entry)`` when the request ends, however it ends (``finally``): writes
    the ledger row, releases the reservation and debits the real cost, all in one transaction,
    so the sum of the ledger's costs always equals what was debited. A second settle of the
@@ -53,7 +55,9 @@ from ezat_compat.store.hotpath import (
     Execute,
     HotPath,
     Rider,
+    SpendHold,
     Work,
+    encode_holds,
     is_unavailable,
     release_if_held_tx,
     release_worker_tx,
@@ -64,6 +68,7 @@ from ezat_compat.store.hotpath import (
 from ezat_compat.store.journal import Journal, RejectedRowError, ReplayReport
 from ezat_compat.store.responses import RIDE as RESPONSE_RIDE
 from ezat_compat.store.responses import put_tx as put_response_tx
+from ezat_compat.store.spend import SpendLimits
 from ezat_compat.store.tables import MODEL_MAX, api_keys, ledger, orgs, to_epoch_micros
 from ezat_compat.store.threads import RIDE as THREAD_RIDE
 from ezat_compat.store.threads import put_tx as put_thread_tx
@@ -233,10 +238,13 @@ class Ledger:
         *,
         journal: Journal | None = None,
         data_dir: str | os.PathLike[str] | None = None,
+        spend: SpendLimits | None = None,
     ) -> None:
         """``journal``: the usage journal (default: ``default_journal_dir`` of the database in
-        ``data_dir``)."""
+        ``data_dir``). ``spend``: the spend limits by period (default: theirs on ``engine``, UTC
+        periods)."""
         self._engine = engine
+        self.spend = spend if spend is not None else SpendLimits(engine)
         self.hot = hot_path  # shared with the other stores of the database (one connection a process)
         self._write = hot_path.write
         url = engine.url.render_as_string(hide_password=False)
@@ -269,8 +277,9 @@ class Ledger:
         """Hold ``amount_micros`` (the request's worst case) against the org's balance and the
         key's spend limit, in one short transaction.
 
-        Raises ``InsufficientQuotaError`` (402) when either can't cover it; nothing is held
-        then. Call ``settle(request_id, …)`` exactly once afterwards, whatever happens.
+        Raises ``InsufficientQuotaError`` (402) when either, or a spend limit by period that
+        applies (store/spend.py), can't cover it; nothing is held then. Call
+        ``settle(request_id, …)`` exactly once afterwards, whatever happens.
         ``request_id`` must be new (a duplicate raises the database's IntegrityError). The
         reservation names ``worker`` (default: this process's tag) and the request's
         ``endpoint`` and models, for the ledger row ``release_worker`` gives it if that worker dies.
@@ -279,12 +288,16 @@ class Ledger:
         """
         if isinstance(amount_micros, bool) or not isinstance(amount_micros, int) or amount_micros < 0:
             raise ValueError(f"amount_micros must be a non-negative int, got {amount_micros!r}")
+        now = now or datetime.now(UTC)
+        holds = self.spend.holds(ctx.org_id, ctx.key_id, now)  # () without a statement when none apply
         params = {
             "org": ctx.org_id,
             "key": ctx.key_id,
             "amount": amount_micros,
+            "holds": holds,
+            "spend_holds": encode_holds(holds),
             "request_id": request_id,
-            "created_at": to_epoch_micros(now or datetime.now(UTC)),
+            "created_at": to_epoch_micros(now),
             "worker": worker or worker_tag(),
             "endpoint": endpoint or None,
             "model": model[:MODEL_MAX] or None,
@@ -296,16 +309,19 @@ class Ledger:
             self._forget_if_held(params, status_of(exc) if status_of is not None else exc.status)
             raise
         if refused is not None:
+            if isinstance(refused, SpendHold):
+                raise self.spend.refusal(refused, amount_micros, now)
             with self._engine.connect() as conn:
                 if refused == REFUSED_BY_ORG:
                     raise self._org_refusal(conn, ctx, amount_micros)
                 raise self._key_refusal(conn, ctx, amount_micros)
 
     def check_funds(self, ctx: AuthContext, amount_micros: int) -> None:
-        """Refuse (402, the words of ``reserve``) a request whose organisation or key could not
-        pay ``amount_micros`` now; hold nothing. For work done before, or without, a reservation:
-        an unbilled request (``count_tokens``) and the load of a stored conversation, so that a key
-        that can't pay for a completion can't make the gateway do a completion's work."""
+        """Refuse (402, the words of ``reserve``) a request whose organisation, key or a spend
+        limit by period could not pay ``amount_micros`` now; hold nothing. For work done before,
+        or without, a reservation: an unbilled request (``count_tokens``) and the load of a
+        stored conversation, so that a key that can't pay for a completion can't make the
+        gateway do a completion's work."""
         with self._engine.connect() as conn:
             org = conn.execute(_ORG_FUNDS, {"b_org": ctx.org_id}).first()
             if org is None or org.balance_micros - org.reserved_micros < amount_micros:
@@ -314,6 +330,7 @@ class Ledger:
                 key = conn.execute(_KEY_FUNDS, {"b_key": ctx.key_id}).first()
                 if key is None or key.spend_limit_micros - key.spent_micros - key.reserved_micros < amount_micros:
                     raise self._key_refusal(conn, ctx, amount_micros)
+        self.spend.check(ctx.org_id, ctx.key_id, amount_micros, datetime.now(UTC))
 
     def _forget_if_held(self, params: dict[str, Any], status: int) -> None:
         """A reserve failed with the database gone: it may still have committed (PostgreSQL took

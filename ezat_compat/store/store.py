@@ -27,13 +27,17 @@ from sqlalchemy import Engine
 
 from ezat_compat.datafiles import data_folder
 from ezat_compat.domain import Config
+from ezat_compat.periods import time_zone
 from ezat_compat.store.accounts import Accounts
+from ezat_compat.store.admin import AdminStore
 from ezat_compat.store.counters import Counters
 from ezat_compat.store.db import make_engine, open_engine, probe_url, require_current_schema
 from ezat_compat.store.hotpath import HotPath, make_hot_path
 from ezat_compat.store.ledger import Ledger
 from ezat_compat.store.quota import quota_of
 from ezat_compat.store.responses import DAY_S, ResponseStore
+from ezat_compat.store.rollup import Rollup
+from ezat_compat.store.spend import SpendLimits
 from ezat_compat.store.thinking import ThinkingStash, make_thinking_stash
 from ezat_compat.store.threads import ThreadStore
 
@@ -55,6 +59,9 @@ class Store:
     hot: HotPath
     accounts: Accounts
     ledger: Ledger
+    admin: AdminStore | None = None  # admin keys and the audit trail (every kind of store has it)
+    spend: SpendLimits | None = None  # spend limits by period, the ledger's (every kind of store has it)
+    rollup: Rollup | None = None  # the usage reports' rollup (every kind; its fold loop runs in workers)
     counters: Counters | None = None
     thinking: ThinkingStash | None = None
     responses: ResponseStore | None = None
@@ -98,7 +105,15 @@ def open_store(database_url: str, *, config: Config | None = None, pool_size: in
         engine = make_engine(database_url)
     hot = make_hot_path(engine)
     folder = data_folder(config) if config is not None else None
-    store = Store(engine, hot, Accounts(engine, hot), Ledger(engine, hot, data_dir=folder))
+    # Periods in the configured zone (the operator's kind, without a config: UTC; it only reads
+    # the periods' spend, whose bounds are stored, and sets limits).
+    spend = SpendLimits(engine, zone=time_zone(config.spend.time_zone)) if config is not None else SpendLimits(engine)
+    store = Store(engine, hot, Accounts(engine, hot), Ledger(engine, hot, data_dir=folder, spend=spend))
+    store.spend = spend
+    store.admin = AdminStore(engine, hot)
+    if config is not None and pool_size is None:  # a worker: keys' last use written in the background
+        store.accounts.last_used.background = True
+    store.rollup = Rollup(engine)
     if config is None or pool_size is not None:
         return store
     gw = config.gateway

@@ -81,6 +81,15 @@ orgs = Table(
     Column("reserved_micros", BigInteger, nullable=False, default=0),
     Column("suspended", Boolean, nullable=False, default=False),
     Column("created_at", UtcMicros, nullable=False),
+    # The admin API (0008): the workspace id ("wrkspc_…", set for every org: 0008 gave the older
+    # ones theirs), when it was suspended ("archived"), and what each of its keys may use at most:
+    # model patterns ("" = every model) and requests/tokens per minute (NULL = no cap).
+    Column("public_id", String(40), nullable=True),
+    Column("suspended_at", UtcMicros, nullable=True),
+    Column("models", String(2048), nullable=False, server_default=""),
+    Column("rpm", Integer, nullable=True),
+    Column("tpm", Integer, nullable=True),
+    Index("ux_orgs_public_id", "public_id", unique=True),
 )
 
 api_keys = Table(
@@ -101,6 +110,11 @@ api_keys = Table(
     Column("created_at", UtcMicros, nullable=False),
     Column("expires_at", UtcMicros, nullable=True),
     Column("revoked_at", UtcMicros, nullable=True),
+    # The admin API (0008): blocked ("inactive": refused until unblocked), last used (written at
+    # most once a minute per key and worker), and who created it (an admin key's id, "cli:<user>").
+    Column("blocked_at", UtcMicros, nullable=True),
+    Column("last_used_at", UtcMicros, nullable=True),
+    Column("created_by", String(160), nullable=True),
     Index("ix_api_keys_key_hash", "key_hash", unique=True),
 )
 
@@ -118,6 +132,9 @@ reservations = Table(
     Column("endpoint", String(32), nullable=True),
     Column("model", String(MODEL_MAX), nullable=True),
     Column("canonical_model", String(128), nullable=True),
+    # The spend limits' period counters it holds ``amount_micros`` on (store/spend.py
+    # ``encode_holds``: "limit_id:period_start,…"); NULL when no limit applied to it.
+    Column("spend_holds", String(512), nullable=True),
     # Only the requests in flight, inserted and deleted once each: no secondary index (the sweep
     # and a dead worker's release scan it), and on SQLite the rows live in the key's B-tree.
     sqlite_with_rowid=False,
@@ -231,4 +248,155 @@ storage_usage = Table(
     Column("org_id", Integer, primary_key=True, autoincrement=False),
     Column("stored_bytes", BigInteger, nullable=False),
     Column("stored_count", BigInteger, nullable=False),
+)
+
+
+# ---------------------------------------------------------------- the admin API (store/admin.py)
+# Admin keys: ``ezat_admin_`` + 32 base62 characters, kept as their SHA-256 (the secret is shown
+# once); ``public_id`` "adminkey_…" is what the audit trail names and ``admin-keys revoke`` takes.
+admin_keys = Table(
+    "admin_keys",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("public_id", String(40), nullable=False, unique=True),
+    Column("name", String(128), nullable=False),
+    Column("prefix", String(24), nullable=False),
+    Column("key_hash", String(64), nullable=False),
+    Column("read_only", Boolean, nullable=False),
+    Column("created_at", UtcMicros, nullable=False),
+    Column("created_by", String(160), nullable=False),
+    Column("expires_at", UtcMicros, nullable=True),
+    Column("revoked_at", UtcMicros, nullable=True),
+    Column("last_used_at", UtcMicros, nullable=True),
+    Index("ix_admin_keys_key_hash", "key_hash", unique=True),
+)
+
+# The audit trail: one row per change made through the admin API or the CLI, never updated nor
+# deleted (0008 adds triggers that refuse both). ``before``/``after``: the target's JSON without
+# secrets (NULL: it didn't exist / doesn't any more).
+audit_log = Table(
+    "audit_log",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("at", UtcMicros, nullable=False),
+    Column("actor", String(160), nullable=False),
+    Column("action", String(64), nullable=False),
+    Column("target_type", String(32), nullable=False),
+    Column("target_id", String(64), nullable=False),
+    Column("before", Text, nullable=True),
+    Column("after", Text, nullable=True),
+    Column("address", String(64), nullable=False),
+    Column("request_id", String(64), nullable=False),
+    Index("ix_audit_log_at", "at"),
+    Index("ix_audit_log_target", "target_type", "target_id"),
+)
+
+# A rotated key's previous secret (its SHA-256), accepted for the key until ``expires_at``: read
+# only when a secret matches no key (store/hotpath.py ``AUTH_GRACE_SQL``).
+api_key_grace = Table(
+    "api_key_grace",
+    metadata,
+    Column("key_hash", String(64), primary_key=True),
+    Column("key_id", Integer, ForeignKey("api_keys.id"), nullable=False, index=True),
+    Column("expires_at", UtcMicros, nullable=False),
+)
+
+
+# ---------------------------------------------------------------- spend limits by period (store/spend.py)
+# A cap on what one scope may spend per calendar period: the gateway as a whole (``scope_type``
+# "gateway", ``scope_id`` 0), an organisation ("org", its id) or a key ("key", its id); one per
+# (scope, period). ``amount_micros`` NULL is an explicit "no limit" (spend is still counted).
+# ``thresholds``: alert percentages "80,100" (NULL: ``[alerts] thresholds``).
+spend_limits = Table(
+    "spend_limits",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("public_id", String(40), nullable=False, unique=True),
+    Column("scope_type", String(16), nullable=False),
+    Column("scope_id", Integer, nullable=False),
+    Column("period", String(8), nullable=False),
+    Column("amount_micros", BigInteger, nullable=True),
+    Column("thresholds", String(64), nullable=True),
+    Column("created_at", UtcMicros, nullable=False),
+    Column("updated_at", UtcMicros, nullable=False),
+    Index("ux_spend_limits_scope", "scope_type", "scope_id", "period", unique=True),
+)
+
+# One row per (limit, period): what was spent in it and what requests in flight hold on it, kept
+# by reserve/settle (store/hotpath.py). ``exhausted_at``: when a request was first refused because
+# the period's spend left no room for it (the 100 % alert). No foreign key: a limit deleted while
+# requests hold on it leaves their settles nothing to update.
+spend_counters = Table(
+    "spend_counters",
+    metadata,
+    Column("limit_id", Integer, primary_key=True, autoincrement=False),
+    Column("period_start", UtcMicros, primary_key=True),
+    Column("period_end", UtcMicros, nullable=False),
+    Column("spent_micros", BigInteger, nullable=False),
+    Column("reserved_micros", BigInteger, nullable=False),
+    Column("exhausted_at", UtcMicros, nullable=True),
+)
+
+# The threshold alerts claimed (ezat_compat/alerts.py): the primary key makes each (limit, period,
+# threshold) fire at most once across workers and nodes.
+spend_alerts = Table(
+    "spend_alerts",
+    metadata,
+    Column("limit_id", Integer, primary_key=True, autoincrement=False),
+    Column("period_start", UtcMicros, primary_key=True),
+    Column("threshold", SmallInteger, primary_key=True, autoincrement=False),
+    Column("claimed_at", UtcMicros, nullable=False),
+    Column("delivered_at", UtcMicros, nullable=True),
+    Column("attempts", Integer, nullable=False, server_default="0"),
+)
+
+# ------------------------------------------------------------ the usage rollup (store/rollup.py)
+# The ledger summed per (bucket start, organisation, key, canonical model) at three widths, for the
+# admin API's usage and cost reports: kept by a background job that folds new ledger rows in by
+# their id (never on a request's path), so a report reads a few thousand rows instead of millions.
+# ``model`` is the ledger's ``canonical_model`` ("" for a request that failed before routing);
+# ``requests`` counts every ledger row (failed ones too, at no cost: ``ezat-compat usage``'s count).
+
+
+def _usage_rollup(name: str) -> Table:
+    return Table(
+        name,
+        metadata,
+        Column("bucket", UtcMicros, primary_key=True, autoincrement=False),
+        Column("org_id", Integer, primary_key=True, autoincrement=False),
+        Column("key_id", Integer, primary_key=True, autoincrement=False),
+        Column("model", String(128), primary_key=True),
+        Column("requests", BigInteger, nullable=False),
+        Column("input_tokens", BigInteger, nullable=False),
+        Column("cache_write_tokens", BigInteger, nullable=False),
+        Column("cache_read_tokens", BigInteger, nullable=False),
+        Column("output_tokens", BigInteger, nullable=False),
+        Column("cost_micros", BigInteger, nullable=False),
+        # Read by bucket ranges: on SQLite the rows live in the key's B-tree, in bucket order.
+        sqlite_with_rowid=False,
+    )
+
+
+usage_1m = _usage_rollup("usage_1m")
+usage_1h = _usage_rollup("usage_1h")
+usage_1d = _usage_rollup("usage_1d")
+
+# Where the fold stands (one row, ``id`` 1): every ledger row with ``id <= folded_id`` is in the
+# rollup but those listed in ``usage_rollup_holes``; ``refreshed_at`` is when it last caught up.
+usage_rollup = Table(
+    "usage_rollup",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("folded_id", BigInteger, nullable=False),
+    Column("refreshed_at", UtcMicros, nullable=True),
+)
+
+# Ledger ids at or below ``folded_id`` that no fold has seen yet (PostgreSQL hands out ids before
+# the transactions that use them commit, so a later id can be visible first): folded when they
+# appear, forgotten ``HOLE_TTL`` after ``seen_at`` (an id whose transaction rolled back never does).
+usage_rollup_holes = Table(
+    "usage_rollup_holes",
+    metadata,
+    Column("ledger_id", BigInteger, primary_key=True, autoincrement=False),
+    Column("seen_at", UtcMicros, nullable=False),
 )

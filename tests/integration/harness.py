@@ -24,6 +24,11 @@ from ezat_compat.translate.cache_scope import SCOPE_PREFIX
 from tests.conftest import free_port
 
 REPO = Path(__file__).resolve().parents[2]
+ADMIN_BIND_ENV = "EZAT_ADMIN_BIND"
+# Every gateway a test starts, whichever way, binds no admin listener unless it asks for one: the
+# default [admin] bind (127.0.0.1:8081) would be taken by the first gateway of the run, and each
+# other one would refuse to start. A ``Gateway(admin=True)`` gets a free port of its own.
+os.environ.setdefault(ADMIN_BIND_ENV, "")
 
 
 def _wait(url: str, proc: subprocess.Popen[Any], timeout_s: float = 30) -> None:
@@ -220,7 +225,9 @@ class Gateway:
     gateway_settings: dict[str, Any] = field(default_factory=dict)
     server_settings: dict[str, Any] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
+    admin: bool = False  # serve the admin API on a listener of its own (``admin_url``)
     url: str = ""
+    admin_url: str = ""
     proc: subprocess.Popen[bytes] | None = None
     log: IO[bytes] | None = None
 
@@ -256,12 +263,14 @@ class Gateway:
         self.write_config()
         for _attempt in range(3):
             port = free_port()
+            admin_port = free_port() if self.admin else 0
             env = {
                 **os.environ,
                 "EZAT_CONFIG": str(self.config_path),
                 "EZAT_BIND": f"127.0.0.1:{port}",
                 "EZAT_WORKERS": str(self.workers),
                 "ANTHROPIC_API_KEY": "sk-ant-test",
+                ADMIN_BIND_ENV: f"127.0.0.1:{admin_port}" if self.admin else "",
                 **self.env,
             }
             env.pop("PROMETHEUS_MULTIPROC_DIR", None)
@@ -273,8 +282,9 @@ class Gateway:
                 stderr=self.log,
             )
             self.url = f"http://127.0.0.1:{port}"
+            self.admin_url = f"http://127.0.0.1:{admin_port}" if self.admin else ""
             _wait(self.url, self.proc, timeout_s=60)
-            if port in listening_ports(self.proc.pid):
+            if {port, admin_port} - {0} <= listening_ports(self.proc.pid):
                 return self
             self.stop()
         raise RuntimeError(f"gunicorn could not bind a free port; see {self.log_path}")
@@ -308,3 +318,7 @@ class Gateway:
 
     def usage(self, *args: str) -> list[dict[str, Any]]:
         return json.loads(self.cli("usage", "--json", *args).stdout)
+
+    def new_admin_key(self, *args: str) -> str:
+        """A fresh admin key (``admin-keys create ARGS``: ``--read-only``, ``--name``…)."""
+        return self.cli("admin-keys", "create", *args).stdout.strip().splitlines()[-1]

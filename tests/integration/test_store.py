@@ -20,7 +20,7 @@ import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import Engine, event, inspect, select, text
+from sqlalchemy import Engine, MetaData, event, inspect, select, text
 
 from ezat_compat.dialects.anthropic_messages import AnthropicMessages
 from ezat_compat.domain import Usage
@@ -31,7 +31,7 @@ from ezat_compat.store.hotpath import DatabaseUnavailableError, HotPath, Rider, 
 from ezat_compat.store.journal import Journal
 from ezat_compat.store.ledger import Ledger
 from ezat_compat.store.responses import ResponseStore
-from ezat_compat.store.tables import api_keys, ledger, metadata, orgs, reservations, responses
+from ezat_compat.store.tables import api_keys, ledger, metadata, orgs, reservations, responses, to_epoch_micros
 from tests.support.stores import NOW, Down, count, entry, setup_key
 
 # The fixtures on the SQLite / PostgreSQL databases: pytest finds them among the module's names.
@@ -102,7 +102,7 @@ def test_migrate_twice_is_idempotent_and_matches_the_tables(db_url: str) -> None
     migrate(db_url)
     diffs, versions = _schema_state(db_url)
     assert diffs == []
-    assert versions == ["0007"]
+    assert versions == ["0010"]
 
 
 def test_migrate_from_several_processes_at_once(db_url: str) -> None:
@@ -110,7 +110,7 @@ def test_migrate_from_several_processes_at_once(db_url: str) -> None:
     assert run_processes(_migrate_child, [(db_url, barrier)] * 3) == ["ok"] * 3
     diffs, versions = _schema_state(db_url)
     assert diffs == []
-    assert versions == ["0007"]
+    assert versions == ["0010"]
 
 
 def _migrate_to(engine: Engine, revision: str, *, down: bool = False) -> None:
@@ -133,6 +133,60 @@ def _reservations_shape(engine: Engine) -> tuple[set[str], bool | None]:
     return indexes, "WITHOUT ROWID" not in sql
 
 
+def _seed_at_0004(eng: Engine, held: list[tuple[str, int, str]]) -> AuthContext:
+    """An organisation "acme" with $1 and a key, holding ``held`` (request id, amount, worker),
+    written with raw SQL on the tables as they are at revision 0004; the key's context."""
+    tables = MetaData()
+    tables.reflect(eng, only=("orgs", "api_keys", "reservations"))
+    orgs_0004, keys_0004, held_0004 = (tables.tables[n] for n in ("orgs", "api_keys", "reservations"))
+    total = sum(amount for _, amount, _ in held)
+    with eng.begin() as conn:
+        org_id = conn.execute(
+            orgs_0004.insert().values(
+                name="acme",
+                balance_micros=1_000_000,
+                reserved_micros=total,
+                suspended=False,
+                created_at=to_epoch_micros(NOW),
+            )
+        ).inserted_primary_key[0]
+        key_id = conn.execute(
+            keys_0004.insert().values(
+                public_id="key_000000000001",
+                org_id=org_id,
+                name="",
+                prefix="ezat_sk_0000",
+                key_hash="0" * 64,
+                models="",
+                spent_micros=0,
+                reserved_micros=total,
+                created_at=to_epoch_micros(NOW),
+            )
+        ).inserted_primary_key[0]
+        for request_id, amount, worker in held:
+            conn.execute(
+                held_0004.insert().values(
+                    request_id=request_id,
+                    org_id=org_id,
+                    key_id=key_id,
+                    amount_micros=amount,
+                    created_at=to_epoch_micros(NOW),
+                    worker=worker,
+                    endpoint="chat.completions",
+                )
+            )
+    return AuthContext(
+        key_id=key_id,
+        key_public_id="key_000000000001",
+        org_id=org_id,
+        org_name="acme",
+        model_patterns=(),
+        spend_limit_micros=None,
+        rpm=None,
+        tpm=None,
+    )
+
+
 def test_upgrading_from_0004_keeps_the_held_reservations(db_url: str) -> None:
     """Reservations held across the upgrade (a hot path open the whole time) are still there
     afterwards and settle as usual; the table loses its secondary indexes (and, on SQLite, its
@@ -142,19 +196,19 @@ def test_upgrading_from_0004_keeps_the_held_reservations(db_url: str) -> None:
     try:
         _migrate_to(eng, "0004")
         assert _reservations_shape(eng)[0] == {"ix_reservations_created_at", "ix_reservations_worker"}
-        accounts, books = Accounts(eng, hot), Ledger(eng, hot)
-        ctx = setup_key(accounts)
-        for n, worker in enumerate(("w:1", "w:1", "w:9")):
-            books.reserve(ctx, f"req_held_{n}", 1000 * (n + 1), now=NOW, endpoint="chat.completions", worker=worker)
+        books = Ledger(eng, hot)
+        # Rows as release 0004 wrote them (today's code writes columns 0004 doesn't have).
+        ctx = _seed_at_0004(eng, [(f"req_held_{n}", 1000 * (n + 1), w) for n, w in enumerate(("w:1", "w:1", "w:9"))])
+        cols = [reservations.c[c["name"]] for c in inspect(eng).get_columns("reservations")]  # 0004's columns
         with eng.connect() as conn:
-            before = conn.execute(select(reservations).order_by(reservations.c.request_id)).all()
+            before = conn.execute(select(*cols).order_by(reservations.c.request_id)).all()
         assert len(before) == 3
 
         migrate(eng)
         assert _reservations_shape(eng) == (set(), False if eng.dialect.name == "sqlite" else None)
-        assert _schema_state(db_url) == ([], ["0007"])
+        assert _schema_state(db_url) == ([], ["0010"])
         with eng.connect() as conn:
-            assert conn.execute(select(reservations).order_by(reservations.c.request_id)).all() == before
+            assert conn.execute(select(*cols).order_by(reservations.c.request_id)).all() == before
         assert org_row(eng, "acme").reserved_micros == 6000
 
         # Settled, released with their dead worker, swept: each way out still finds its row.
@@ -168,7 +222,7 @@ def test_upgrading_from_0004_keeps_the_held_reservations(db_url: str) -> None:
 
         books.reserve(ctx, "req_after", 500, now=NOW, worker="w:2")
         with eng.connect() as conn:
-            kept = conn.execute(select(reservations).order_by(reservations.c.request_id)).all()
+            kept = conn.execute(select(*cols).order_by(reservations.c.request_id)).all()
 
         _migrate_to(eng, "0004", down=True)
         assert _reservations_shape(eng) == (
@@ -176,11 +230,11 @@ def test_upgrading_from_0004_keeps_the_held_reservations(db_url: str) -> None:
             True if eng.dialect.name == "sqlite" else None,
         )
         with eng.connect() as conn:
-            assert conn.execute(select(reservations).order_by(reservations.c.request_id)).all() == kept
+            assert conn.execute(select(*cols).order_by(reservations.c.request_id)).all() == kept
         migrate(eng)  # and up again
-        assert _schema_state(db_url) == ([], ["0007"])
+        assert _schema_state(db_url) == ([], ["0010"])
         with eng.connect() as conn:
-            assert conn.execute(select(reservations).order_by(reservations.c.request_id)).all() == kept
+            assert conn.execute(select(*cols).order_by(reservations.c.request_id)).all() == kept
     finally:
         hot.close()
         eng.dispose()

@@ -95,6 +95,9 @@ def same(value: Any, default: Any) -> bool:
 
 def test_the_walk_finds_every_table_of_the_loader() -> None:
     assert set(loader_sections()) == {
+        "admin",
+        "alerts",
+        "spend",
         "gateway",
         "server",
         "responses",

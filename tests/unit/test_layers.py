@@ -29,7 +29,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     ("composition root", ("ezat_compat.app",)),
     ("process", ("ezat_compat.server", "ezat_compat.config")),
-    ("http", ("ezat_compat.api",)),
+    ("http", ("ezat_compat.api", "ezat_compat.admin")),
     ("pipeline", ("ezat_compat.pipeline", "ezat_compat.session")),
     ("dialects", ("ezat_compat.dialects", "ezat_compat.failures")),
     ("wire", ("ezat_compat.wire",)),
