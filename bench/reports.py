@@ -13,10 +13,12 @@ uses 3 of 6 models, token counts and costs vary row by row, one row in 97 is a f
 no cost. Then:
 
 1. the rollup is built from nothing (``Rollup.catch_up``: what the fold job does after an upgrade),
-   timed;
-2. each report below is answered ``--repeat`` times as a request would be (``admin.reports.report``:
-   the fold of what is new, the SQL, the ids' lookup, the rows' shapes, then ``json.dumps``); the
-   median and the slowest are printed, against the 0.5 s target;
+   timed; on PostgreSQL then ``VACUUM (ANALYZE)`` of the ledger and the rollup (what autovacuum does
+   within minutes of a bulk load: the figures are the steady state's);
+2. each report below is answered as a request would be (``admin.reports.report``: the fold of what
+   is new, the SQL, the ids' lookup, the rows' shapes, then the JSON body) once, then ``--repeat``
+   times more; the first time, the median and the slowest of the others are printed, against the
+   0.5 s target;
 3. a background fold of one batch of new rows (``FOLD_BATCH``: what the fold loop takes at a time) is timed;
 4. the 31-day totals of the reports are checked against the ledger's own sums (exact).
 """
@@ -39,7 +41,7 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, make_url, text
 from werkzeug.datastructures import MultiDict
 
-from ezat_compat.admin.reports import COST, USAGE, report
+from ezat_compat.admin.reports import COST, USAGE, encoded, report
 from ezat_compat.store.db import make_engine, migrate
 from ezat_compat.store.rollup import FOLD_BATCH, Rollup
 from ezat_compat.store.store import Store, open_store
@@ -132,19 +134,23 @@ def fill(engine: Engine, rows: int, start: datetime, span: timedelta) -> float:
     return time.perf_counter() - started
 
 
-def _encoded(body: dict[str, Any]) -> str:
-    """The body as the view sends it (``api.common.json_response``)."""
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+def _encoded(body: dict[str, Any]) -> bytes:
+    """The body as the view sends it."""
+    return encoded(body)
 
 
-def timed(call: Callable[[], Any], repeat: int) -> tuple[float, float, Any]:
-    """Median and slowest seconds of ``repeat`` calls, and the last answer."""
-    seconds, answer = [], None
+def timed(call: Callable[[], Any], repeat: int) -> tuple[float, float, float, Any]:
+    """Seconds of the first call (cold: the database's and the process's caches not yet warm for
+    this report), then the median and the slowest of ``repeat`` more, and the last answer."""
+    started = time.perf_counter()
+    answer = call()
+    first = time.perf_counter() - started
+    seconds = []
     for _ in range(repeat):
         started = time.perf_counter()
         answer = call()
         seconds.append(time.perf_counter() - started)
-    return statistics.median(seconds), max(seconds), answer
+    return first, statistics.median(seconds), max(seconds), answer
 
 
 def reports(start: datetime, end: datetime, keys_by_id: list[str]) -> list[tuple[str, str, bool, dict[str, Any]]]:
@@ -226,9 +232,10 @@ def run_backend(name: str, url: str, rows: int, repeat: int) -> list[str]:
         started = time.perf_counter()
         assert store.rollup.catch_up(max_rows=rows * 2)
         build_s = time.perf_counter() - started
-        if engine.dialect.name == "postgresql":  # what autovacuum's analyze does within a minute of the build
-            with engine.begin() as conn:
-                conn.execute(text("ANALYZE usage_1m, usage_1h, usage_1d"))
+        if engine.dialect.name == "postgresql":
+            # What autovacuum does within minutes of a bulk load (else it runs during the figures).
+            with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+                conn.execute(text("VACUUM (ANALYZE) ledger, usage_1m, usage_1h, usage_1d"))
         with engine.connect() as conn:
             sizes = {t: conn.execute(text(f"SELECT COUNT(*) FROM {t}")).scalar() for t in ROLLUPS}
         print(f"{name}: rows in {fill_s:.0f} s; rollup built in {build_s:.0f} s {sizes}", flush=True)
@@ -237,17 +244,19 @@ def run_backend(name: str, url: str, rows: int, repeat: int) -> list[str]:
             "",
             f"Rollup rows: {sizes['usage_1m']:,} minutes, {sizes['usage_1h']:,} hours, {sizes['usage_1d']:,} days.",
             "",
-            "| report | rows/results | median | slowest | under 0.5 s |",
-            "| --- | --- | --- | --- | --- |",
+            f"| report | rows/results | first | median of {repeat} more | slowest | under 0.5 s |",
+            "| --- | --- | --- | --- | --- | --- |",
         ]
         keys = [f"apikey_{k:012x}" for k in range(1, ORGS * KEYS_PER_ORG + 1)]
         for title, kind, legacy, args in reports(start, end, keys):
             query = MultiDict(args)
-            median, slowest, body = timed(lambda: _encoded(report(store, query, kind=kind, legacy=legacy)), repeat)  # noqa: B023
+            answer = lambda: _encoded(report(store, query, kind=kind, legacy=legacy))  # noqa: B023, E731
+            first, median, slowest, body = timed(answer, repeat)
             data = json.loads(body)["data"]
             size = sum(len(b["results"]) for b in data) if legacy else len(data)
-            verdict = "yes" if slowest < TARGET_S else "**no**"
-            lines.append(f"| {title} | {size:,} | {median * 1000:.0f} ms | {slowest * 1000:.0f} ms | {verdict} |")
+            verdict = "yes" if max(first, slowest) < TARGET_S else "**no**"
+            times = " | ".join(f"{seconds * 1000:.0f} ms" for seconds in (first, median, slowest))
+            lines.append(f"| {title} | {size:,} | {times} | {verdict} |")
             print(lines[-1], flush=True)
         lines += ["", fold_batch(store.rollup, engine, rows), "", check_exact(store, engine, start, end)]
         print("\n".join(lines[-3:]), flush=True)

@@ -28,12 +28,15 @@ Who folds: every gateway worker runs ``start()`` (gunicorn's ``post_worker_init`
 loop (a greenlet under gevent) that folds ``FOLD_BATCH`` rows at a time while rows wait, then
 looks again every ``FOLD_EVERY_S``; a look that finds nothing new costs two indexed reads. And a
 report folds what is new first (``catch_up``, at most ``REPORT_FOLD_MAX`` rows), so it counts
-every row settled before it was asked; ``refreshed_at`` (the reports' ``data_refreshed_at``) is
-when the fold last reached the ledger's end.
+every row settled before it was asked; ``refreshed_at`` is when a fold last reached the ledger's
+end.
 
 Reading: ``totals(Slice)`` sums the rows of one bucket width's table over a range, grouped by any
 of bucket, organisation, key and model, filtered, ordered and cut to a page in SQL. A range read
 without buckets is tiled with the coarsest tables that fit (days in the middle, hours at the edges).
+A page of (bucket, group) rows ranked by a metric is found on that metric alone, then only its rows
+are summed in full (``_query``). On PostgreSQL a read gets the memory to aggregate a month of hours without
+spilling to disk (``_PG_READ_SETTINGS``).
 """
 
 from __future__ import annotations
@@ -537,6 +540,9 @@ class Rollup:
 
     @staticmethod
     def _query(part: Slice) -> Select[Any]:
+        """The SQL of ``part``. A page of (bucket, group) rows ranked by a metric is read in two
+        steps, in one statement: the page's rows ranked on that metric alone (one sum over the
+        range, not six), then the six sums of those rows only, found by bucket."""
         start, end = to_epoch_micros(part.start), to_epoch_micros(part.end)
         pieces = [(part.width, start, end)] if part.by_bucket else tiles(start, end)
         grouped = _grouped(part)
@@ -555,33 +561,45 @@ class Rollup:
             picked = [bucket.label("bucket"), *(table.c[c] for c in grouped), *(table.c[m] for m in METRICS)]
             return select(*picked).where(and_(*conditions))
 
-        if len(pieces) == 1:
-            source = piece(*pieces[0]).subquery("r")
-        else:
-            source = union_all(*(piece(*p) for p in pieces)).subquery("r")
-        keys = ([source.c.bucket] if part.by_bucket else []) + [source.c[c] for c in grouped]
+        def rows(name: str) -> Any:
+            if len(pieces) == 1:
+                return piece(*pieces[0]).subquery(name)
+            return union_all(*(piece(*p) for p in pieces)).subquery(name)
+
+        def keys_of(source: Any) -> list[Any]:
+            return ([source.c.bucket] if part.by_bucket else []) + [source.c[c] for c in grouped]
+
+        def metric(source: Any, name: str) -> Any:
+            if name == "total_tokens":
+                return func.sum(sum((source.c[t] for t in TOKENS[1:]), source.c[TOKENS[0]]))
+            return func.sum(source.c[name])
+
+        def ties(source: Any) -> list[Any]:
+            return ([source.c.bucket.asc()] if part.by_bucket else []) + [source.c[c].asc() for c in grouped]
+
+        def paged(query: Select[Any]) -> Select[Any]:
+            query = query if part.limit is None else query.limit(part.limit)
+            return query.offset(part.offset) if part.offset else query
+
+        direction = (lambda c: c.desc()) if part.descending else (lambda c: c.asc())
+        source = rows("r")
+        keys = keys_of(source)
         # As BIGINT: PostgreSQL's SUM of a bigint is a numeric (a Decimal to convert, row by row).
         sums = [cast(func.sum(source.c[m]), BigInteger).label(m) for m in METRICS]
-        total = sum((func.sum(source.c[t]) for t in TOKENS[1:]), func.sum(source.c[TOKENS[0]]))
-
-        def metric(name: str) -> Any:
-            return total if name == "total_tokens" else func.sum(source.c[name])
-
-        query = select(*keys, *sums).group_by(*keys)
-        direction = (lambda c: c.desc()) if part.descending else (lambda c: c.asc())
-        order: list[Any] = []
         if part.order_by == "time" and part.by_bucket:
-            order = [direction(source.c.bucket), metric(part.then_by).desc()]
-        elif part.order_by == "time":
-            order = [direction(metric(part.then_by))]
-        else:
-            order = [direction(metric(part.order_by))]
-        if part.by_bucket and part.order_by != "time":
-            order.append(source.c.bucket.asc())
-        order.extend(source.c[c].asc() for c in grouped)
-        query = query.order_by(*order)
-        if part.limit is not None:
-            query = query.limit(part.limit)
-        if part.offset:
-            query = query.offset(part.offset)
-        return query
+            order = [direction(source.c.bucket), metric(source, part.then_by).desc(), *ties(source)[1:]]
+            return paged(select(*keys, *sums).group_by(*keys).order_by(*order))
+        ranking = part.then_by if part.order_by == "time" else part.order_by
+        if part.limit is None or not part.by_bucket or not keys:
+            # Every row; or a range without buckets: a few rows per key and model, read in one go
+            # (the second step's join would find a group's rows without the bucket's index).
+            order = [direction(metric(source, ranking)), *ties(source)]
+            return paged(select(*keys, *sums).group_by(*keys).order_by(*order))
+        first = rows("ranked_rows")
+        rank = metric(first, ranking).label("rank")
+        ranked = paged(
+            select(*keys_of(first), rank).group_by(*keys_of(first)).order_by(direction(rank), *ties(first))
+        ).subquery("ranked")
+        joined = source.join(ranked, and_(*(key == ranked.c[key.name] for key in keys)))
+        order = [direction(ranked.c.rank), *ties(source)]
+        return select(*keys, *sums).select_from(joined).group_by(*keys, ranked.c.rank).order_by(*order)

@@ -9,6 +9,7 @@ import random
 import threading
 import time
 from collections import Counter, defaultdict
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -328,17 +329,32 @@ def test_totals_group_filter_and_page_like_a_report(engine: Engine, accounts: Ac
     order = [(t.bucket, -t.total_tokens) for t in by_hour]
     assert order == sorted(order)
 
-    # Pages of 7 (limit/offset) are the same rows, none skipped nor repeated, in any order.
-    for order_by, descending in (("time", True), ("cost_micros", True), ("requests", False), ("total_tokens", True)):
-        whole = rollup.totals(Slice("1h", START, end, group=("key",), order_by=order_by, descending=descending))
-        paged = []
-        for offset in range(0, len(whole) + 7, 7):
-            paged += rollup.totals(
-                Slice(
-                    "1h", START, end, group=("key",), order_by=order_by, descending=descending, limit=7, offset=offset
-                )
-            )
-        assert paged == whole
+    # Pages of 2 (limit/offset: the groups ranked first, then summed) are the rows read whole
+    # (summed, then ranked), none skipped nor repeated, in any order; with buckets, and without
+    # over a range that takes minutes, hours and days.
+    orders = (
+        ("time", True),
+        ("cost_micros", True),
+        ("requests", False),
+        ("total_tokens", True),
+        ("input_tokens", False),
+    )
+    [everything] = rollup.totals(Slice("1m", START, end, by_bucket=False, limit=5))
+    assert everything.requests == len(books.usage_rows())
+    shapes = [
+        Slice("1h", START, end, group=("key",)),
+        Slice("1h", START, end, group=("org", "model")),
+        Slice("1m", START + timedelta(minutes=7), end - timedelta(hours=3, minutes=1), by_bucket=False, group=("key",)),
+        Slice("1m", START + timedelta(minutes=7), end, by_bucket=False, group=("model",)),
+    ]
+    for shape in shapes:
+        for order_by, descending in orders:
+            whole = rollup.totals(replace(shape, order_by=order_by, descending=descending))
+            assert len(whole) > 2
+            paged = []
+            for offset in range(0, len(whole) + 2, 2):
+                paged += rollup.totals(replace(shape, order_by=order_by, descending=descending, limit=2, offset=offset))
+            assert paged == whole, (shape, order_by)
 
     # Filters: one key, one model; no buckets: one row for the whole (minute-aligned) range.
     ctx = ctxs[1]
