@@ -71,6 +71,7 @@ class ModelCaps:
     many_images: int = 20
     many_images_side: int = 2000
     max_output_tokens: int = 128_000
+    max_media: int = 100  # images and documents of one request (the 200k-context models')
 
 
 @dataclass(frozen=True)
@@ -444,6 +445,18 @@ def _cache_ttl_order(body: Mapping[str, Any], caps: ModelCaps) -> str | None:
     return None
 
 
+def _media_count(body: Mapping[str, Any], caps: ModelCaps) -> str | None:
+    images = documents = 0
+    for _, _, block in _message_blocks(body):
+        if block["type"] == "image":
+            images += 1
+        elif block["type"] == "document":
+            documents += 1
+    if images + documents > caps.max_media:
+        return f"too many images and documents: {images} + {documents} > {caps.max_media}"
+    return None
+
+
 def _base64_images(body: Mapping[str, Any]) -> Iterator[tuple[str, str | None]]:
     """(path of the image's fields, base64 data or None for a url/file image) of every image."""
     for path, _, block in _message_blocks(body):
@@ -647,6 +660,8 @@ RULES: tuple[Rule, ...] = (
     Rule("effort_offered", _DOCS + "build-with-claude/effort", _effort_offered),
     Rule("cache_breakpoints_max", _ISSUE + "tghamm/Anthropic.SDK/issues/50", _cache_breakpoints_max),
     Rule("cache_ttl_order", _ISSUE + "cnighswonger/claude-code-cache-fix/issues/44", _cache_ttl_order),
+    # The whole answer: 400 invalid_request_error "too many images and documents: 104 + 1 > 100".
+    Rule("media_count", _ISSUE + "anthropics/claude-code/issues/23392", _media_count),
     # The limit is on the base64 string: a 12.7 MiB file is quoted as 17699328 bytes (x 4/3).
     Rule("image_bytes", _ISSUE + "anthropics/claude-code/issues/8227", _image_bytes),
     Rule("image_side", _ISSUE + "anthropics/claude-code/issues/4778", _image_side),

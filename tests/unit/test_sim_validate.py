@@ -316,6 +316,13 @@ CASES: list[tuple[str, dict[str, Any], str, dict[str, Any], ModelCaps]] = [
         ModelCaps(),
     ),
     (
+        "media_count",
+        body(user(*(image(png(4, 4)) for _ in range(101)))),
+        "too many images and documents: 101 + 0 > 100",
+        body(user(*(image(png(4, 4)) for _ in range(100)))),
+        ModelCaps(),
+    ),
+    (
         "image_media_type",
         body(
             user("weather?"),
