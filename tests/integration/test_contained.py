@@ -9,11 +9,9 @@ started, and no reservation is left held.
 from __future__ import annotations
 
 import base64
-import itertools
 import json
 import sqlite3
 import struct
-import threading
 import time
 import zlib
 from collections.abc import Iterator
@@ -24,6 +22,7 @@ import pytest
 import requests
 
 from tests.integration.harness import Gateway, ModelSpec, Sim, only_worker, rss_mb
+from tests.support.watched import Watched
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -46,42 +45,6 @@ def one_worker(tmp_path: Path) -> Iterator[Gateway]:
     finally:
         gateway.stop()
         sim.stop()
-
-
-class Watched:
-    """A stream of another organisation, read on a thread: when each line arrived."""
-
-    def __init__(self, gateway: Gateway, key: str) -> None:
-        self.times: list[float] = []
-        self.done = threading.Event()
-        body = {
-            "model": MODEL,
-            "stream": True,
-            "max_completion_tokens": 32,
-            "messages": [{"role": "user", "content": "Keep me waiting [[sim:stall=60]]"}],
-        }
-        self.response = requests.post(
-            gateway.url + "/openai/v1/chat/completions",
-            json=body,
-            headers={"authorization": f"Bearer {key}"},
-            stream=True,
-            timeout=120,
-        )
-        assert self.response.status_code == 200
-        self.thread = threading.Thread(target=self._read, daemon=True)
-        self.thread.start()
-
-    def _read(self) -> None:
-        try:
-            for _line in self.response.iter_lines():
-                self.times.append(time.monotonic())
-        except Exception:  # the test closes the response under this thread at the end
-            pass
-        self.done.set()
-
-    def largest_gap(self, since: float) -> float:
-        stamps = [since, *(t for t in self.times if t >= since), time.monotonic()]
-        return max(b - a for a, b in itertools.pairwise(stamps))
 
 
 def _chain_schema(depth: int = 24) -> dict[str, Any]:
@@ -152,7 +115,7 @@ def test_another_organisations_attacks_leave_a_stream_on_time_and_the_worker_who
     watched_key, attacker = gateway.new_key("watched"), gateway.new_key("attacker", balance="1000")
     worker = only_worker(gateway)
     rss_start = rss_mb(worker)
-    watched = Watched(gateway, watched_key)
+    watched = Watched(gateway, watched_key, model=MODEL)
     time.sleep(1.0)  # its first events and pings
     outcomes: dict[str, int] = {}
     for name, path, body in _attacks():

@@ -19,13 +19,11 @@ from __future__ import annotations
 
 import base64
 import io
-import itertools
 import sqlite3
 import struct
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 import zlib
 from collections.abc import Iterator
@@ -38,6 +36,7 @@ import requests
 from PIL import Image
 
 from tests.integration.harness import Gateway, ModelSpec, Sim, only_worker, rss_mb
+from tests.support.watched import Watched
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -121,42 +120,6 @@ def one_worker(tmp_path: Path) -> Iterator[Gateway]:
         sim.stop()
 
 
-class Watched:
-    """A stream of another organisation, read on a thread: when each line arrived."""
-
-    def __init__(self, gateway: Gateway, key: str) -> None:
-        self.times: list[float] = []
-        self.done = threading.Event()
-        body: dict[str, Any] = {
-            "model": MODEL,
-            "stream": True,
-            "max_completion_tokens": 32,
-            "messages": [{"role": "user", "content": "Keep me waiting [[sim:stall=120]]"}],
-        }
-        self.response = requests.post(
-            gateway.url + "/openai/v1/chat/completions",
-            json=body,
-            headers={"authorization": f"Bearer {key}"},
-            stream=True,
-            timeout=180,
-        )
-        assert self.response.status_code == 200
-        self.thread = threading.Thread(target=self._read, daemon=True)
-        self.thread.start()
-
-    def _read(self) -> None:
-        try:
-            for _line in self.response.iter_lines():
-                self.times.append(time.monotonic())
-        except Exception:  # the test closes the response under this thread at the end
-            pass
-        self.done.set()
-
-    def largest_gap(self, since: float) -> float:
-        stamps = [since, *(t for t in self.times if t >= since), time.monotonic()]
-        return max(b - a for a, b in itertools.pairwise(stamps))
-
-
 def post(gateway: Gateway, path: str, key: str, body: dict[str, Any]) -> requests.Response:
     return requests.post(gateway.url + path, json=body, headers={"authorization": f"Bearer {key}"}, timeout=120)
 
@@ -175,7 +138,7 @@ def test_image_attacks_leave_another_organisations_stream_on_time_and_the_worker
     )
     worker = only_worker(gateway)
     rss_start = rss_mb(worker)
-    watched = Watched(gateway, watched_key)
+    watched = Watched(gateway, watched_key, model=MODEL, stall_s=120)
     time.sleep(1.0)  # its first events and pings
 
     def attack(name: str, run: Any) -> Any:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import sqlite3
-import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +24,7 @@ from ezat_compat.store.quota import DEFAULT_QUOTA_MB, MIB, UNDER_FOR_S
 from ezat_compat.store.responses import DAY_S, ResponseStore
 from ezat_compat.translate.item_references import item_key
 from tests.integration.harness import Gateway, ModelSpec, Sim, only_worker, rss_mb
+from tests.support.watched import Watched
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -48,41 +48,6 @@ def one_worker(tmp_path: Path) -> Iterator[tuple[Gateway, Sim]]:
     finally:
         gateway.stop()
         sim.stop()
-
-
-class Watched:
-    """Another organisation's stream, read on a thread: when each of its lines arrived."""
-
-    def __init__(self, gateway: Gateway, key: str) -> None:
-        self.times: list[float] = []
-        body: dict[str, Any] = {
-            "model": MODEL,
-            "stream": True,
-            "max_completion_tokens": 32,
-            "messages": [{"role": "user", "content": "Keep me waiting [[sim:stall=60]]"}],
-        }
-        self.response = requests.post(
-            gateway.url + "/openai/v1/chat/completions",
-            json=body,
-            headers={"authorization": f"Bearer {key}"},
-            stream=True,
-            timeout=120,
-        )
-        assert self.response.status_code == 200
-        self.done = threading.Event()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        try:
-            for _line in self.response.iter_lines():
-                self.times.append(time.monotonic())
-        except Exception:  # closed under this thread at the end
-            pass
-        self.done.set()
-
-    def largest_gap(self, since: float) -> float:
-        stamps = [since, *(t for t in self.times if t >= since), time.monotonic()]
-        return max(b - a for a, b in itertools.pairwise(stamps))
 
 
 def database(gateway: Gateway) -> Path:
@@ -130,7 +95,7 @@ def test_sixty_reads_of_a_200000_item_input_leave_another_stream_on_time(one_wor
     }
     worker = only_worker(gateway)
     rss_start = rss_mb(worker)
-    watched = Watched(gateway, watched_key)
+    watched = Watched(gateway, watched_key, model=MODEL)
     time.sleep(1.0)
     started = time.monotonic()
     asks = list(itertools.islice(itertools.cycle(pages), 60))
