@@ -318,9 +318,13 @@ class SpendAlerts:
 
 
 def start_alerts(
-    spend: SpendLimits, settings: AlertsSettings, publish: Callable[[list[SpendGauge]], None] | None
+    spend: SpendLimits,
+    settings: AlertsSettings,
+    publish: Callable[[list[SpendGauge]], None] | None,
+    post: Callable[..., Any] = requests.post,
 ) -> SpendAlerts:
-    """Start this worker's loop (gunicorn's ``post_worker_init``); returns it."""
-    alerts = SpendAlerts(spend, settings, publish)
+    """Start this worker's loop (gunicorn's ``post_worker_init``); returns it. ``post``: how a
+    webhook is sent (the composition's session: the operator's proxies and CAs)."""
+    alerts = SpendAlerts(spend, settings, publish, post=post)
     alerts.start()
     return alerts

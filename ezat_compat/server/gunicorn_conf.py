@@ -173,9 +173,12 @@ def post_worker_init(worker: Any) -> None:
         store.rollup.start()  # the reports' rollup folds new ledger rows in the background (store/rollup.py)
     if store is not None and store.spend is not None:
         from ezat_compat.alerts import start_alerts
+        from ezat_compat.upstream.egress import trusting_session
 
-        # spend limits' thresholds: webhooks and gauges, every few seconds (ezat_compat/alerts.py)
-        start_alerts(store.spend, _config.alerts, gateway.metrics.publish_spend_limits)
+        # spend limits' thresholds: webhooks and gauges, every few seconds (ezat_compat/alerts.py),
+        # sent through the environment's proxies with [gateway] ca_file trusted besides its CAs
+        ca_files = (_config.gateway.ca_file,) if _config.gateway.ca_file else ()
+        start_alerts(store.spend, _config.alerts, gateway.metrics.publish_spend_limits, trusting_session(ca_files).post)
     on_worker_term(worker, lambda: gateway.cut_streams(shutting_down()), float(_config.server.graceful_timeout_s))
     serving.tune_collector()  # last: the app and its hooks are what it sets aside
 

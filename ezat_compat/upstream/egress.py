@@ -63,6 +63,16 @@ def verifying_context(extra_ca_files: Sequence[str] = (), *, ca_bundle: str | No
     return Egress(proxies={}, ca_bundle=bundle, extra_ca_files=tuple(extra_ca_files)).ssl_context()
 
 
+def trusting_session(extra_ca_files: Sequence[str] = ()) -> requests.Session:
+    """A ``requests`` Session for the gateway's own calls that go to no deployment (the spend
+    alerts' webhooks): the environment's proxies (``HTTPS_PROXY``/``NO_PROXY``, requests'
+    ``trust_env``) and CA bundle, plus ``extra_ca_files`` (``[gateway] ca_file``) for https."""
+    session = requests.Session()
+    if extra_ca_files:
+        session.mount("https://", TLSAdapter(verifying_context(extra_ca_files), pool_maxsize=4))
+    return session
+
+
 class TLSAdapter(HTTPAdapter):
     """An ``HTTPAdapter`` whose https connections use one TLS context (the egress's CAs and
     client certificate), through requests' extension points for subclasses: a custom
