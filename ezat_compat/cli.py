@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
 import sys
 from collections.abc import Iterator, Sequence
@@ -41,26 +42,42 @@ def _config(args: argparse.Namespace) -> Config:
     return load_config(resolve_config_path(args.config))
 
 
-def _database_url(args: argparse.Namespace) -> str:
-    """The database of the admin commands: the config's, or ``EZAT_DATABASE_URL`` alone."""
+def _admin_config(args: argparse.Namespace) -> Config | None:
+    """The admin commands' configuration; None when there is no file and ``EZAT_DATABASE_URL``
+    names the database alone."""
     path = resolve_config_path(args.config)
     if not os.path.exists(path) and os.environ.get("EZAT_DATABASE_URL") and not args.config:
-        return os.environ["EZAT_DATABASE_URL"]
-    return load_config(path).gateway.database_url
+        return None
+    return load_config(path)
+
+
+def _database_url(args: argparse.Namespace) -> str:
+    """The database of the admin commands: the config's, or ``EZAT_DATABASE_URL`` alone."""
+    config = _admin_config(args)
+    return os.environ["EZAT_DATABASE_URL"] if config is None else config.gateway.database_url
 
 
 @contextlib.contextmanager
 def _store(args: argparse.Namespace) -> Iterator[Store]:
     """The admin commands' store (``open_store``'s operator kind), closed after the command.
     They never migrate: a schema other than this release's is refused in one line (``db
-    upgrade`` migrates; ``serve`` does on start)."""
+    upgrade`` migrates; ``serve`` does on start). Each change's audit line goes where the
+    gateway's own lines go (``log_audit_trail``)."""
+    from ezat_compat.domain import LoggingSettings
+    from ezat_compat.server.logs import log_audit_trail
     from ezat_compat.store.store import open_store
 
-    store = open_store(_database_url(args))
+    config = _admin_config(args)
+    url = os.environ["EZAT_DATABASE_URL"] if config is None else config.gateway.database_url
+    settings = LoggingSettings() if config is None else config.logging
+    handler = log_audit_trail(settings, "-" if config is None else config.server.error_log)
+    store = open_store(url)
     try:
         yield store
     finally:
         store.close()
+        logging.getLogger("ezat_compat.audit").removeHandler(handler)
+        handler.close()
 
 
 def _usd(text: str) -> int:

@@ -31,6 +31,7 @@ import json
 import logging
 import os
 import re
+import sys
 import time
 import traceback
 from collections.abc import Callable, Mapping
@@ -228,6 +229,23 @@ def logging_config(
             },
         },
     }
+
+
+def log_audit_trail(settings: LoggingSettings, error_log: str) -> logging.Handler:
+    """For the admin commands run on the shell: each change's audit line (logger
+    ``ezat_compat.audit``) written where the serving gateway writes it (``[server] error_log``,
+    "-": stderr) in ``[logging] format``, so a change made with the CLI leaves the same line as
+    one made through the admin API. The handler, for whoever closes it."""
+    handler: logging.Handler = logging.StreamHandler(sys.stderr)
+    if error_log and error_log != "-":
+        with contextlib.suppress(OSError):  # a file this user can't write: the line goes to stderr
+            handler = logging.FileHandler(error_log, encoding="utf-8")
+    handler.setFormatter(JsonFormatter() if settings.format == "json" else TextFormatter())
+    logger = logging.getLogger("ezat_compat.audit")
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    logger.propagate = False
+    return handler
 
 
 # ---------------------------------------------------------------- the request log

@@ -130,3 +130,27 @@ def test_every_change_of_the_cli_leaves_an_audit_row_naming_the_unix_user(config
 def test_check_config_judges_the_admin_listener(config: Path, admin_bind: str, words: str) -> None:
     done = cli(config, "check-config", env={"EZAT_ADMIN_BIND": admin_bind, "EZAT_BIND": "127.0.0.1:8080"})
     assert done.returncode == 1 and words in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_every_change_of_the_cli_writes_its_audit_line_where_the_gateway_logs(config: Path) -> None:
+    """One JSON line per change on stderr ([server] error_log "-"), as the admin API's changes
+    write theirs; never the secret a command prints."""
+    made = cli(config, "orgs", "create", "acme", "--balance", "5")
+    (line,) = [json.loads(text) for text in made.stderr.splitlines() if text.startswith("{")]
+    assert (line["logger"], line["level"]) == ("ezat_compat.audit", "info")
+    entry = json.loads(line["message"])
+    assert (entry["action"], entry["actor"]) == ("workspace.create", f"cli:{getpass.getuser()}")
+    created = cli(config, "keys", "create", "--org", "acme")
+    secret = created.stdout.strip().splitlines()[-1]
+    assert secret.startswith("ezat_sk_") and secret not in created.stderr
+    assert [
+        json.loads(json.loads(text)["message"])["action"]
+        for text in created.stderr.splitlines()
+        if text.startswith("{")
+    ] == ["api_key.create"]
+    listed = cli(config, "keys", "list", "--json")
+    assert listed.stderr == ""  # a read leaves no line
+    log = config.parent / "error.log"
+    config.write_text(config.read_text().replace("[gateway]\n", f'[server]\nerror_log = "{log}"\n\n[gateway]\n', 1))
+    assert cli(config, "orgs", "top-up", "acme", "1").stderr == ""
+    assert json.loads(json.loads(log.read_text().strip())["message"])["action"] == "workspace.top_up"
