@@ -4,11 +4,12 @@ The writer reads the upstream itself, each read waiting at most until the dialec
 is due (``keepalive_s`` after the last write): then it sends the keep-alive, while the
 upstream is silent or while the model thinks (events that produce no bytes), and notices a
 client that left (the ping is the disconnect probe). One timer: the time of the last write.
-The events of one upstream read are translated together and written in one write (the reply's
-ending with them, billed first, unless a peek finds the client gone); ``finally`` closes and
-bills. A reply that arrives whole in the first read (a fast upstream) is one write: a model
-streaming for real ends its reply reads later, so the first bytes never wait for its bill. A
-cut asked from another greenlet (a shutdown) interrupts the upstream read.
+The first event (read before the stream started) is written alone, at once: the first byte
+waits for no translation of what came after it and no bill. Then the events of one upstream read
+are translated together and written in one write (the reply's ending with them, billed first,
+unless a peek finds the client gone); ``finally`` closes and bills. A reply that arrives whole
+in the first read (a fast upstream) is two writes. A cut asked from another greenlet (a
+shutdown) interrupts the upstream read.
 """
 
 from __future__ import annotations
@@ -32,14 +33,17 @@ def relay(session: StreamSession) -> Generator[bytes, None, None]:
     pause = tools().pause
     relayed = 0  # events since the last pause
     try:
-        head = session.head  # the first event's bytes: written with the rest of its read
+        head = session.head  # the first event's bytes: written alone, at once
         last_write = clock()
         held: list[tuple[str, str]] = []  # events read, fed at the next turn
+        first = True  # until the first write: the head goes out alone
         while not session.over:
             parts = [head] if head else []
             head = b""
             if held:
                 events, held = held, []
+            elif first and parts:  # the head alone, at once
+                events = []
             else:
                 try:  # with the head to write, only what has already arrived
                     events = session.poll(0.0 if parts else keepalive_s - (clock() - last_write))
@@ -76,6 +80,7 @@ def relay(session: StreamSession) -> Generator[bytes, None, None]:
             if out:
                 yield out
                 last_write = clock()
+                first = False
             elif clock() - last_write >= keepalive_s:
                 yield session.ping
                 last_write = clock()

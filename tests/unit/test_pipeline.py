@@ -168,13 +168,15 @@ def test_a_failure_after_the_start_ends_with_error_then_done_unbilled(tail: list
     assert row.cost_micros == 0 and row.status >= 500
 
 
-def test_a_reply_read_whole_is_one_write_billed_before_it() -> None:
+def test_a_reply_read_whole_is_two_writes_the_first_event_at_once_then_the_rest_billed_before_it() -> None:
     gw, _, ledger = gateway({"a": events(START, *TEXT, *END)})
     session = gw.handle(OPENAI, request("openai", stream=True))
     assert isinstance(session, StreamSession)
     writer = relay(session)
-    received = next(writer)  # the first event (read before the stream started) and all after it
-    assert received.startswith(session.head) and b"Hello there, friend" in received
+    assert next(writer) == session.head  # the first event (read before the stream started), at once
+    assert ledger.rows == []  # its write waited for nothing: no translation of the rest, no bill
+    received = next(writer)  # all that had arrived after it
+    assert b"Hello there, friend" in received
     assert received.endswith(b"data: [DONE]\n\n") and type(received) is bytes
     assert ledger.rows[0][1].status == 200 and list(writer) == []
 
@@ -207,7 +209,8 @@ def test_a_client_gone_before_the_ending_is_written_is_billed_as_having_left() -
 
 
 def test_a_client_that_leaves_is_billed_an_estimate_and_the_upstream_closed() -> None:
-    _, ledger, stream = run_openai_stream([*events(START, *TEXT), GATE, *events(*END)], stop_after=1)
+    # the first write is the first event alone, the second the text that had arrived
+    _, ledger, stream = run_openai_stream([*events(START, *TEXT), GATE, *events(*END)], stop_after=2)
     ((_, row),) = ledger.rows
     assert (row.status, row.estimated, row.usage.input_tokens) == (499, True, 7)
     assert row.usage.output_tokens == 5 and row.cost_micros > 0  # ceil(len("Hello there, friend") / 4)
