@@ -32,22 +32,27 @@ from ezat_compat.domain import (
     EFFORTS,
     LOG_FORMATS,
     LOG_LEVELS,
+    OTLP_PROTOCOLS,
     PROVIDERS,
     THINKING_STYLES,
     AdminSettings,
     AlertsSettings,
     Config,
+    ConsoleSettings,
     Deployment,
     GatewaySettings,
+    IdentitySettings,
     LoggingSettings,
     Model,
     Price,
     ResponsesSettings,
     ServerSettings,
     SpendSettings,
+    TelemetrySettings,
 )
 from ezat_compat.endpoints import DEFAULT_KEY_VARIABLE, default_base_url
 from ezat_compat.periods import time_zone
+from ezat_compat.translate.versions import V2023, VERSIONS, offers_version
 from ezat_compat.wire.paths import flatten_errors, format_error
 
 DEFAULT_CONFIG_NAME = "ezat.toml"
@@ -93,10 +98,20 @@ def _proxy_url(value: str) -> None:
 _PROVIDER_KEYS: dict[str, tuple[str, ...]] = {
     "bedrock": ("region", "aws_profile", "guardrail", "guardrail_version", "service_tier"),
     "vertex": ("project", "region"),
+    "foundry": ("tenant_id", "client_id", "client_secret_env", "authority_host"),
+    "claude_platform_aws": ("region", "aws_profile", "workspace_id"),
+    "bedrock_messages": ("region", "aws_profile"),
 }
+FOUNDRY_HOSTINGS = ("azure", "anthropic")  # Foundry's hosting options ("Hosted on Azure" is the portal's default)
+FOUNDRY_AUTHS = ("api_key", "entra_id")  # the resource's key, or Microsoft Entra ID tokens (azure-identity)
 # InvokeModel's serviceTier values (botocore's bedrock-runtime service model, ServiceTierType)
 BEDROCK_SERVICE_TIERS = ("priority", "default", "flex", "reserved")
-_PROVIDER_REQUIRED: dict[str, tuple[str, ...]] = {"bedrock": ("region",), "vertex": ("project", "region")}
+_PROVIDER_REQUIRED: dict[str, tuple[str, ...]] = {
+    "bedrock": ("region",),
+    "vertex": ("project", "region"),
+    "claude_platform_aws": ("region", "workspace_id"),  # SigV4 signs for the region, even at a base_url
+    "bedrock_messages": ("region",),
+}
 _PROVIDER_ONLY = tuple(dict.fromkeys(key for keys in _PROVIDER_KEYS.values() for key in keys))  # refused elsewhere
 
 
@@ -108,6 +123,7 @@ class _DeploymentSchema(_Strict):
     provider = fields.Str(load_default="anthropic", validate=validate.OneOf(PROVIDERS))
     region = fields.Str(load_default="", validate=validate.Regexp(r"^[a-z0-9-]*$", error="Not a region name."))
     aws_profile = fields.Str(load_default="")
+    workspace_id = fields.Str(load_default="", validate=validate.Length(max=256))
     project = fields.Str(load_default="")
     guardrail = fields.Str(load_default="", validate=validate.Length(max=2048))
     guardrail_version = fields.Str(
@@ -115,7 +131,13 @@ class _DeploymentSchema(_Strict):
     )
     service_tier = fields.Str(load_default="", validate=validate.OneOf(("", *BEDROCK_SERVICE_TIERS)))
     price = fields.Nested(_PriceSchema, load_default=None)
-    anthropic_version = fields.Str(load_default="2023-06-01")
+    anthropic_version = fields.Str(load_default="2023-06-01", validate=validate.OneOf(VERSIONS))
+    hosting = fields.Str(load_default="azure", validate=validate.OneOf(FOUNDRY_HOSTINGS))
+    auth = fields.Str(load_default="api_key", validate=validate.OneOf(FOUNDRY_AUTHS))
+    tenant_id = fields.Str(load_default="")
+    client_id = fields.Str(load_default="")
+    client_secret_env = fields.Str(load_default="")
+    authority_host = fields.Url(load_default="", require_tld=False, schemes={"https"})
     priority = fields.Int(load_default=0, strict=True)
     weight = fields.Float(load_default=1.0, validate=validate.Range(min=0, min_inclusive=False))
     proxy = fields.Str(load_default=None, validate=_proxy_url)
@@ -133,6 +155,9 @@ class _DeploymentSchema(_Strict):
             raise ValidationError(
                 {"anthropic_version": [f"anthropic_version is not used by provider {provider!r} (it sends its own)."]}
             )
+        for key in ("hosting", "auth"):  # Foundry's own, with defaults: refused where written elsewhere
+            if isinstance(data, dict) and key in data and data.get("provider") != "foundry":
+                raise ValidationError({key: [f"{key} is not used by provider {data.get('provider', 'anthropic')!r}."]})
         return data
 
     @validates_schema
@@ -161,6 +186,25 @@ class _DeploymentSchema(_Strict):
             raise ValidationError({"base_url": [f"Missing data for required field (provider {provider!r})."]})
         if provider == "vertex" and data.get("api_key_env"):
             raise ValidationError({"api_key_env": ["provider 'vertex' authenticates with Google's credentials."]})
+        self._entra_keys(data)
+        version = data.get("anthropic_version", V2023)
+        if not offers_version(provider, data.get("upstream_model", ""), version):
+            raise ValidationError(
+                {"anthropic_version": [f"provider {provider!r} does not serve {version} for this model."]}
+            )
+
+    @staticmethod
+    def _entra_keys(data: dict[str, Any]) -> None:
+        """Foundry with Microsoft Entra ID: no key variable; the client secret goes with its
+        tenant and client (else azure-identity's DefaultAzureCredential chain finds the identity)."""
+        entra = data.get("auth") == "entra_id"
+        for key in ("tenant_id", "client_id", "client_secret_env", "authority_host"):
+            if data.get(key) and not entra:
+                raise ValidationError({key: [f'{key} is used only with auth = "entra_id".']})
+        if entra and data.get("api_key_env"):
+            raise ValidationError({"api_key_env": ['auth = "entra_id" authenticates with Entra ID tokens, not a key.']})
+        if data.get("client_secret_env") and not (data.get("tenant_id") and data.get("client_id")):
+            raise ValidationError({"client_secret_env": ["client_secret_env needs tenant_id and client_id."]})
 
 
 class _ModelSchema(_Strict):
@@ -253,6 +297,12 @@ def _allow_list(value: str) -> None:
         raise ValidationError(str(exc)) from None
 
 
+def _public_url(value: str) -> None:
+    """``[server] public_url``: empty, or an http(s) URL without a query or fragment."""
+    if value and (not value.startswith(("http://", "https://")) or "?" in value or "#" in value):
+        raise ValidationError("Must be an http:// or https:// URL without a query or fragment (or empty).")
+
+
 class _ServerSchema(_Strict):
     bind = fields.Str(load_default="127.0.0.1:8080")
     workers = fields.Int(load_default=2, strict=True, validate=validate.Range(min=1, max=256))
@@ -270,6 +320,7 @@ class _ServerSchema(_Strict):
     forwarded_allow_ips = fields.Str(load_default="127.0.0.1", validate=_allow_list)
     access_log = fields.Str(load_default="-", validate=validate.Length(min=1))
     error_log = fields.Str(load_default="-", validate=validate.Length(min=1))
+    public_url = fields.Str(load_default="", validate=_public_url)
 
     @validates_schema
     def _metrics_bind_apart(self, data: dict[str, Any], **_: Any) -> None:
@@ -326,6 +377,86 @@ class _AdminSchema(_Strict):
     on_main_listener = fields.Bool(load_default=False)
 
 
+_LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+_VARIABLE_NAME = validate.Regexp(r"^[A-Za-z_][A-Za-z0-9_]*$", error="Not an environment variable name.")
+
+
+def _issuer(value: str) -> None:
+    """``[identity] issuer``: "" (no IdP) or the issuer's URL, https (http only on a loopback
+    host: a test IdP), without query or fragment (OpenID Connect Discovery 1.0, section 4)."""
+    if value == "":
+        return
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValidationError("Not an issuer URL: use https://host[/path], as the IdP names itself.")
+    if parts.query or parts.fragment:
+        raise ValidationError("An issuer URL has no query or fragment.")
+    if parts.scheme == "http" and parts.hostname not in _LOOPBACK_HOSTS:
+        raise ValidationError("The issuer must be https (http only on localhost, for a test IdP).")
+
+
+class _IdentitySchema(_Strict):
+    issuer = fields.Str(load_default="", validate=_issuer)
+    client_id = fields.Str(load_default="", validate=validate.Length(max=255))
+    client_secret_env = fields.Str(load_default="EZAT_OIDC_CLIENT_SECRET", validate=_VARIABLE_NAME)
+    groups_claim = fields.Str(load_default="groups", validate=validate.Length(min=1, max=128))
+    # the defaults are never changed: _identity copies them into tuples
+    admins = fields.List(fields.Str(validate=validate.Length(min=1)), load_default=[])
+    viewers = fields.List(fields.Str(validate=validate.Length(min=1)), load_default=[])
+    org_admins = fields.Dict(
+        keys=fields.Str(validate=validate.Length(min=1)),
+        values=fields.Str(validate=validate.Length(min=1, max=128)),
+        load_default={},
+    )
+    scopes = fields.Str(load_default="openid email profile")
+
+    @validates_schema
+    def _usable(self, data: dict[str, Any], **_: Any) -> None:
+        if "openid" not in data.get("scopes", "openid").split():
+            raise ValidationError({"scopes": ["Must include openid (the ID token says who signed in)."]})
+        if data.get("issuer") and not data.get("client_id"):
+            raise ValidationError({"client_id": ["Required with an issuer: the client registered at the IdP."]})
+
+
+_30_DAYS = 30 * 86400  # the longest a console session may live (store/console.py keeps no older one)
+
+
+class _ConsoleSchema(_Strict):
+    idle_timeout_s = fields.Int(load_default=1800, strict=True, validate=validate.Range(min=60, max=_30_DAYS))
+    absolute_timeout_s = fields.Int(load_default=43200, strict=True, validate=validate.Range(min=60, max=_30_DAYS))
+    secure_cookies = fields.Bool(load_default=True)
+    sign_in_attempts_per_minute = fields.Int(load_default=10, strict=True, validate=validate.Range(min=1))
+
+    @validates_schema
+    def _absolute_covers_idle(self, data: dict[str, Any], **_: Any) -> None:
+        if data.get("absolute_timeout_s", 43200) < data.get("idle_timeout_s", 1800):
+            raise ValidationError({"absolute_timeout_s": ["Must be at least idle_timeout_s."]})
+
+
+def _otlp_endpoint(value: str) -> None:
+    """``[telemetry] otlp_endpoint``: "" (off) or the collector's http(s) URL."""
+    if value == "":
+        return
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+        raise ValidationError('Not a collector URL: use "http://host:4318" (or "" for none).')
+
+
+class _TelemetrySchema(_Strict):
+    otlp_endpoint = fields.Str(load_default="", validate=_otlp_endpoint)
+    from_environment = fields.Bool(load_default=False)
+    protocol = fields.Str(load_default="http/protobuf", validate=validate.OneOf(OTLP_PROTOCOLS))
+    headers = fields.Dict(
+        keys=fields.Str(validate=validate.Regexp(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$", error="Not a header name.")),
+        values=fields.Str(validate=validate.Regexp(r"^[^\r\n\x00]*$", error="Not a header value.")),
+        load_default={},  # never changed: _telemetry copies it into a tuple
+    )
+    service_name = fields.Str(load_default="ezat-compat", validate=validate.Length(min=1, max=255))
+    sample_ratio = fields.Float(load_default=1.0, validate=validate.Range(min=0, max=1))
+    record_person = fields.Bool(load_default=False)
+    timeout_s = fields.Float(load_default=10.0, validate=validate.Range(min=0, min_inclusive=False, max=600))
+
+
 class _ConfigSchema(_Strict):
     gateway = fields.Nested(_GatewaySchema, load_default=dict)
     server = fields.Nested(_ServerSchema, load_default=dict)
@@ -334,6 +465,9 @@ class _ConfigSchema(_Strict):
     admin = fields.Nested(_AdminSchema, load_default=dict)
     spend = fields.Nested(_SpendSchema, load_default=dict)
     alerts = fields.Nested(_AlertsSchema, load_default=dict)
+    identity = fields.Nested(_IdentitySchema, load_default=dict)
+    console = fields.Nested(_ConsoleSchema, load_default=dict)
+    telemetry = fields.Nested(_TelemetrySchema, load_default=dict)
     models = fields.List(fields.Nested(_ModelSchema), required=True, validate=validate.Length(min=1))
 
     @validates_schema
@@ -429,11 +563,14 @@ def _price(price: Mapping[str, Any]) -> Price:
 
 
 def _build_deployment(d: Mapping[str, Any], environ: Mapping[str, str], folder: str) -> Deployment:
+    entra = d["auth"] == "entra_id"
     key_env = d["api_key_env"] if d["api_key_env"] is not None else DEFAULT_KEY_VARIABLE[d["provider"]]
+    key_env = "" if entra else key_env
     values = {k: _beside(folder, v) if k in _PATH_KEYS else v for k, v in d.items() if k != "price"}
     values.update(base_url=_base_url(d), api_key_env=key_env)
     return Deployment(
         **values,  # type: ignore[arg-type]
+        client_secret=environ.get(d["client_secret_env"], "") if d["client_secret_env"] else "",
         api_key=environ.get(key_env, "") if key_env else "",
         price=_price(d["price"]) if d["price"] is not None else None,
     )
@@ -473,6 +610,44 @@ def _alerts(alerts: Mapping[str, Any], environ: Mapping[str, str]) -> AlertsSett
     )
 
 
+def _identity(identity: Mapping[str, Any], environ: Mapping[str, str]) -> IdentitySettings:
+    """``[identity]`` with the client's secret read from its variable (never from the file); an
+    absent table: the defaults."""
+    settings = IdentitySettings(**{k: v for k, v in identity.items() if k not in ("admins", "viewers", "org_admins")})
+    return replace(
+        settings,
+        client_secret=environ.get(settings.client_secret_env, ""),
+        admins=tuple(identity.get("admins", ())),
+        viewers=tuple(identity.get("viewers", ())),
+        org_admins=tuple(sorted(identity.get("org_admins", {}).items())),
+        scopes=" ".join(settings.scopes.split()),
+    )
+
+
+OTLP_TRACES_PATH = "/v1/traces"  # OTLP/HTTP's path of traces on a collector's address
+
+
+def traces_url(address: str) -> str:
+    """The OTLP/HTTP traces URL of a collector's ``address``: as it is when it names the path
+    already, else with ``/v1/traces`` added (as OTEL_EXPORTER_OTLP_ENDPOINT is read)."""
+    base = address.rstrip("/")
+    return base if base.endswith(OTLP_TRACES_PATH) else base + OTLP_TRACES_PATH
+
+
+def _telemetry(telemetry: Mapping[str, Any], environ: Mapping[str, str]) -> TelemetrySettings:
+    """``[telemetry]`` with the traces URL resolved: ``otlp_endpoint``, else (``from_environment``)
+    OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as it is or OTEL_EXPORTER_OTLP_ENDPOINT's traces URL, the
+    OpenTelemetry SDK's own order; "" leaves telemetry off."""
+    settings = TelemetrySettings(**{k: v for k, v in telemetry.items() if k != "headers"})
+    endpoint = traces_url(settings.otlp_endpoint) if settings.otlp_endpoint else ""
+    if not endpoint and settings.from_environment:
+        if environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+            endpoint = environ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]
+        elif environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+            endpoint = traces_url(environ["OTEL_EXPORTER_OTLP_ENDPOINT"])
+    return replace(settings, headers=tuple(sorted(telemetry.get("headers", {}).items())), endpoint=endpoint)
+
+
 def parse_config(
     data: Mapping[str, Any], *, path: str = DEFAULT_CONFIG_NAME, environ: Mapping[str, str] | None = None
 ) -> Config:
@@ -508,6 +683,9 @@ def parse_config(
         admin=AdminSettings(**admin),
         spend=SpendSettings(**loaded["spend"]),
         alerts=_alerts(loaded["alerts"], environ),
+        identity=_identity(loaded["identity"], environ),
+        console=ConsoleSettings(**loaded["console"]),
+        telemetry=_telemetry(loaded["telemetry"], environ),
     )
 
 

@@ -12,7 +12,8 @@ from decimal import Decimal
 
 EFFORTS = ("low", "medium", "high", "xhigh", "max")
 THINKING_STYLES = ("adaptive", "budget", "always", "none")
-PROVIDERS = ("anthropic", "bedrock", "vertex", "foundry")  # how a deployment is reached (upstream/providers/)
+# how a deployment is reached (upstream/providers/)
+PROVIDERS = ("anthropic", "bedrock", "vertex", "foundry", "claude_platform_aws", "bedrock_messages")
 _MIB = 1024 * 1024
 
 
@@ -42,12 +43,20 @@ class Deployment:
     client_cert: str = ""  # PEM, for an upstream that asks for a client certificate (mTLS)
     client_key: str = ""  # PEM; "" when client_cert holds the key too
     provider: str = "anthropic"  # one of PROVIDERS
-    region: str = ""  # bedrock, vertex: the cloud region (us-east-1, us-east5, global)
-    aws_profile: str = ""  # bedrock: a profile of the shared AWS files ("": botocore's default chain)
+    region: str = ""  # the clouds (bedrock, vertex, claude_platform_aws, bedrock_messages): the region
+    aws_profile: str = ""  # the AWS providers: a profile of the shared AWS files ("": botocore's default chain)
+    workspace_id: str = ""  # claude_platform_aws: the workspace, sent as anthropic-workspace-id
     project: str = ""  # vertex: the Google Cloud project id
     guardrail: str = ""  # bedrock: the guardrail applied to each invocation ("": none)
     guardrail_version: str = ""  # bedrock: its version (a number or DRAFT), required with it
     service_tier: str = ""  # bedrock: priority, default, flex or reserved ("": Bedrock's default)
+    hosting: str = "azure"  # foundry: "azure" (Hosted on Azure, the portal's default) or "anthropic"
+    auth: str = "api_key"  # foundry: "api_key" (the resource's key) or "entra_id" (azure-identity's tokens)
+    tenant_id: str = ""  # foundry, entra_id: with client_id and client_secret_env, a service principal
+    client_id: str = ""  # foundry, entra_id: the app (or a user-assigned managed identity's) client id
+    client_secret_env: str = ""  # foundry, entra_id: the variable holding the service principal's secret
+    client_secret: str = field(default="", repr=False)  # its value, read when the file is loaded
+    authority_host: str = ""  # foundry, entra_id: the Entra authority ("": azure-identity's, login.microsoftonline.com)
     price: Price | None = None  # overrides the model's price for requests this deployment serves
 
     @property
@@ -137,6 +146,7 @@ class ServerSettings:
     forwarded_allow_ips: str = "127.0.0.1"  # proxies whose X-Forwarded-For names the client (gunicorn's list)
     access_log: str = "-"  # the request log's file ("-": stderr); reopened on SIGUSR1 (logrotate)
     error_log: str = "-"  # the error log's file, ours and gunicorn's ("-": stderr); reopened on SIGUSR1
+    public_url: str = ""  # the URL clients reach the gateway at (the console's snippets); "": from bind
 
 
 LOG_FORMATS = ("json", "text")
@@ -188,6 +198,63 @@ class AdminSettings:
     on_main_listener: bool = False  # true: served on ``[server] bind`` too
 
 
+ROLES = ("admin", "org_admin", "viewer")  # the console's roles, widest first
+
+
+@dataclass(frozen=True)
+class IdentitySettings:
+    """``[identity]``: the company's OpenID Connect provider, for the console's sign-in
+    (docs/console.md). ``issuer`` "" = none configured: break-glass links only."""
+
+    issuer: str = ""  # discovery at <issuer>/.well-known/openid-configuration
+    client_id: str = ""
+    client_secret_env: str = "EZAT_OIDC_CLIENT_SECRET"  # the variable holding the client's secret
+    client_secret: str = field(default="", repr=False)  # its value, read when the file is loaded
+    groups_claim: str = "groups"  # the ID token's claim listing the person's groups
+    admins: tuple[str, ...] = ()  # groups whose members are gateway admins
+    viewers: tuple[str, ...] = ()  # groups whose members see everything and change nothing
+    org_admins: tuple[tuple[str, str], ...] = ()  # (group, organisation name): who administers which
+    scopes: str = "openid email profile"
+
+    @property
+    def enabled(self) -> bool:
+        """Whether people sign in with the IdP (else only break-glass links open the console)."""
+        return bool(self.issuer)
+
+
+@dataclass(frozen=True)
+class ConsoleSettings:
+    """``[console]``: the web console's sessions and sign-in limits."""
+
+    idle_timeout_s: int = 1800  # a session unused this long is over
+    absolute_timeout_s: int = 43200  # and any session this long after sign-in
+    secure_cookies: bool = True  # the session cookie's Secure flag (false only for plain-HTTP tests)
+    sign_in_attempts_per_minute: int = 10  # per client address
+
+
+OTLP_PROTOCOLS = ("http/protobuf",)  # how spans reach the collector (the telemetry extra's exporter)
+
+
+@dataclass(frozen=True)
+class TelemetrySettings:
+    """``[telemetry]``: OpenTelemetry traces of each request with the GenAI semantic conventions,
+    exported over OTLP to the operator's collector (docs/config.md). Off unless ``endpoint``."""
+
+    otlp_endpoint: str = ""  # the collector's OTLP/HTTP address ("": off, unless from_environment finds one)
+    from_environment: bool = False  # true: OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT when otlp_endpoint is ""
+    protocol: str = "http/protobuf"  # one of OTLP_PROTOCOLS
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # sent with each export (a token)
+    service_name: str = "ezat-compat"
+    sample_ratio: float = 1.0  # of the traces this gateway starts (a caller's sampled flag is followed)
+    record_person: bool = False  # true: the key's (and person's) id on each span
+    timeout_s: float = 10.0  # one export's bound
+    endpoint: str = ""  # the traces URL spans are sent to, resolved when the file is loaded ("": off)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.endpoint)
+
+
 @dataclass(frozen=True)
 class Config:
     gateway: GatewaySettings
@@ -199,6 +266,9 @@ class Config:
     admin: AdminSettings = field(default_factory=AdminSettings)
     spend: SpendSettings = field(default_factory=SpendSettings)
     alerts: AlertsSettings = field(default_factory=AlertsSettings)
+    identity: IdentitySettings = field(default_factory=IdentitySettings)
+    console: ConsoleSettings = field(default_factory=ConsoleSettings)
+    telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
 
     @property
     def max_body_bytes(self) -> int:

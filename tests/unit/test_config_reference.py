@@ -97,6 +97,9 @@ def test_the_walk_finds_every_table_of_the_loader() -> None:
     assert set(loader_sections()) == {
         "admin",
         "alerts",
+        "identity",
+        "console",
+        "telemetry",
         "spend",
         "gateway",
         "server",

@@ -29,7 +29,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     ("composition root", ("ezat_compat.app",)),
     ("process", ("ezat_compat.server", "ezat_compat.config")),
-    ("http", ("ezat_compat.api", "ezat_compat.admin")),
+    ("http", ("ezat_compat.api", "ezat_compat.admin", "ezat_compat.console")),
     ("pipeline", ("ezat_compat.pipeline", "ezat_compat.session")),
     ("dialects", ("ezat_compat.dialects", "ezat_compat.failures")),
     ("wire", ("ezat_compat.wire",)),
@@ -44,7 +44,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     ("translate", ("ezat_compat.translate",)),
-    ("observability", ("ezat_compat.server.logs", "ezat_compat.server.metrics")),
+    ("observability", ("ezat_compat.server.logs", "ezat_compat.server.metrics", "ezat_compat.server.telemetry")),
     ("foundation", ("ezat_compat",)),
 )
 _PACKAGES = ("ezat_compat", "ezat_compat.server", "ezat_compat.translate", "ezat_compat.store", "ezat_compat.wire")
