@@ -14,13 +14,16 @@ from __future__ import annotations
 import json
 import logging
 import math
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ezat_compat.dialects import EventTranslator, KeptThinking
 from ezat_compat.domain import Usage
 from ezat_compat.errors import GatewayError, UpstreamError, UpstreamStatusError
 from ezat_compat.failures import STREAM_ENDED_EARLY
 from ezat_compat.store.hotpath import Rider
+
+if TYPE_CHECKING:
+    from ezat_compat.server.telemetry import RequestTrace
 
 log = logging.getLogger("ezat_compat")
 # Messages API, "Streaming": the last event of a reply (its bill is recorded when it is fed).
@@ -87,6 +90,7 @@ class StreamSession:
         "_max_tokens",
         "_open_block",
         "_owner",
+        "_trace",
         "_translator",
         "_upstream",
         "cut_by",
@@ -106,8 +110,10 @@ class StreamSession:
         ping: bytes,
         keepalive_s: float,
         max_tokens: int,
+        trace: RequestTrace | None = None,
     ) -> None:
         self._upstream = upstream
+        self._trace = trace  # the request's spans (telemetry on): told of each event
         self._translator = translator
         self._owner = owner
         self._max_tokens = max_tokens
@@ -133,6 +139,8 @@ class StreamSession:
     def feed(self, event: str, data: str) -> bytes:
         """The client's bytes for one upstream event; after the last one, the stream's ending."""
         translator = self._translator
+        if self._trace is not None:
+            self._trace.event(event, data)
         out = translator.feed(event, data)
         if translator.done:
             return out + self._succeed()

@@ -137,6 +137,11 @@ def _start_checks(server: Any) -> None:
                 serving.check_bind(address)
         serving.prepare_database(_config)
         serving.check_sealing_key(_config)
+        from ezat_compat.server.telemetry import missing_extra
+
+        telemetry_problem = missing_extra(_config.telemetry)  # else every worker fails its first request
+        if telemetry_problem:
+            raise serving.StartupError(telemetry_problem)
     except serving.StartupError as exc:
         print(f"ezat-compat: {exc}", file=sys.stderr, flush=True)
         if getattr(server, "pidfile", None) is not None:
@@ -184,10 +189,15 @@ def post_worker_init(worker: Any) -> None:
 
 
 def worker_exit(server: Any, worker: Any) -> None:
-    """In the worker, once it has stopped serving: its store's handles are closed."""
-    store = getattr(worker.wsgi, "extensions", {}).get("ezat_store") if worker.wsgi is not None else None
+    """In the worker, once it has stopped serving: its store's handles are closed and the spans
+    not yet exported are sent (``[telemetry]``)."""
+    extensions = getattr(worker.wsgi, "extensions", {}) if worker.wsgi is not None else {}
+    store = extensions.get("ezat_store")
     if store is not None:
         store.close()
+    tracing = getattr(extensions.get("ezat"), "tracing", None)
+    if tracing is not None:
+        tracing.shutdown()
 
 
 def child_exit(server: Any, worker: Any) -> None:

@@ -46,6 +46,7 @@ PROBE_VIEWS = frozenset({"metrics", "healthz", "readyz"})  # the app's views tha
 if TYPE_CHECKING:  # the gunicorn master imports this module before prometheus_client may be
     from ezat_compat.errors import GatewayError
     from ezat_compat.server.metrics import Metrics
+    from ezat_compat.server.telemetry import RequestTrace
 
 ACCESS_LOGGER = "ezat_compat.access"
 REDACTED = "…"
@@ -285,6 +286,7 @@ class RequestRecord:
     counted: bool = True  # traffic, in the request metrics (False: a scrape or a probe)
     done: bool = False
     sink: Callable[[RequestRecord], None] = _noop
+    trace: RequestTrace | None = None  # its spans, when telemetry is on (the line names the trace)
 
     def settled(self, status: int, deployment: str, attempts: int) -> None:
         self.status = status
@@ -303,7 +305,15 @@ class RequestRecord:
     def finish(self) -> None:
         if not self.done:
             self.done = True
+            if self.trace is not None:
+                self._end_trace(self.trace)
             self.sink(self)
+
+    def _end_trace(self, trace: RequestTrace) -> None:
+        try:
+            trace.end(self)
+        except Exception:  # telemetry never fails a request
+            logging.getLogger("ezat_compat").exception("telemetry: the spans of request %s", self.request_id)
 
     def answered(self, status: int) -> None:
         """The response (``status``, unless settlement said otherwise) is about to be sent:
@@ -332,7 +342,7 @@ class RequestRecord:
         model = self.model
         if model is not None and len(model) > MODEL_NAME_MAX:
             model = model[:MODEL_NAME_MAX]
-        return {
+        out: dict[str, Any] = {
             "time": rfc3339(wall),
             "level": "info",
             "logger": "access",
@@ -360,6 +370,9 @@ class RequestRecord:
             "reasoning_tokens": usage.reasoning_tokens if usage else None,
             "cost_usd": _usd(self.cost_micros),
         }
+        if self.trace is not None:
+            out["trace_id"] = self.trace.trace_id
+        return out
 
 
 def _usd(micros: int | None) -> str | None:

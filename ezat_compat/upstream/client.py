@@ -798,11 +798,15 @@ class UpstreamClient:
         *,
         timeout_s: float,
         headers: Mapping[str, str] | None = None,
+        trace: Mapping[str, str] | None = None,
     ) -> tuple[bytes, Mapping[str, str]]:
-        """A non-streaming call: the head and the whole body within ``timeout_s`` (wall clock)."""
+        """A non-streaming call: the head and the whole body within ``timeout_s`` (wall clock).
+        ``trace``: the attempt's ``traceparent`` (telemetry on), sent whatever the provider."""
         deadline = time.monotonic() + timeout_s
         route = self._route(deployment)
         all_headers = route.provider.headers(headers, "application/json")
+        if trace:
+            all_headers.update(trace)
         with self._tools.bound(timeout_s, UpstreamTimeoutError(f"{deployment.name} did not answer in time")):
             response = self._send(route, deployment, path, body, all_headers, timeout_s, False)
         data = self._read(response, deadline, deployment)
@@ -818,6 +822,7 @@ class UpstreamClient:
         *,
         headers: Mapping[str, str] | None = None,
         first_event_timeout_s: float | None = None,
+        trace: Mapping[str, str] | None = None,
     ) -> UpstreamStream:
         """A streaming call, sent by the first ``poll`` (or ``first``, or ``events()``), in the
         caller's greenlet: they give its events and raise its failures (a non-2xx answer
@@ -825,11 +830,14 @@ class UpstreamClient:
         breaks it (Anthropic pings every few seconds). With ``first_event_timeout_s``, the
         response head and the first event must come within it, by the wall clock (Anthropic
         sends ``message_start`` at once when it takes a stream): ``UpstreamTimeoutError``
-        otherwise, which the caller may fail over since nothing reached the client."""
+        otherwise, which the caller may fail over since nothing reached the client. ``trace``: as
+        for ``complete``."""
         first = first_event_timeout_s if first_event_timeout_s is not None else self.stream_idle_timeout_s
         first = min(first, self.stream_idle_timeout_s)
         route = self._route(deployment)  # made here, in the caller: a bad TLS file fails the call
         all_headers = route.provider.headers(headers, "text/event-stream")
+        if trace:
+            all_headers.update(trace)
         return UpstreamStream(
             deployment,
             time.monotonic() + first,

@@ -74,7 +74,7 @@ class FakeUpstream:
         return make_provider(deployment).shape(body, source, stream, headers, path)
 
     def complete(
-        self, deployment: Any, path: str, body: bytes, *, timeout_s: float, headers: Any = None
+        self, deployment: Any, path: str, body: bytes, *, timeout_s: float, headers: Any = None, trace: Any = None
     ) -> tuple[bytes, dict[str, str]]:
         self.calls.append((deployment.name, body))
         answer = self.script[deployment.name]
@@ -83,7 +83,14 @@ class FakeUpstream:
         return answer, {}
 
     def open_stream(
-        self, deployment: Any, path: str, body: bytes, *, headers: Any = None, first_event_timeout_s: Any = None
+        self,
+        deployment: Any,
+        path: str,
+        body: bytes,
+        *,
+        headers: Any = None,
+        first_event_timeout_s: Any = None,
+        trace: Any = None,
     ) -> FakeStream:
         self.calls.append((deployment.name, body))
         answer = self.script[deployment.name]
