@@ -7,6 +7,11 @@ Sources:
   ``POST /model/{modelId}/invoke``).
 - Vertex AI: ``https://{region}-aiplatform.googleapis.com``, or ``https://aiplatform.googleapis.com``
   for the ``global`` region (Anthropic, "Claude on Vertex AI"; Google Cloud, "Use Claude models").
+- Claude Platform on AWS: ``https://aws-external-anthropic.{region}.api.aws`` (AWS, "Claude
+  Platform on AWS User Guide", "Making requests"; the Anthropic SDK's ``AnthropicAWS``).
+- Bedrock's Messages endpoint: ``https://bedrock-mantle.{region}.api.aws/anthropic`` (Amazon
+  Bedrock user guide, "Inference using Anthropic Messages API"; the Anthropic SDK's Mantle
+  client); bedrock-runtime's ``/anthropic`` is a ``base_url`` away.
 - Foundry: no default: each resource has its own host, ``https://{resource}.services.ai.azure.com``
   (Anthropic, "Claude in Microsoft Foundry"), so ``base_url`` is required. The key variable is
   the one Anthropic's SDK reads for Foundry, ``ANTHROPIC_FOUNDRY_API_KEY``.
@@ -22,6 +27,8 @@ DEFAULT_KEY_VARIABLE: Mapping[str, str] = {
     "foundry": "ANTHROPIC_FOUNDRY_API_KEY",
     "bedrock": "",  # SigV4 with botocore's credential chain; a Bedrock API key only when api_key_env is set
     "vertex": "",  # Google's application default credentials
+    "claude_platform_aws": "",  # SigV4; a workspace API key (ANTHROPIC_AWS_API_KEY) only when api_key_env is set
+    "bedrock_messages": "",  # SigV4; a Bedrock API key (AWS_BEARER_TOKEN_BEDROCK) only when api_key_env is set
 }
 
 
@@ -29,6 +36,10 @@ def default_base_url(provider: str, region: str) -> str:
     """The provider's regional endpoint; "" when the provider has none (``base_url`` required)."""
     if provider == "bedrock" and region:
         return f"https://bedrock-runtime.{region}.amazonaws.com"
+    if provider == "claude_platform_aws" and region:
+        return f"https://aws-external-anthropic.{region}.api.aws"
+    if provider == "bedrock_messages" and region:
+        return f"https://bedrock-mantle.{region}.api.aws/anthropic"
     if provider == "vertex" and region:
         return (
             "https://aiplatform.googleapis.com" if region == "global" else f"https://{region}-aiplatform.googleapis.com"
@@ -49,6 +60,8 @@ PATHS_OFFERED: Mapping[str, frozenset[str] | None] = {
     "foundry": None,
     "bedrock": frozenset({MESSAGES, COUNT_TOKENS}),
     "vertex": frozenset({MESSAGES, COUNT_TOKENS}),
+    "claude_platform_aws": None,  # Anthropic's API
+    "bedrock_messages": frozenset({MESSAGES, COUNT_TOKENS}),  # Anthropic's own paths, on Bedrock
 }
 
 

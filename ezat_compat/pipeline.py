@@ -47,6 +47,7 @@ from ezat_compat.pricing import capped_usage, cost_micros, worst_case_micros
 from ezat_compat.routing import plan
 from ezat_compat.server.logs import RequestRecord
 from ezat_compat.server.metrics import Metrics
+from ezat_compat.server.telemetry import Tracing, UpstreamAttempt
 from ezat_compat.session import StreamSession
 from ezat_compat.store.accounts import Accounts, AuthContext
 from ezat_compat.store.hotpath import Rider
@@ -56,12 +57,13 @@ from ezat_compat.translate.body_json import BodyError, decode_body
 from ezat_compat.translate.cache_scope import CacheScopes, needs_scope, scope_cache
 from ezat_compat.translate.estimate import bound_web_searches, input_tokens_upper_bound
 from ezat_compat.translate.request import ImageSlot
+from ezat_compat.translate.versions import strict, version_takers
 from ezat_compat.upstream.bodies import encode_body
 from ezat_compat.upstream.client import UpstreamClient, UpstreamStream
 from ezat_compat.upstream.headroom import Headroom
 from ezat_compat.upstream.imagefit import UpstreamImageLimits
 from ezat_compat.upstream.images import ImageFetcher
-from ezat_compat.upstream.providers.features import RESTRICTED, takers
+from ezat_compat.upstream.providers.features import RESTRICTED, provider_of, takers
 
 log = logging.getLogger("ezat_compat")
 
@@ -168,6 +170,7 @@ class Gateway:
         metrics: Metrics,
         thinking: ThinkingStash,
         cache_scopes: CacheScopes | None = None,
+        tracing: Tracing | None = None,
         clock: Callable[[], float] = time.time,
         rand: Callable[[], float] = random.random,
     ) -> None:
@@ -183,6 +186,7 @@ class Gateway:
         self.thinking = thinking
         # each organisation's prompt-cache scope (None: ``isolate_prompt_cache = false``)
         self.cache_scopes = cache_scopes
+        self.tracing = tracing  # None: telemetry off (every hook below is one ``is None`` test)
         self.clock = clock
         self.rand = rand
         self.open_streams: set[StreamSession] = set()  # for a shutdown that must end them
@@ -193,7 +197,11 @@ class Gateway:
         self._reserve_prices = {model.id: reserve_price(model) for model in config.models}
         # the models with a deployment whose provider refuses some tools (``features.takers``)
         self._restricted = frozenset(
-            model.id for model in config.models if any(d.provider in RESTRICTED for d in model.deployments)
+            model.id for model in config.models if any(provider_of(d) in RESTRICTED for d in model.deployments)
+        )
+        # the models with a deployment whose API version refuses some fields (``version_takers``)
+        self._versioned = frozenset(
+            model.id for model in config.models if any(strict(d.anthropic_version) for d in model.deployments)
         )
 
     # ------------------------------------------------------------ the request, end to end
@@ -209,6 +217,8 @@ class Gateway:
         """Run one request of ``dialect``; ``GatewayError`` raises carry what the client gets."""
         record = request.record
         record.route = dialect.endpoint
+        if self.tracing is not None:
+            record.trace = self.tracing.request(request.headers, dialect.endpoint, record.started)
         auth = self.authenticate(request.api_key)
         record.org, record.key = auth.org_name, auth.key_public_id
         try:
@@ -230,6 +240,8 @@ class Gateway:
             request.request_id, dialect.endpoint, auth, parsed, status_of=dialect.status_of, counted=counted
         )
         call.record = record
+        if record.trace is not None:
+            record.trace.admitted(parsed.model_name, parsed.stream, parsed.max_tokens)
         return Run(self, dialect, parsed, call, request.connected).go()
 
     def authenticate(self, secret: str | None) -> AuthContext:
@@ -407,7 +419,8 @@ class Gateway:
     def _attempts(self, call: Call, path: str, source: Mapping[str, Any] | None) -> Iterator[Deployment]:
         # A deployment whose key variable is unset is skipped (start-up warned about it); with none
         # left the request fails saying which variable to set. A deployment whose provider refuses
-        # a tool the request declares is passed over (``takers``).
+        # a tool the request declares is passed over (``takers``), and one whose API version
+        # refuses a field of the request that can't be dropped (``version_takers``).
         deployments = tuple(d for d in call.model.deployments if usable(d) and offers(d.provider, path))
         if not deployments and any(usable(d) for d in call.model.deployments):
             raise GatewayError(f"No deployment of model {call.model.id} offers {path} (its providers don't).")
@@ -419,6 +432,8 @@ class Gateway:
             )
         if source is not None and call.model.id in self._restricted:
             deployments = takers(call.model.id, deployments, source)
+        if source is not None and call.model.id in self._versioned:
+            deployments = version_takers(call.model.id, deployments, source)
         order: Sequence[Deployment] = deployments
         if len(deployments) > 1:
             order = plan(deployments, session=call.session, rand=self.rand)
@@ -434,7 +449,11 @@ class Gateway:
         for limit, left in self.headroom.learn(health_key(model, deployment), headers, self.clock()):
             self.metrics.child(self.metrics.upstream_remaining, model.id, deployment.name, limit).set(left)
 
-    def _failed(self, call: Call, deployment: Deployment, exc: UpstreamError) -> None:
+    def _failed(
+        self, call: Call, deployment: Deployment, exc: UpstreamError, attempt: UpstreamAttempt | None = None
+    ) -> None:
+        if attempt is not None:
+            attempt.failed(exc, exc.status_code if isinstance(exc, UpstreamStatusError) else None)
         if isinstance(exc, UpstreamStatusError) and not exc.failover:
             self.cooldowns.success(health_key(call.model, deployment))  # it answered: the client's fault
             return
@@ -481,19 +500,32 @@ class Gateway:
             call.price = deployment.price
             call.attempts.append(deployment.name)
             started = time.monotonic()
+            trace = call.record.trace
+            attempt = trace.attempt(deployment, len(call.attempts)) if trace is not None else None
             try:
                 data_out, headers_out = self.upstream.shape(
                     deployment, body, source=source, stream=stream_flag, headers=headers, path=path
                 )
                 data, response_headers = self.upstream.complete(
-                    deployment, path, data_out, timeout_s=remaining, headers=headers_out
+                    deployment,
+                    path,
+                    data_out,
+                    timeout_s=remaining,
+                    headers=headers_out,
+                    trace=attempt.headers if attempt is not None else None,
                 )
             except UpstreamError as exc:
-                self._failed(call, deployment, exc)
+                self._failed(call, deployment, exc, attempt)
                 if not exc.failover:
                     raise
                 last = exc
                 continue
+            except BaseException as exc:
+                if attempt is not None:
+                    attempt.failed(exc)
+                raise
+            if attempt is not None:
+                attempt.answered()
             self.cooldowns.success(health_key(call.model, deployment))
             self.metrics.child(self.metrics.upstream_latency, call.model.id, deployment.name, "false").observe(
                 time.monotonic() - started
@@ -524,6 +556,8 @@ class Gateway:
             call.attempts.append(deployment.name)
             started = time.monotonic()
             stream: UpstreamStream | None = None
+            trace = call.record.trace
+            attempt = trace.attempt(deployment, len(call.attempts)) if trace is not None else None
             try:
                 data_out, headers_out = self.upstream.shape(
                     deployment, body, source=source, stream=True, headers=headers, path=path
@@ -534,6 +568,7 @@ class Gateway:
                     data_out,
                     headers=headers_out,
                     first_event_timeout_s=self.config.gateway.first_event_timeout_s,
+                    trace=attempt.headers if attempt is not None else None,
                 )
                 first = stream.first()
                 if first is None:
@@ -544,16 +579,20 @@ class Gateway:
                 if stream is not None:
                     stream.close()
                 if not isinstance(exc, UpstreamError):  # a bug, or this greenlet killed
+                    if attempt is not None:
+                        attempt.failed(exc)
                     raise
                 if isinstance(exc, UpstreamStreamError):
                     exc.failover = True  # nothing reached the client yet
-                self._failed(call, deployment, exc)
+                self._failed(call, deployment, exc, attempt)
                 if not exc.failover:
                     raise
                 last = exc
                 continue
             self.metrics.child(self.metrics.ttfb, call.model.id, deployment.name).observe(time.monotonic() - started)
             self._heard(call.model, deployment, stream.headers)
+            if attempt is not None:
+                attempt.answered()
             return stream, first
         raise self._exhausted(call, last)
 
@@ -608,6 +647,7 @@ class Run:
                         ping=self.dialect.ping,
                         keepalive_s=gw.keepalive_s,
                         max_tokens=call.max_tokens,
+                        trace=call.record.trace,
                     )
                     gw.open_streams.add(session)
                     self.session = session
@@ -620,6 +660,8 @@ class Run:
             data, _ = gw.complete(
                 call, parsed.path, body, stream_flag=parsed.stream_flag, headers=parsed.headers, source=parsed.body
             )
+            if call.record.trace is not None:
+                call.record.trace.reply(data)
             answer = self.dialect.reply(parsed, data, ids)
         except UpstreamError as exc:
             err = self.failure(exc)

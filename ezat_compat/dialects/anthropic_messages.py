@@ -2,7 +2,8 @@
 
 Same keys, permissions, limits, routing, failover, affinity and billing as the OpenAI
 endpoint; bodies pass through unchanged except the model name (the deployment's
-``upstream_model``), events one by one; Anthropic's error envelope and statuses (529 kept),
+``upstream_model``) and what the deployment's API version refuses (``translate/versions.py``),
+events one by one; Anthropic's error envelope and statuses (529 kept),
 and the upstream's own error answers passed on as they came.
 
 The reply names the model as the client sent it (the message's ``model``, in JSON and in
@@ -81,9 +82,11 @@ COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
 
 def forwarded_headers(headers: Headers) -> dict[str, str]:
     """The ``anthropic-version`` and ``anthropic-beta`` fields the client sent, without the SP
-    and HTAB around them, to go upstream; ``InvalidRequestError`` naming the field when a value
-    holds anything else than visible ASCII (``requests`` would refuse some of it, and no
-    version or beta name is anything else)."""
+    and HTAB around them; ``InvalidRequestError`` naming the field when a value holds anything
+    else than visible ASCII (``requests`` would refuse some of it, and no version or beta name is
+    anything else). The betas go upstream; the version is the client's only: each deployment
+    is sent its own configured one, and the request is shaped for it (``translate/versions.py``),
+    so a 2026-10-21 client is served by a 2023-06-01 deployment and the reverse."""
     out: dict[str, str] = {}
     for name in FORWARDED_HEADERS:
         value = (headers.get(name) or "").strip(" \t")

@@ -8,12 +8,20 @@ still works, one thread per open stream.
 Routes:
 
     POST   /v1/messages               JSON or "stream": true (SSE)
-    POST   /anthropic/v1/messages     the same, as Microsoft Foundry serves it (x-api-key or api-key)
+    POST   /anthropic/v1/messages     the same, as Microsoft Foundry serves it (x-api-key or api-key;
+                                      with --foundry-bearer, an Entra ID bearer only)
+    POST   /azure/anthropic/v1/messages   a Foundry deployment hosted on Azure: the features it
+                                      refuses are a 400 (``validate.azure_refusal``)
     POST   /model/{id}/invoke         Amazon Bedrock's InvokeModel, SigV4 verified (``clouds.py``)
     POST   /model/{id}/invoke-with-response-stream   ...its stream, AWS event-stream framing
     POST   /v1/projects/{p}/locations/{r}/publishers/anthropic/models/{m}:rawPredict
                                       Vertex AI (and :streamRawPredict, SSE); bearer tokens of
     POST   /token                     this token endpoint (``--google-service-account FILE``)
+    POST   /claude-platform-aws/v1/messages   Claude Platform on AWS: SigV4 for aws-external-anthropic
+                                      (or x-api-key) and anthropic-workspace-id checked; SSE
+    POST   /bedrock-mantle/anthropic/v1/messages   Bedrock's Messages endpoint, SigV4 for
+                                      bedrock-mantle (or a bearer key); /bedrock-runtime/anthropic/…
+                                      the same for bedrock. Each with /count_tokens (``clouds.py``)
     POST   /v1/messages/count_tokens  {"input_tokens": N}
     GET    /healthz                   {"status": "ok", "name": NAME}
     GET    /_sim/requests             {"requests": [{path, method, headers, body, time, name}]}
@@ -23,6 +31,8 @@ Routes:
     DELETE /_sim/cache                empty the prompt cache
 
 Every answer carries ``request-id: req_…`` and ``x-sim-name``; errors use Anthropic's envelope.
+The ``anthropic-version`` header of Anthropic's and Foundry's paths picks the API version's rules
+(``validate.version_refusal``: 2026-10-21 refuses sampling fields and more).
 """
 
 from __future__ import annotations
@@ -48,7 +58,14 @@ from ezat_compat.sim.replies import build_reply, message_json
 from ezat_compat.sim.request import last_user_text, utf8_json
 from ezat_compat.sim.script import scripted_markers
 from ezat_compat.sim.shape import EFFORTS
-from ezat_compat.sim.validate import MAX_BODY_BYTES, ModelCaps, check_body_size, validate_request
+from ezat_compat.sim.validate import (
+    MAX_BODY_BYTES,
+    ModelCaps,
+    azure_refusal,
+    check_body_size,
+    validate_request,
+    version_refusal,
+)
 
 StartResponse = Callable[..., Any]
 Environ = dict[str, Any]
@@ -95,6 +112,7 @@ class SimConfig:
     cache_entries: int = 4096
     google_service_account: str = ""  # a service-account JSON file: its tokens are Vertex's credentials
     rpm_limit: int | None = None  # the organisation's requests a minute (Anthropic's paths): headers, then 429s
+    foundry_bearer: str = ""  # set: Foundry's paths take only this Entra ID bearer (no key)
 
     def __post_init__(self) -> None:
         if self.fail_status is not None and not 400 <= self.fail_status <= 599:
@@ -242,6 +260,8 @@ class Simulator:
         }
         self._routes[("POST", "/anthropic/v1/messages")] = self._messages  # Foundry's path
         self._routes[("POST", "/anthropic/v1/messages/count_tokens")] = self._count_tokens  # and its count
+        self._routes[("POST", "/azure/anthropic/v1/messages")] = self._messages  # Foundry hosted on Azure
+        self._routes[("POST", "/azure/anthropic/v1/messages/count_tokens")] = self._count_tokens
         self._routes[("POST", "/token")] = self._google_token
         self._paths = frozenset(path for _, path in self._routes)
         self._identity = ("x-sim-name", config.name)
@@ -260,6 +280,8 @@ class Simulator:
                 handler = self._bedrock
             elif path.startswith("/v1/projects/") and "/publishers/anthropic/models/" in path:
                 handler = self._vertex
+            elif clouds.aws_messages_route(path) is not None:
+                handler = self._aws_messages
         try:
             if handler is None:
                 if path in self._paths:
@@ -322,14 +344,34 @@ class Simulator:
     def _receive(self, environ: Environ, path: str) -> Any:
         """Read, parse, record and authenticate an API request; return its parsed body."""
         _, body, parse_error = self._record(environ, path)
-        api_key = _api_key(environ) or environ.get("HTTP_API_KEY", "").strip()  # api-key: Foundry's other spelling
-        if not api_key:
-            raise SimError(401, "x-api-key header is required")
-        if self.config.api_key is not None and api_key != self.config.api_key:
-            raise SimError(401, "invalid x-api-key")
+        foundry = path.startswith(("/anthropic/", "/azure/anthropic/"))
+        if foundry and self.config.foundry_bearer:
+            self._entra_bearer(environ)
+        else:
+            api_key = _api_key(environ) or environ.get("HTTP_API_KEY", "").strip()  # api-key: Foundry's other spelling
+            if not api_key:
+                raise SimError(401, "x-api-key header is required")
+            if self.config.api_key is not None and api_key != self.config.api_key:
+                raise SimError(401, "invalid x-api-key")
         if parse_error is not None:
             raise InvalidRequestError(f"There was an error parsing the body of your request: {parse_error}")
+        if isinstance(body, dict):
+            refused = version_refusal(body, environ.get("HTTP_ANTHROPIC_VERSION", "").strip())
+            if refused is None and path.startswith("/azure/anthropic/"):
+                refused = azure_refusal(body)
+            if refused is not None:
+                raise InvalidRequestError(refused)
         return body
+
+    def _entra_bearer(self, environ: Environ) -> None:
+        """Foundry with Entra ID: ``Authorization: Bearer`` with the token the test's token
+        endpoint issued, and no key (Anthropic, "Claude in Microsoft Foundry": Entra ID tokens
+        go as a bearer)."""
+        scheme, _, token = environ.get("HTTP_AUTHORIZATION", "").partition(" ")
+        if environ.get("HTTP_X_API_KEY") or environ.get("HTTP_API_KEY"):
+            raise SimError(401, "this simulated resource takes Microsoft Entra ID tokens only, not a key")
+        if scheme.lower() != "bearer" or token.strip() != self.config.foundry_bearer:
+            raise SimError(401, "invalid bearer token")
 
     def _record(self, environ: Environ, path: str) -> tuple[bytes, Any, str | None]:
         """Read, parse and record a request: (raw body, parsed body, the parse error)."""
@@ -457,6 +499,50 @@ class Simulator:
             )
         except SimError as error:
             raise clouds.bedrock_error(error.status, error.message) from None
+
+    def _aws_messages(self, environ: Environ, start_response: StartResponse, request_id: str) -> Iterable[bytes]:
+        """Anthropic's Messages API on an AWS endpoint (``clouds.AWS_MESSAGES_PREFIXES``): the
+        caller's key or SigV4 signature (and Claude Platform on AWS's workspace), then the
+        request as Anthropic's API takes it, answered in JSON or SSE. On Bedrock's Messages
+        endpoint, Bedrock's own refusals (betas, tools, URL sources, cache TTLs, structured
+        outputs) hold as on InvokeModel."""
+        path = environ.get("PATH_INFO") or "/"
+        raw, body, parse_error = self._record(environ, path)
+        prefix, counting = clouds.aws_messages_route(path) or ("", False)
+        headers = _headers(environ)
+        url = f"http://{environ.get('HTTP_HOST', '')}{path}"
+        clouds.check_aws_caller(prefix, url, headers, raw, self.config.api_key)
+        if parse_error is not None or not isinstance(body, dict):
+            raise InvalidRequestError(f"There was an error parsing the body of your request: {parse_error}")
+        refused = version_refusal(body, headers.get("anthropic-version", "").strip())
+        if refused is None and prefix != clouds.CLAUDE_PLATFORM_AWS:
+            refused = self._bedrock_messages_refusal(body, headers.get("anthropic-beta", ""))
+        if refused is not None:
+            raise InvalidRequestError(refused)
+        if counting:
+            validate_request(body, count_only=True, caps=self.config.caps)
+            return self._respond(start_response, 200, {"input_tokens": count_input_tokens(body)}, request_id)
+        return self._answer(start_response, request_id, body)
+
+    @staticmethod
+    def _bedrock_messages_refusal(body: dict[str, Any], beta: str) -> str | None:
+        """What Bedrock refuses of an Anthropic Messages body and its ``anthropic-beta``."""
+        from ezat_compat.upstream.providers.betas import BEDROCK_BETAS  # the rules the gateway keeps
+
+        named = [b.strip() for b in beta.split(",") if b.strip()]
+        if any(b not in BEDROCK_BETAS or b in clouds.BEDROCK_REFUSED_BETAS for b in named):
+            return "invalid beta flag"
+        url_source = clouds.url_source_path(body)
+        if url_source is not None:
+            return f"{url_source}: URL sources are not supported; send base64 data"
+        model = str(body.get("model", ""))
+        missing = clouds.refused_tool("bedrock", body) or clouds.refused_cache_ttl(model, body)
+        if missing is not None:
+            return missing
+        config = body.get("output_config")
+        if isinstance(config, dict) and "format" in config and clouds.refuses_output_format(model):
+            return "output_config.format: Extra inputs are not permitted"
+        return None
 
     def _vertex(self, environ: Environ, start_response: StartResponse, request_id: str) -> Iterable[bytes]:
         """rawPredict / streamRawPredict: a token of ``/token``, Vertex's body (no model, its

@@ -1,4 +1,5 @@
-"""What the simulator needs to speak Amazon Bedrock and Google Vertex AI (``app.py`` routes).
+"""What the simulator needs to speak Amazon Bedrock and Google Vertex AI (``app.py`` routes),
+and Anthropic's API on AWS's endpoints (Claude Platform on AWS, Bedrock's Messages endpoint).
 
 Bedrock (InvokeModel / InvokeModelWithResponseStream):
 - SigV4 is verified as AWS does: the signature is recomputed with botocore's ``SigV4Auth`` from
@@ -11,6 +12,10 @@ Bedrock (InvokeModel / InvokeModelWithResponseStream):
 - Streams: AWS event-stream framing (``encode_message``: prelude, headers, payload, two CRC-32s),
   each Anthropic event a ``chunk`` event whose payload is ``{"bytes": "<base64 of the event>"}``;
   botocore's ``EventStreamBuffer`` decodes it (``tests/unit/test_bedrock_eventstream.py``).
+
+Claude Platform on AWS and Bedrock's Messages endpoint (``AWS_MESSAGES_PREFIXES``): Anthropic's
+Messages API and SSE, SigV4 verified as above for each one's service (or a key), and Claude
+Platform on AWS's ``anthropic-workspace-id`` required (``check_aws_caller``).
 
 Vertex AI (rawPredict / streamRawPredict):
 - A token endpoint (``POST /token``) for a service account: the JWT bearer grant
@@ -305,9 +310,17 @@ def url_source_path(body: Mapping[str, Any]) -> str | None:
 # ---------------------------------------------------------------- Bedrock: SigV4
 
 
-def verify_sigv4(method: str, url: str, headers: Mapping[str, str], body: bytes, now: float | None = None) -> None:
-    """Refuse (``CloudError``, Bedrock's 403) a request whose SigV4 signature is not what the
-    test credentials give for it. ``headers``: the request's, names in lower case."""
+def verify_sigv4(
+    method: str,
+    url: str,
+    headers: Mapping[str, str],
+    body: bytes,
+    now: float | None = None,
+    service: str = "bedrock",
+) -> None:
+    """Refuse (``CloudError``, AWS's 403) a request whose SigV4 signature is not what the test
+    credentials give for it, for ``service`` in the region its credential scope names.
+    ``headers``: the request's, names in lower case."""
     from botocore.auth import SigV4Auth
     from botocore.awsrequest import AWSRequest
     from botocore.credentials import Credentials
@@ -318,7 +331,7 @@ def verify_sigv4(method: str, url: str, headers: Mapping[str, str], body: bytes,
         raise bedrock_error(403, "Missing Authentication Token", "MissingAuthenticationTokenException")
     parts = dict(item.strip().split("=", 1) for item in rest.split(",") if "=" in item)
     credential = parts.get("Credential", "").split("/")
-    if len(credential) != 5 or credential[3] != "bedrock" or credential[4] != "aws4_request":
+    if len(credential) != 5 or credential[3] != service or credential[4] != "aws4_request":
         raise bedrock_error(403, "Authorization header requires a valid Credential.", "IncompleteSignatureException")
     if credential[0] != SIM_AWS_ACCESS_KEY_ID:
         raise bedrock_error(
@@ -337,7 +350,7 @@ def verify_sigv4(method: str, url: str, headers: Mapping[str, str], body: bytes,
     signed = {name: headers.get(name, "") for name in names if name != "host"}
     request = AWSRequest(method=method, url=url, data=body, headers=signed)
     request.context["timestamp"] = amz_date
-    auth = SigV4Auth(Credentials(SIM_AWS_ACCESS_KEY_ID, SIM_AWS_SECRET_ACCESS_KEY), "bedrock", credential[2])
+    auth = SigV4Auth(Credentials(SIM_AWS_ACCESS_KEY_ID, SIM_AWS_SECRET_ACCESS_KEY), service, credential[2])
     expected = auth.signature(auth.string_to_sign(request, auth.canonical_request(request)), request)
     if expected != parts.get("Signature"):
         raise bedrock_error(
@@ -350,6 +363,62 @@ def verify_sigv4(method: str, url: str, headers: Mapping[str, str], body: bytes,
 def bedrock_url(host: str, model: str, operation: str) -> str:
     """The URL a client signed: the model id percent-encoded as one path segment."""
     return f"http://{host}/model/{quote(model, safe='')}/{operation}"
+
+
+# ---------------------------------------------------------------- Anthropic's API on AWS endpoints
+
+# Claude Platform on AWS and Bedrock's Messages endpoint (the gateway's ``aws_messages.py``), at
+# path prefixes of their own on the simulator: prefix -> (the SigV4 service, the key's header).
+# Claude Platform on AWS: service ``aws-external-anthropic`` (AWS, "Claude Platform on AWS User
+# Guide", "Making requests"), a workspace API key in ``x-api-key`` (the Anthropic SDK's
+# ``AnthropicAWS``). Bedrock's Messages endpoint: ``bedrock-mantle`` (the SDK's Mantle client), or
+# ``bedrock`` on bedrock-runtime's ``/anthropic``; a Bedrock API key as a bearer.
+CLAUDE_PLATFORM_AWS = "/claude-platform-aws"
+BEDROCK_MANTLE = "/bedrock-mantle/anthropic"
+BEDROCK_RUNTIME_MESSAGES = "/bedrock-runtime/anthropic"
+AWS_MESSAGES_PREFIXES: Mapping[str, tuple[str, str]] = {
+    CLAUDE_PLATFORM_AWS: ("aws-external-anthropic", "x-api-key"),
+    BEDROCK_MANTLE: ("bedrock-mantle", "authorization"),
+    BEDROCK_RUNTIME_MESSAGES: ("bedrock", "authorization"),
+}
+SIM_AWS_WORKSPACE_ID = "wrkspc_ezatsim01"  # the one workspace of the simulated Claude Platform on AWS
+WORKSPACE_HEADER = "anthropic-workspace-id"
+
+
+def aws_messages_route(path: str) -> tuple[str, bool] | None:
+    """(the prefix, whether it counts tokens) of a path of Anthropic's API on an AWS endpoint,
+    or None."""
+    for prefix in AWS_MESSAGES_PREFIXES:
+        if path == prefix + "/v1/messages":
+            return prefix, False
+        if path == prefix + "/v1/messages/count_tokens":
+            return prefix, True
+    return None
+
+
+def check_aws_caller(prefix: str, url: str, headers: Mapping[str, str], body: bytes, api_key: str | None) -> None:
+    """Authenticate a request to Anthropic's API on an AWS endpoint: a key in the endpoint's
+    header (``api_key`` set: only that one), else a SigV4 signature for the endpoint's service;
+    then, on Claude Platform on AWS, the workspace. ``CloudError`` in AWS's shape otherwise (403;
+    400 for a missing workspace header). The words of the workspace refusals are the
+    simulator's: AWS's aren't public."""
+    service, key_header = AWS_MESSAGES_PREFIXES[prefix]
+    value = headers.get(key_header, "").strip()
+    if key_header == "authorization":
+        scheme, _, value = value.partition(" ")
+        value = value.strip() if scheme.lower() == "bearer" else ""
+    if value:
+        if api_key is not None and value != api_key:
+            raise bedrock_error(403, "Invalid API Key format", "AccessDeniedException")
+    else:
+        verify_sigv4("POST", url, headers, body, service=service)
+    if prefix != CLAUDE_PLATFORM_AWS:
+        return
+    workspace = headers.get(WORKSPACE_HEADER, "").strip()
+    if not workspace:
+        raise bedrock_error(400, f"Missing required header: {WORKSPACE_HEADER}", "ValidationException")
+    if workspace != SIM_AWS_WORKSPACE_ID:
+        raise bedrock_error(403, f"The caller is not authorized to use workspace {workspace}.", "AccessDeniedException")
 
 
 # ---------------------------------------------------------------- Bedrock: event stream

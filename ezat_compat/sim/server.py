@@ -136,6 +136,11 @@ def build_parser(prog: str = "ezat-sim") -> argparse.ArgumentParser:
         metavar="FILE",
         help="a service-account JSON: /token issues tokens for it, and Vertex AI's paths take only those",
     )
+    add(
+        "--foundry-bearer",
+        metavar="TOKEN",
+        help="Foundry's paths take only 'Authorization: Bearer TOKEN' (an Entra ID token), no key",
+    )
     return parser
 
 
@@ -161,6 +166,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         max_output_tokens=args.max_output_tokens,
         google_service_account=args.google_service_account or "",
         rpm_limit=args.rpm_limit,
+        foundry_bearer=args.foundry_bearer or "",
     )
 
 

@@ -684,3 +684,86 @@ RULES: tuple[Rule, ...] = (
         _schema_unsupported_keywords,
     ),
 )
+
+
+# -- API versions and Foundry's hosting ------------------------------------------------------
+#
+# The simulator's own knowledge, kept apart from the gateway's tables
+# (``translate/versions.py``, ``upstream/providers/features.py``), so a rule wrongly left out of
+# those is still refused here, as the real API would.
+
+V2026 = "2026-10-21"
+# Source: Anthropic, "Versions" (platform.claude.com/docs/en/api/versioning), the 2026-10-21
+# entry: ``temperature``, ``top_p`` and ``top_k`` are refused with a 400, and so are a document
+# block in an assistant message and citations on user text. No public thread quotes the
+# refusals' words yet: a removed field is worded as the API words a field its schema doesn't know
+# (the Messages schema's "Extra inputs are not permitted", as Bedrock's copy of it quotes it for
+# ``output_config.format``), the two block rules in the API's path form.
+V2026_SAMPLING = ("temperature", "top_p", "top_k")
+
+
+def version_refusal(body: Mapping[str, Any], version: str) -> str | None:
+    """The API's 400 message for a field ``version`` refuses, or None."""
+    if version != V2026:
+        return None
+    for name in V2026_SAMPLING:
+        if name in body:
+            return f"{name}: Extra inputs are not permitted"
+    messages = body.get("messages")
+    for i, message in enumerate(messages if isinstance(messages, list) else ()):
+        if not isinstance(message, dict):
+            continue
+        for j, block in enumerate(content_blocks(message.get("content"))):
+            if not isinstance(block, dict):
+                continue
+            if message.get("role") == "assistant" and block.get("type") == "document":
+                return f"messages.{i}.content.{j}: document blocks are not accepted in assistant messages"
+            if message.get("role") == "user" and block.get("type") == "text" and block.get("citations"):
+                return f"messages.{i}.content.{j}.text.citations: Extra inputs are not permitted"
+    return None
+
+
+# Source: Anthropic, "Claude in Microsoft Foundry" (platform.claude.com/docs/en/build-with-claude/
+# claude-in-microsoft-foundry), hosting options: a deployment "Hosted on Azure" refuses
+# structured outputs, the server tools (web search and fetch, code execution, tool search), the
+# MCP connector and the Files API with a 400. The words are the simulator's.
+AZURE_REFUSED_TOOLS = ("web_search_", "web_fetch_", "code_execution_", "tool_search_tool_", "mcp_toolset")
+
+
+def azure_refusal(body: Mapping[str, Any]) -> str | None:
+    """The 400 message of a Foundry deployment hosted on Azure for a feature it lacks, or None."""
+    config = body.get("output_config")
+    if isinstance(config, dict) and config.get("format") is not None:
+        return "output_config.format: structured outputs are not supported for this deployment"
+    tools = body.get("tools")
+    for i, tool in enumerate(tools if isinstance(tools, list) else ()):
+        if not isinstance(tool, dict):
+            continue
+        kind = tool.get("type")
+        if isinstance(kind, str) and kind.startswith(AZURE_REFUSED_TOOLS):
+            return f"tools.{i}: {kind} is not supported for this deployment"
+        if tool.get("strict") is True:
+            return f"tools.{i}.strict: structured outputs are not supported for this deployment"
+    if body.get("mcp_servers"):
+        return "mcp_servers: the MCP connector is not supported for this deployment"
+    for path, _, block in _message_blocks_any(body):
+        source = block.get("source")
+        if block.get("type") == "container_upload" or (isinstance(source, dict) and source.get("type") == "file"):
+            return f"{path}: the Files API is not supported for this deployment"
+    return None
+
+
+def _message_blocks_any(body: Mapping[str, Any]) -> Iterator[tuple[str, int, dict[str, Any]]]:
+    """``_message_blocks`` on a body not yet shape-checked (odd entries skipped)."""
+    messages = body.get("messages")
+    for i, message in enumerate(messages if isinstance(messages, list) else ()):
+        if not isinstance(message, dict):
+            continue
+        for j, block in enumerate(content_blocks(message.get("content"))):
+            if not isinstance(block, dict):
+                continue
+            yield f"messages.{i}.content.{j}", i, block
+            if block.get("type") == "tool_result":
+                for k, inner in enumerate(content_blocks(block.get("content"))):
+                    if isinstance(inner, dict):
+                        yield f"messages.{i}.content.{j}.tool_result.content.{k}", i, inner

@@ -40,7 +40,8 @@ BEDROCK_PRICE = {"input": 4.0, "output": 20.0, "cache_write": 5.0, "cache_read":
 
 
 def foundry_at(url: str) -> dict[str, Any]:
-    return {"provider": "foundry", "base_url": url + "/anthropic", "api_key_env": "FOUNDRY_KEY"}
+    # Hosted on Anthropic: Anthropic's API as it is (Hosted on Azure: tests/integration/test_api_versions.py)
+    return {"provider": "foundry", "base_url": url + "/anthropic", "api_key_env": "FOUNDRY_KEY", "hosting": "anthropic"}
 
 
 def _model(alias: str, *deployments: dict[str, Any]) -> ModelSpec:

@@ -268,7 +268,8 @@ def test_messages_create_with_the_sdk(gateway: Gateway, key: str, clean: dict[st
     (received,) = clean["native-a"].requests()
     assert received["path"] == "/v1/messages"
     assert received["body"] == with_model(recorder.body(), "claude-upstream-a")
-    assert received["headers"]["anthropic-version"] == SDK_VERSION_HEADER
+    assert recorder.sent[-1].headers["anthropic-version"] == SDK_VERSION_HEADER  # the client's...
+    assert received["headers"]["anthropic-version"] == "2023-06-01"  # ...never sent: the deployment's own
     assert received["headers"]["x-api-key"] == "sk-ant-test"  # the deployment's key…
     assert key not in json.dumps(received["headers"])  # …never the client's
 
@@ -312,7 +313,9 @@ def test_explicit_stream_false_passes_through(gateway: Gateway, key: str, clean:
     assert clean["native-a"].bodies() == [with_model(body, "claude-upstream-a")]
 
 
-def test_beta_and_version_headers_are_forwarded(gateway: Gateway, key: str, clean: dict[str, Sim]) -> None:
+def test_betas_are_forwarded_and_the_version_is_the_deployments(
+    gateway: Gateway, key: str, clean: dict[str, Sim]
+) -> None:
     sdk(gateway, key).beta.messages.create(
         model="claude-native",
         max_tokens=32,
@@ -321,8 +324,8 @@ def test_beta_and_version_headers_are_forwarded(gateway: Gateway, key: str, clea
     )
     (received,) = clean["native-a"].requests()
     assert received["headers"]["anthropic-beta"] == "context-management-2025-06-27,fast-mode-2026-02-01"
-    assert received["headers"]["anthropic-version"] == SDK_VERSION_HEADER
-    # Without the client's headers, the deployment's anthropic_version is used.
+    assert received["headers"]["anthropic-version"] == "2023-06-01"  # the deployment's, not the SDK's 2026-10-21
+    # Without the client's headers, the deployment's anthropic_version is used too.
     assert post(gateway, simple(), key).status_code == 200
     received = clean["native-a"].requests()[-1]
     assert received["headers"]["anthropic-version"] == "2023-06-01" and "anthropic-beta" not in received["headers"]

@@ -26,7 +26,7 @@ from ezat_compat.upstream.providers.features import (
 from tests.support.deployments import BEDROCK, VERTEX
 
 ANTHROPIC = Deployment(name="a", base_url="http://127.0.0.1:9", upstream_model="claude-x", api_key_env="K")
-FOUNDRY = replace(ANTHROPIC, name="f", provider="foundry")
+FOUNDRY = replace(ANTHROPIC, name="f", provider="foundry", hosting="anthropic")  # Anthropic's API as it is
 
 
 @pytest.mark.parametrize(

@@ -21,11 +21,18 @@ deployment's route:
 ``Provider`` itself is Anthropic's own API (and Foundry's, which serves the same API under the
 resource's ``/anthropic`` path with the same ``x-api-key``): ``rewrites`` is False, so the
 client's hot path skips ``path`` and ``authorize`` altogether and the request costs what it
-cost before providers existed. ``bedrock.py`` and ``vertex.py`` import their SDK (an extra)
-only when a deployment of theirs is made; a missing extra is named in ``ProviderSetupError``.
+cost before providers existed. ``bedrock.py``, ``aws_messages.py`` (Claude Platform on AWS and
+Bedrock's Messages endpoint: Anthropic's API, SigV4-signed through ``aws.py``) and ``vertex.py``
+import their SDK (an extra) only when a deployment of theirs is made; a missing extra is named
+in ``ProviderSetupError``.
 
 Betas and fields each provider refuses are data in ``betas.py``, the tools and beta-gated fields
 in ``features.py``, each rule with its source.
+
+Each deployment speaks its configured ``anthropic-version`` (``Deployment.anthropic_version``),
+never the client's: ``shape`` makes the body one that version takes (``translate/versions.py``:
+sampling fields dropped under 2026-10-21), on each attempt of a failover, and ``headers`` sends
+the deployment's version whatever the client sent.
 """
 
 from __future__ import annotations
@@ -39,7 +46,8 @@ from ezat_compat import __version__
 from ezat_compat.domain import Deployment
 from ezat_compat.endpoints import MESSAGES
 from ezat_compat.errors import UpstreamStatusError
-from ezat_compat.upstream.bodies import with_model
+from ezat_compat.translate.versions import shape_for_version, strict
+from ezat_compat.upstream.bodies import encode_body, with_model
 from ezat_compat.upstream.egress import Egress
 from ezat_compat.upstream.providers.betas import allowed_betas
 from ezat_compat.upstream.sse import SSEDecoder, StreamDecoder, iter_sse
@@ -69,7 +77,7 @@ class Provider:
     """Anthropic's Messages API (``provider = "anthropic"``, and Foundry's): the body with
     ``model`` in front, ``x-api-key`` and ``anthropic-version`` header fields, SSE."""
 
-    __slots__ = ("deployment", "model")
+    __slots__ = ("deployment", "model", "strict")
     name = "anthropic"
     rewrites = False  # True: ``path`` and ``authorize`` run for each call
     decode: Decoder = staticmethod(iter_sse)
@@ -78,6 +86,19 @@ class Provider:
     def __init__(self, deployment: Deployment) -> None:
         self.deployment = deployment
         self.model = deployment.upstream_model
+        self.strict = strict(deployment.anthropic_version)  # its version refuses some fields
+
+    def versioned(self, source: Mapping[str, Any]) -> Mapping[str, Any]:
+        """``source`` as the deployment's API version takes it (``shape_for_version``)."""
+        return shape_for_version(source, self.deployment.anthropic_version) if self.strict else source
+
+    def _shaped(self, body: bytes, source: Mapping[str, Any] | None) -> bytes:
+        """``body`` (serialized ``source``), again from the shaped ``source`` when its version
+        leaves something out; the same bytes otherwise (the hot path: no encoding)."""
+        if not self.strict or source is None:
+            return body
+        shaped = self.versioned(source)
+        return body if shaped is source else encode_body(shaped)
 
     def shape(
         self,
@@ -89,7 +110,7 @@ class Provider:
     ) -> tuple[bytes, Mapping[str, str] | None]:
         """The body to send to ``path`` (``body`` serialized without ``model``; ``source`` the
         same as data, when the caller has it) and the header fields forwarded with it."""
-        return with_model(body, self.model, stream=stream), headers
+        return with_model(self._shaped(body, source), self.model, stream=stream), headers
 
     def answer(self, path: str, data: bytes) -> bytes:
         """A JSON answer of ``path`` as Anthropic's API words it (the clouds': ``rewrites``)."""
@@ -100,10 +121,10 @@ class Provider:
 
     def headers(self, extra: Mapping[str, str] | None, accept: str) -> dict[str, str]:
         headers = common_headers(accept)
-        headers["anthropic-version"] = self.deployment.anthropic_version
         headers["x-api-key"] = self.deployment.api_key
         if extra:
             headers.update(extra)
+        headers["anthropic-version"] = self.deployment.anthropic_version  # never the client's
         return headers
 
     def authorize(self, request: requests.PreparedRequest) -> None:
@@ -126,7 +147,8 @@ class FoundryProvider(Provider):
     in ``x-api-key`` and ``anthropic-version: 2023-06-01`` (Anthropic, "Claude in Microsoft
     Foundry"; Microsoft's sample microsoft/Generative-AI-for-beginners-dotnet,
     BasicChat-11FoundryClaude: "x-api-key header (not Authorization: Bearer)"). Betas pass
-    through filtered by ``betas.py``'s Foundry row. Entra ID tokens are not supported here."""
+    through filtered by ``betas.py``'s Foundry row. With ``auth = "entra_id"``: ``foundry.py``.
+    What "Hosted on Azure" refuses is ``features.py``'s."""
 
     __slots__ = ()
     name = "foundry"
@@ -139,7 +161,14 @@ class FoundryProvider(Provider):
         headers: Mapping[str, str] | None,
         path: str = MESSAGES,
     ) -> tuple[bytes, Mapping[str, str] | None]:
-        return with_model(body, self.model, stream=stream), _filtered_beta_header(self.name, headers)
+        return with_model(self._shaped(body, source), self.model, stream=stream), _filtered_beta_header(
+            self.name, headers
+        )
+
+    def describe(self) -> list[str]:
+        d = self.deployment
+        key = f"key: from {d.api_key_env}" + ("" if d.api_key else " (not set)")
+        return [f"provider: foundry, hosted on {'Azure' if d.hosting == 'azure' else 'Anthropic'}", key]
 
 
 def _filtered_beta_header(provider: str, headers: Mapping[str, str] | None) -> Mapping[str, str] | None:
@@ -163,16 +192,28 @@ def beta_list(provider: str, headers: Mapping[str, str] | None) -> list[str]:
 def make_provider(deployment: Deployment, egress: Egress | None = None) -> Provider:
     """The deployment's provider object (its SDK imported now); ``ProviderSetupError`` when its
     extra is missing. ``egress``: the deployment's proxies, CAs and client certificate, which a
-    provider's own calls (Vertex's token refresh, Bedrock's STS and SSO credential calls) go
-    through too (None: the environment's)."""
+    provider's own calls (Vertex's token refresh, Bedrock's STS and SSO credential calls,
+    Foundry's Entra ID tokens) go through too (None: the environment's)."""
     if deployment.provider == "bedrock":
         from ezat_compat.upstream.providers.bedrock import BedrockProvider
 
         return BedrockProvider(deployment, egress)
+    if deployment.provider == "claude_platform_aws":
+        from ezat_compat.upstream.providers.aws_messages import ClaudePlatformAwsProvider
+
+        return ClaudePlatformAwsProvider(deployment, egress)
+    if deployment.provider == "bedrock_messages":
+        from ezat_compat.upstream.providers.aws_messages import BedrockMessagesProvider
+
+        return BedrockMessagesProvider(deployment, egress)
     if deployment.provider == "vertex":
         from ezat_compat.upstream.providers.vertex import VertexProvider
 
         return VertexProvider(deployment, egress)
+    if deployment.provider == "foundry" and deployment.auth == "entra_id":
+        from ezat_compat.upstream.providers.foundry import FoundryEntraProvider
+
+        return FoundryEntraProvider(deployment, egress)
     if deployment.provider == "foundry":
         return FoundryProvider(deployment)
     return Provider(deployment)

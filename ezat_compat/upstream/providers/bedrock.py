@@ -9,13 +9,10 @@
   ``"anthropic_version": "bedrock-2023-05-31"`` and the betas as ``"anthropic_beta": [...]``
   (Amazon Bedrock user guide, "Anthropic Claude Messages API"; Anthropic, "Claude on Amazon
   Bedrock"). The betas Bedrock refuses are dropped (``betas.py``).
-- Credentials: botocore's standard chain (environment, the shared files' profile
-  ``aws_profile``, SSO, container and instance roles), refreshed by botocore; each request is
-  signed with ``SigV4Auth(credentials, "bedrock", region)``. With ``api_key_env`` set, a Bedrock
-  API key is sent as ``Authorization: Bearer`` instead (Bedrock user guide, "API keys").
-  botocore's own calls for them (STS AssumeRole and AssumeRoleWithWebIdentity, SSO) leave
-  through the deployment's egress, as its requests do: its ``proxy``, its CA files and its
-  client certificate, set with botocore's public session settings (``credentials_session``).
+- Credentials: botocore's standard chain, its calls through the deployment's egress
+  (``aws.py``); each request is signed with ``SigV4Auth(credentials, "bedrock", region)``. With
+  ``api_key_env`` set, a Bedrock API key is sent as ``Authorization: Bearer`` instead (Bedrock
+  user guide, "API keys").
 - The stream is AWS event-stream framing (``application/vnd.amazon.eventstream``), decoded
   with botocore's ``EventStreamBuffer``: each ``chunk`` event's payload is
   ``{"bytes": "<base64>"}`` whose bytes are one Anthropic stream event's JSON (the service
@@ -35,20 +32,16 @@ tokenizer). InvokeModel's body wants ``max_tokens``; a count has none, so 1 is p
 Anthropic's Messages API itself is also offered on Bedrock (``/anthropic/v1/messages`` on
 bedrock-runtime and bedrock-mantle; Bedrock user guide, "Inference using Anthropic Messages
 API"), but not for every model and region; InvokeModel is offered for every Claude model on
-Bedrock, so it is what this provider calls.
+Bedrock, so it is what this provider calls. ``provider = "bedrock_messages"`` calls that
+endpoint instead (``aws_messages.py``).
 """
 
 from __future__ import annotations
 
-import atexit
 import base64
 import binascii
-import contextlib
 import json
 import logging
-import os
-import tempfile
-import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 from urllib.parse import quote
@@ -60,21 +53,17 @@ from ezat_compat.endpoints import COUNT_TOKENS, MESSAGES
 from ezat_compat.errors import UpstreamAuthError, UpstreamStatusError
 from ezat_compat.translate.cache_marks import without_ttl
 from ezat_compat.upstream.bodies import encode_body
-from ezat_compat.upstream.egress import Egress, missing_file
-from ezat_compat.upstream.providers import Event, Provider, ProviderSetupError, beta_list, common_headers
+from ezat_compat.upstream.egress import Egress
+from ezat_compat.upstream.providers import Event, Provider, beta_list, common_headers
+from ezat_compat.upstream.providers.aws import AwsCredentials, needs_botocore
 from ezat_compat.upstream.providers.betas import takes_cache_ttl, takes_output_format, told_format
 from ezat_compat.upstream.providers.features import drop_gated_fields
 from ezat_compat.upstream.sse import pulled
 
 try:
-    import botocore.config
-    import botocore.session
-    from botocore.auth import SigV4Auth
-    from botocore.awsrequest import AWSRequest
     from botocore.eventstream import EventStreamBuffer, EventStreamMessage
-    from botocore.exceptions import BotoCoreError
 except ImportError:  # pragma: no cover - the extra is installed in tests
-    botocore = None
+    EventStreamBuffer = None
 
 log = logging.getLogger("ezat_compat")
 
@@ -147,42 +136,43 @@ def envelope(error_type: str, message: str) -> bytes:
     return json.dumps({"type": "error", "error": {"type": error_type, "message": message}}).encode()
 
 
+def aws_status_error(status: int, body: bytes, headers: Mapping[str, str]) -> UpstreamStatusError:
+    """An AWS error answer (``{"message": …}``, its type in ``x-amzn-ErrorType``) as
+    Anthropic's envelope (``BEDROCK_ERRORS``); Anthropic's own envelope, and a body that is
+    neither (something in between), as they came."""
+    kind = _header(headers, "x-amzn-errortype")
+    try:
+        data = json.loads(body)
+    except ValueError:
+        data = None
+    if isinstance(data, dict) and isinstance(data.get("error"), dict):  # already Anthropic's
+        return UpstreamStatusError(status, body, headers)
+    message = ""
+    if isinstance(data, dict):
+        message = str(data.get("message") or data.get("Message") or "")
+    if not kind and not message:  # not Bedrock's answer: something in between
+        return UpstreamStatusError(status, body, headers)
+    mapped_status, error_type = error_of(kind, status)
+    return UpstreamStatusError(mapped_status, envelope(error_type, message or kind), headers)
+
+
 class BedrockProvider(Provider):
     """A Bedrock deployment (module docstring)."""
 
-    __slots__ = (
-        "_ca_file",
-        "_count_path",
-        "_credentials",
-        "_egress",
-        "_lock",
-        "_no_ttl",
-        "_options",
-        "_paths",
-        "_session",
-        "_told_format",
-    )
+    __slots__ = ("_aws", "_count_path", "_no_ttl", "_options", "_paths", "_told_format")
     name = "bedrock"
     rewrites = True
 
     def __init__(self, deployment: Deployment, egress: Egress | None = None) -> None:
-        if botocore is None:
-            raise ProviderSetupError(
-                f"deployment {deployment.name}: provider 'bedrock' needs botocore: pip install 'ezat-compat[bedrock]'"
-            )
+        needs_botocore(deployment)
         super().__init__(deployment)
         model = quote(deployment.upstream_model, safe="")
         self._paths = (f"/model/{model}/invoke", f"/model/{model}/invoke-with-response-stream")
         self._count_path = f"/model/{quote(counting_model(deployment.upstream_model), safe='')}/count-tokens"
-        self._lock = threading.Lock()
-        self._session: Any = None
-        self._credentials: Any = None
-        self._egress = egress
-        self._ca_file = ""  # the combined CA file of the credential calls, once written
+        self._aws = AwsCredentials(deployment, egress)
         self._options = invoke_options(deployment)
         self._no_ttl = not takes_cache_ttl(self.name, deployment.upstream_model)
         self._told_format = not takes_output_format(self.name, deployment.upstream_model)
-        logging.getLogger("botocore.auth").setLevel(logging.INFO)  # its debug lines hold the signature
 
     # -- the request ----------------------------------------------------------------------------
 
@@ -194,7 +184,7 @@ class BedrockProvider(Provider):
         headers: Mapping[str, str] | None,
         path: str = MESSAGES,
     ) -> tuple[bytes, Mapping[str, str] | None]:
-        data = dict(source) if source is not None else json.loads(body)
+        data = dict(self.versioned(source if source is not None else json.loads(body)))
         data.pop("model", None)
         data.pop("stream", None)
         out: dict[str, Any] = {"anthropic_version": ANTHROPIC_VERSION}
@@ -241,107 +231,18 @@ class BedrockProvider(Provider):
         return headers
 
     def credentials_session(self) -> Any:
-        """The botocore session the credentials are found and refreshed with. With an egress,
-        every client botocore makes for them (``create_nested_client``: STS, SSO) gets it
-        through the session's public settings: a default client ``Config`` with ``proxies``
-        (only when the deployment sets ``proxy``: ``{}`` for ``""`` is direct; unset, botocore
-        reads the environment per URL, as requests does) and ``client_cert``; the
-        ``ca_bundle`` variable naming one file, the bundle followed by the extra CA files
-        (``_ca_bundle``). Egress None: botocore's own reading of the environment.
-        ``ProviderSetupError`` when a file it names can't be read."""
-        session = botocore.session.Session(profile=self.deployment.aws_profile or None)
-        egress = self._egress
-        if egress is None:
-            return session
-        problem = missing_file(egress)
-        if problem is not None:
-            raise ProviderSetupError(f"deployment {self.deployment.name}: {problem}")
-        options: dict[str, Any] = {}
-        if self.deployment.proxy is not None:
-            options["proxies"] = dict(egress.proxies)
-        if egress.client_cert:
-            options["client_cert"] = (
-                (egress.client_cert, egress.client_key) if egress.client_key else egress.client_cert
-            )
-        if options:
-            session.set_default_client_config(botocore.config.Config(**options))
-        bundle = self._ca_bundle(session.get_config_variable("ca_bundle"), egress)
-        if bundle:
-            session.set_config_variable("ca_bundle", bundle)
-        return session
-
-    def _ca_bundle(self, configured: str | None, egress: Egress) -> str:
-        """The one CA file botocore's ``ca_bundle`` names for the credential calls ("": keep
-        ``configured``, botocore's own ``AWS_CA_BUNDLE`` or the profile's ``ca_bundle``). With
-        extra CA files: a private copy (0600, removed at exit) of the bundle (``configured``,
-        else the egress's: ``REQUESTS_CA_BUNDLE``, ``CURL_CA_BUNDLE`` or certifi's) followed by
-        them, read now."""
-        if not egress.extra_ca_files:
-            return "" if configured else egress.ca_bundle
-        parts = []
-        named = [("CA bundle", configured or egress.ca_bundle)] + [("ca_file", p) for p in egress.extra_ca_files]
-        for what, path in named:
-            try:
-                with open(path, "rb") as f:
-                    data = f.read()
-            except OSError as exc:
-                raise ProviderSetupError(
-                    f"deployment {self.deployment.name}: {what} {path}: {exc.strerror or exc}"
-                ) from None
-            parts.append(data if data.endswith(b"\n") else data + b"\n")
-        try:
-            if not self._ca_file:  # one per provider, written again if the credentials are made again
-                fd, self._ca_file = tempfile.mkstemp(prefix="ezat-aws-ca-", suffix=".pem")  # mode 0600
-                os.close(fd)
-                atexit.register(_remove, self._ca_file, os.getpid())
-            with open(self._ca_file, "wb") as f:
-                f.write(b"".join(parts))
-        except OSError as exc:
-            raise ProviderSetupError(f"deployment {self.deployment.name}: the combined CA file: {exc}") from None
-        return self._ca_file
+        """The botocore session the credentials are found with (``AwsCredentials.session``)."""
+        return self._aws.session()
 
     def credentials(self) -> Any:
-        """botocore's credentials (refreshable ones refresh themselves); made once, on first use."""
-        if self._credentials is None:
-            with self._lock:
-                if self._credentials is None:
-                    try:
-                        session = self.credentials_session()
-                        credentials = session.get_credentials()
-                    except BotoCoreError as exc:
-                        raise ProviderSetupError(f"deployment {self.deployment.name}: {exc}") from None
-                    if credentials is None:
-                        raise ProviderSetupError(
-                            f"deployment {self.deployment.name}: botocore found no AWS credentials "
-                            "(environment, shared files"
-                            + (f" profile {self.deployment.aws_profile!r}" if self.deployment.aws_profile else "")
-                            + ", SSO, container or instance role)"
-                        )
-                    self._session, self._credentials = session, credentials
-        return self._credentials
+        """botocore's credentials (``AwsCredentials.get``)."""
+        return self._aws.get()
 
     def authorize(self, request: requests.PreparedRequest) -> None:
         if self.deployment.api_key:
             return  # a Bedrock API key, already in the header fields
-        try:
-            frozen = self.credentials().get_frozen_credentials()
-        except ProviderSetupError as exc:
-            log.error("%s", exc)
-            raise UpstreamAuthError(f"no AWS credentials for {self.deployment.name}") from None
-        except Exception as exc:  # a refresh that failed (an expired SSO session, the role's endpoint)
-            log.error(
-                "deployment %s: AWS credentials could not be refreshed: %s", self.deployment.name, type(exc).__name__
-            )
-            raise UpstreamAuthError(f"the AWS credentials of {self.deployment.name} could not be refreshed") from None
-        signed = {
-            k: v for k, v in request.headers.items() if k.lower() in _SIGNED_HEADERS or k.lower() in self._options
-        }
-        aws = AWSRequest(method="POST", url=request.url, data=request.body, headers=signed)
-        SigV4Auth(frozen, SERVICE, self.deployment.region).add_auth(aws)
-        for name in ("Authorization", "X-Amz-Date", "X-Amz-Security-Token"):
-            value = aws.headers.get(name)
-            if value is not None:
-                request.headers[name] = value
+        options = self._options
+        self._aws.sign(request, SERVICE, lambda name: name in _SIGNED_HEADERS or name in options)
 
     # -- the answer -----------------------------------------------------------------------------
 
@@ -354,20 +255,7 @@ class BedrockProvider(Provider):
         return EventStreamDecoder()
 
     def status_error(self, status: int, body: bytes, headers: Mapping[str, str]) -> UpstreamStatusError:
-        kind = _header(headers, "x-amzn-errortype")
-        try:
-            data = json.loads(body)
-        except ValueError:
-            data = None
-        if isinstance(data, dict) and isinstance(data.get("error"), dict):  # already Anthropic's
-            return UpstreamStatusError(status, body, headers)
-        message = ""
-        if isinstance(data, dict):
-            message = str(data.get("message") or data.get("Message") or "")
-        if not kind and not message:  # not Bedrock's answer: something in between
-            return UpstreamStatusError(status, body, headers)
-        mapped_status, error_type = error_of(kind, status)
-        return UpstreamStatusError(mapped_status, envelope(error_type, message or kind), headers)
+        return aws_status_error(status, body, headers)
 
     def describe(self) -> list[str]:
         d = self.deployment
@@ -379,20 +267,8 @@ class BedrockProvider(Provider):
         if d.api_key_env:
             lines.append(f"credentials: Bedrock API key from {d.api_key_env}" + ("" if d.api_key else " (not set)"))
             return lines
-        credentials = self.credentials()
-        method = getattr(credentials, "method", "") or "unknown"
-        profile = f" (profile {d.aws_profile})" if d.aws_profile else ""
-        via = "; its STS and SSO calls use this egress" if self._egress is not None else ""
-        lines.append(f"credentials: AWS SigV4, found by botocore's chain in {method}{profile}{via}")
+        lines.append(self._aws.describe())
         return lines
-
-
-def _remove(path: str, owner: int) -> None:
-    """Remove the combined CA file at exit, in the process that wrote it only (a forked
-    worker's exit must not take it from the others)."""
-    if os.getpid() == owner:
-        with contextlib.suppress(OSError):
-            os.unlink(path)
 
 
 def _header(headers: Mapping[str, str], name: str) -> str:

@@ -47,6 +47,24 @@ BEDROCK_BETAS = frozenset(
 # adaptive-thinking-2026-01-28 (anthropics/claude-code#34802).
 VERTEX_BETAS = frozenset({"interleaved-thinking-2025-05-14", "context-management-2025-06-27", "context-1m-2025-08-07"})
 
+# Providers that are another provider's API at another endpoint, and follow its rows here and in
+# ``features.py`` (``rules_of``):
+# - Claude Platform on AWS is Anthropic's API, operated by Anthropic: "the same models and
+#   features as the Claude API on the same release schedule" (Claude Code, "Claude Platform on
+#   AWS"); the AI SDK's provider for it passes ``anthropic-beta`` headers as Anthropic's does
+#   (ai-sdk.dev, "Claude Platform on AWS"). No refusal is documented.
+# - Bedrock's Messages endpoint (bedrock-mantle, or bedrock-runtime's ``/anthropic``) serves
+#   Bedrock's models: AWS documents no difference from InvokeModel in the betas, fields and tools
+#   a model takes there ("Inference using Anthropic Messages API" points to the same model
+#   cards), so Bedrock's rows hold for it; its fetching of URL sources is not documented.
+SAME_RULES_AS: Mapping[str, str] = {"claude_platform_aws": "anthropic", "bedrock_messages": "bedrock"}
+
+
+def rules_of(provider: str) -> str:
+    """The provider whose rows ``provider`` follows (itself, unless ``SAME_RULES_AS`` names one)."""
+    return SAME_RULES_AS.get(provider, provider)
+
+
 PROVIDER_BETAS: Mapping[str, frozenset[str] | None] = {
     "anthropic": None,
     # Claude in Foundry runs on Anthropic's infrastructure and serves Anthropic's API (Anthropic,
@@ -69,13 +87,13 @@ URL_SOURCES: Mapping[str, bool] = {"anthropic": True, "foundry": False, "bedrock
 
 def takes_url_sources(provider: str) -> bool:
     """Does ``provider`` fetch URL sources itself (else the gateway sends their bytes)?"""
-    return URL_SOURCES.get(provider, False)
+    return URL_SOURCES.get(rules_of(provider), False)
 
 
 def allowed_betas(provider: str, header: str) -> list[str]:
     """The values of an ``anthropic-beta`` header (comma-separated, as Anthropic's API takes it)
     that ``provider`` accepts, in order, without repeats."""
-    accepted = PROVIDER_BETAS.get(provider)
+    accepted = PROVIDER_BETAS.get(rules_of(provider))
     out: list[str] = []
     for value in header.split(","):
         beta = value.strip()
@@ -99,7 +117,7 @@ BEDROCK_OUTPUT_FORMAT_MODELS = ("claude-sonnet-4-5", "claude-opus-4-5", "claude-
 def takes_output_format(provider: str, upstream_model: str) -> bool:
     """Does ``provider`` take ``output_config.format`` for ``upstream_model`` (its own id: a
     Bedrock model or inference-profile id such as ``us.anthropic.claude-sonnet-4-5-…-v1:0``)?"""
-    if provider != "bedrock":
+    if rules_of(provider) != "bedrock":
         return True
     return any(name in upstream_model for name in BEDROCK_OUTPUT_FORMAT_MODELS)
 
@@ -150,4 +168,4 @@ BEDROCK_NO_CACHE_TTL = re.compile(r"claude-3|claude-(?:opus|sonnet|haiku)-4-(?:1
 
 def takes_cache_ttl(provider: str, upstream_model: str) -> bool:
     """Does ``provider`` take a ``ttl`` in ``cache_control`` for ``upstream_model``?"""
-    return provider != "bedrock" or BEDROCK_NO_CACHE_TTL.search(upstream_model) is None
+    return rules_of(provider) != "bedrock" or BEDROCK_NO_CACHE_TTL.search(upstream_model) is None

@@ -117,7 +117,7 @@ class VertexProvider(Provider):
         headers: Mapping[str, str] | None,
         path: str = MESSAGES,
     ) -> tuple[bytes, Mapping[str, str] | None]:
-        data = dict(source) if source is not None else json.loads(body)
+        data = dict(self.versioned(source if source is not None else json.loads(body)))
         data.pop("model", None)
         if path == COUNT_TOKENS:  # count-tokens:rawPredict names the model in the body
             data.pop("stream", None)
