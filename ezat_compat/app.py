@@ -15,6 +15,9 @@ The admin API (``admin/api.py``: ``/v1/organizations/…``) is served on ``[admi
 listener of its own that serves nothing else but ``/healthz``, and on the main listener only
 when ``[admin] on_main_listener`` says so; which listener a request came in on is asked of its
 socket, as for ``metrics_bind``. Errors on its paths are Anthropic's envelope (``admin/errors.py``).
+The web console (``console/``: ``/console/…``) is served with it, wherever it is; errors on its
+paths are HTML pages (``console/errors.py``), and behind a trusted proxy its links follow the
+proxy's prefix and scheme (``console.ForwardedPrefix``).
 """
 
 from __future__ import annotations
@@ -32,10 +35,15 @@ from ezat_compat import memory
 from ezat_compat.admin import api as admin_api
 from ezat_compat.admin.errors import from_http_exception, is_admin_path, render_admin_error
 from ezat_compat.api import anthropic as anthropic_api
+from ezat_compat.api import clouds as clouds_api
 from ezat_compat.api import openai as openai_api
 from ezat_compat.api import responses as responses_api
 from ezat_compat.api.common import gateway, json_response, new_request_id, raw_json_response, too_large, unproxied
 from ezat_compat.catalog import Catalog
+from ezat_compat.console import ForwardedPrefix
+from ezat_compat.console import register as register_console
+from ezat_compat.console.errors import is_console_path, render_console_error
+from ezat_compat.console.security import STATE as CONSOLE_STATE
 from ezat_compat.cooldowns import make_cooldowns
 from ezat_compat.datafiles import data_folder
 from ezat_compat.dialects.anthropic_messages import AnthropicMessages
@@ -46,10 +54,11 @@ from ezat_compat.limits import RateLimits
 from ezat_compat.pipeline import Gateway, health_key
 from ezat_compat.sealing import load_sealer
 from ezat_compat.server.drain import start_draining, stop_draining
-from ezat_compat.server.forwarded import TrustedForwarded
+from ezat_compat.server.forwarded import TrustedForwarded, parse_allow_list, trusted
 from ezat_compat.server.logs import Outages, RequestLog
 from ezat_compat.server.metrics import Metrics
 from ezat_compat.server.readiness import Readiness, note_outage
+from ezat_compat.server.telemetry import Tracing
 from ezat_compat.store.store import Store, embedded_limits_path, open_store
 from ezat_compat.translate.cache_scope import SCOPE_KEY_PURPOSE, CacheScopes
 from ezat_compat.upstream.client import UpstreamClient
@@ -111,6 +120,8 @@ def build_gateway(config: Config, store: Store) -> Gateway:
             if gw_cfg.isolate_prompt_cache
             else None
         ),
+        # [telemetry]: the traces of each request (None: off, and opentelemetry is never imported)
+        tracing=Tracing(config.telemetry) if config.telemetry.enabled else None,
     )
 
 
@@ -123,7 +134,9 @@ def _render(err: GatewayError) -> Response:
     if is_admin_path(request.path):
         status, admin_body, headers = render_admin_error(err, getattr(g, "request_id", None))
         return json_response(admin_body, status, headers)
-    dialect = ANTHROPIC if request.path.startswith(ANTHROPIC_PREFIX) else OPENAI
+    dialect = clouds_api.error_dialect(request.path) or (
+        ANTHROPIC if request.path.startswith(ANTHROPIC_PREFIX) else OPENAI
+    )
     status, body, headers = dialect.render_error(err, getattr(g, "request_id", None))
     return raw_json_response(body, status, headers)
 
@@ -173,18 +186,26 @@ def _let_go(err: BaseException) -> None:
         todo += [exc.__cause__, exc.__context__]
 
 
+def _console_page() -> bool:
+    """Whether the error of this request is answered with the console's HTML page (a console
+    path, on an app that serves the console)."""
+    return CONSOLE_STATE in current_app.extensions and is_console_path(request.path)
+
+
 def _register_errors(app: Flask) -> None:
     @app.errorhandler(GatewayError)
     def gateway_error(err: GatewayError) -> Response:
         if err.status >= 500:
             _noted_outage(err)
         try:
-            return _render(err)
+            return render_console_error(err) if _console_page() else _render(err)
         finally:
             _let_go(err)
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> Response:
+        if _console_page():
+            return render_console_error(exc)
         return _render(_http_error(exc))
 
     @app.errorhandler(Exception)
@@ -192,6 +213,8 @@ def _register_errors(app: Flask) -> None:
         try:
             if not _noted_outage(exc):
                 log.exception("unexpected error in request %s", getattr(g, "request_id", "?"))
+            if _console_page():
+                return render_console_error(exc)
             return _render(unexpected_error(getattr(g, "request_id", None)))
         finally:
             _let_go(exc)  # logged: its frames (the request's body among them) can go at once
@@ -291,12 +314,13 @@ def _register_public(app: Flask, config: Config) -> None:
 
 
 def _register_admin(app: Flask, config: Config, store: Store) -> None:
-    """The admin API, on ``[admin] bind`` (which then serves it and ``/healthz`` only) and on the
-    main listener when ``on_main_listener``; not at all when neither."""
+    """The admin API and the console, on ``[admin] bind`` (which then serves them and ``/healthz``
+    only) and on the main listener when ``on_main_listener``; not at all when neither."""
     settings = config.admin
     if not settings.bind and not settings.on_main_listener:
         return
     admin_api.register(app, config, store)
+    register_console(app, config, store)
     if not settings.bind:
         return
     on_admin_listener = metrics_listener(settings.bind)  # the same question of the socket
@@ -306,7 +330,7 @@ def _register_admin(app: Flask, config: Config, store: Store) -> None:
     def admin_listener_serves_admin_only() -> None:
         req = unproxied(request)  # every request passes here: one context lookup, not three
         path = req.path
-        if is_admin_path(path):
+        if is_admin_path(path) or is_console_path(path):
             if not on_main_too and not on_admin_listener(req.environ):
                 raise NotFound()  # served on [admin] bind only
         elif path != "/healthz" and on_admin_listener(req.environ):
@@ -332,11 +356,16 @@ def create_app(config: Config, *, gateway_core: Gateway | None = None, store: St
     app.register_blueprint(openai_api.bp)
     app.register_blueprint(responses_api.bp)
     app.register_blueprint(anthropic_api.bp)
+    app.register_blueprint(clouds_api.bedrock_bp)
+    app.register_blueprint(clouds_api.vertex_bp)
     _register_public(app, config)
     if store is not None:
         _register_admin(app, config, store)
     _register_errors(app)
     app.wsgi_app = TrustedForwarded(app.wsgi_app, config.server.forwarded_allow_ips)  # type: ignore[method-assign]
+    if CONSOLE_STATE in app.extensions:  # outside TrustedForwarded: it asks the proxy's own address
+        allow = parse_allow_list(config.server.forwarded_allow_ips)
+        app.wsgi_app = ForwardedPrefix(app.wsgi_app, lambda peer: trusted(peer, allow))  # type: ignore[method-assign]
     return app
 
 

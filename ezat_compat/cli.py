@@ -1,7 +1,7 @@
 """``ezat-compat``: the operator interface (docs/operations.md; a contract: keep the names).
 
     ezat-compat [--config PATH] demo | serve | sim | orgs … | keys … | usage … | spend-limits … |
-                                admin-keys … | audit list | check-config | db …
+                                admin-keys … | audit list | console-link | check-config | db …
 
 Every change (``orgs``, ``keys``, ``admin-keys``) goes through the admin API's service layer
 (``admin/service.py``) and leaves an audit row naming ``cli:<unix user>`` (``audit list``).
@@ -358,6 +358,41 @@ def cmd_audit(args: argparse.Namespace, store: Store) -> int:
         for e in entries
     ]
     print(table(rows, ["AT", "ACTOR", "ACTION", "TARGET", "ADDRESS"]))
+    return 0
+
+
+def console_base_url(config: Config | None) -> str:
+    """Where the console is reached on this host: ``http://<[admin] bind>``, or the main listener's
+    when the admin API is served there alone; a wildcard address as loopback."""
+    if config is None:
+        bind = "127.0.0.1:8081"
+    else:
+        bind = config.admin.bind or os.environ.get("EZAT_BIND") or config.server.bind
+    if bind.startswith("unix:"):
+        raise CLIError(f"the console listens on {bind}: give the URL it is reached at with --base-url")
+    host, _, port = bind.rpartition(":")
+    if host in ("", "0.0.0.0", "[::]", "::"):
+        host = "127.0.0.1"
+    return f"http://{host}:{port}"
+
+
+def cmd_console_link(args: argparse.Namespace, store: Store) -> int:
+    from ezat_compat.admin import service
+    from ezat_compat.store.accounts import iso
+
+    base = (args.base_url or console_base_url(_admin_config(args))).rstrip("/")
+    assert store.console is not None, "open_store makes the console's repository"
+    ctx = service.cli_context()
+    token, link_id, expires_at = store.console.create_link(created_by=ctx.actor)
+    service.record_change(
+        store, ctx, "console_link.create", "console_link", link_id, None, {"id": link_id, "expires_at": iso(expires_at)}
+    )
+    print(
+        f"one-time sign-in link {link_id} for the console, as a gateway admin; good once, until "
+        f"{iso(expires_at)} (open it in a browser on a host that reaches {base}):",
+        file=sys.stderr,
+    )
+    print(f"{base}/console/auth/link/{token}")
     return 0
 
 
@@ -740,6 +775,11 @@ def build_parser() -> argparse.ArgumentParser:
     usage.add_argument("--since", metavar="ISO8601")
     usage.add_argument("--json", action="store_true")
 
+    link = sub.add_parser(
+        "console-link", help="a one-time break-glass sign-in link for the console (as a gateway admin; 15 minutes)"
+    )
+    link.add_argument("--base-url", metavar="URL", help="where the console is reached (default: http://<[admin] bind>)")
+
     sub.add_parser(
         "check-config",
         help="validate the configuration file and that its files can be written (exit 0, or 1 with the error)",
@@ -809,6 +849,7 @@ def _run(argv: Sequence[str] | None) -> int:
             "spend-limits": cmd_spend_limits,
             "admin-keys": cmd_admin_keys,
             "audit": cmd_audit,
+            "console-link": cmd_console_link,
         }.get(args.command)
         if with_store is not None:
             with _store(args) as store:

@@ -4,7 +4,7 @@
 (``hotpath.make_hot_path``: one SQLite connection per process, or the engine's pool), the
 rate-limit counters (``counters.Counters``: Redis, or their SQLite file) and every repository
 built on them — accounts, the ledger and its usage journal, the stored responses, the message
-threads, the thinking stash. The composition root (``app.create_app``), the CLI, the demo and
+threads, the thinking stash, the console's sessions. The composition root (``app.create_app``), the CLI, the demo and
 the gunicorn hooks each open one and ``close()`` it; nothing else opens a connection, so two
 handles on one SQLite file (the lost-rows class of defect) can't be made by accident.
 
@@ -30,6 +30,7 @@ from ezat_compat.domain import Config
 from ezat_compat.periods import time_zone
 from ezat_compat.store.accounts import Accounts
 from ezat_compat.store.admin import AdminStore
+from ezat_compat.store.console import ConsoleStore
 from ezat_compat.store.counters import Counters
 from ezat_compat.store.db import make_engine, open_engine, probe_url, require_current_schema
 from ezat_compat.store.hotpath import HotPath, make_hot_path
@@ -62,6 +63,7 @@ class Store:
     admin: AdminStore | None = None  # admin keys and the audit trail (every kind of store has it)
     spend: SpendLimits | None = None  # spend limits by period, the ledger's (every kind of store has it)
     rollup: Rollup | None = None  # the usage reports' rollup (every kind; its fold loop runs in workers)
+    console: ConsoleStore | None = None  # the web console's sessions and break-glass links (every kind)
     counters: Counters | None = None
     thinking: ThinkingStash | None = None
     responses: ResponseStore | None = None
@@ -111,6 +113,7 @@ def open_store(database_url: str, *, config: Config | None = None, pool_size: in
     store = Store(engine, hot, Accounts(engine, hot), Ledger(engine, hot, data_dir=folder, spend=spend))
     store.spend = spend
     store.admin = AdminStore(engine, hot)
+    store.console = ConsoleStore(engine)
     if config is not None and pool_size is None:  # a worker: keys' last use written in the background
         store.accounts.last_used.background = True
     store.rollup = Rollup(engine)

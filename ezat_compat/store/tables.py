@@ -163,6 +163,9 @@ ledger = Table(
     Index("ux_ledger_request_id", "request_id", unique=True),
     Index("ix_ledger_org_created", "org_id", "created_at"),
     Index("ix_ledger_key_created", "key_id", "created_at"),
+    # The console's usage rows newest first, and its count of failed requests, when no organisation
+    # or key narrows them (0012).
+    Index("ix_ledger_created", "created_at", "status"),
 )
 
 # Thinking blocks of a reply that called tools, kept for the client's next round (store/thinking.py):
@@ -399,4 +402,59 @@ usage_rollup_holes = Table(
     metadata,
     Column("ledger_id", BigInteger, primary_key=True, autoincrement=False),
     Column("seen_at", UtcMicros, nullable=False),
+)
+
+
+# ---------------------------------------------------------------- the web console (store/console.py)
+# A signed-in person's session: the cookie holds a random secret, the row its SHA-256
+# (``secret_hash``) alone. ``public_id`` "cs_…" names it elsewhere (the audit trail). The person as
+# signed in: ``subject`` (the IdP's ``sub``, or "breakglass:<link id>"), ``role`` and, for an
+# organisation's admin, ``org_ids`` ("3,7"). ``ended_at``: signed out (or replaced).
+console_sessions = Table(
+    "console_sessions",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("public_id", String(40), nullable=False, unique=True),
+    Column("secret_hash", String(64), nullable=False),
+    Column("subject", String(255), nullable=False),
+    Column("name", String(255), nullable=False),
+    Column("email", String(320), nullable=False),
+    Column("role", String(16), nullable=False),
+    Column("org_ids", String(1024), nullable=False),
+    Column("csrf_token", String(64), nullable=False),
+    Column("address", String(64), nullable=False),
+    Column("created_at", UtcMicros, nullable=False),
+    Column("last_seen_at", UtcMicros, nullable=False),
+    Column("ended_at", UtcMicros, nullable=True),
+    Index("ix_console_sessions_secret_hash", "secret_hash", unique=True),
+    Index("ix_console_sessions_last_seen_at", "last_seen_at"),
+)
+
+# A break-glass link (``ezat-compat console-link``): the SHA-256 of its token, used once before
+# ``expires_at``. ``public_id`` "bgl_…" is the subject of the session it opens ("breakglass:bgl_…").
+console_links = Table(
+    "console_links",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("public_id", String(40), nullable=False, unique=True),
+    Column("token_hash", String(64), nullable=False),
+    Column("created_by", String(160), nullable=False),
+    Column("created_at", UtcMicros, nullable=False),
+    Column("expires_at", UtcMicros, nullable=False),
+    Column("used_at", UtcMicros, nullable=True),
+    Index("ix_console_links_token_hash", "token_hash", unique=True),
+)
+
+# A sign-in under way at the IdP: keyed by the SHA-256 of its ``state``, bound to the browser that
+# started it (``binding_hash``: the SHA-256 of a cookie of its own), with the nonce and the PKCE
+# verifier the callback needs; taken (deleted) by the first callback that names it.
+console_logins = Table(
+    "console_logins",
+    metadata,
+    Column("state_hash", String(64), primary_key=True),
+    Column("binding_hash", String(64), nullable=False),
+    Column("nonce", String(128), nullable=False),
+    Column("code_verifier", String(128), nullable=False),
+    Column("expires_at", UtcMicros, nullable=False),
+    Index("ix_console_logins_expires_at", "expires_at"),
 )
