@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,6 +44,37 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     if paths and all(path == UNIT or UNIT in path.parents for path in paths):
         return max(1, min(SUITE_WORKERS, os.cpu_count() or 1))
     return SUITE_WORKERS
+
+
+# How the suite's processes share the work (``--dist loadfile``, setup.cfg): a test file is one
+# unit, run by one process, so its module-scoped servers start once; but the longest files are cut
+# (``work_unit``): one whose module fixture is parametrized by database stack (its tests' first
+# parameter) makes a unit of each stack, one whose tests start their own servers a unit of each
+# test, so that no file sets the suite's wall clock alone.
+SPLIT_BY_FIRST_PARAMETER = frozenset({"tests/integration/test_billing_limits.py"})
+SPLIT_BY_TEST = frozenset({"tests/integration/test_cli.py"})
+
+
+def work_unit(nodeid: str) -> str:
+    """The unit of work ``nodeid`` is scheduled in: its file, a stack of it, or itself."""
+    path, _, rest = nodeid.partition("::")
+    if path in SPLIT_BY_TEST:
+        return nodeid
+    if path in SPLIT_BY_FIRST_PARAMETER and "[" in rest:
+        return f"{path}[{rest.partition('[')[2].rstrip(']').split('-', 1)[0]}]"
+    return path
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: absent under -p no:xdist
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``loadfile``'s scheduling with ``work_unit`` as its units."""
+    from xdist.scheduler import LoadFileScheduling
+
+    class ByWorkUnit(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return ByWorkUnit(config, log)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -88,7 +88,7 @@ gevent.sleep(0.03)  # the tick pending during the read reports its lag
 stream.close()
 assert count == 300_000, count
 assert took > 0.3, took  # long enough that a loop never yielding would show
-assert max(lags) < 0.15, (max(lags), took)
+assert max(lags) < max(0.15, took / 4), (max(lags), took)  # a loop never yielding: lags ~ took
 """,
     "fast-relay-yields": """
 import json
@@ -125,7 +125,7 @@ took = time.monotonic() - started
 gevent.sleep(0.03)  # the tick pending during the relay reports its lag
 assert out.count(b'"content":"x"') == 120_000
 assert took > 0.2, took  # long enough that a writer never yielding would show
-assert max(lags) < 0.1, (max(lags), took)
+assert max(lags) < max(0.1, took / 4), (max(lags), took)  # a writer never yielding: lags ~ took
 """,
 }
 
@@ -178,7 +178,7 @@ took = time.monotonic() - started
 gevent.sleep(0.03)
 assert images[0].decoded
 assert took > 0.15, took  # long enough that a decode on the loop's own thread would show
-assert max(lags) < 0.1, (max(lags), took)
+assert max(lags) < max(0.1, took / 4), (max(lags), took)  # a writer never yielding: lags ~ took
 """
 
 
