@@ -41,6 +41,7 @@ from ezat_compat.domain import (
     ConsoleSettings,
     Deployment,
     GatewaySettings,
+    GroupSettings,
     IdentitySettings,
     LoggingSettings,
     Model,
@@ -395,6 +396,18 @@ def _issuer(value: str) -> None:
         raise ValidationError("The issuer must be https (http only on localhost, for a test IdP).")
 
 
+class _GroupSchema(_Strict):
+    org = fields.Str(load_default="", validate=validate.Length(max=128))
+    models = fields.List(fields.Str(validate=validate.Length(min=1, max=200)), load_default=[])
+    daily_usd = fields.Decimal(load_default=None, validate=validate.Range(min=0))
+    weekly_usd = fields.Decimal(load_default=None, validate=validate.Range(min=0))
+    monthly_usd = fields.Decimal(load_default=None, validate=validate.Range(min=0))
+
+
+def _usd_micros(value: Decimal | None) -> int | None:
+    return None if value is None else int(value * 1_000_000)
+
+
 class _IdentitySchema(_Strict):
     issuer = fields.Str(load_default="", validate=_issuer)
     client_id = fields.Str(load_default="", validate=validate.Length(max=255))
@@ -409,9 +422,22 @@ class _IdentitySchema(_Strict):
         load_default={},
     )
     scopes = fields.Str(load_default="openid email profile")
+    audience = fields.Str(load_default="", validate=validate.Length(max=255))
+    jwt_bearers = fields.Bool(load_default=False)
+    clock_skew_s = fields.Int(load_default=60, validate=validate.Range(min=0, max=600))
+    key_hours = fields.Float(load_default=8.0, validate=validate.Range(min=0.05, max=24 * 30))
+    session_days = fields.Int(load_default=30, validate=validate.Range(min=1, max=366))
+    default_org = fields.Str(load_default="", validate=validate.Length(max=128))
+    groups = fields.Dict(
+        keys=fields.Str(validate=validate.Length(min=1, max=255)),
+        values=fields.Nested(lambda: _GroupSchema()),
+        load_default={},
+    )
 
     @validates_schema
     def _usable(self, data: dict[str, Any], **_: Any) -> None:
+        if data.get("jwt_bearers") and not data.get("issuer"):
+            raise ValidationError({"jwt_bearers": ["Needs an issuer: the JWTs are checked against its keys."]})
         if "openid" not in data.get("scopes", "openid").split():
             raise ValidationError({"scopes": ["Must include openid (the ID token says who signed in)."]})
         if data.get("issuer") and not data.get("client_id"):
@@ -613,9 +639,22 @@ def _alerts(alerts: Mapping[str, Any], environ: Mapping[str, str]) -> AlertsSett
 def _identity(identity: Mapping[str, Any], environ: Mapping[str, str]) -> IdentitySettings:
     """``[identity]`` with the client's secret read from its variable (never from the file); an
     absent table: the defaults."""
-    settings = IdentitySettings(**{k: v for k, v in identity.items() if k not in ("admins", "viewers", "org_admins")})
+    listed = ("admins", "viewers", "org_admins", "groups")
+    settings = IdentitySettings(**{k: v for k, v in identity.items() if k not in listed})
+    groups = tuple(
+        GroupSettings(
+            name=name,
+            org=group["org"],
+            models=tuple(group["models"]),
+            daily_micros=_usd_micros(group["daily_usd"]),
+            weekly_micros=_usd_micros(group["weekly_usd"]),
+            monthly_micros=_usd_micros(group["monthly_usd"]),
+        )
+        for name, group in sorted(identity.get("groups", {}).items())
+    )
     return replace(
         settings,
+        groups=groups,
         client_secret=environ.get(settings.client_secret_env, ""),
         admins=tuple(identity.get("admins", ())),
         viewers=tuple(identity.get("viewers", ())),

@@ -201,6 +201,21 @@ class AdminSettings:
 ROLES = ("admin", "org_admin", "viewer")  # the console's roles, widest first
 
 
+@dataclass(frozen=True, slots=True)
+class GroupSettings:
+    """``[identity.groups."<IdP group>"]``: what the members of an IdP group get. ``org``: the
+    organisation that pays for their requests ("" = this group names none); ``models``: glob
+    patterns (empty: every model); the per-person caps each member gets at sign-in, in
+    micro-USD (None: none)."""
+
+    name: str
+    org: str = ""
+    models: tuple[str, ...] = ()
+    daily_micros: int | None = None
+    weekly_micros: int | None = None
+    monthly_micros: int | None = None
+
+
 @dataclass(frozen=True)
 class IdentitySettings:
     """``[identity]``: the company's OpenID Connect provider, for the console's sign-in
@@ -215,11 +230,24 @@ class IdentitySettings:
     viewers: tuple[str, ...] = ()  # groups whose members see everything and change nothing
     org_admins: tuple[tuple[str, str], ...] = ()  # (group, organisation name): who administers which
     scopes: str = "openid email profile"
+    # People (docs/people.md): JWT bearers, command-line sign-in, groups.
+    audience: str = ""  # the ``aud`` a JWT bearer must name ("" = client_id)
+    jwt_bearers: bool = False  # accept the IdP's JWTs as bearers on the inference routes
+    clock_skew_s: int = 60  # leeway on a JWT's exp, nbf and iat
+    key_hours: float = 8.0  # the life of a key minted by a command-line sign-in
+    session_days: int = 30  # a command-line sign-in, refreshable this long after its last use
+    default_org: str = ""  # pays for people in no mapped group ("" = they get no key)
+    groups: tuple[GroupSettings, ...] = ()  # [identity.groups."<IdP group>"]
 
     @property
     def enabled(self) -> bool:
         """Whether people sign in with the IdP (else only break-glass links open the console)."""
         return bool(self.issuer)
+
+    @property
+    def bearer_audience(self) -> str:
+        """The audience a JWT bearer must name."""
+        return self.audience or self.client_id
 
 
 @dataclass(frozen=True)

@@ -168,12 +168,18 @@ def prepare_database(config: Config) -> None:
         db.prepare_database(config.gateway.database_url)
     except (db.DatabaseUnavailable, db.SchemaError) as exc:
         raise StartupError(str(exc)) from None
+    from ezat_compat.store.accounts import StoreError
     from ezat_compat.store.ledger import STALE_RESERVATION
     from ezat_compat.store.store import open_store
 
     store = open_store(config.gateway.database_url, config=config, pool_size=1)
     try:
         store.ledger.sweep_stale(STALE_RESERVATION, datetime.now(UTC))
+        if store.people is not None:  # [identity.groups] as the file says now
+            try:
+                store.people.sync_config_groups(config.identity.groups)
+            except StoreError as exc:
+                raise StartupError(f"[identity.groups]: {exc}") from None
     finally:
         store.close()
 

@@ -45,7 +45,7 @@ from ezat_compat.locks import thread_lock
 from ezat_compat.pricing import micros_to_usd
 from ezat_compat.procid import after_fork
 from ezat_compat.store.db import write_engine
-from ezat_compat.store.hotpath import AUTH_GRACE_SQL, AUTH_SQL, Execute, HotPath
+from ezat_compat.store.hotpath import AUTH_BY_ID_SQL, AUTH_GRACE_SQL, AUTH_SQL, Execute, HotPath
 from ezat_compat.store.tables import api_key_grace, api_keys, orgs, to_epoch_micros
 
 log = logging.getLogger("ezat_compat.accounts")
@@ -128,6 +128,7 @@ class KeyInfo:
     last_used_at: datetime | None = None
     created_by: str | None = None
     org_public_id: str = ""
+    user_id: int | None = None  # the person's row id, for a person's key (store/people.py)
 
     def status(self, now: datetime) -> str:
         """The admin API's status: ``archived`` (revoked), ``expired``, ``inactive`` (blocked) or
@@ -184,18 +185,23 @@ class AuthContext:
     rpm: int | None  # the key's own or its organisation's, the lower of the two when both are set
     tpm: int | None
     org_model_patterns: tuple[str, ...] = ()  # the organisation's model access (empty: every model)
+    # A person's key (store/people.py): the person's row id, their mapped groups' ids and what
+    # those groups let them use (empty: every model; ``NO_MODEL``: none).
+    user_id: int | None = None
+    group_ids: tuple[int, ...] = ()
+    user_model_patterns: tuple[str, ...] = ()
 
     def allows(self, model_id: str, aliases: Sequence[str] = ()) -> bool:
         """Whether the key may use the model: one of the key's glob patterns (``*``, ``?``,
         ``[…]``, any letter case) matches the canonical id or one of the aliases, and so does
-        one of its organisation's. No patterns (of either): every model. When it returns
-        False, answer 403 ``PermissionDeniedError``."""
-        if not self.model_patterns and not self.org_model_patterns:
+        one of its organisation's and, for a person's key, one of their groups'. No patterns
+        (of any): every model. When it returns False, answer 403 ``PermissionDeniedError``."""
+        if not self.model_patterns and not self.org_model_patterns and not self.user_model_patterns:
             return True
         names = [model_id.lower(), *(alias.lower() for alias in aliases)]
         return all(
             any(_compiled(p).match(name) for p in patterns for name in names)
-            for patterns in (self.model_patterns, self.org_model_patterns)
+            for patterns in (self.model_patterns, self.org_model_patterns, self.user_model_patterns)
             if patterns
         )
 
@@ -254,6 +260,7 @@ _KEY_COLUMNS = (
     api_keys.c.created_at,
     api_keys.c.expires_at,
     api_keys.c.revoked_at,
+    api_keys.c.user_id,
 )
 _KEYS = select(*_KEY_COLUMNS).select_from(api_keys.join(orgs, api_keys.c.org_id == orgs.c.id))
 
@@ -276,6 +283,7 @@ def _key_info(row: Row[Any, *tuple[Any, ...]]) -> KeyInfo:
         last_used_at=row.last_used_at,
         created_by=row.created_by,
         org_public_id=row.org_public_id or "",
+        user_id=row.user_id,
     )
 
 
@@ -510,8 +518,10 @@ class Accounts:
         expires_at: datetime | None = None,
         now: datetime | None = None,
         created_by: str | None = None,
+        user_id: int | None = None,
     ) -> tuple[KeyInfo, str]:
-        """Create a key for ``org_name``; returns its info and its secret.
+        """Create a key for ``org_name``; returns its info and its secret. ``user_id``: the
+        person it belongs to (store/people.py), for good.
 
         Show the secret to the operator once (``keys create`` prints it as its last line):
         it can't be recovered. ``models`` are glob patterns (empty: every model);
@@ -549,6 +559,7 @@ class Accounts:
                     expires_at=expires_at,
                     revoked_at=None,
                     created_by=created_by,
+                    user_id=user_id,
                 )
             )
             row = conn.execute(_KEYS.where(api_keys.c.key_hash == hash_key(secret))).one()
@@ -685,19 +696,48 @@ class Accounts:
             row = self._read(AUTH_GRACE_SQL, {"key_hash": key_hash, "now": now_micros})
             if row is None:
                 raise AuthenticationError("Invalid API key.")
+        return self._context(row, now_micros)
+
+    def authenticate_key_id(self, key_id: int, now: datetime) -> AuthContext:
+        """``authenticate`` of the key whose row id is ``key_id`` (a person's IdP-token key,
+        people/bearer.py): the same checks, the same errors."""
+        row = self._read(AUTH_BY_ID_SQL, {"key_id": key_id})
+        if row is None:
+            raise AuthenticationError("Invalid API key.")
+        return self._context(row, to_epoch_micros(now))
+
+    def _context(self, row: Sequence[Any], now_micros: int) -> AuthContext:
         (key_id, public_id, models, spend_limit, rpm, tpm, expires_at, revoked_at, blocked_at) = row[:9]
-        org_id, org_name, suspended, org_models, org_rpm, org_tpm = row[9:]
+        org_id, org_name, suspended, org_models, org_rpm, org_tpm = row[9:15]
+        user_id, user_disabled_at, user_models, group_ids = row[15:]
         if revoked_at is not None:
             raise AuthenticationError("This API key has been revoked.")
         if expires_at is not None and expires_at <= now_micros:
             raise AuthenticationError("This API key has expired.")
         if blocked_at is not None:
             raise AuthenticationError("This API key is disabled; ask your administrator to enable it.")
+        if user_disabled_at is not None:
+            raise AuthenticationError("This API key's owner is disabled; ask your administrator to enable them.")
         if suspended:
             raise PermissionDeniedError(
                 f"The organization '{org_name}' is suspended; ask your administrator to resume it."
             )
         self.last_used.note(key_id, now_micros)
+        if user_id is not None:
+            return AuthContext(
+                key_id=key_id,
+                key_public_id=public_id,
+                org_id=org_id,
+                org_name=org_name,
+                model_patterns=_split_patterns(models),
+                spend_limit_micros=spend_limit,
+                rpm=_lower(rpm, org_rpm),
+                tpm=_lower(tpm, org_tpm),
+                org_model_patterns=_split_patterns(org_models) if org_models else (),
+                user_id=user_id,
+                group_ids=tuple(int(g) for g in group_ids.split(",")) if group_ids else (),
+                user_model_patterns=_split_patterns(user_models) if user_models else (),
+            )
         return AuthContext(
             key_id=key_id,
             key_public_id=public_id,

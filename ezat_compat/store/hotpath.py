@@ -42,16 +42,21 @@ from ezat_compat.periods import MAX_MICROS
 from ezat_compat.procid import after_fork
 from ezat_compat.store.db import SQLITE_BUSY_TIMEOUT_S, write_engine
 
+# The key, its organisation and, for a person's key, the person (disabled? their groups and the
+# models those allow): one row, one indexed lookup per table.
 _AUTH_COLUMNS = (
     "k.id, k.public_id, k.models, k.spend_limit_micros, k.rpm, k.tpm, k.expires_at, k.revoked_at, k.blocked_at, "
-    "o.id, o.name, o.suspended, o.models, o.rpm, o.tpm"
+    "o.id, o.name, o.suspended, o.models, o.rpm, o.tpm, k.user_id, u.disabled_at, u.models, u.group_ids"
 )
-AUTH_SQL = f"SELECT {_AUTH_COLUMNS} FROM api_keys k JOIN orgs o ON o.id = k.org_id WHERE k.key_hash = :key_hash"
+_AUTH_JOINS = "JOIN orgs o ON o.id = k.org_id LEFT JOIN users u ON u.id = k.user_id"
+AUTH_SQL = f"SELECT {_AUTH_COLUMNS} FROM api_keys k {_AUTH_JOINS} WHERE k.key_hash = :key_hash"
 # Only when AUTH_SQL finds nothing: a rotated key's previous secret, until its grace window ends.
 AUTH_GRACE_SQL = (
-    f"SELECT {_AUTH_COLUMNS} FROM api_key_grace g JOIN api_keys k ON k.id = g.key_id JOIN orgs o ON o.id = k.org_id "
+    f"SELECT {_AUTH_COLUMNS} FROM api_key_grace g JOIN api_keys k ON k.id = g.key_id {_AUTH_JOINS} "
     "WHERE g.key_hash = :key_hash AND g.expires_at > :now"
 )
+# A key by its row id (a JWT bearer's person's key: people/bearer.py).
+AUTH_BY_ID_SQL = f"SELECT {_AUTH_COLUMNS} FROM api_keys k {_AUTH_JOINS} WHERE k.id = :key_id"
 RESERVE_ORG_SQL = (
     "UPDATE orgs SET reserved_micros = reserved_micros + :amount "
     "WHERE id = :org AND balance_micros - reserved_micros >= :amount"
@@ -99,8 +104,11 @@ LEDGER_COLUMNS = (
     "status",
     "estimated",
 )
+# The person (``user_id``) is the key's, read in the same statement: every way a row is written
+# (a settle, a replayed journal, a dead worker's release) names them, and none has to carry it.
 INSERT_LEDGER_SQL = (
-    f"INSERT INTO ledger ({', '.join(LEDGER_COLUMNS)}) VALUES ({', '.join(':' + c for c in LEDGER_COLUMNS)}) "
+    f"INSERT INTO ledger ({', '.join(LEDGER_COLUMNS)}, user_id) VALUES ({', '.join(':' + c for c in LEDGER_COLUMNS)}, "
+    "(SELECT user_id FROM api_keys WHERE id = :key_id)) "
     "ON CONFLICT (request_id) DO NOTHING"  # inserted: rowcount 1 (a RETURNING clause costs a third more here)
 )
 TAKE_RESERVATION_SQL = "DELETE FROM reservations WHERE request_id = :request_id RETURNING amount_micros, spend_holds"
@@ -122,11 +130,15 @@ SETTLE_SPEND_SQL = (
     "WHERE limit_id = :limit_id AND period_start = :period_start"
 )
 # A settle whose reservation is gone (the six-hour sweep took it): its cost counts in the periods,
-# current at :at, of the limits of the gateway, its org and its key that have a row for them.
+# current at :at, of the limits of the gateway, its org, its key, its person and their groups that
+# have a row for them.
 SETTLE_SPEND_LATE_SQL = (
     "UPDATE spend_counters SET spent_micros = spent_micros + :cost WHERE period_start <= :at AND period_end > :at "
     "AND limit_id IN (SELECT id FROM spend_limits WHERE scope_type = 'gateway' "
-    "OR (scope_type = 'org' AND scope_id = :org_id) OR (scope_type = 'key' AND scope_id = :key_id))"
+    "OR (scope_type = 'org' AND scope_id = :org_id) OR (scope_type = 'key' AND scope_id = :key_id) "
+    "OR (scope_type = 'user' AND scope_id = (SELECT user_id FROM api_keys WHERE id = :key_id)) "
+    "OR (scope_type = 'group' AND (SELECT ',' || u.group_ids || ',' FROM users u JOIN api_keys k ON k.user_id = u.id "
+    "WHERE k.id = :key_id) LIKE '%,' || CAST(scope_id AS VARCHAR(12)) || ',%'))"
 )
 
 # What reserve() reports when the money isn't there (nothing is held then); a spend limit's

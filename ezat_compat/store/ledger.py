@@ -289,7 +289,8 @@ class Ledger:
         if isinstance(amount_micros, bool) or not isinstance(amount_micros, int) or amount_micros < 0:
             raise ValueError(f"amount_micros must be a non-negative int, got {amount_micros!r}")
         now = now or datetime.now(UTC)
-        holds = self.spend.holds(ctx.org_id, ctx.key_id, now)  # () without a statement when none apply
+        # () without a statement when none apply
+        holds = self.spend.holds(ctx.org_id, ctx.key_id, now, ctx.user_id, ctx.group_ids)
         params = {
             "org": ctx.org_id,
             "key": ctx.key_id,
@@ -330,7 +331,7 @@ class Ledger:
                 key = conn.execute(_KEY_FUNDS, {"b_key": ctx.key_id}).first()
                 if key is None or key.spend_limit_micros - key.spent_micros - key.reserved_micros < amount_micros:
                     raise self._key_refusal(conn, ctx, amount_micros)
-        self.spend.check(ctx.org_id, ctx.key_id, amount_micros, datetime.now(UTC))
+        self.spend.check(ctx.org_id, ctx.key_id, amount_micros, datetime.now(UTC), ctx.user_id, ctx.group_ids)
 
     def _forget_if_held(self, params: dict[str, Any], status: int) -> None:
         """A reserve failed with the database gone: it may still have committed (PostgreSQL took

@@ -46,12 +46,14 @@ from ezat_compat.store.hotpath import NO_CAP, DatabaseUnavailableError, SpendHol
 from ezat_compat.store.tables import (
     api_keys,
     from_epoch_micros,
+    idp_groups,
     ledger,
     orgs,
     spend_alerts,
     spend_counters,
     spend_limits,
     to_epoch_micros,
+    users,
 )
 
 log = logging.getLogger("ezat_compat")
@@ -59,7 +61,9 @@ log = logging.getLogger("ezat_compat")
 SCOPE_GATEWAY = "gateway"  # Anthropic's ``organization`` scope: every request through the gateway
 SCOPE_ORG = "org"  # an organisation (Anthropic's ``workspace``)
 SCOPE_KEY = "key"  # an API key (an extension: ``{"type": "api_key", ...}``)
-SCOPE_TYPES = (SCOPE_GATEWAY, SCOPE_ORG, SCOPE_KEY)
+SCOPE_USER = "user"  # a person (store/people.py): every request of their keys
+SCOPE_GROUP = "group"  # an IdP group (Anthropic's ``rbac_group``): its members' requests together
+SCOPE_TYPES = (SCOPE_GATEWAY, SCOPE_ORG, SCOPE_KEY, SCOPE_USER, SCOPE_GROUP)
 DEFAULT_THRESHOLDS = (80, 100)
 REFRESH_S = 1.0  # the snapshot of limits is at most this old: a change applies on every worker within it
 _ID_ALPHABET = string.ascii_letters + string.digits
@@ -107,10 +111,11 @@ class SpendLimitInfo:
     thresholds: tuple[int, ...] | None
     created_at: datetime
     updated_at: datetime
+    scope_public_id: str = ""  # a person's "user_…" or a group's "group_…" (else "")
 
     @property
     def scope_label(self) -> str:
-        """``gateway``, ``org:NAME`` or ``key:KEY_ID`` (the CLI's ``--scope``)."""
+        """``gateway``, ``org:NAME``, ``key:KEY_ID``, ``user:EMAIL`` or ``group:NAME`` (the CLI's ``--scope``)."""
         return self.scope_type if self.scope_type == SCOPE_GATEWAY else f"{self.scope_type}:{self.scope_name}"
 
     def describe(self) -> str:
@@ -119,6 +124,8 @@ class SpendLimitInfo:
             SCOPE_GATEWAY: "the gateway",
             SCOPE_ORG: f"organization '{self.scope_name}'",
             SCOPE_KEY: f"key {self.scope_name}",
+            SCOPE_USER: f"user {self.scope_name}",
+            SCOPE_GROUP: f"group '{self.scope_name}'",
         }.get(self.scope_type, f"{self.scope_type} {self.scope_name}")
         amount = "no limit" if self.amount_micros is None else f"${micros_to_usd(self.amount_micros)}"
         return f"the {self.period} spend limit of {whose} ({amount} a {PERIOD_NOUNS[self.period]}, {self.public_id})"
@@ -160,10 +167,12 @@ class _Snapshot:
     gateway: tuple[_Cap, ...] = ()
     by_org: dict[int, tuple[_Cap, ...]] = field(default_factory=dict)
     by_key: dict[int, tuple[_Cap, ...]] = field(default_factory=dict)
+    by_user: dict[int, tuple[_Cap, ...]] = field(default_factory=dict)
+    by_group: dict[int, tuple[_Cap, ...]] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:
-        return not (self.gateway or self.by_org or self.by_key)
+        return not (self.gateway or self.by_org or self.by_key or self.by_user or self.by_group)
 
 
 def _new_public_id() -> str:
@@ -171,15 +180,26 @@ def _new_public_id() -> str:
 
 
 _KEY_ORG = orgs.alias("key_org")
+_USER_ORG = orgs.alias("user_org")
+_GROUP_ORG = orgs.alias("group_org")
+# A person's scope is named by their email, a group's by its name; the organisation of either is
+# the one that pays for them (none: 0, "").
 _INFO = select(
     spend_limits,
-    func.coalesce(orgs.c.name, api_keys.c.public_id, "").label("scope_name"),
-    func.coalesce(orgs.c.id, _KEY_ORG.c.id, 0).label("scope_org"),
-    func.coalesce(orgs.c.public_id, _KEY_ORG.c.public_id, "").label("scope_workspace"),
+    func.coalesce(orgs.c.name, api_keys.c.public_id, users.c.email, idp_groups.c.name, "").label("scope_name"),
+    func.coalesce(orgs.c.id, _KEY_ORG.c.id, _USER_ORG.c.id, _GROUP_ORG.c.id, 0).label("scope_org"),
+    func.coalesce(orgs.c.public_id, _KEY_ORG.c.public_id, _USER_ORG.c.public_id, _GROUP_ORG.c.public_id, "").label(
+        "scope_workspace"
+    ),
+    func.coalesce(users.c.public_id, idp_groups.c.public_id, "").label("scope_public_id"),
 ).select_from(
     spend_limits.outerjoin(orgs, and_(spend_limits.c.scope_type == SCOPE_ORG, orgs.c.id == spend_limits.c.scope_id))
     .outerjoin(api_keys, and_(spend_limits.c.scope_type == SCOPE_KEY, api_keys.c.id == spend_limits.c.scope_id))
     .outerjoin(_KEY_ORG, _KEY_ORG.c.id == api_keys.c.org_id)
+    .outerjoin(users, and_(spend_limits.c.scope_type == SCOPE_USER, users.c.id == spend_limits.c.scope_id))
+    .outerjoin(_USER_ORG, _USER_ORG.c.id == users.c.org_id)
+    .outerjoin(idp_groups, and_(spend_limits.c.scope_type == SCOPE_GROUP, idp_groups.c.id == spend_limits.c.scope_id))
+    .outerjoin(_GROUP_ORG, _GROUP_ORG.c.id == idp_groups.c.org_id)
 )
 
 
@@ -192,6 +212,7 @@ def _info(row: Any) -> SpendLimitInfo:
         scope_name=row.scope_name or "",
         org_id=int(row.scope_org or 0),
         workspace_id=row.scope_workspace or "",
+        scope_public_id=row.scope_public_id or "",
         period=row.period,
         amount_micros=row.amount_micros,
         thresholds=parse_thresholds(row.thresholds),
@@ -228,16 +249,23 @@ class SpendLimits:
 
     # ------------------------------------------------------------ the hot path
 
-    def holds(self, org_id: int, key_id: int, now: datetime) -> tuple[SpendHold, ...]:
-        """The counters a request of ``key_id`` (of ``org_id``) must hold its worst case on at
-        ``now``: one per limit of the gateway, the organisation and the key, in lock order. No
-        statement unless the snapshot is due (at most once a second)."""
+    def holds(
+        self, org_id: int, key_id: int, now: datetime, user_id: int | None = None, group_ids: Sequence[int] = ()
+    ) -> tuple[SpendHold, ...]:
+        """The counters a request of ``key_id`` (of ``org_id``; of person ``user_id`` in the
+        groups ``group_ids``, for a person's key) must hold its worst case on at ``now``: one per
+        limit of the gateway, the organisation, the key, the person and each of their groups, in
+        lock order. No statement unless the snapshot is due (at most once a second)."""
         snapshot = self._snapshot
         if snapshot is None or self._clock() >= self._next_refresh:
             snapshot = self._current()
         if snapshot.empty:
             return ()
         caps = snapshot.gateway + snapshot.by_org.get(org_id, ()) + snapshot.by_key.get(key_id, ())
+        if user_id is not None:
+            caps += snapshot.by_user.get(user_id, ())
+            for group_id in group_ids:
+                caps += snapshot.by_group.get(group_id, ())
         if not caps:
             return ()
         at = to_epoch_micros(now)
@@ -283,6 +311,8 @@ class SpendLimits:
         gateway: list[_Cap] = []
         by_org: dict[int, list[_Cap]] = {}
         by_key: dict[int, list[_Cap]] = {}
+        by_user: dict[int, list[_Cap]] = {}
+        by_group: dict[int, list[_Cap]] = {}
         query = select(
             spend_limits.c.id,
             spend_limits.c.scope_type,
@@ -300,8 +330,16 @@ class SpendLimits:
                 by_org.setdefault(scope_id, []).append(cap)
             elif scope_type == SCOPE_KEY:
                 by_key.setdefault(scope_id, []).append(cap)
+            elif scope_type == SCOPE_USER:
+                by_user.setdefault(scope_id, []).append(cap)
+            elif scope_type == SCOPE_GROUP:
+                by_group.setdefault(scope_id, []).append(cap)
         return _Snapshot(
-            tuple(gateway), {k: tuple(v) for k, v in by_org.items()}, {k: tuple(v) for k, v in by_key.items()}
+            tuple(gateway),
+            {k: tuple(v) for k, v in by_org.items()},
+            {k: tuple(v) for k, v in by_key.items()},
+            {k: tuple(v) for k, v in by_user.items()},
+            {k: tuple(v) for k, v in by_group.items()},
         )
 
     def changed(self) -> None:
@@ -370,10 +408,19 @@ class SpendLimits:
         except Exception as exc:  # a refusal must be told even when the mark can't be written
             log.warning("could not mark spend limit %s exhausted: %s", hold.limit_id, exc)
 
-    def check(self, org_id: int, key_id: int, amount_micros: int, now: datetime) -> None:
-        """Refuse (402, ``refusal``) when a limit of the gateway, ``org_id`` or ``key_id`` has
-        no room for ``amount_micros`` now; hold nothing (``Ledger.check_funds``)."""
-        for hold in self.holds(org_id, key_id, now):
+    def check(
+        self,
+        org_id: int,
+        key_id: int,
+        amount_micros: int,
+        now: datetime,
+        user_id: int | None = None,
+        group_ids: Sequence[int] = (),
+    ) -> None:
+        """Refuse (402, ``refusal``) when a limit of the gateway, ``org_id``, ``key_id`` or
+        (a person's key) the person or one of their groups has no room for ``amount_micros``
+        now; hold nothing (``Ledger.check_funds``)."""
+        for hold in self.holds(org_id, key_id, now, user_id, group_ids):
             if hold.cap == NO_CAP:
                 continue
             period = self.period_spend(hold.limit_id, hold.period_start, hold.period_end)
@@ -486,7 +533,25 @@ class SpendLimits:
                 if found is None:
                     raise StoreError(f"There is no key {name!r}; `keys list` shows the ids (key_…).")
                 return int(found)
-        raise StoreError(f"scope must be one of gateway, org:NAME, key:KEY_ID; got {scope_type!r}")
+            if scope_type == SCOPE_USER:
+                found = conn.execute(
+                    select(users.c.id).where(
+                        (users.c.public_id == name) | (users.c.email == name) | (users.c.subject == name)
+                    )
+                ).scalar()
+                if found is None:
+                    raise StoreError(f"There is no user {name!r}; `users list` shows who has signed in.")
+                return int(found)
+            if scope_type == SCOPE_GROUP:
+                found = conn.execute(
+                    select(idp_groups.c.id).where((idp_groups.c.name == name) | (idp_groups.c.public_id == name))
+                ).scalar()
+                if found is None:
+                    raise StoreError(f"There is no group {name!r}; `groups list` shows them.")
+                return int(found)
+        raise StoreError(
+            f"scope must be one of gateway, org:NAME, key:KEY_ID, user:EMAIL, group:NAME; got {scope_type!r}"
+        )
 
     def set_limit(
         self,

@@ -35,6 +35,7 @@ from ezat_compat.store.counters import Counters
 from ezat_compat.store.db import make_engine, open_engine, probe_url, require_current_schema
 from ezat_compat.store.hotpath import HotPath, make_hot_path
 from ezat_compat.store.ledger import Ledger
+from ezat_compat.store.people import People
 from ezat_compat.store.quota import quota_of
 from ezat_compat.store.responses import DAY_S, ResponseStore
 from ezat_compat.store.rollup import Rollup
@@ -64,6 +65,7 @@ class Store:
     spend: SpendLimits | None = None  # spend limits by period, the ledger's (every kind of store has it)
     rollup: Rollup | None = None  # the usage reports' rollup (every kind; its fold loop runs in workers)
     console: ConsoleStore | None = None  # the web console's sessions and break-glass links (every kind)
+    people: People | None = None  # people and the IdP's groups (every kind)
     counters: Counters | None = None
     thinking: ThinkingStash | None = None
     responses: ResponseStore | None = None
@@ -114,6 +116,8 @@ def open_store(database_url: str, *, config: Config | None = None, pool_size: in
     store.spend = spend
     store.admin = AdminStore(engine, hot)
     store.console = ConsoleStore(engine)
+    default_org = config.identity.default_org if config is not None else ""
+    store.people = People(engine, store.accounts, spend, default_org=default_org)
     if config is not None and pool_size is None:  # a worker: keys' last use written in the background
         store.accounts.last_used.background = True
     store.rollup = Rollup(engine)

@@ -115,6 +115,10 @@ api_keys = Table(
     Column("blocked_at", UtcMicros, nullable=True),
     Column("last_used_at", UtcMicros, nullable=True),
     Column("created_by", String(160), nullable=True),
+    # People (0013): the person a key belongs to (minted by their sign-in, or their IdP tokens' key);
+    # NULL for a key an operator made for a service or a team. Never changes once set. (No foreign
+    # key: SQLite can't add one to an existing table without copying it.)
+    Column("user_id", Integer, nullable=True, index=True),
     Index("ix_api_keys_key_hash", "key_hash", unique=True),
 )
 
@@ -160,6 +164,9 @@ ledger = Table(
     Column("cost_micros", BigInteger, nullable=False),
     Column("status", SmallInteger, nullable=False),
     Column("estimated", Boolean, nullable=False),
+    # The person who made the request (0013): their key's ``user_id``, copied by the INSERT itself
+    # (store/hotpath.py ``INSERT_LEDGER_SQL``), so every way a row is written names them.
+    Column("user_id", Integer, nullable=True),
     Index("ux_ledger_request_id", "request_id", unique=True),
     Index("ix_ledger_org_created", "org_id", "created_at"),
     Index("ix_ledger_key_created", "key_id", "created_at"),
@@ -457,4 +464,94 @@ console_logins = Table(
     Column("code_verifier", String(128), nullable=False),
     Column("expires_at", UtcMicros, nullable=False),
     Index("ix_console_logins_expires_at", "expires_at"),
+)
+
+
+# ---------------------------------------------------------------- people (store/people.py)
+# A person of the company's IdP, created at their first sign-in (the console, the device grant, or
+# a JWT bearer) from the ID token's claims and brought up to date at each later one. ``subject``
+# is the IdP's ``sub``; ``public_id`` "user_…" is the admin API's id. ``idp_groups``: the groups the
+# IdP last said (a line each); ``group_ids`` ("3,7") the mapped ones among them (``idp_groups``
+# table), read by authentication with the key; ``org_id`` the organisation that pays for the
+# person's requests (the first mapped group's that names one, or ``[identity] default_org``);
+# ``models`` what their groups let them use (patterns, "," between; "" every model; "-" none).
+# ``disabled_at``: refused at once, everywhere (their keys' authentication reads it).
+users = Table(
+    "users",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("public_id", String(40), nullable=False, unique=True),
+    Column("subject", String(255), nullable=False, unique=True),
+    Column("email", String(320), nullable=False),
+    Column("name", String(255), nullable=False),
+    Column("idp_groups", Text, nullable=False),
+    Column("group_ids", String(1024), nullable=False),
+    Column("org_id", Integer, ForeignKey("orgs.id"), nullable=True),
+    Column("models", String(2048), nullable=False),
+    Column("created_at", UtcMicros, nullable=False),
+    Column("last_sign_in_at", UtcMicros, nullable=True),
+    Column("disabled_at", UtcMicros, nullable=True),
+)
+
+# A group of the IdP the gateway knows (``[identity.groups]`` or the admin API's rbac_groups):
+# ``name`` as the IdP's groups claim writes it; its members' requests are paid by ``org_id``, may use
+# ``models`` (patterns, "," between; "" every model) and each member gets the per-person caps
+# ``daily_micros``/``weekly_micros``/``monthly_micros`` (spend limits of scope "user") at sign-in
+# unless they have one for that period. ``source``: "config" (rewritten from the file at start)
+# or "api".
+idp_groups = Table(
+    "idp_groups",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("public_id", String(40), nullable=False, unique=True),
+    Column("name", String(255), nullable=False, unique=True),
+    Column("org_id", Integer, ForeignKey("orgs.id"), nullable=True),
+    Column("models", String(2048), nullable=False),
+    Column("daily_micros", BigInteger, nullable=True),
+    Column("weekly_micros", BigInteger, nullable=True),
+    Column("monthly_micros", BigInteger, nullable=True),
+    Column("source", String(16), nullable=False),
+    Column("created_at", UtcMicros, nullable=False),
+    Column("updated_at", UtcMicros, nullable=False),
+)
+
+# A device authorization (RFC 8628) under way: the SHA-256 of its ``device_code`` (the CLI's
+# secret), the ``user_code`` the person types (unique while pending), when it ends, how often the
+# CLI may poll and when it last did (``slow_down``). ``state``: "pending", "approved" (``user_id``
+# and the sealed IdP refresh token ``idp_refresh`` set), "denied", or "used" (tokens issued once).
+device_grants = Table(
+    "device_grants",
+    metadata,
+    Column("code_hash", String(64), primary_key=True),
+    Column("user_code", String(16), nullable=False),
+    Column("client_id", String(128), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("user_id", Integer, ForeignKey("users.id"), nullable=True),
+    Column("idp_refresh", Text, nullable=True),
+    Column("created_at", UtcMicros, nullable=False),
+    Column("expires_at", UtcMicros, nullable=False),
+    Column("interval_s", Integer, nullable=False),
+    Column("polled_at", UtcMicros, nullable=True),
+    Index("ix_device_grants_user_code", "user_code"),
+    Index("ix_device_grants_expires_at", "expires_at"),
+)
+
+# A person's sign-in from a command-line client: the SHA-256 of its refresh token (rotated at each
+# use: the previous one is refused after), the IdP's own refresh token sealed (checked again at the
+# IdP on each refresh), and the short-lived key last minted from it. ``ended_at``: revoked.
+user_sessions = Table(
+    "user_sessions",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("public_id", String(40), nullable=False, unique=True),
+    Column("token_hash", String(64), nullable=False),
+    Column("user_id", Integer, ForeignKey("users.id"), nullable=False, index=True),
+    Column("client_id", String(128), nullable=False),
+    Column("idp_refresh", Text, nullable=True),
+    Column("key_id", Integer, ForeignKey("api_keys.id"), nullable=True),
+    Column("created_at", UtcMicros, nullable=False),
+    Column("refreshed_at", UtcMicros, nullable=False),
+    Column("expires_at", UtcMicros, nullable=False),
+    Column("ended_at", UtcMicros, nullable=True),
+    Index("ix_user_sessions_token_hash", "token_hash", unique=True),
 )
