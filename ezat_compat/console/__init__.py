@@ -27,10 +27,10 @@ from werkzeug.routing import BuildError
 from ezat_compat.console import auth, security
 from ezat_compat.console.access import PERSON_KEY, Person, csrf_field
 from ezat_compat.console.errors import render_console_error
-from ezat_compat.console.oidc import OidcClient
 from ezat_compat.console.proxy import ForwardedPrefix
 from ezat_compat.datafiles import data_folder
 from ezat_compat.domain import Config
+from ezat_compat.idp.oidc import OidcClient
 from ezat_compat.sealing import load_sealer
 from ezat_compat.store.accounts import StoreError
 from ezat_compat.store.store import Store

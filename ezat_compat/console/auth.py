@@ -34,8 +34,8 @@ from ezat_compat.admin import service
 from ezat_compat.admin.auth import AdminContext
 from ezat_compat.console import security
 from ezat_compat.console.access import BREAK_GLASS_PREFIX, Person, person
-from ezat_compat.console.oidc import IdentityProviderError, InvalidSignInError, OidcClient
 from ezat_compat.domain import IdentitySettings
+from ezat_compat.idp.oidc import IdentityProviderError, InvalidSignInError, OidcClient
 from ezat_compat.store.accounts import Accounts
 from ezat_compat.store.console import LOGIN_TTL
 

@@ -38,6 +38,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "ezat_compat.upstream",
             "ezat_compat.store",
+            "ezat_compat.idp",
             "ezat_compat.limits",
             "ezat_compat.cooldowns",
             "ezat_compat.sealing",
@@ -47,7 +48,14 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("observability", ("ezat_compat.server.logs", "ezat_compat.server.metrics", "ezat_compat.server.telemetry")),
     ("foundation", ("ezat_compat",)),
 )
-_PACKAGES = ("ezat_compat", "ezat_compat.server", "ezat_compat.translate", "ezat_compat.store", "ezat_compat.wire")
+_PACKAGES = (
+    "ezat_compat",
+    "ezat_compat.server",
+    "ezat_compat.translate",
+    "ezat_compat.store",
+    "ezat_compat.wire",
+    "ezat_compat.idp",
+)
 
 
 def layer_of(module: str) -> int:

@@ -1,4 +1,5 @@
-"""The console's OpenID Connect client: discovery, the authorization request and the ID token.
+"""The gateway's OpenID Connect client (the console's sign-in, the device grant's): discovery, the
+authorization request, the ID token and the IdP's keys.
 
 Built on Authlib: its requests client (``OAuth2Session``) writes the authorization request (PKCE
 S256 from the verifier we keep) and exchanges the code at the token endpoint (client secret, or
@@ -34,7 +35,7 @@ from joserfc.jws import JWSRegistry
 
 from ezat_compat.domain import IdentitySettings
 
-log = logging.getLogger("ezat_compat.console")
+log = logging.getLogger("ezat_compat.idp")
 
 TIMEOUT_S = 10.0  # connect and read, each request to the IdP
 CACHE_S = 3600.0  # the discovery document and the JWKS are fetched again after this
@@ -115,7 +116,7 @@ class OidcClient:
             self._metadata, self._metadata_at = document, time.monotonic()
         return document
 
-    def _key_set(self, *, force: bool = False) -> KeySet:
+    def key_set(self, *, force: bool = False) -> KeySet:
         with self._lock:
             cached = self._jwks if not force and time.monotonic() - self._jwks_at < CACHE_S else None
         if cached is None:
@@ -181,9 +182,9 @@ class OidcClient:
         registry = JWSRegistry(algorithms=algorithms, strict_check_header=False)
         try:
             try:
-                decoded = jwt.decode(id_token, self._key_set(), registry=registry)
+                decoded = jwt.decode(id_token, self.key_set(), registry=registry)
             except InvalidKeyIdError:
-                decoded = jwt.decode(id_token, self._key_set(force=True), registry=registry)
+                decoded = jwt.decode(id_token, self.key_set(force=True), registry=registry)
             claims = CodeIDToken(
                 decoded.claims,
                 decoded.header,
