@@ -38,7 +38,7 @@ from sqlalchemy import Engine, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from ezat_compat.domain import GroupSettings, IdentitySettings
-from ezat_compat.errors import PermissionDeniedError
+from ezat_compat.errors import AuthenticationError, PermissionDeniedError
 from ezat_compat.store.accounts import Accounts, KeyInfo, StoreError, _clean_patterns, _split_patterns, iso
 from ezat_compat.store.db import write_engine
 from ezat_compat.store.tables import api_keys, idp_groups, orgs, users
@@ -67,8 +67,8 @@ class NoOrganisationError(PermissionDeniedError):
         )
 
 
-class PersonDisabledError(PermissionDeniedError):
-    """A disabled person signs in."""
+class PersonDisabledError(AuthenticationError):
+    """A disabled person signs in (401, as their keys are refused)."""
 
     def __init__(self, email: str) -> None:
         super().__init__(f"{email or 'This person'} is disabled on this gateway; ask your administrator.")
