@@ -403,6 +403,13 @@ class _GroupSchema(_Strict):
     weekly_usd = fields.Decimal(load_default=None, validate=validate.Range(min=0))
     monthly_usd = fields.Decimal(load_default=None, validate=validate.Range(min=0))
 
+    @validates_schema
+    def _whole_cents(self, data: dict[str, Any], **_: Any) -> None:
+        for name in ("daily_usd", "weekly_usd", "monthly_usd"):
+            value = data.get(name)
+            if value is not None and value * 100 != int(value * 100):
+                raise ValidationError({name: ["A spend cap is a whole number of cents (e.g. 20 or 19.99)."]})
+
 
 def _usd_micros(value: Decimal | None) -> int | None:
     return None if value is None else int(value * 1_000_000)

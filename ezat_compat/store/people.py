@@ -27,6 +27,7 @@ that requests made with a JWT bearer are billed to (never usable with a secret: 
 from __future__ import annotations
 
 import contextlib
+import logging
 import secrets
 import string
 from collections.abc import Iterable, Mapping, Sequence
@@ -41,7 +42,10 @@ from ezat_compat.domain import GroupSettings, IdentitySettings
 from ezat_compat.errors import AuthenticationError, PermissionDeniedError
 from ezat_compat.store.accounts import Accounts, KeyInfo, StoreError, _clean_patterns, _split_patterns, iso
 from ezat_compat.store.db import write_engine
+from ezat_compat.store.spend import SCOPE_USER, SpendLimits, insert_limit
 from ezat_compat.store.tables import api_keys, idp_groups, orgs, users
+
+log = logging.getLogger("ezat_compat")
 
 USER_ID_PREFIX = "user_"
 GROUP_ID_PREFIX = "group_"
@@ -203,12 +207,12 @@ class People:
     """The people and groups of the database behind ``engine``; thread-safe, one per process
     (``store.Store.people``). ``accounts`` mints the keys; ``spend`` sets the per-person caps."""
 
-    def __init__(self, engine: Engine, accounts: Accounts, spend: Any, *, default_org: str = "") -> None:
+    def __init__(self, engine: Engine, accounts: Accounts, spend: SpendLimits, *, default_org: str = "") -> None:
         self._default_org = default_org  # [identity] default_org
         self._engine = engine
         self._writer = write_engine(engine)
         self._accounts = accounts
-        self._spend = spend  # store.spend.SpendLimits (imported lazily: it imports the accounts)
+        self._spend = spend
 
     # ------------------------------------------------------------ groups
 
@@ -286,9 +290,17 @@ class People:
     def sync_config_groups(self, groups: Iterable[GroupSettings], *, now: datetime | None = None) -> None:
         """Make the groups of ``[identity.groups]`` what the file says: create or update each
         (``source`` "config"), and forget the file's groups no longer in it (those made through
-        the admin API stay)."""
+        the admin API stay). An organisation a group names that doesn't exist yet is made, with
+        a balance of 0."""
+        groups = list(groups)
         named = {g.name for g in groups}
         for g in groups:
+            if g.org and self._accounts.find_org(g.org) is None:
+                # A cost centre the file names before anyone made it: made empty (balance 0, so
+                # nothing is spent until an operator tops it up).
+                with contextlib.suppress(StoreError):  # made meanwhile by another process
+                    self._accounts.create_org(g.org, 0, now=now)
+                log.warning("[identity.groups.%s]: created the organization %r (balance 0)", g.name, g.org)
             self.put_group(
                 g.name,
                 org=g.org,
@@ -354,11 +366,15 @@ class People:
             if row is None:
                 try:
                     with conn.begin_nested():
-                        conn.execute(
-                            insert(users).values(
-                                public_id=_new_id(USER_ID_PREFIX), subject=subject, created_at=now, **values
-                            )
-                        )
+                        new_id = conn.execute(
+                            insert(users)
+                            .values(public_id=_new_id(USER_ID_PREFIX), subject=subject, created_at=now, **values)
+                            .returning(users.c.id)
+                        ).scalar_one()
+                        # The caps of their groups, made with them: a worker that reads the person
+                        # reads their caps (store/spend.py ``holds``: ``newest_user``).
+                        for period, amount in mapping.caps.items():
+                            insert_limit(conn, SCOPE_USER, new_id, period, amount, None, now)
                 except IntegrityError:  # signed in twice at once: the other made the row
                     conn.execute(update(users).where(users.c.subject == subject).values(**values))
             else:
@@ -368,14 +384,17 @@ class People:
             raise PersonDisabledError(person.email)
         if person.org_id is None:
             raise NoOrganisationError(person.email)
-        self._default_caps(person, mapping.caps, now)
+        if row is None:
+            self._spend.changed()  # this process's snapshot knows them at once
+        else:
+            self._default_caps(person, mapping.caps, now)
         return person
 
     def _default_caps(self, person: PersonInfo, caps: Mapping[str, int], now: datetime) -> None:
+        """A cap of their groups' for a period the person has none of yet (a group's cap set
+        after their first sign-in)."""
         if not caps:
             return
-        from ezat_compat.store.spend import SCOPE_USER
-
         have = {s.period for s in self._spend.list_limits([SCOPE_USER]) if s.scope_id == person.id}
         for period, amount in caps.items():
             if period not in have:

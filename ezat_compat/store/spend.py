@@ -169,6 +169,7 @@ class _Snapshot:
     by_key: dict[int, tuple[_Cap, ...]] = field(default_factory=dict)
     by_user: dict[int, tuple[_Cap, ...]] = field(default_factory=dict)
     by_group: dict[int, tuple[_Cap, ...]] = field(default_factory=dict)
+    newest_user: int = 0  # the highest ``users.id`` when it was read: a newer person's caps aren't in it
 
     @property
     def empty(self) -> bool:
@@ -221,6 +222,31 @@ def _info(row: Any) -> SpendLimitInfo:
     )
 
 
+def insert_limit(
+    conn: Any,
+    scope_type: str,
+    scope_id: int,
+    period: str,
+    amount_micros: int | None,
+    thresholds: str | None,
+    now: datetime,
+) -> None:
+    """Insert a new limit row on ``conn`` (in the caller's transaction: a new person's caps are
+    made with the person, so no snapshot ever holds the one without the other)."""
+    conn.execute(
+        insert(spend_limits).values(
+            public_id=_new_public_id(),
+            scope_type=scope_type,
+            scope_id=scope_id,
+            period=period,
+            amount_micros=amount_micros,
+            thresholds=thresholds,
+            created_at=now,
+            updated_at=now,
+        )
+    )
+
+
 class SpendLimits:
     """The spend limits of the database behind ``engine`` (module docstring). Thread-safe; one
     per process (``store.Store.spend``), shared by the ledger (``holds``, ``refusal``), the
@@ -259,6 +285,10 @@ class SpendLimits:
         snapshot = self._snapshot
         if snapshot is None or self._clock() >= self._next_refresh:
             snapshot = self._current()
+        if user_id is not None and user_id > snapshot.newest_user:
+            # A person newer than the snapshot (signed in a moment ago, with the caps their groups
+            # give them): read it again now, so their first requests are capped too.
+            snapshot = self._current(force_after=user_id)
         if snapshot.empty:
             return ()
         caps = snapshot.gateway + snapshot.by_org.get(org_id, ()) + snapshot.by_key.get(key_id, ())
@@ -284,16 +314,19 @@ class SpendLimits:
         bounds = self._bounds[period] = (to_epoch_micros(start), to_epoch_micros(end))
         return bounds
 
-    def _current(self) -> _Snapshot:
+    def _current(self, *, force_after: int | None = None) -> _Snapshot:
         """The snapshot, reloaded if due. One greenlet reloads; the others keep the one they
-        have meanwhile (a second old at most), or wait for the first."""
-        if self._snapshot is not None:
+        have meanwhile (a second old at most), or wait for the first. ``force_after``: a
+        person's id the snapshot must know (newest_user at least): reloaded now, waiting for a
+        reload under way."""
+        if self._snapshot is not None and force_after is None:
             if not self._refreshing.acquire(blocking=False):
                 return self._snapshot
         else:
             self._refreshing.acquire()
         try:
-            if self._snapshot is None or self._clock() >= self._next_refresh:
+            stale = force_after is not None and (self._snapshot is None or self._snapshot.newest_user < force_after)
+            if self._snapshot is None or stale or self._clock() >= self._next_refresh:
                 try:
                     self._snapshot = self._load()
                 except Exception as exc:
@@ -321,6 +354,7 @@ class SpendLimits:
             spend_limits.c.amount_micros,
         )
         with self._engine.connect() as conn:
+            newest_user = int(conn.execute(select(func.coalesce(func.max(users.c.id), 0))).scalar() or 0)
             rows = conn.execute(query).all()
         for limit_id, scope_type, scope_id, period, amount in rows:
             cap = _Cap(limit_id, period, NO_CAP if amount is None else amount)
@@ -340,6 +374,7 @@ class SpendLimits:
             {k: tuple(v) for k, v in by_key.items()},
             {k: tuple(v) for k, v in by_user.items()},
             {k: tuple(v) for k, v in by_group.items()},
+            newest_user,
         )
 
     def changed(self) -> None:
@@ -590,18 +625,7 @@ class SpendLimits:
             try:
                 with self._writer.begin() as conn:
                     if before is None:
-                        conn.execute(
-                            insert(spend_limits).values(
-                                public_id=_new_public_id(),
-                                scope_type=scope_type,
-                                scope_id=scope_id,
-                                period=period,
-                                amount_micros=amount_micros,
-                                thresholds=stored_thresholds,
-                                created_at=now,
-                                updated_at=now,
-                            )
-                        )
+                        insert_limit(conn, scope_type, scope_id, period, amount_micros, stored_thresholds, now)
                     else:
                         values: dict[str, Any] = {"amount_micros": amount_micros, "updated_at": now}
                         if thresholds is not None:
