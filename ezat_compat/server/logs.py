@@ -273,6 +273,7 @@ class RequestRecord:
     route: str = ""  # a dialect's endpoint (``chat.completions``, ``messages``…): set by the pipeline
     org: str | None = None
     key: str | None = None
+    user: str | None = None  # the person of a person's key ("user_…")
     model: str | None = None  # as sent
     canonical_model: str | None = None
     deployment: str = ""
@@ -370,6 +371,8 @@ class RequestRecord:
             "reasoning_tokens": usage.reasoning_tokens if usage else None,
             "cost_usd": _usd(self.cost_micros),
         }
+        if self.user is not None:
+            out["user_id"] = self.user
         if self.trace is not None:
             out["trace_id"] = self.trace.trace_id
         return out

@@ -22,7 +22,7 @@ Attribute names and values are the GenAI registry's as it stands: ``gen_ai.opera
 input token, cached ones included), ``gen_ai.usage.output_tokens``,
 ``gen_ai.usage.cache_read.input_tokens``, ``gen_ai.usage.cache_creation.input_tokens``,
 ``gen_ai.response.time_to_first_chunk`` (seconds), ``error.type``. Never a prompt or a
-completion; the key's id only with ``record_person``.
+completion; the key's id (and a person's, ``enduser.id``) only with ``record_person``.
 """
 
 from __future__ import annotations
@@ -371,6 +371,8 @@ class RequestTrace:
             out["ezat.organization"] = record.org
         if record.key and self.tracing.settings.record_person:
             out["ezat.key_id"] = record.key
+            if record.user:
+                out["enduser.id"] = record.user
         if self.response_id:
             out["gen_ai.response.id"] = self.response_id
         if self.response_model:

@@ -188,6 +188,7 @@ class AuthContext:
     # A person's key (store/people.py): the person's row id, their mapped groups' ids and what
     # those groups let them use (empty: every model; ``NO_MODEL``: none).
     user_id: int | None = None
+    user_public_id: str = ""  # "user_…"
     group_ids: tuple[int, ...] = ()
     user_model_patterns: tuple[str, ...] = ()
 
@@ -709,7 +710,7 @@ class Accounts:
     def _context(self, row: Sequence[Any], now_micros: int) -> AuthContext:
         (key_id, public_id, models, spend_limit, rpm, tpm, expires_at, revoked_at, blocked_at) = row[:9]
         org_id, org_name, suspended, org_models, org_rpm, org_tpm = row[9:15]
-        user_id, user_disabled_at, user_models, group_ids = row[15:]
+        user_id, user_disabled_at, user_models, group_ids, user_public_id = row[15:]
         if revoked_at is not None:
             raise AuthenticationError("This API key has been revoked.")
         if expires_at is not None and expires_at <= now_micros:
@@ -735,6 +736,7 @@ class Accounts:
                 tpm=_lower(tpm, org_tpm),
                 org_model_patterns=_split_patterns(org_models) if org_models else (),
                 user_id=user_id,
+                user_public_id=user_public_id,
                 group_ids=tuple(int(g) for g in group_ids.split(",")) if group_ids else (),
                 user_model_patterns=_split_patterns(user_models) if user_models else (),
             )
