@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ezat_compat.catalog import Catalog
 from ezat_compat.cooldowns import Cooldowns
@@ -49,7 +49,7 @@ from ezat_compat.server.logs import RequestRecord
 from ezat_compat.server.metrics import Metrics
 from ezat_compat.server.telemetry import Tracing, UpstreamAttempt
 from ezat_compat.session import StreamSession
-from ezat_compat.store.accounts import Accounts, AuthContext
+from ezat_compat.store.accounts import KEY_PREFIX, Accounts, AuthContext
 from ezat_compat.store.hotpath import Rider
 from ezat_compat.store.ledger import CLIENT_CLOSED, STALE_RESERVATION, Ledger, LedgerEntry
 from ezat_compat.store.thinking import ThinkingStash
@@ -64,6 +64,9 @@ from ezat_compat.upstream.headroom import Headroom
 from ezat_compat.upstream.imagefit import UpstreamImageLimits
 from ezat_compat.upstream.images import ImageFetcher
 from ezat_compat.upstream.providers.features import RESTRICTED, provider_of, takers
+
+if TYPE_CHECKING:  # built by app.build_gateway only with [identity] jwt_bearers = true
+    from ezat_compat.idp.bearer import BearerTokens
 
 log = logging.getLogger("ezat_compat")
 
@@ -171,6 +174,7 @@ class Gateway:
         thinking: ThinkingStash,
         cache_scopes: CacheScopes | None = None,
         tracing: Tracing | None = None,
+        bearers: BearerTokens | None = None,
         clock: Callable[[], float] = time.time,
         rand: Callable[[], float] = random.random,
     ) -> None:
@@ -187,6 +191,7 @@ class Gateway:
         # each organisation's prompt-cache scope (None: ``isolate_prompt_cache = false``)
         self.cache_scopes = cache_scopes
         self.tracing = tracing  # None: telemetry off (every hook below is one ``is None`` test)
+        self.bearers = bearers  # the IdP's JWTs as bearers (None: [identity] jwt_bearers = false)
         self.clock = clock
         self.rand = rand
         self.open_streams: set[StreamSession] = set()  # for a shutdown that must end them
@@ -221,6 +226,8 @@ class Gateway:
             record.trace = self.tracing.request(request.headers, dialect.endpoint, record.started)
         auth = self.authenticate(request.api_key)
         record.org, record.key = auth.org_name, auth.key_public_id
+        if auth.user_id is not None:
+            record.user = auth.user_public_id
         try:
             body = decode_body(request.read_body(), pause=tools().pause)  # a huge body shares the loop
         except BodyError as exc:
@@ -245,8 +252,13 @@ class Gateway:
         return Run(self, dialect, parsed, call, request.connected).go()
 
     def authenticate(self, secret: str | None) -> AuthContext:
+        """Who is calling with ``secret``: a key (``ezat_sk_…``), or with ``[identity]
+        jwt_bearers`` a JWT of the IdP (``idp/bearer.py``); anything else is an invalid key."""
         if not secret:
             raise AuthenticationError(MISSING_KEY)
+        bearers = self.bearers
+        if bearers is not None and not secret.startswith(KEY_PREFIX) and bearers.takes(secret):
+            return bearers.authenticate(secret, datetime.now(UTC))
         return self.accounts.authenticate(secret, datetime.now(UTC))
 
     def resolve(self, auth: AuthContext, name: Any, record: RequestRecord | None = None) -> Model:

@@ -701,7 +701,7 @@ class Accounts:
 
     def authenticate_key_id(self, key_id: int, now: datetime) -> AuthContext:
         """``authenticate`` of the key whose row id is ``key_id`` (a person's IdP-token key,
-        people/bearer.py): the same checks, the same errors."""
+        idp/bearer.py): the same checks, the same errors."""
         row = self._read(AUTH_BY_ID_SQL, {"key_id": key_id})
         if row is None:
             raise AuthenticationError("Invalid API key.")

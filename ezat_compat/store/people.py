@@ -500,11 +500,26 @@ class People:
         now = now or datetime.now(UTC)
         if row is not None:
             self._accounts.revoke_key(self._public_id_of(row.id), now=now)
-        info, _ = self._accounts.create_key(
+        self._accounts.create_key(
             org_name, name=BEARER_KEY_NAME, now=now, created_by=f"user:{person.public_id}", user_id=person.id
         )
+        # Two workers (or nodes) may have seen the person's first token at once and made one
+        # each: every one of them keeps the oldest and revokes the others.
         with self._engine.connect() as conn:
-            return int(conn.execute(select(api_keys.c.id).where(api_keys.c.public_id == info.id)).scalar_one())
+            live = conn.execute(
+                select(api_keys.c.id, api_keys.c.public_id)
+                .where(
+                    api_keys.c.user_id == person.id,
+                    api_keys.c.name == BEARER_KEY_NAME,
+                    api_keys.c.revoked_at.is_(None),
+                    api_keys.c.expires_at.is_(None),
+                    api_keys.c.org_id == person.org_id,
+                )
+                .order_by(api_keys.c.id)
+            ).all()
+        for extra in live[1:]:
+            self._accounts.revoke_key(extra.public_id, now=now)
+        return int(live[0].id)
 
     def _public_id_of(self, key_id: int) -> str:
         with self._engine.connect() as conn:

@@ -19,6 +19,10 @@ failed requests.
   so a test can check what the gateway sent.
 - The ID token carries every claim of the user (``groups`` included) and ``name``/``email`` when
   the scopes ``profile``/``email`` are asked.
+- ``jwt_for(sub)`` runs the authorization code flow with plain ``requests`` (no gateway) and
+  returns the provider's ID token: a JWT signed with its key, for services that hold one
+  (``audience`` is the client id it is asked for; ``loopback_idp(token_max_age_s=...)`` makes
+  short-lived ones). ``jwks()`` is the provider's key set as published.
 - In a browser, the provider's sign-in page has one text input ``sub`` and a button
   "Authorize": fill in a subject added with ``add_user`` (tests/browser/conftest.py does).
   A subject never added signs in with the claims ``{"email": <subject>}`` only (no groups).
@@ -27,6 +31,7 @@ failed requests.
 from __future__ import annotations
 
 import json
+import secrets
 import signal
 import subprocess
 import sys
@@ -36,13 +41,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urljoin
+from urllib.parse import parse_qs, urlencode, urljoin, urlsplit
 
 import requests
 
 REPO = Path(__file__).resolve().parents[2]
 AUTHORIZE_PATH = "/oauth2/authorize"
 AUTHORIZATIONS_PATH = "/_test/authorizations"  # this module's own: the authorization requests seen
+TOKEN_PATH = "/oauth2/token"
+JWKS_PATH = "/jwks"
+JWT_REDIRECT_URI = "http://127.0.0.1:9/callback"  # never visited: the code is read from the redirect
 
 
 @dataclass
@@ -115,6 +123,43 @@ class LoopbackIdP:
         assert back.status_code == 302, (back.status_code, back.text[:500])
         return session.get(back.headers["Location"], timeout=10)
 
+    def jwt_for(self, sub: str, *, audience: str = "", scope: str = "openid email profile") -> str:
+        """The provider's ID token for ``sub`` (added with ``add_user``, or signed in with
+        ``{"email": sub}`` only), issued to the client ``audience`` (default: ``client_id``), so
+        its ``aud`` names it: the authorization code flow, driven with plain ``requests``."""
+        client_id = audience or self.client_id
+        query = urlencode(
+            {
+                "client_id": client_id,
+                "redirect_uri": JWT_REDIRECT_URI,
+                "response_type": "code",
+                "scope": scope,
+                "state": "jwt-for",
+                "nonce": secrets.token_urlsafe(16),
+            }
+        )
+        back = requests.post(
+            f"{self.issuer}{AUTHORIZE_PATH}?{query}", data={"sub": sub}, allow_redirects=False, timeout=10
+        )
+        assert back.status_code == 302, (back.status_code, back.text[:500])
+        code = parse_qs(urlsplit(back.headers["Location"]).query)["code"][0]
+        token = requests.post(
+            self.issuer + TOKEN_PATH,
+            data={"grant_type": "authorization_code", "code": code, "redirect_uri": JWT_REDIRECT_URI},
+            auth=(client_id, self.client_secret),
+            timeout=10,
+        )
+        assert token.status_code == 200, (token.status_code, token.text[:500])
+        id_token = token.json()["id_token"]
+        assert isinstance(id_token, str)
+        return id_token
+
+    def jwks(self) -> dict[str, Any]:
+        """The provider's JWKS, as its ``jwks_uri`` publishes it."""
+        document = requests.get(self.issuer + JWKS_PATH, timeout=5).json()
+        assert isinstance(document, dict)
+        return document
+
 
 def _recording(app: Callable[..., Any]) -> Callable[[dict[str, Any], Callable[..., Any]], Any]:
     """The provider's WSGI app, noting the query parameters of each authorization request and
@@ -135,9 +180,12 @@ def _recording(app: Callable[..., Any]) -> Callable[[dict[str, Any], Callable[..
 
 
 @contextmanager
-def loopback_idp(*, require_nonce: bool = True) -> Iterator[LoopbackIdP]:
-    """Start the provider on a free loopback port; stop it when the block ends."""
+def loopback_idp(*, require_nonce: bool = True, token_max_age_s: int | None = None) -> Iterator[LoopbackIdP]:
+    """Start the provider on a free loopback port; stop it when the block ends. Its tokens
+    expire ``token_max_age_s`` after they are issued (default: an hour)."""
     args = [sys.executable, "-m", "tests.support.oidc"] + (["--require-nonce"] if require_nonce else [])
+    if token_max_age_s is not None:
+        args += ["--token-max-age", str(token_max_age_s)]
     proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
@@ -157,12 +205,22 @@ def loopback_idp(*, require_nonce: bool = True) -> Iterator[LoopbackIdP]:
 
 
 def main() -> None:
-    """The provider's process: serve until terminated, first printing ``listening on <issuer>``."""
+    """The provider's process: serve until terminated, first printing ``listening on <issuer>``.
+    Options: ``--require-nonce``, ``--token-max-age SECONDS`` (the life of its tokens)."""
     warnings.simplefilter("ignore")  # Authlib's deprecation notices, at import and on every token it signs
+    import argparse
+    from datetime import timedelta
+
     import oidc_provider_mock
     import werkzeug.serving
 
-    app = oidc_provider_mock.app(require_nonce="--require-nonce" in sys.argv[1:])
+    parser = argparse.ArgumentParser(prog="python -m tests.support.oidc")
+    parser.add_argument("--require-nonce", action="store_true")
+    parser.add_argument("--token-max-age", type=int, default=3600, metavar="SECONDS")
+    options = parser.parse_args()
+    app = oidc_provider_mock.app(
+        require_nonce=options.require_nonce, access_token_max_age=timedelta(seconds=options.token_max_age)
+    )
     server = werkzeug.serving.make_server("127.0.0.1", 0, _recording(app), threaded=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     print(f"listening on http://127.0.0.1:{server.server_port}", flush=True)
