@@ -26,7 +26,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flask import Flask, Response, current_app, g, request
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound, RequestEntityTooLarge
@@ -36,6 +36,7 @@ from ezat_compat.admin import api as admin_api
 from ezat_compat.admin.errors import from_http_exception, is_admin_path, render_admin_error
 from ezat_compat.api import anthropic as anthropic_api
 from ezat_compat.api import clouds as clouds_api
+from ezat_compat.api import oauth as oauth_api
 from ezat_compat.api import openai as openai_api
 from ezat_compat.api import responses as responses_api
 from ezat_compat.api.common import gateway, json_response, new_request_id, raw_json_response, too_large, unproxied
@@ -63,6 +64,9 @@ from ezat_compat.store.store import Store, embedded_limits_path, open_store
 from ezat_compat.translate.cache_scope import SCOPE_KEY_PURPOSE, CacheScopes
 from ezat_compat.upstream.client import UpstreamClient
 from ezat_compat.upstream.images import ImageFetcher
+
+if TYPE_CHECKING:  # imported when [identity] jwt_bearers = true only (``_bearer_tokens``)
+    from ezat_compat.idp.bearer import BearerTokens
 
 log = logging.getLogger("ezat_compat")
 __all__ = ["create_app", "data_folder", "embedded_limits_path", "start_draining", "stop_draining"]
@@ -122,7 +126,19 @@ def build_gateway(config: Config, store: Store) -> Gateway:
         ),
         # [telemetry]: the traces of each request (None: off, and opentelemetry is never imported)
         tracing=Tracing(config.telemetry) if config.telemetry.enabled else None,
+        bearers=_bearer_tokens(config, store),
     )
+
+
+def _bearer_tokens(config: Config, store: Store) -> BearerTokens | None:
+    """The IdP's JWTs as bearers on the inference routes: with ``[identity] jwt_bearers = true``
+    only (else None, and nothing of it is imported)."""
+    if not config.identity.jwt_bearers or store.people is None:
+        return None
+    from ezat_compat.idp.bearer import BearerTokens
+    from ezat_compat.idp.oidc import OidcClient
+
+    return BearerTokens(OidcClient(config.identity), store.people, store.accounts, config.identity)
 
 
 def _render(err: GatewayError) -> Response:
@@ -360,6 +376,7 @@ def create_app(config: Config, *, gateway_core: Gateway | None = None, store: St
     app.register_blueprint(clouds_api.vertex_bp)
     _register_public(app, config)
     if store is not None:
+        oauth_api.register(app, config, store)  # /oauth/…: the device grant, when [identity] issuer is set
         _register_admin(app, config, store)
     _register_errors(app)
     app.wsgi_app = TrustedForwarded(app.wsgi_app, config.server.forwarded_allow_ips)  # type: ignore[method-assign]

@@ -14,6 +14,13 @@ The discovery document and the JWKS are fetched on first use and kept for ``CACH
 signed with a key the cached set doesn't have fetches the set again once (the IdP rotated its
 keys). Every request to the IdP has a timeout; a failure is ``IdentityProviderError`` (the
 console answers 502: try again later), a token that fails a check is ``InvalidSignInError``.
+
+The device grant (``api/oauth.py``) keeps the IdP's refresh token of a sign-in (``sign_in``) and
+asks again with it at each refresh of the person's command-line session (``refresh``): the IdP's
+refusal (the person left, their sessions were revoked) ends the session. The claims of a refresh
+are the new ID token's when the IdP sends one (checked as above, but for the nonce, and its
+``sub`` must be the person's: OpenID Connect Core 1.0, section 12.2), else its userinfo's with the
+new access token (``sub`` checked the same way, section 5.3.2).
 """
 
 from __future__ import annotations
@@ -61,6 +68,15 @@ class AuthorizationRequest:
     state: str
     nonce: str
     code_verifier: str
+
+
+@dataclass(frozen=True, slots=True)
+class SignedIn:
+    """What the IdP said of a sign-in or a refresh: the checked ``claims``, and its refresh
+    token (None when it gave none: the sign-in can't be refreshed)."""
+
+    claims: dict[str, Any]
+    refresh_token: str | None = None
 
 
 def discovery_url(issuer: str) -> str:
@@ -155,6 +171,10 @@ class OidcClient:
         """Exchange the callback's ``code`` (with the PKCE verifier) and return the ID token's
         claims once every check has passed. ``InvalidSignInError`` when the IdP refuses the code
         or the token fails a check; ``IdentityProviderError`` when the IdP can't be reached."""
+        return self.sign_in(code=code, redirect_uri=redirect_uri, code_verifier=code_verifier, nonce=nonce).claims
+
+    def sign_in(self, *, code: str, redirect_uri: str, code_verifier: str, nonce: str) -> SignedIn:
+        """``finish``, with the IdP's refresh token of the sign-in kept (for ``refresh``)."""
         metadata = self.metadata()
         try:
             with self._session() as session:
@@ -173,7 +193,61 @@ class OidcClient:
         id_token = token.get("id_token")
         if not isinstance(id_token, str):
             raise InvalidSignInError("the IdP's answer has no ID token")
-        return self._id_token_claims(id_token, nonce, str(token.get("access_token") or ""), metadata)
+        claims = self._id_token_claims(id_token, nonce, str(token.get("access_token") or ""), metadata)
+        refresh = token.get("refresh_token")
+        return SignedIn(claims, refresh if isinstance(refresh, str) and refresh else None)
+
+    def refresh(self, refresh_token: str, *, subject: str) -> SignedIn:
+        """Ask the IdP again for the person ``subject`` with their ``refresh_token`` (RFC 6749
+        section 6): the claims as they are now (module docstring) and the refresh token to keep
+        (the IdP's rotated one, else the same). ``InvalidSignInError`` when the IdP refuses it
+        (the person's sign-in is over) or its answer fails a check; ``IdentityProviderError``
+        when the IdP can't be reached or fails (try again later)."""
+        metadata = self.metadata()
+        try:
+            with self._session() as session:
+                token = session.refresh_token(
+                    metadata["token_endpoint"], refresh_token=refresh_token, timeout=self._timeout_s
+                )
+        except requests.RequestException as exc:
+            raise IdentityProviderError(f"the token endpoint: {type(exc).__name__}: {exc}") from None
+        except Exception as exc:  # Authlib's OAuthError and its kin: the IdP refused the token
+            raise InvalidSignInError(f"the IdP refused the refresh token: {exc}") from None
+        access_token = str(token.get("access_token") or "")
+        id_token = token.get("id_token")
+        if isinstance(id_token, str) and id_token:
+            claims = self._id_token_claims(id_token, "", access_token, metadata)
+        elif access_token and isinstance(metadata.get("userinfo_endpoint"), str):
+            claims = self._userinfo(metadata["userinfo_endpoint"], access_token)
+        else:
+            raise InvalidSignInError("the IdP's refresh gave neither an ID token nor an access token for userinfo")
+        if str(claims.get("sub") or "") != subject:
+            raise InvalidSignInError("the IdP's refresh names another subject")
+        rotated = token.get("refresh_token")
+        return SignedIn(claims, rotated if isinstance(rotated, str) and rotated else refresh_token)
+
+    def _userinfo(self, url: str, access_token: str) -> dict[str, Any]:
+        """The userinfo endpoint's claims for ``access_token`` (OpenID Connect Core 1.0, 5.3)."""
+        try:
+            response = requests.get(
+                url,
+                timeout=self._timeout_s,
+                headers={"accept": "application/json", "authorization": f"Bearer {access_token}"},
+            )
+            try:
+                if response.status_code in (401, 403):
+                    raise InvalidSignInError(f"the userinfo endpoint refused the access token ({response.status_code})")
+                response.raise_for_status()
+                if len(response.content) > _MAX_DOCUMENT_BYTES:
+                    raise IdentityProviderError("the userinfo document is larger than 1 MiB")
+                document = response.json()
+            finally:
+                response.close()
+        except (requests.RequestException, ValueError) as exc:
+            raise IdentityProviderError(f"the userinfo endpoint: {type(exc).__name__}: {exc}") from None
+        if not isinstance(document, dict):
+            raise IdentityProviderError("the userinfo endpoint's answer is not a JSON object")
+        return document
 
     def _id_token_claims(
         self, id_token: str, nonce: str, access_token: str, metadata: dict[str, Any]
@@ -192,7 +266,7 @@ class OidcClient:
                     "iss": {"essential": True, "value": self.settings.issuer},
                     "aud": {"essential": True, "value": self.settings.client_id},
                 },
-                {"nonce": nonce, "client_id": self.settings.client_id, "access_token": access_token or None},
+                {"nonce": nonce or None, "client_id": self.settings.client_id, "access_token": access_token or None},
             )
             claims.validate(leeway=LEEWAY_S)
         except (JoseError, ValueError) as exc:

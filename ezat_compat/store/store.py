@@ -33,6 +33,7 @@ from ezat_compat.store.admin import AdminStore
 from ezat_compat.store.console import ConsoleStore
 from ezat_compat.store.counters import Counters
 from ezat_compat.store.db import make_engine, open_engine, probe_url, require_current_schema
+from ezat_compat.store.device import DeviceStore
 from ezat_compat.store.hotpath import HotPath, make_hot_path
 from ezat_compat.store.ledger import Ledger
 from ezat_compat.store.people import People
@@ -66,6 +67,7 @@ class Store:
     rollup: Rollup | None = None  # the usage reports' rollup (every kind; its fold loop runs in workers)
     console: ConsoleStore | None = None  # the web console's sessions and break-glass links (every kind)
     people: People | None = None  # people and the IdP's groups (every kind)
+    device: DeviceStore | None = None  # command-line sign-ins: device grants and their sessions (every kind)
     counters: Counters | None = None
     thinking: ThinkingStash | None = None
     responses: ResponseStore | None = None
@@ -118,6 +120,7 @@ def open_store(database_url: str, *, config: Config | None = None, pool_size: in
     store.console = ConsoleStore(engine)
     default_org = config.identity.default_org if config is not None else ""
     store.people = People(engine, store.accounts, spend, default_org=default_org)
+    store.device = DeviceStore(engine)
     if config is not None and pool_size is None:  # a worker: keys' last use written in the background
         store.accounts.last_used.background = True
     store.rollup = Rollup(engine)
