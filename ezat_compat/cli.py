@@ -1,7 +1,8 @@
 """``ezat-compat``: the operator interface (docs/operations.md; a contract: keep the names).
 
     ezat-compat [--config PATH] demo | serve | sim | orgs … | keys … | usage … | spend-limits … |
-                                admin-keys … | audit list | console-link | check-config | db …
+                                users … | groups … | admin-keys … | audit list | console-link |
+                                check-config | db …
 
 Every change (``orgs``, ``keys``, ``admin-keys``) goes through the admin API's service layer
 (``admin/service.py``) and leaves an audit row naming ``cli:<unix user>`` (``audit list``).
@@ -647,6 +648,18 @@ def cmd_sim(args: argparse.Namespace, extra: list[str]) -> int:
     return int(sim_main(argv + extra, prog="ezat-compat sim") or 0)
 
 
+def cmd_login(args: argparse.Namespace) -> int:
+    from ezat_compat.login import login
+
+    return login(args.gateway, no_browser=args.no_browser)
+
+
+def cmd_token(args: argparse.Namespace) -> int:
+    from ezat_compat.login import token
+
+    return token(args.gateway)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from ezat_compat.demo import run_demo
 
@@ -759,7 +772,7 @@ def build_parser() -> argparse.ArgumentParser:
     spend = sub.add_parser("spend-limits", help="spend limits by period (daily, weekly, monthly): set, list, delete")
     spend_sub = spend.add_subparsers(dest="spend_command", required=True, metavar="COMMAND")
     ss = spend_sub.add_parser("set", help="set the limit of a scope and period (made, or changed in place)")
-    ss.add_argument("--scope", required=True, metavar="gateway|org:NAME|key:KEY_ID")
+    ss.add_argument("--scope", required=True, metavar="gateway|org:NAME|key:KEY_ID|user:EMAIL|group:NAME")
     ss.add_argument("--period", required=True, choices=("daily", "weekly", "monthly"))
     ss.add_argument("--usd", required=True, metavar="AMOUNT|none", help="whole cents; none: explicitly no limit")
     ss.add_argument("--thresholds", metavar="PCT,...", help="alert percentages (default: [alerts] thresholds)")
@@ -768,6 +781,10 @@ def build_parser() -> argparse.ArgumentParser:
     spend_sub.add_parser("delete", help="remove a limit by its id (spl_… from spend-limits list)").add_argument(
         "id", metavar="ID"
     )
+
+    from ezat_compat.people_cli import add_parsers as add_people_parsers
+
+    add_people_parsers(sub)  # users …, groups … (people_cli.py)
 
     usage = sub.add_parser("usage", help="requests, tokens and cost per org, key and model")
     usage.add_argument("--org", metavar="NAME")
@@ -779,6 +796,14 @@ def build_parser() -> argparse.ArgumentParser:
         "console-link", help="a one-time break-glass sign-in link for the console (as a gateway admin; 15 minutes)"
     )
     link.add_argument("--base-url", metavar="URL", help="where the console is reached (default: http://<[admin] bind>)")
+
+    login = sub.add_parser("login", help="sign in from this laptop with the company's IdP (device grant; no config)")
+    login.add_argument(
+        "--gateway", required=True, metavar="URL", help="the gateway's address (https://llm.example.com)"
+    )
+    login.add_argument("--no-browser", action="store_true", help="print the address and code only; open no browser")
+    token = sub.add_parser("token", help="print a valid key of your sign-in (refreshed when due), for apiKeyHelper")
+    token.add_argument("--gateway", metavar="URL", help="which gateway (optional when signed in to one)")
 
     sub.add_parser(
         "check-config",
@@ -842,7 +867,11 @@ def _run(argv: Sequence[str] | None) -> int:
     try:
         if args.command == "sim":
             return cmd_sim(args, extra)
+        from ezat_compat.people_cli import cmd_groups, cmd_users
+
         with_store = {
+            "users": cmd_users,
+            "groups": cmd_groups,
             "orgs": cmd_orgs,
             "keys": cmd_keys,
             "usage": cmd_usage,
@@ -859,6 +888,8 @@ def _run(argv: Sequence[str] | None) -> int:
             "serve": cmd_serve,
             "check-config": cmd_check_config,
             "db": cmd_db,
+            "login": cmd_login,
+            "token": cmd_token,
         }[args.command]
         return handler(args)
     except (

@@ -24,11 +24,14 @@ from ezat_compat.store.accounts import StoreError
 from ezat_compat.store.store import Store
 
 # The admin blueprints, registered in this order (each module exports ``blp``): the core
-# (organization, workspaces, rate limits, keys, the audit trail), spend limits, reports.
+# (organization, workspaces, rate limits, keys, the audit trail), people and groups, spend limits,
+# reports.
 BLUEPRINT_MODULES = (
     "ezat_compat.admin.workspaces",
     "ezat_compat.admin.keys",
     "ezat_compat.admin.audit",
+    "ezat_compat.admin.users",
+    "ezat_compat.admin.groups",
     "ezat_compat.admin.spend",
     "ezat_compat.admin.reports",
 )

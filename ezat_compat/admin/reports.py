@@ -17,8 +17,12 @@ What maps (docs/admin-api.md, "Usage and cost reports"):
 
 - ``workspace_id`` is the organisation's workspace id (``wrkspc_…``), ``api_key_id`` the key's
   (``apikey_…``), ``model`` the canonical model that served the request (null for a request that
-  failed before a model was chosen); ``actor`` is always the key (``api_actor``): the gateway has
-  no users. The legacy reports take ``api_key_id`` and ``workspace_id`` too (an extension).
+  failed before a model was chosen). ``actor`` is the person a key belongs to (``user_actor``:
+  a person's keys are theirs for life, ``api_keys.user_id``), else the key (``api_actor``);
+  ``rbac_group_id`` the person's groups as they are now (``users.group_ids``: a person in two
+  groups counts in both; a key of nobody, or of a person in none, in a null group). The legacy
+  reports take ``api_key_id`` and ``workspace_id`` too (an extension). People are resolved from
+  the rollup's keys (``_people_rows``), so grouping by them sums the range in the process.
 - ``requests`` counts every request the gateway admitted (failed ones too, at no cost), as
   ``ezat-compat usage`` does. ``uncached_input_tokens``, ``cache_read_input_tokens`` and
   ``output_tokens`` (thinking included) are Anthropic's; every cache write is counted as
@@ -50,6 +54,7 @@ from ezat_compat.admin.money import micros_to_cents
 from ezat_compat.admin.pages import decode_cursor, encode_cursor, parse_limit, parse_list, parse_time, rfc3339
 from ezat_compat.jsonfast import encode_json
 from ezat_compat.store.accounts import api_key_id, key_public_id
+from ezat_compat.store.people_queries import KeyOwner, all_key_ids, find_group_ids, group_public_ids, key_owners
 from ezat_compat.store.rollup import HOUR, WIDTHS, Rollup, Slice, Total, floor_to
 from ezat_compat.store.store import Store
 from ezat_compat.store.tables import from_epoch_micros, to_epoch_micros
@@ -72,8 +77,10 @@ MAX_GROUP_BY = 5
 API_ACTOR = "api_actor"
 
 # What a report may group by -> the rollup's dimension ("" for actor_type: always api_actor).
-LEGACY_GROUPS = {"model": "model", "api_key_id": "key", "workspace_id": "org"}
+LEGACY_GROUPS = {"model": "model", "api_key_id": "key", "workspace_id": "org", "rbac_group_id": "key"}
 GROUPS = {**LEGACY_GROUPS, "actor": "key", "actor_type": ""}
+USER_ACTOR = "user_actor"
+PEOPLE_GROUPS = ("actor", "actor_type", "rbac_group_id")  # resolved through the keys' people
 # Dimensions of Anthropic's reports the gateway doesn't track: refused, by name.
 UNTRACKED_LEGACY = (
     "claude_tag_category",
@@ -81,7 +88,6 @@ UNTRACKED_LEGACY = (
     "context_window",
     "inference_geo",
     "product",
-    "rbac_group_id",
     "slack_channel_id",
     "speed",
 )
@@ -104,9 +110,7 @@ UNTRACKED_FILTERS_LEGACY = (
     "speeds",
     "claude_tag_categories",
     "claude_tag_user_ids",
-    "rbac_group_ids",
     "slack_channel_ids",
-    "user_ids",
 )
 UNTRACKED_FILTERS = (
     *UNTRACKED_FILTERS_LEGACY,
@@ -152,7 +156,7 @@ GROUP_FIELDS = (
     "workspace_id",
 )
 # The dimension fields of a legacy result (null unless grouped by it), ours last.
-LEGACY_FIELDS = (*UNTRACKED_LEGACY, "model", "api_key_id", "workspace_id")
+LEGACY_FIELDS = (*UNTRACKED_LEGACY, "model", "rbac_group_id", "api_key_id", "workspace_id")
 
 
 # ---------------------------------------------------------------- the query
@@ -178,6 +182,15 @@ class ReportQuery:
     api_key_ids: tuple[str, ...] | None = None
     workspace_ids: tuple[str, ...] | None = None
     only_api_actors: bool = True
+    # As asked, for the people (``resolve_people``): api_key_ids[] alone, actor_ids[] and
+    # actor_types[] (the newer reports), rbac_group_ids[], user_ids[] (the legacy reports).
+    asked_api_key_ids: tuple[str, ...] | None = None
+    actor_ids: tuple[str, ...] | None = None
+    actor_types: tuple[str, ...] | None = None
+    rbac_group_ids: tuple[str, ...] | None = None
+    user_ids: tuple[str, ...] | None = None
+    key_rows: tuple[int, ...] | None = None  # the keys the people's filters leave (row ids)
+    people: bool = False  # rows resolved through the keys' people (``_people_rows``)
     limit: int = 20
     page: str | None = None
     order_by: str = "time"
@@ -196,6 +209,10 @@ class ReportQuery:
             self.api_key_ids,
             self.workspace_ids,
             self.only_api_actors,
+            self.actor_ids,
+            self.actor_types,
+            self.rbac_group_ids,
+            self.user_ids,
             self.order_by,
             self.descending,
         ]
@@ -216,7 +233,8 @@ def _refuse_untracked_filters(args: Any, names: Sequence[str]) -> None:
     given = [name for name in names if parse_list(args, name)]
     if given:
         raise AdminInvalidRequestError(
-            f"{given[0]}[]: the gateway doesn't track this; filter by models[], api_key_ids[] or workspace_ids[]"
+            f"{given[0]}[]: the gateway doesn't track this; filter by models[], api_key_ids[], workspace_ids[], "
+            "rbac_group_ids[] or the actors"
         )
 
 
@@ -232,7 +250,7 @@ def _group(args: Any, kind: str, legacy: bool) -> tuple[str, ...]:
         supported = ", ".join(allowed)
         if name in untracked:
             raise AdminInvalidRequestError(
-                f"group_by[]: the gateway doesn't track {name!r} (one cost per request, no products or users); "
+                f"group_by[]: the gateway doesn't track {name!r} (one cost per request, no products); "
                 f"group by {supported}"
             )
         raise AdminInvalidRequestError(f"group_by[]: {name!r} is not a dimension; group by {supported}")
@@ -265,9 +283,17 @@ def parse_query(args: Any, *, kind: str, legacy: bool, now: datetime) -> ReportQ
     group = _group(args, kind, legacy)
     _refuse_untracked_filters(args, UNTRACKED_FILTERS_LEGACY if legacy else UNTRACKED_FILTERS)
     only_api_actors = True
-    api_key_ids = _values(args, "api_key_ids")
+    api_key_ids = asked_api_key_ids = _values(args, "api_key_ids")
+    actor_ids = actor_types = user_ids = None
+    if legacy:
+        user_ids = _values(args, "user_ids")
     if not legacy:
         actor_types = _values(args, "actor_types")
+        unknown = [
+            t for t in actor_types or () if t not in (API_ACTOR, USER_ACTOR, "service_account_actor", "federated_actor")
+        ]
+        if unknown:
+            raise AdminInvalidRequestError(f"actor_types[]: {unknown[0]!r} is not an actor type")
         only_api_actors = actor_types is None or API_ACTOR in actor_types
         actor_ids = _values(args, "actor_ids")
         if actor_ids is not None:  # an actor is a key here: only apikey_ ids can match
@@ -302,6 +328,11 @@ def parse_query(args: Any, *, kind: str, legacy: bool, now: datetime) -> ReportQ
         api_key_ids=api_key_ids,
         workspace_ids=_values(args, "workspace_ids"),
         only_api_actors=only_api_actors,
+        asked_api_key_ids=asked_api_key_ids,
+        actor_ids=actor_ids,
+        actor_types=actor_types,
+        rbac_group_ids=_values(args, "rbac_group_ids"),
+        user_ids=user_ids,
         limit=limit,
         page=args.get("page") or None,
         order_by=order_by,
@@ -344,7 +375,11 @@ def _slice(rollup: Rollup, query: ReportQuery, **where: Any) -> Slice | None:
     """The rollup's ``Slice`` for ``query`` (filters resolved to the tables' ids); None when a
     filter matches nothing."""
     dims = tuple(dict.fromkeys(dim for name in query.group if (dim := GROUPS[name])))
+    if query.people and "key" not in dims:  # the people are found through the keys
+        dims += ("key",)
     key_ids = None if query.api_key_ids is None else rollup.key_ids(key_public_id(i) for i in query.api_key_ids)
+    if query.key_rows is not None:
+        key_ids = query.key_rows if key_ids is None else tuple(k for k in key_ids if k in set(query.key_rows))
     org_ids = None if query.workspace_ids is None else rollup.org_ids(query.workspace_ids)
     if key_ids == () or org_ids == () or not query.only_api_actors:
         return None
@@ -382,11 +417,16 @@ def _cost(row: Total) -> dict[str, Any]:
     return {"amount": amount, "list_amount": amount, "currency": CURRENCY, "requests": row.requests}
 
 
-def _dimensions(query: ReportQuery, row: Total, names: _Names) -> dict[str, Any]:
-    """The grouped dimensions' values of ``row`` (API names)."""
+def _dimensions(
+    query: ReportQuery, row: Total, names: _Names, people: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The grouped dimensions' values of ``row`` (API names); ``people``: the values of
+    ``PEOPLE_GROUPS`` of a row resolved through the keys' people (``_people_rows``)."""
     values: dict[str, Any] = {}
     for name in query.group:
-        if name == "model":
+        if people is not None and name in PEOPLE_GROUPS:
+            values[name] = people.get(name)
+        elif name == "model":
             values[name] = row.model or None
         elif name == "api_key_id":
             values[name] = names.key(row.key_id)
@@ -400,7 +440,144 @@ def _dimensions(query: ReportQuery, row: Total, names: _Names) -> dict[str, Any]
     return values
 
 
-def legacy_report(rollup: Rollup, query: ReportQuery, refreshed: datetime | None) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class People:
+    """Who the keys of a report belong to (``resolve_people``): key row id -> its person, and the
+    groups' public ids."""
+
+    owners: Mapping[int, KeyOwner]
+    groups: Mapping[int, str]
+
+
+def resolve_people(store: Store, query: ReportQuery) -> tuple[ReportQuery, People | None]:
+    """``query`` with the people's filters turned into keys (``key_rows``) and, when it groups by
+    an actor or a group and the keys have people, marked ``people`` (rows resolved through them).
+    Without people, and without filters or groups of theirs, the query is left as it was."""
+    engine = store.engine
+    owners = key_owners(engine)
+    by_people = "rbac_group_id" in query.group or (
+        bool(owners) and any(name in query.group for name in ("actor", "actor_type"))
+    )
+    filtering = any(v is not None for v in (query.rbac_group_ids, query.user_ids)) or (
+        bool(owners) and (query.actor_ids is not None or query.actor_types is not None)
+    )
+    if not by_people and not filtering:
+        return query, None
+    people = People(owners, group_public_ids(engine))
+    if not filtering:
+        return replace(query, people=by_people), people
+    every = all_key_ids(engine)
+    allowed = set(every)
+    if query.actor_ids is not None:  # apikey_: usage of a key of nobody; user_: a person's
+        wanted_users = {i for i in query.actor_ids if not i.startswith("apikey_")}
+        wanted_keys = {key_public_id(i) for i in query.actor_ids if i.startswith("apikey_")}
+        key_rows = set(store.rollup.key_ids(wanted_keys)) if wanted_keys and store.rollup else set()
+        allowed &= {k for k in key_rows if k not in owners} | {
+            k for k, o in owners.items() if o.public_id in wanted_users or o.email in wanted_users
+        }
+    if query.actor_types is not None:
+        kinds = set(query.actor_types)
+        allowed &= {k for k in every if (API_ACTOR if k not in owners else USER_ACTOR) in kinds}
+    if query.user_ids is not None:
+        wanted = set(query.user_ids)
+        allowed &= {k for k, o in owners.items() if o.public_id in wanted or o.email in wanted}
+    if query.rbac_group_ids is not None:
+        groups = find_group_ids(engine, query.rbac_group_ids)
+        allowed &= {k for k, o in owners.items() if groups.intersection(o.group_ids)}
+    changed = replace(
+        query,
+        api_key_ids=query.asked_api_key_ids,
+        only_api_actors=True,
+        key_rows=tuple(sorted(allowed)),
+        people=by_people,
+    )
+    return changed, people
+
+
+def _people_rows(rows: Sequence[Total], query: ReportQuery, people: People) -> list[tuple[Total, dict[str, Any]]]:
+    """``rows`` (read by key) summed again by the report's groups, the key's person in place of
+    the key for ``actor``/``actor_type``, and once per group of theirs for ``rbac_group_id``."""
+    merged: dict[tuple[Any, ...], list[Any]] = {}
+    for row in rows:
+        owner = None if row.key_id is None else people.owners.get(row.key_id)
+        actor: dict[str, Any] | None
+        if owner is None:
+            actor = None if row.key_id is None else {"type": API_ACTOR, "api_key_id": f"@{row.key_id}"}
+            groups: list[str | None] = [None]
+        else:
+            actor = {
+                "type": USER_ACTOR,
+                "user_id": owner.public_id,
+                "email_address": owner.email or None,
+                "name": owner.name or None,
+                "deleted": False,
+            }
+            groups = [people.groups[g] for g in owner.group_ids if g in people.groups] or [None]
+        for group in groups if "rbac_group_id" in query.group else [None]:
+            extra = {
+                "actor": actor if "actor" in query.group else None,
+                "actor_type": (actor or {}).get("type", API_ACTOR) if "actor_type" in query.group else None,
+                "rbac_group_id": group,
+            }
+            key = (
+                row.bucket,
+                row.org_id if "workspace_id" in query.group else None,
+                row.key_id if "api_key_id" in query.group else None,
+                row.model,
+                json.dumps(extra, sort_keys=True),
+            )
+            held = merged.get(key)
+            if held is None:
+                merged[key] = [replace(row, org_id=key[1], key_id=key[2]), extra]
+            else:
+                total = held[0]
+                held[0] = replace(
+                    total,
+                    requests=total.requests + row.requests,
+                    input_tokens=total.input_tokens + row.input_tokens,
+                    cache_write_tokens=total.cache_write_tokens + row.cache_write_tokens,
+                    cache_read_tokens=total.cache_read_tokens + row.cache_read_tokens,
+                    output_tokens=total.output_tokens + row.output_tokens,
+                    cost_micros=total.cost_micros + row.cost_micros,
+                )
+    return [(total, extra) for total, extra in merged.values()]
+
+
+def _metric(row: Total, name: str) -> int:
+    return int(getattr(row, name))
+
+
+def _tie(item: tuple[Total, dict[str, Any]]) -> tuple[Any, ...]:
+    row, extra = item
+    return (row.org_id or 0, row.key_id or 0, row.model or "", json.dumps(extra, sort_keys=True))
+
+
+def _ranked(items: list[tuple[Total, dict[str, Any]]], query: ReportQuery) -> list[tuple[Total, dict[str, Any]]]:
+    """``items`` in the order ``query`` asks: by its metric, or by time then the report's metric
+    (highest first), ties broken by the dimensions so pages never skip nor repeat a row."""
+    epoch = datetime.min.replace(tzinfo=UTC)
+    if query.order_by == "time":
+        within = sorted(items, key=_tie)
+        within.sort(key=lambda item: _metric(item[0], query.metric), reverse=True)
+        within.sort(key=lambda item: item[0].bucket or epoch, reverse=query.descending)
+        return within
+    ordered = sorted(items, key=_tie)
+    ordered.sort(key=lambda item: (_metric(item[0], query.order_by), item[0].bucket or epoch), reverse=query.descending)
+    return ordered
+
+
+def _actor_keys(items: Sequence[tuple[Total, dict[str, Any]]], names: _Names) -> None:
+    """Write the ``api_actor``'s key id of each row as the admin API does (``_people_rows`` holds
+    the row id, ``@<id>``; ``names`` those of the rows read)."""
+    for _row, extra in items:
+        actor = extra.get("actor")
+        if actor and actor.get("type") == API_ACTOR:
+            extra["actor"] = {"type": API_ACTOR, "api_key_id": names.key(int(actor["api_key_id"][1:]))}
+
+
+def legacy_report(
+    rollup: Rollup, query: ReportQuery, refreshed: datetime | None, people: People | None = None
+) -> dict[str, Any]:
     """A page of ``usage_report`` / ``cost_report``: ``query.limit`` time buckets from the page
     token's (else the first), each with its results: one combined row without ``group_by``
     (none when it had no requests), else its top ``TOP_GROUPS`` groups by tokens (usage) or
@@ -422,9 +599,14 @@ def legacy_report(rollup: Rollup, query: ReportQuery, refreshed: datetime | None
     part = _slice(rollup, query, width=query.width, start=first, end=moment, order_by="time") if starts else None
     rows = rollup.totals(part) if part is not None else []
     names = _names(rollup, rows)
+    items: list[tuple[Total, dict[str, Any] | None]] = [(row, None) for row in rows]
+    if query.people and people is not None:
+        resolved = _ranked(_people_rows(rows, query, people), query)
+        _actor_keys(resolved, names)
+        items = list(resolved)
     results: dict[datetime, list[dict[str, Any]]] = {start: [] for start in starts}
     nulls = dict.fromkeys(LEGACY_FIELDS) | ({} if query.kind == USAGE else {"cost_type": None, "token_type": None})
-    for row in rows:
+    for row, extra in items:
         assert row.bucket is not None
         bucket = results[row.bucket]
         if len(bucket) >= TOP_GROUPS:
@@ -432,7 +614,7 @@ def legacy_report(rollup: Rollup, query: ReportQuery, refreshed: datetime | None
         result = _usage(row) if query.kind == USAGE else _cost(row)
         result.update(nulls)
         if query.group:
-            result.update(_dimensions(query, row, names))
+            result.update(_dimensions(query, row, names, extra))
         bucket.append(result)
     step = timedelta(microseconds=width)
     token = {"bucket": to_epoch_micros(moment), "query": query.fingerprint()}
@@ -447,13 +629,19 @@ def legacy_report(rollup: Rollup, query: ReportQuery, refreshed: datetime | None
     }
 
 
-def analytics_report(rollup: Rollup, query: ReportQuery, refreshed: datetime | None) -> dict[str, Any]:
+def analytics_report(
+    rollup: Rollup, query: ReportQuery, refreshed: datetime | None, people: People | None = None
+) -> dict[str, Any]:
     """A page of ``usage`` / ``cost``: ``query.limit`` rows, one per (time bucket, group) with
     requests in the range (the whole range rounded down to hours in one row without buckets),
     in ``query.order_by``'s order. Rows ranked by a metric need the whole range summed, page
     after page (``offset`` in the token); rows in time order read only the buckets of their page
-    (``_time_ordered``)."""
-    if query.width is not None:
+    (``_time_ordered``). Rows resolved through the keys' people (``query.people``) sum the whole
+    range by key, then by person or group, for every page."""
+    extras: list[dict[str, Any] | None] | None = None
+    if query.people and people is not None:
+        rows, extras, has_more, token, names, width, first, stop = _people_page(rollup, query, people)
+    elif query.width is not None:
         width = WIDTHS[query.width]
         first = floor_to(query.start, width)
         stop = floor_to(query.end - timedelta(microseconds=1), width) + timedelta(microseconds=width)
@@ -473,12 +661,14 @@ def analytics_report(rollup: Rollup, query: ReportQuery, refreshed: datetime | N
         if first < stop:
             part = _slice(rollup, query, width="1h", start=first, end=stop, by_bucket=False, offset=offset, **page)
         rows, has_more, token = _cut(rollup.totals(part) if part is not None else [], query, offset)
-    names = _names(rollup, rows)
+    if extras is None:
+        names = _names(rollup, rows)
+        extras = [None] * len(rows)
     data = []
-    for row in rows:
+    for row, extra in zip(rows, extras, strict=True):
         start = row.bucket if row.bucket is not None else first
         end = start + timedelta(microseconds=width) if row.bucket is not None else stop
-        group = {name: None for name in GROUP_FIELDS} | _dimensions(query, row, names)
+        group = {name: None for name in GROUP_FIELDS} | _dimensions(query, row, names, extra)
         item: dict[str, Any] = {"starting_at": rfc3339(start), "ending_at": rfc3339(end)}
         if query.kind == USAGE:
             item["group"] = group
@@ -493,6 +683,41 @@ def analytics_report(rollup: Rollup, query: ReportQuery, refreshed: datetime | N
         "next_page": encode_cursor({**token, "query": query.fingerprint()}) if has_more else None,
         "data_refreshed_at": rfc3339(refreshed),
     }
+
+
+def _people_page(
+    rollup: Rollup, query: ReportQuery, people: People
+) -> tuple[list[Total], list[dict[str, Any] | None], bool, dict[str, int], _Names, int, datetime, datetime]:
+    """A page of the newer reports grouped by people: the range read by key in one slice, summed
+    again by person or group (``_people_rows``), ranked, cut at the token's offset."""
+    if query.width is not None:
+        width = WIDTHS[query.width]
+        first = floor_to(query.start, width)
+        stop = floor_to(query.end - timedelta(microseconds=1), width) + timedelta(microseconds=width)
+        part = _slice(rollup, query, width=query.width, start=first, end=stop, order_by="time")
+    else:
+        width = 0
+        first, stop = floor_to(query.start, HOUR), floor_to(query.end, HOUR)
+        part = None
+        if first < stop:
+            part = _slice(rollup, query, width="1h", start=first, end=stop, by_bucket=False, order_by="time")
+    rows = rollup.totals(part) if part is not None else []
+    names = _names(rollup, rows)
+    items = _ranked(_people_rows(rows, query, people), query)
+    _actor_keys(items, names)
+    offset = _page_token(query, "offset") or 0
+    page = items[offset : offset + query.limit]
+    token = {"offset": offset + len(page)}
+    return (
+        [row for row, _ in page],
+        [extra for _, extra in page],
+        offset + len(page) < len(items),
+        token,
+        names,
+        width,
+        first,
+        stop,
+    )
 
 
 def _cut(rows: list[Total], query: ReportQuery, offset: int) -> tuple[list[Total], bool, dict[str, int]]:
@@ -549,11 +774,13 @@ def report(store: Store, args: Mapping[str, Any] | Any, *, kind: str, legacy: bo
     ``data_refreshed_at`` is now when that fold reached the ledger's end (every request settled
     before it is in), else when one last did."""
     now = datetime.now(UTC)
-    query = parse_query(args, kind=kind, legacy=legacy, now=now)
+    query, people = resolve_people(store, parse_query(args, kind=kind, legacy=legacy, now=now))
     rollup = store.rollup
     assert rollup is not None
     refreshed = now if rollup.catch_up() else rollup.refreshed_at()
-    return legacy_report(rollup, query, refreshed) if legacy else analytics_report(rollup, query, refreshed)
+    if legacy:
+        return legacy_report(rollup, query, refreshed, people)
+    return analytics_report(rollup, query, refreshed, people)
 
 
 # ---------------------------------------------------------------- OpenAPI shapes (documentation)
@@ -572,11 +799,15 @@ class _ReportQuery(Schema):
     models = fields.List(fields.Str(), data_key="models[]")
     api_key_ids = fields.List(fields.Str(), data_key="api_key_ids[]", metadata={"description": "apikey_…"})
     workspace_ids = fields.List(fields.Str(), data_key="workspace_ids[]", metadata={"description": "wrkspc_…"})
+    rbac_group_ids = fields.List(
+        fields.Str(), data_key="rbac_group_ids[]", metadata={"description": "group_… (or names): their members now"}
+    )
 
 
 class _LegacyQuery(_ReportQuery):
     bucket_width = fields.Str(metadata={"description": "1d (default), 1h or 1m"})
     group_by = fields.List(fields.Str(), data_key="group_by[]", metadata={"description": ", ".join(LEGACY_GROUPS)})
+    user_ids = fields.List(fields.Str(), data_key="user_ids[]", metadata={"description": "user_… (or emails)"})
 
 
 class _AnalyticsQuery(_ReportQuery):
@@ -585,7 +816,7 @@ class _AnalyticsQuery(_ReportQuery):
     order = fields.Str(metadata={"description": "asc or desc (default)"})
     order_by = fields.Str(metadata={"description": "usage: " + ", ".join(USAGE_ORDERS) + "; cost: amount, time"})
     actor_types = fields.List(fields.Str(), data_key="actor_types[]")
-    actor_ids = fields.List(fields.Str(), data_key="actor_ids[]")
+    actor_ids = fields.List(fields.Str(), data_key="actor_ids[]", metadata={"description": "user_… or apikey_…"})
 
 
 class _CacheCreation(Schema):

@@ -9,7 +9,9 @@
     DELETE /v1/organizations/spend_limits/{id}         delete
 
 Scopes map as the rest of the admin API does: the gateway is Anthropic's ``organization``, an
-organisation is a ``workspace`` (``workspace_id`` ``wrkspc_…``), and a key is an extension scope
+organisation is a ``workspace`` (``workspace_id`` ``wrkspc_…``), a person is a ``user``
+(``user_id`` ``user_…``, or their email), an IdP group is an ``rbac_group`` (``rbac_group_id``
+``group_…``, or its name: its members' requests together), and a key is an extension scope
 ``{"type": "api_key", "api_key_id": "apikey_…"}``. Amounts are integer strings of cents
 (``"50000"`` is $500.00; ``null`` is an explicit "no limit"), spend so far has up to three
 decimals of a cent, the currency is always ``USD``, times are RFC 3339. ``thresholds`` (alert
@@ -35,12 +37,16 @@ from ezat_compat.admin.service import find_key, find_org, record_change
 from ezat_compat.periods import PERIODS, cents, cents_to_micros, fractional_cents
 from ezat_compat.pricing import micros_to_usd
 from ezat_compat.store.accounts import StoreError, api_key_id, key_public_id
+from ezat_compat.store.people import PersonInfo
+from ezat_compat.store.people_queries import key_owners, keys_spend, people_keys
 from ezat_compat.store.spend import (
     DEFAULT_THRESHOLDS,
     SCOPE_GATEWAY,
+    SCOPE_GROUP,
     SCOPE_KEY,
     SCOPE_ORG,
     SCOPE_TYPES,
+    SCOPE_USER,
     Member,
     PeriodSpend,
     SpendLimitInfo,
@@ -58,10 +64,16 @@ blp = Blueprint(
 )
 
 CURRENCY = "USD"
-# Anthropic's scope types -> ours; the other types of the SDK (user, rbac_group, seat_tier…)
-# have no counterpart here yet: listing them is a 400, as the Admin API answers a type that
-# doesn't apply to the organization.
-API_SCOPE_TYPES = {"organization": SCOPE_GATEWAY, "workspace": SCOPE_ORG, "api_key": SCOPE_KEY}
+# Anthropic's scope types -> ours; the other types of the SDK (seat_tier, usage_tier,
+# organization_service) have no counterpart here: listing them is a 400, as the Admin API answers
+# a type that doesn't apply to the organization.
+API_SCOPE_TYPES = {
+    "organization": SCOPE_GATEWAY,
+    "workspace": SCOPE_ORG,
+    "user": SCOPE_USER,
+    "rbac_group": SCOPE_GROUP,
+    "api_key": SCOPE_KEY,
+}
 DEFAULT_PERIOD = "monthly"  # Console's limits are monthly; ``set`` without ``period`` makes one
 
 
@@ -71,7 +83,8 @@ DEFAULT_PERIOD = "monthly"  # Console's limits are monthly; ``set`` without ``pe
 @dataclass(frozen=True, slots=True)
 class Scope:
     """A scope as named by a caller: a type of ``SCOPE_TYPES`` and a reference (an organisation's
-    name or workspace id, a key's ``key_…`` or ``apikey_…`` id; "" for the gateway)."""
+    name or workspace id, a key's ``key_…`` or ``apikey_…`` id, a person's ``user_…`` id or email,
+    a group's ``group_…`` id or name; "" for the gateway)."""
 
     type: str
     ref: str = ""
@@ -84,17 +97,19 @@ def spend_limits(store: Store) -> SpendLimits:
 
 
 def parse_cli_scope(text: str) -> Scope:
-    """The CLI's ``--scope``: ``gateway``, ``org:NAME`` or ``key:KEY_ID``; ``StoreError`` else."""
+    """The CLI's ``--scope``: ``gateway``, ``org:NAME``, ``key:KEY_ID``, ``user:EMAIL`` or
+    ``group:NAME``; ``StoreError`` else."""
     kind, _, ref = text.partition(":")
     if kind == SCOPE_GATEWAY and not ref:
         return Scope(SCOPE_GATEWAY)
-    if kind in (SCOPE_ORG, SCOPE_KEY) and ref:
+    if kind in (SCOPE_ORG, SCOPE_KEY, SCOPE_USER, SCOPE_GROUP) and ref:
         return Scope(kind, ref)
-    raise StoreError(f"--scope: {text!r} is not gateway, org:NAME or key:KEY_ID")
+    raise StoreError(f"--scope: {text!r} is not gateway, org:NAME, key:KEY_ID, user:EMAIL or group:NAME")
 
 
 def _scope_id(store: Store, scope: Scope) -> int:
-    """The row id of ``scope``'s organisation or key (0: the gateway); 404 for an unknown one."""
+    """The row id of ``scope``'s organisation, key, person or group (0: the gateway); 404 for an
+    unknown one."""
     if scope.type == SCOPE_GATEWAY:
         return 0
     spend = spend_limits(store)
@@ -102,6 +117,14 @@ def _scope_id(store: Store, scope: Scope) -> int:
         return spend.scope_id(SCOPE_ORG, find_org(store, scope.ref).name)
     if scope.type == SCOPE_KEY:
         return spend.scope_id(SCOPE_KEY, find_key(store, scope.ref).id)
+    if scope.type == SCOPE_USER:
+        from ezat_compat.admin.users import find_person
+
+        return find_person(store, scope.ref).id
+    if scope.type == SCOPE_GROUP:
+        from ezat_compat.admin.groups import find_group
+
+        return find_group(store, scope.ref).id
     raise AdminInvalidRequestError(f"scope: {scope.type!r} is not a scope of this gateway")
 
 
@@ -125,6 +148,10 @@ def scope_json(limit: SpendLimitInfo) -> dict[str, Any]:
     """A limit's scope in the Admin API's union (``api_key`` is our extension)."""
     if limit.scope_type == SCOPE_ORG:
         return {"type": "workspace", "workspace_id": limit.workspace_id}
+    if limit.scope_type == SCOPE_USER:
+        return {"type": "user", "user_id": limit.scope_public_id}
+    if limit.scope_type == SCOPE_GROUP:
+        return {"type": "rbac_group", "rbac_group_id": limit.scope_public_id}
     if limit.scope_type == SCOPE_KEY:
         return {"type": "api_key", "api_key_id": api_key_id(limit.scope_name)}
     return {"type": "organization"}
@@ -178,7 +205,7 @@ def delete_limit(store: Store, ctx: AdminContext, public_id: str) -> SpendLimitI
 
 def cli_rows(store: Store, now: datetime) -> list[dict[str, Any]]:
     """The objects of ``spend-limits list --json``: ``id``, ``scope`` (``gateway``, ``org:NAME``,
-    ``key:KEY_ID``), ``period``, ``amount_usd`` (null: no limit), ``spent_usd`` and
+    ``key:KEY_ID``, ``user:EMAIL``, ``group:NAME``), ``period``, ``amount_usd`` (null: no limit), ``spent_usd`` and
     ``reserved_usd`` of the current period, ``period_start``, ``resets_at``, ``thresholds``,
     ``created_at``, ``updated_at``."""
     spend = spend_limits(store)
@@ -221,14 +248,17 @@ def _binding(limits: Sequence[SpendLimitInfo], periods: Mapping[int, PeriodSpend
 def effective_rows(
     store: Store, members: Sequence[Member], periods: Sequence[str], now: datetime
 ) -> list[dict[str, Any]]:
-    """``SpendSummary`` rows: for each key and period with a limit that applies to it, the one
-    that binds (``_binding``), and the key's own spend in the period (its key limit's counter,
-    else its ledger rows since the period began)."""
+    """``SpendSummary`` rows: for each key and period with a limit that applies to it (for a
+    person's key, their own and their groups' too), the one that binds (``_binding``), and the
+    key's own spend in the period (its key limit's counter, else its ledger rows since the period
+    began)."""
     spend = spend_limits(store)
     limits = spend.list_limits()
     current = spend.current(limits, now)
+    owners = key_owners(store.engine, [m.key_id for m in members])
     rows = []
     for member in members:
+        owner = owners.get(member.key_id)
         for period in periods:
             applying = [
                 limit
@@ -238,6 +268,7 @@ def effective_rows(
                     limit.scope_type == SCOPE_GATEWAY
                     or (limit.scope_type == SCOPE_ORG and limit.scope_id == member.org_id)
                     or (limit.scope_type == SCOPE_KEY and limit.scope_id == member.key_id)
+                    or (owner is not None and _owns(limit, owner.user_id, owner.group_ids))
                 )
             ]
             if not applying:
@@ -254,6 +285,69 @@ def effective_rows(
                 {
                     "actor": {"type": "scoped_api_key_actor", "scoped_api_key_id": api_key_id(member.public_id)},
                     "scope": {"type": "api_key", "api_key_id": api_key_id(member.public_id)},
+                    "source": scope_json(chosen),
+                    "spend_limit_id": chosen.public_id,
+                    "period": period,
+                    "amount": None if chosen.amount_micros is None else cents(chosen.amount_micros),
+                    "currency": CURRENCY,
+                    "period_to_date_spend": fractional_cents(spent),
+                    "period_start": rfc3339(window.start),
+                    "resets_at": rfc3339(window.end),
+                }
+            )
+    return rows
+
+
+def _owns(limit: SpendLimitInfo, user_id: int, group_ids: Sequence[int]) -> bool:
+    """Whether ``limit`` is the person's own or one of their groups'."""
+    return (limit.scope_type == SCOPE_USER and limit.scope_id == user_id) or (
+        limit.scope_type == SCOPE_GROUP and limit.scope_id in group_ids
+    )
+
+
+def effective_people_rows(
+    store: Store, persons: Sequence[PersonInfo], periods: Sequence[str], now: datetime
+) -> list[dict[str, Any]]:
+    """``SpendSummary`` rows per person (``user_actor``): for each period with a limit that applies
+    to every request of theirs (the gateway's, their organisation's, their own, their groups'), the
+    one that binds, and what all their keys spent in the period (their own limit's counter, else
+    the ledger)."""
+    spend = spend_limits(store)
+    limits = spend.list_limits()
+    current = spend.current(limits, now)
+    rows = []
+    for person in persons:
+        for period in periods:
+            applying = [
+                limit
+                for limit in limits
+                if limit.period == period
+                and (
+                    limit.scope_type == SCOPE_GATEWAY
+                    or (limit.scope_type == SCOPE_ORG and person.org_id is not None and limit.scope_id == person.org_id)
+                    or _owns(limit, person.id, person.group_ids)
+                )
+            ]
+            if not applying:
+                continue
+            chosen = _binding(applying, current)
+            own = next((limit for limit in applying if limit.scope_type == SCOPE_USER), None)
+            window = current[chosen.id]
+            spent = (
+                current[own.id].spent_micros
+                if own is not None
+                else keys_spend(store.engine, people_keys(store.engine, [person.id]), window.start, window.end)
+            )
+            rows.append(
+                {
+                    "actor": {
+                        "type": "user_actor",
+                        "user_id": person.public_id,
+                        "email_address": person.email or None,
+                        "name": person.name or None,
+                        "deleted": False,
+                    },
+                    "scope": {"type": "user", "user_id": person.public_id},
                     "source": scope_json(chosen),
                     "spend_limit_id": chosen.public_id,
                     "period": period,
@@ -355,6 +449,8 @@ class _ListQuery(Schema):
     )
     workspace_id = fields.Str(metadata={"description": "the limits of this workspace and of its keys"})
     api_key_id = fields.Str(metadata={"description": "extension: the limits of this key"})
+    user_id = fields.Str(metadata={"description": "extension: the limits of this person (user_… or email)"})
+    rbac_group_id = fields.Str(metadata={"description": "extension: the limits of this group (group_… or name)"})
 
 
 class _EffectiveQuery(Schema):
@@ -365,7 +461,9 @@ class _EffectiveQuery(Schema):
     page = fields.Str()
     period = fields.List(fields.Str(), data_key="period[]")
     api_key_ids = fields.List(fields.Str(), data_key="api_key_ids[]", metadata={"description": "extension"})
-    user_ids = fields.List(fields.Str(), data_key="user_ids[]", metadata={"description": "no users yet: 400"})
+    user_ids = fields.List(
+        fields.Str(), data_key="user_ids[]", metadata={"description": "one row per person and period (user_actor)"}
+    )
 
 
 # ---------------------------------------------------------------- the views
@@ -391,8 +489,13 @@ def _scope_of(body: Mapping[str, Any]) -> Scope:
         return Scope(SCOPE_ORG, body["workspace_id"])
     if kind == "api_key" and isinstance(body.get("api_key_id"), str) and body["api_key_id"]:
         return Scope(SCOPE_KEY, body["api_key_id"])
+    if kind == "user" and isinstance(body.get("user_id"), str) and body["user_id"]:
+        return Scope(SCOPE_USER, body["user_id"])
+    if kind == "rbac_group" and isinstance(body.get("rbac_group_id"), str) and body["rbac_group_id"]:
+        return Scope(SCOPE_GROUP, body["rbac_group_id"])
     raise AdminInvalidRequestError(
-        'scope: must be {"type": "organization"}, {"type": "workspace", "workspace_id": "wrkspc_…"} or '
+        'scope: must be {"type": "organization"}, {"type": "workspace", "workspace_id": "wrkspc_…"}, '
+        '{"type": "user", "user_id": "user_…"}, {"type": "rbac_group", "rbac_group_id": "group_…"} or '
         '{"type": "api_key", "api_key_id": "apikey_…"}'
     )
 
@@ -438,6 +541,16 @@ def list_spend_limits(_query: dict[str, Any]) -> dict[str, Any]:
     if request.args.get("api_key_id"):
         key = key_public_id(request.args["api_key_id"])
         limits = [s for s in limits if s.scope_type == SCOPE_KEY and s.scope_name == key]
+    if request.args.get("user_id"):
+        from ezat_compat.admin.users import find_person
+
+        person = find_person(store, request.args["user_id"])
+        limits = [s for s in limits if s.scope_type == SCOPE_USER and s.scope_id == person.id]
+    if request.args.get("rbac_group_id"):
+        from ezat_compat.admin.groups import find_group
+
+        group = find_group(store, request.args["rbac_group_id"])
+        limits = [s for s in limits if s.scope_type == SCOPE_GROUP and s.scope_id == group.id]
     defaults = _default_thresholds()
     page = cursor_page(
         limits,  # in this order (SpendLimits.list)
@@ -452,15 +565,33 @@ def list_spend_limits(_query: dict[str, Any]) -> dict[str, Any]:
 @blp.arguments(_EffectiveQuery, location="query")
 @blp.response(200, SpendSummaryPageSchema)
 def effective_spend_limits(_query: dict[str, Any]) -> dict[str, Any]:
-    """Per key, for each period a limit applies in, the one that binds and the key's spend so far."""
+    """Per key, for each period a limit applies in, the one that binds and the key's spend so far;
+    with ``user_ids[]``, per person (``user_actor``) instead, with all their keys' spend."""
     admin_context()
     store = _store()
-    if parse_list(request.args, "user_ids"):
-        raise AdminInvalidRequestError("user_ids: this gateway has no users yet; filter keys with api_key_ids[]")
     periods = parse_list(request.args, "period") or list(PERIODS)
     bad = [p for p in periods if p not in PERIODS]
     if bad:
         raise AdminInvalidRequestError(f"period: {', '.join(map(repr, bad))} is not one of {', '.join(PERIODS)}")
+    user_ids = parse_list(request.args, "user_ids")
+    if user_ids:
+        if parse_list(request.args, "api_key_ids"):
+            raise AdminInvalidRequestError("user_ids and api_key_ids: send one of them, not both")
+        if len(user_ids) > 100:
+            raise AdminInvalidRequestError(f"user_ids: at most 100, got {len(user_ids)}")
+        from ezat_compat.admin.users import find_person
+
+        persons = sorted(
+            {p.public_id: p for p in (find_person(store, i) for i in user_ids)}.values(), key=lambda p: p.public_id
+        )
+        people_page = cursor_page(
+            persons,
+            limit=parse_limit(request.args.get("limit")),
+            page=request.args.get("page") or None,
+            key_of=lambda person: person.public_id,
+        )
+        ordered = [p for p in PERIODS if p in periods]
+        return {**people_page, "data": effective_people_rows(store, people_page["data"], ordered, datetime.now(UTC))}
     ids = parse_list(request.args, "api_key_ids")
     members = spend_limits(store).members([key_public_id(i) for i in ids] if ids else None)
     page = cursor_page(

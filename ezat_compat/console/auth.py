@@ -7,7 +7,10 @@
 - ``GET /console/auth/callback``: the IdP's answer. The ``state`` must name a sign-in under way
   begun by this browser (taken once: a replayed callback finds nothing), the code is exchanged
   with the PKCE verifier, the ID token checked (signature, issuer, audience, expiry, nonce). The
-  person's groups (``[identity] groups_claim``) give their role (``role_of``); none: 403.
+  person's groups (``[identity] groups_claim``) give their role (``role_of``); none: 403. The
+  person is created or brought up to date as every sign-in does (``People.sign_in``): a disabled
+  person is refused (403) whatever their role; one whose groups name no organisation still signs
+  in to the console (a console role needs none).
 - ``GET /console/auth/link/<token>``: a break-glass link (``ezat-compat console-link``): signs in
   as a gateway admin once, whoever follows it first, before it expires.
 - ``POST /console/sign-out``: ends the session on the server (its cookie opens nothing after).
@@ -247,6 +250,18 @@ def callback() -> Response:
     subject = str(claims.get("sub") or "")
     name = str(claims.get("name") or claims.get("preferred_username") or "")
     email = str(claims.get("email") or "")
+    if _person_disabled(console.store, claims, identity):
+        refused = Person(subject, name, email, "viewer", frozenset(), "")
+        service.record_change(
+            console.store,
+            _context(refused.actor),
+            "console.sign_in_refused",
+            "person",
+            subject[:64],
+            None,
+            {"subject": subject, "name": name, "email": email, "reason": "disabled"},
+        )
+        raise Forbidden(f"{email or name or subject} is disabled on this gateway; ask a gateway admin.")
     role, org_names = role_of(groups_of(claims, identity.groups_claim), identity)
     org_ids = org_ids_of(console.store.accounts, org_names) if role == "org_admin" else frozenset()
     if role == "org_admin" and not org_ids:  # its organisations don't exist (yet): the next role down
@@ -267,6 +282,27 @@ def callback() -> Response:
             "add one of your groups to [identity] admins, org_admins or viewers."
         )
     return _open_session(Person(subject, name, email, role, org_ids, ""))
+
+
+def _person_disabled(store: Any, claims: Mapping[str, Any], identity: IdentitySettings) -> bool:
+    """Create or bring up to date the person of these (checked) claims (``People.sign_in``);
+    whether they are disabled. In no group that names an organisation is no matter here (a
+    console role needs none); a person the store can't record (no subject) signs in as before."""
+    from ezat_compat.store.accounts import StoreError
+    from ezat_compat.store.people import NoOrganisationError, PersonDisabledError
+
+    people = getattr(store, "people", None)
+    if people is None:
+        return False
+    try:
+        people.sign_in(claims, identity)
+    except PersonDisabledError:
+        return True
+    except NoOrganisationError:
+        return False
+    except StoreError as exc:
+        log.warning("console sign-in: the person could not be recorded: %s", exc)
+    return False
 
 
 def role_of_viewer(claims: Mapping[str, Any], identity: IdentitySettings) -> bool:

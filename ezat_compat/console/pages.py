@@ -16,6 +16,8 @@
     POST /console/limits/<id>/delete
     GET  /console/usage                              filters org, key, model, status, from, to; chart and rows
     GET  /console/usage.csv                          the same rows as CSV, streamed
+    GET  /console/people                             people who signed in, and the IdP groups' mappings
+    POST /console/people/<user id>/disable           [revoke_keys]; /enable, /revoke-keys
     GET  /console/audit                              the audit trail
     GET  /console/deployments                        health, cooldowns and failovers now
 
@@ -97,6 +99,10 @@ def blueprint() -> Blueprint:
         ("/limits/<limit_id>/delete", "delete_limit", delete_limit, ("POST",)),
         ("/usage", "usage", usage, ("GET",)),
         ("/usage.csv", "usage_csv", usage_csv, ("GET",)),
+        ("/people", "people", people, ("GET",)),
+        ("/people/<user_id>/disable", "disable_person", disable_person, ("POST",)),
+        ("/people/<user_id>/enable", "enable_person", enable_person, ("POST",)),
+        ("/people/<user_id>/revoke-keys", "revoke_person_keys", revoke_person_keys, ("POST",)),
         ("/audit", "audit", audit, ("GET",)),
         ("/deployments", "deployments", deployments, ("GET",)),
     )
@@ -686,6 +692,64 @@ def delete_limit(limit_id: str) -> BaseResponse:
     else:
         _tell(f"Deleted {found.describe()}.")
     return _back("limits")
+
+
+# ---------------------------------------------------------------- people and groups
+
+
+def people() -> str:
+    """People who signed in (email, groups, organisation, last sign-in, this month's spend,
+    status) and the IdP groups' mappings: gateway admins and viewers (organisation admins see
+    no one: people cross organisations)."""
+    who = require_view(None)
+    store = _store()
+    assert store.people is not None and store.rollup is not None
+    everyone = store.people.list_people()
+    groups = store.people.list_groups()
+    return render_template(
+        "console/people.html",
+        who=who,
+        people=everyone,
+        groups=groups,
+        group_names={g.id: g.name for g in groups},
+        spend=queries.month_spend_by_person(store.rollup, store.engine, _now()),
+        can_change=who.changes(None),
+        config_path=getattr(_config(), "path", "") or "",
+    )
+
+
+def _person_change(user_id: str, change: str) -> BaseResponse:
+    from ezat_compat.admin import users as user_service
+
+    require_view(None)
+    ctx = require_change(None)
+    try:
+        if change == "revoke-keys":
+            found, revoked = user_service.revoke_keys(_store(), ctx, user_id)
+            _tell(f"Revoked {revoked} key{'s' if revoked != 1 else ''} of {found.email or found.subject}.")
+        else:
+            revoke = change == "disable" and request.form.get("revoke_keys") == "on"
+            found = user_service.set_disabled(_store(), ctx, user_id, change == "disable", revoke_keys=revoke)
+            done = "disabled: refused at their next request" if change == "disable" else "enabled again"
+            _tell(f"{found.email or found.subject} is {done}" + (", their keys revoked." if revoke else "."))
+    except (StoreError, AdminError) as exc:
+        _tell(_failure(exc), "error")
+    return _back("people")
+
+
+def disable_person(user_id: str) -> BaseResponse:
+    """Disable a person (``revoke_keys`` on: their live keys are revoked too)."""
+    return _person_change(user_id, "disable")
+
+
+def enable_person(user_id: str) -> BaseResponse:
+    """Enable a disabled person again."""
+    return _person_change(user_id, "enable")
+
+
+def revoke_person_keys(user_id: str) -> BaseResponse:
+    """Revoke every live key of a person at once."""
+    return _person_change(user_id, "revoke-keys")
 
 
 # ---------------------------------------------------------------- usage

@@ -298,6 +298,15 @@ def month_spend_by_org(rollup: Rollup, now: datetime, org_ids: tuple[int, ...]) 
     return {int(r.org_id or 0): Sums.of(r) for r in rows}
 
 
+def month_spend_by_person(rollup: Rollup, engine: Engine, now: datetime) -> dict[int, int]:
+    """This month's spend (UTC, micro-USD) of each person, by their row id: their keys' days in
+    the rollup (a key is one person's for life)."""
+    from ezat_compat.store.people_queries import spend_since
+
+    rollup.catch_up()
+    return spend_since(engine, month_start(now))
+
+
 def failed_requests(engine: Engine, start: datetime, end: datetime, org_ids: tuple[int, ...] | None) -> tuple[int, int]:
     """How many ledger rows from ``start`` to ``end`` have a 4xx and a 5xx status (read through
     ``ix_ledger_created``, or the organisation's index)."""

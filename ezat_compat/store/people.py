@@ -43,7 +43,7 @@ from ezat_compat.errors import AuthenticationError, PermissionDeniedError
 from ezat_compat.store.accounts import Accounts, KeyInfo, StoreError, _clean_patterns, _split_patterns, iso
 from ezat_compat.store.db import write_engine
 from ezat_compat.store.spend import SCOPE_USER, SpendLimits, insert_limit
-from ezat_compat.store.tables import api_keys, idp_groups, orgs, users
+from ezat_compat.store.tables import api_keys, console_sessions, idp_groups, orgs, users
 
 log = logging.getLogger("ezat_compat")
 
@@ -279,6 +279,29 @@ class People:
             self._remap(conn, after.name)
         return before, after
 
+    def rename_group(self, ref: str, new_name: str, *, now: datetime | None = None) -> GroupInfo:
+        """Give the group ``ref`` (public id or name) a new name: the IdP group it maps becomes
+        ``new_name`` (its id, its settings and its spend limits stay). The people of the old name lose
+        what it gave them and those of the new one gain it, at once. ``StoreError`` when the name is
+        taken or not valid."""
+        if not new_name or len(new_name) > 255:
+            raise StoreError("name: 1 to 255 characters, as the IdP's groups claim writes it")
+        group = self.get_group(ref)
+        if new_name == group.name:
+            return group
+        try:
+            with self._writer.begin() as conn:
+                conn.execute(
+                    update(idp_groups)
+                    .where(idp_groups.c.id == group.id)
+                    .values(name=new_name, updated_at=now or datetime.now(UTC))
+                )
+                self._remap(conn, group.name)
+                self._remap(conn, new_name)
+        except IntegrityError:
+            raise StoreError(f"name: there is a group named {new_name!r} already") from None
+        return self.get_group(group.public_id)
+
     def delete_group(self, ref: str) -> GroupInfo:
         """Forget a group (its members lose what it gave them at once); returns it as it was."""
         group = self.get_group(ref)
@@ -428,12 +451,19 @@ class People:
     def set_disabled(
         self, ref: str, disabled: bool, *, revoke_keys: bool = False, now: datetime | None = None
     ) -> tuple[PersonInfo, PersonInfo]:
-        """Disable (refused at their next request, everywhere) or enable a person; with
-        ``revoke_keys``, revoke every live key of theirs too. Returns (before, after)."""
+        """Disable (refused at their next request, everywhere; their console sessions ended) or
+        enable a person; with ``revoke_keys``, revoke every live key of theirs too. Returns
+        (before, after)."""
         before = self.get(ref)
         now = now or datetime.now(UTC)
         with self._writer.begin() as conn:
             conn.execute(update(users).where(users.c.id == before.id).values(disabled_at=now if disabled else None))
+            if disabled:  # and out of the console at their next page
+                conn.execute(
+                    update(console_sessions)
+                    .where(console_sessions.c.subject == before.subject, console_sessions.c.ended_at.is_(None))
+                    .values(ended_at=now)
+                )
             if revoke_keys:
                 conn.execute(
                     update(api_keys)
@@ -455,7 +485,7 @@ class People:
             )
 
     def keys(self, person: PersonInfo) -> list[KeyInfo]:
-        """The person's keys, newest first."""
+        """The person's keys, oldest first."""
         return [k for k in self._accounts.list_keys() if k.user_id == person.id]
 
     # ------------------------------------------------------------ their keys

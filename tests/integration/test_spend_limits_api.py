@@ -178,7 +178,8 @@ def test_set_retrieve_list_and_delete_in_the_admin_apis_shapes(
         ({"amount": "12.5", "scope": {"type": "organization"}}, "integer number of cents"),
         ({"amount": "-1", "scope": {"type": "organization"}}, "integer number of cents"),
         ({"amount": "100", "scope": {"type": "organization"}, "period": "yearly"}, "period"),
-        ({"amount": "100", "scope": {"type": "user", "user_id": "user_1"}}, "scope: must be"),
+        ({"amount": "100", "scope": {"type": "seat_tier", "seat_tier": "standard"}}, "scope: must be"),
+        ({"amount": "100", "scope": {"type": "user"}}, "scope: must be"),
         ({"amount": "100", "scope": {"type": "workspace"}}, "scope: must be"),
         ({"amount": "100", "scope": {"type": "organization"}, "thresholds": [0]}, "thresholds"),
         ({"amount": "100", "scope": {"type": "organization"}, "colour": "red"}, "colour"),
@@ -202,8 +203,9 @@ def test_unknown_scopes_and_reads_of_scope_types_that_dont_apply(client: FlaskCl
         json={"amount": "1", "scope": {"type": "workspace", "workspace_id": "wrkspc_nope"}},
     )
     assert missing.status_code == 404
-    assert call(client, admin_key, "GET", "/spend_limits?scope_type[]=user").status_code == 400
-    assert call(client, admin_key, "GET", "/spend_limits/effective?user_ids[]=user_1").status_code == 400
+    assert call(client, admin_key, "GET", "/spend_limits?scope_type[]=seat_tier").status_code == 400
+    assert call(client, admin_key, "GET", "/spend_limits?scope_type[]=user").status_code == 200
+    assert call(client, admin_key, "GET", "/spend_limits/effective?user_ids[]=user_1").status_code == 404  # nobody
 
 
 def test_writes_need_a_read_write_admin_key_and_inference_keys_never_pass(

@@ -18,7 +18,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "entry points",
         (
             "ezat_compat.cli",
+            "ezat_compat.people_cli",
             "ezat_compat.demo",
+            "ezat_compat.login",
             "ezat_compat.__main__",
             "ezat_compat.server.gunicorn_conf",
             "ezat_compat.server.wsgi",
