@@ -30,7 +30,19 @@ import openai
 import pytest
 
 from tests.integration.harness import REPO
-from tests.support.browser import ADMIN, ORG_ADMIN, STRANGER, VIEWER, ConsoleGateway, Shots, prefix_proxy, sign_in
+from tests.support.browser import (
+    ADMIN,
+    ORG_ADMIN,
+    STRANGER,
+    VIEWER,
+    ConsoleGateway,
+    Shots,
+    assert_clean,
+    not_allowed,
+    prefix_proxy,
+    sign_in,
+    visit,
+)
 from tests.support.oidc import LoopbackIdP
 
 if TYPE_CHECKING:
@@ -85,22 +97,11 @@ def follow(page: Page, target: Locator) -> Response | None:
     return navigation.value
 
 
-def visit(page: Page, url: str) -> Response:
-    response = page.goto(url)
-    assert response is not None, url
-    return response
-
-
 def csrf_token(page: Page) -> str:
     """The session's CSRF token, as every POST form of the console carries it (sign-out's too)."""
     token = page.locator("input[name=csrf_token]").first.get_attribute("value")
     assert token, f"no csrf_token field on {page.url}"
     return token
-
-
-def not_allowed(page: Page, response: Response) -> None:
-    assert response.status == 403, (response.url, response.status)
-    assert page.get_by_role("heading", name=re.compile("not allowed", re.IGNORECASE)).count() >= 1, page.content()
 
 
 def table_rows(table: Locator) -> list[str]:
@@ -133,15 +134,6 @@ def new_key(gateway: ConsoleGateway, org: str, name: str) -> str:
 def same_key(a: str, b: str) -> bool:
     """Whether two spellings of a key's id name one key (``key_1a2b…``, the admin API's ``apikey_1a2b…``)."""
     return a.removeprefix("api") == b.removeprefix("api")
-
-
-def assert_clean(page_errors: list[str], outside: list[str], console: str) -> None:
-    """No page of the console (at ``console``) broke its CSP or threw, and none asked anything
-    off loopback (no CDN)."""
-    console_errors = [e for e in page_errors if e.startswith(console)]
-    assert not console_errors, console_errors
-    console_outside = [u for u in outside if f"(from {console}" in u]
-    assert not console_outside, console_outside
 
 
 @contextmanager

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.client.test_node_clients import QUIET_ENV
 from tests.integration.harness import Gateway, Sim
 from tests.support.docs import CLIENTS_PAGE, EXAMPLE_BASE, EXAMPLE_KEY, code_block
+from tests.support.environment import QUIET_ENV
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -25,20 +25,11 @@ import pytest
 
 from tests.conftest import free_port
 from tests.integration.harness import Gateway, Sim
+from tests.support.environment import QUIET_ENV
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 MODEL = "anthropic/claude-sonnet-5-5"
-# Only loopback: no telemetry, error reports, update checks or other non-essential traffic.
-QUIET_ENV = {
-    "DISABLE_TELEMETRY": "1",
-    "DISABLE_AUTOUPDATER": "1",
-    "DISABLE_ERROR_REPORTING": "1",
-    "DISABLE_BUG_COMMAND": "1",
-    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-    "CLAUDE_CODE_DISABLE_TERMINAL_TITLE": "1",
-    "NO_PROXY": "127.0.0.1,localhost",
-}
 
 
 def _objects(schema: Any) -> list[dict[str, Any]]:

@@ -1,8 +1,9 @@
 """Helpers of the console's browser tests (tests/browser/): Debian's Chromium driven by
 Playwright's Python API (``/usr/bin/chromium``; Playwright never downloads a browser here), the
 gateway with more TOML tables (``[identity]``, ``[console]``), full-page screenshots in
-``test-results/console/``, and signing in through the loopback provider (tests/support/oidc.py)
-as a person does."""
+``test-results/console/``, signing in through the loopback provider (tests/support/oidc.py) as a
+person does, and the checks of a page: visited (its response), refused (403 "Not allowed"), and
+clean (no CSP error or script error, nothing fetched off loopback)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from tests.integration.harness import REPO, Gateway
 from tests.support.oidc import LoopbackIdP
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Page
+    from playwright.sync_api import Page, Response
 
 CHROMIUM = os.environ.get("EZAT_CHROMIUM", "/usr/bin/chromium")  # Debian's; EZAT_CHROMIUM: another build
 CHROMIUM_ARGS = [
@@ -137,6 +138,28 @@ def sign_in(page: Page, console: str, idp: LoopbackIdP, sub: str) -> None:
     page.get_by_role("button", name="Authorize").click()
     page.wait_for_url(re.compile("^" + re.escape(console)))
     page.wait_for_load_state()
+
+
+def visit(page: Page, url: str) -> Response:
+    """Go to ``url`` in ``page``: the response of the page it lands on (redirects followed)."""
+    response = page.goto(url)
+    assert response is not None, url
+    return response
+
+
+def not_allowed(page: Page, response: Response) -> None:
+    """``response`` is the console's refusal: a 403 whose page says "Not allowed"."""
+    assert response.status == 403, (response.url, response.status)
+    assert page.get_by_role("heading", name=re.compile("not allowed", re.IGNORECASE)).count() >= 1, page.content()
+
+
+def assert_clean(page_errors: list[str], outside: list[str], console: str) -> None:
+    """No page of the console (at ``console``) broke its CSP or threw, and none asked anything
+    off loopback (no CDN)."""
+    console_errors = [e for e in page_errors if e.startswith(console)]
+    assert not console_errors, console_errors
+    console_outside = [u for u in outside if f"(from {console}" in u]
+    assert not console_outside, console_outside
 
 
 @contextmanager

@@ -1,10 +1,22 @@
-"""The process environment as a test wants it."""
+"""The process environment as a test wants it: no proxy variables, and Claude Code's quiet variables
+(``QUIET_ENV``) for the tests that run it (tests/client/)."""
 
 from __future__ import annotations
 
 import pytest
 
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY")
+
+# Only loopback: no telemetry, error reports, update checks or other non-essential traffic.
+QUIET_ENV = {
+    "DISABLE_TELEMETRY": "1",
+    "DISABLE_AUTOUPDATER": "1",
+    "DISABLE_ERROR_REPORTING": "1",
+    "DISABLE_BUG_COMMAND": "1",
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    "CLAUDE_CODE_DISABLE_TERMINAL_TITLE": "1",
+    "NO_PROXY": "127.0.0.1,localhost",
+}
 
 
 def without_proxy_variables(monkeypatch: pytest.MonkeyPatch) -> None:
