@@ -402,6 +402,8 @@ class _GroupSchema(_Strict):
     daily_usd = fields.Decimal(load_default=None, validate=validate.Range(min=0))
     weekly_usd = fields.Decimal(load_default=None, validate=validate.Range(min=0))
     monthly_usd = fields.Decimal(load_default=None, validate=validate.Range(min=0))
+    rpm = fields.Int(load_default=None, validate=validate.Range(min=1))
+    tpm = fields.Int(load_default=None, validate=validate.Range(min=1))
 
     @validates_schema
     def _whole_cents(self, data: dict[str, Any], **_: Any) -> None:
@@ -656,6 +658,8 @@ def _identity(identity: Mapping[str, Any], environ: Mapping[str, str]) -> Identi
             daily_micros=_usd_micros(group["daily_usd"]),
             weekly_micros=_usd_micros(group["weekly_usd"]),
             monthly_micros=_usd_micros(group["monthly_usd"]),
+            rpm=group["rpm"],
+            tpm=group["tpm"],
         )
         for name, group in sorted(identity.get("groups", {}).items())
     )

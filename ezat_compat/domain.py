@@ -214,6 +214,8 @@ class GroupSettings:
     daily_micros: int | None = None
     weekly_micros: int | None = None
     monthly_micros: int | None = None
+    rpm: int | None = None  # each member's requests per minute at most, all their keys together
+    tpm: int | None = None  # and tokens per minute
 
 
 @dataclass(frozen=True)

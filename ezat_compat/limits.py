@@ -1,4 +1,5 @@
-"""Per-key rate limits: requests per minute and tokens per minute, with ``limits``.
+"""Rate limits per key (or per person, all their keys together): requests and tokens per minute,
+with ``limits``.
 
 Both are exact: whichever workers and nodes serve them, a key never gets more than its
 budget admitted in one minute.
@@ -111,8 +112,8 @@ class RateLimits:
             return
         try:
             item = _item("rpm", ctx.rpm, self.window_s)
-            if not self._get_limiter().hit(item, str(ctx.key_id)):
-                raise self._rpm_refused(ctx, ctx.rpm, item, str(ctx.key_id))
+            if not self._get_limiter().hit(item, ctx.rate_id):
+                raise self._rpm_refused(ctx, ctx.rpm, item, ctx.rate_id)
         except StorageError as exc:
             raise GatewayError("The rate-limit store is unreachable; try again shortly.") from exc
 
@@ -130,7 +131,7 @@ class RateLimits:
         rpm = None if counted else ctx.rpm
         if rpm is None and ctx.tpm is None:
             return None
-        ident = str(ctx.key_id)
+        ident = ctx.rate_id
         hold: TokenHold | None = None
         tokens = max(0, tokens)
         try:
@@ -156,7 +157,7 @@ class RateLimits:
     def _rpm_refused(self, ctx: AuthContext, rpm: int, item: RateLimitItem, ident: str) -> RateLimitError:
         wait = self._retry_after(item, ident)
         return RateLimitError(
-            f"Rate limit reached for requests per minute ({rpm}): key {ctx.key_public_id} may send "
+            f"Rate limit reached for requests per minute ({rpm}): {ctx.rate_subject} may send "
             f"{rpm} requests per minute. Try again in {wait} s.",
             retry_after=wait,
         )
@@ -168,7 +169,7 @@ class RateLimits:
         same outcomes: refused tokens are taken back and leave no hit; a refused hit counts, as
         the package's fixed window counts it, and its tokens are taken back)."""
         self._too_large(ctx, tpm, tokens)
-        key, ends = self._tpm_key(ctx.key_id)
+        key, ends = self._tpm_key(ident)
         item = _item("rpm", rpm, self.window_s)
         hit_key = item.key_for(ident)
         used, hits = storage.incr_many([(key, self.window_s, tokens), (hit_key, item.get_expiry(), 1)])
@@ -183,7 +184,7 @@ class RateLimits:
     def _too_large(self, ctx: AuthContext, tpm: int, tokens: int) -> None:
         if tokens > tpm:
             raise RateLimitError(
-                f"Request too large for tokens per minute ({tpm}): key {ctx.key_public_id} may use {tpm} tokens per "
+                f"Request too large for tokens per minute ({tpm}): {ctx.rate_subject} may use {tpm} tokens per "
                 f"minute and this request may use up to {tokens} (its input plus max_tokens). Reduce max_tokens "
                 "or the input."
             )
@@ -196,21 +197,21 @@ class RateLimits:
     def _tpm_error(self, ctx: AuthContext, tpm: int, state: str, ends: float) -> RateLimitError:
         wait = max(1, math.ceil(ends - self._clock()))
         return RateLimitError(
-            f"Rate limit reached for tokens per minute ({tpm}): key {ctx.key_public_id} {state}. "
-            f"Try again in {wait} s.",
+            f"Rate limit reached for tokens per minute ({tpm}): {ctx.rate_subject} {state}. Try again in {wait} s.",
             retry_after=wait,
         )
 
-    def _tpm_key(self, key_id: int) -> tuple[str, float]:
-        """The storage key of this minute's token counter, and when that minute ends."""
+    def _tpm_key(self, ident: str) -> tuple[str, float]:
+        """The storage key of this minute's token counter of ``ident`` (``AuthContext.rate_id``),
+        and when that minute ends."""
         window = int(self._clock() // self.window_s)
-        return f"tpm/{key_id}/{window}", float((window + 1) * self.window_s)
+        return f"tpm/{ident}/{window}", float((window + 1) * self.window_s)
 
     def _reserve_tokens(self, ctx: AuthContext, tpm: int, tokens: int) -> TokenHold | None:
         storage = self._storage
         assert storage is not None
         self._too_large(ctx, tpm, tokens)
-        key, ends = self._tpm_key(ctx.key_id)
+        key, ends = self._tpm_key(ctx.rate_id)
         if tokens == 0:  # nothing to reserve (an unbilled request): refused only once the minute is used up
             if storage.get(key) < tpm:
                 return None

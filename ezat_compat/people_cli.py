@@ -3,8 +3,10 @@ from the gateway's machine (docs/admin-api.md, "People and groups").
 
     ezat-compat users list [--group G] [--json]
     ezat-compat users disable REF [--revoke-keys] | users enable REF | users revoke-keys REF
+    ezat-compat users set-rate-limits REF [--rpm N|none] [--tpm N|none]
     ezat-compat groups list [--json]
     ezat-compat groups set NAME [--org ORG] [--models P,...] [--daily-usd X] [--weekly-usd X] [--monthly-usd X]
+                               [--rpm N|none] [--tpm N|none]
     ezat-compat groups delete NAME
 
 A person (REF: their ``user_…`` id, email or IdP subject) exists once they signed in; they can't be
@@ -48,6 +50,10 @@ def add_parsers(sub: Any) -> None:
     users_sub.add_parser("revoke-keys", help="revoke every live key of a person at once").add_argument(
         "ref", metavar="REF"
     )
+    ur = users_sub.add_parser("set-rate-limits", help="a person's requests and tokens per minute, all their keys")
+    ur.add_argument("ref", metavar="REF")
+    for rate in ("rpm", "tpm"):
+        ur.add_argument(f"--{rate}", metavar="N|none", help=f"their {rate} (none: no cap of their own)")
 
     groups = sub.add_parser("groups", help="IdP groups: their organization, models and per-person caps")
     groups_sub = groups.add_subparsers(dest="groups_command", title="actions", metavar="ACTION", required=True)
@@ -59,6 +65,8 @@ def add_parsers(sub: Any) -> None:
     gs.add_argument("--models", metavar="P,...", help="model patterns its members may use ('' for every model)")
     for period in ("daily", "weekly", "monthly"):
         gs.add_argument(f"--{period}-usd", metavar="X|none", help=f"each member's {period} cap (none: no cap)")
+    for rate in ("rpm", "tpm"):
+        gs.add_argument(f"--{rate}", metavar="N|none", help=f"each member's {rate}, all their keys (none: no cap)")
     groups_sub.add_parser("delete", help="forget a group (its members lose what it gave them)").add_argument(
         "name", metavar="NAME"
     )
@@ -101,7 +109,29 @@ def cmd_users(args: argparse.Namespace, store: Store) -> int:
     elif args.users_command == "revoke-keys":
         person, revoked = revoke_keys(store, cli_context(), args.ref)
         print(f"revoked {revoked} key{'s' if revoked != 1 else ''} of {person.public_id} ({person.email})")
+    elif args.users_command == "set-rate-limits":
+        from ezat_compat.admin.users import set_rate_limits
+
+        person = set_rate_limits(store, cli_context(), args.ref, _rates(args))
+        print(f"{person.public_id} ({person.email}): rpm {person.rpm or '-'}, tpm {person.tpm or '-'}")
     return 0
+
+
+def _rates(args: argparse.Namespace) -> dict[str, int | None]:
+    """The ``--rpm``/``--tpm`` given (``none``: no cap), as the services take them."""
+    rates: dict[str, int | None] = {}
+    for rate in ("rpm", "tpm"):
+        text = getattr(args, rate)
+        if text is None:
+            continue
+        if text.strip().lower() == NONE:
+            rates[rate] = None
+            continue
+        value = int(text) if text.strip().isdigit() else 0
+        if value < 1:
+            raise StoreError(f"--{rate}: a whole number of at least 1, or none; got {text!r}")
+        rates[rate] = value
+    return rates
 
 
 def _cap(text: str | None) -> tuple[bool, int | None]:
@@ -157,6 +187,7 @@ def cmd_groups(args: argparse.Namespace, store: Store) -> int:
             org=args.org,
             models=models,
             caps=caps,
+            rates=_rates(args),
             config_path=config_path,
         )
         shown = snapshot(group)

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from flask import current_app, request
 from flask_smorest import Blueprint
-from marshmallow import RAISE, Schema, ValidationError, fields
+from marshmallow import RAISE, Schema, ValidationError, fields, validate
 
 from ezat_compat.admin.auth import AdminContext, admin_context
 from ezat_compat.admin.errors import AdminConflictError, AdminInvalidRequestError, AdminNotFoundError
@@ -85,6 +85,8 @@ def snapshot(group: GroupInfo) -> dict[str, Any]:
             f"{period}_usd": None if (value := getattr(group, column)) is None else micros_to_usd(value)
             for period, column in PERIOD_FIELDS
         },
+        "rpm": group.rpm,
+        "tpm": group.tpm,
         "source": group.source,
         "created_at": rfc3339(group.created_at),
         "updated_at": rfc3339(group.updated_at),
@@ -108,6 +110,7 @@ def put_group(
     org: str | None = None,
     models: Sequence[str] | None = None,
     caps: Mapping[str, int | None] | None = None,
+    rates: Mapping[str, int | None] | None = None,
     config_path: str = "",
 ) -> GroupInfo:
     """Create the mapping of IdP group ``name`` or change it: ``org`` (an organisation's name or
@@ -131,6 +134,8 @@ def put_group(
     for period, column in PERIOD_FIELDS:
         if caps is not None and period in caps:
             values[column] = caps[period]
+    for rate in ("rpm", "tpm"):
+        values[rate] = (rates or {}).get(rate, getattr(existing, rate) if existing else None)
     before, after = people(store).put_group(
         existing.name if existing else name, org=org_name, models=patterns, source=SOURCE_API, **values
     )
@@ -193,6 +198,7 @@ def group_json(group: GroupInfo, workspaces: Mapping[int, str]) -> dict[str, Any
             period: None if (value := getattr(group, column)) is None else micros_to_cents(value)
             for period, column in PERIOD_FIELDS
         },
+        "user_rate_limits": {"rpm": group.rpm, "tpm": group.tpm},
     }
 
 
@@ -231,6 +237,15 @@ class _GroupFields(_Strict):
         validate=_caps,
         metadata={"description": "Extension: each member's cap per period, US cents (decimal strings; null: none)"},
     )
+    user_rate_limits = fields.Nested(
+        lambda: UserRateLimitsSchema(),
+        metadata={"description": "Extension: each member's requests and tokens per minute (null: none)"},
+    )
+
+
+class UserRateLimitsSchema(_Strict):
+    rpm = fields.Int(allow_none=True, validate=validate.Range(min=1))
+    tpm = fields.Int(allow_none=True, validate=validate.Range(min=1))
 
 
 class RBACGroupCreateSchema(_GroupFields):
@@ -259,6 +274,7 @@ class RBACGroupSchema(Schema):
     workspace_id = fields.Str(allow_none=True, metadata={"description": "Extension"})
     models = fields.List(fields.Str(), metadata={"description": "Extension"})
     user_spend_limits = fields.Nested(UserSpendLimitsSchema, metadata={"description": "Extension"})
+    user_rate_limits = fields.Nested(UserRateLimitsSchema, metadata={"description": "Extension"})
 
 
 class RBACGroupPageSchema(Schema):
@@ -327,6 +343,7 @@ def create_rbac_group(body: dict[str, Any]) -> dict[str, Any]:
         org=body.get("workspace_id") or "",
         models=body.get("models") or [],
         caps=_cap_changes(body),
+        rates=body.get("user_rate_limits"),
         config_path=_config_path(),
     )
     return group_json(group, _workspaces(store))
@@ -372,7 +389,7 @@ def update_rbac_group(body: dict[str, Any], rbac_group_id: str) -> dict[str, Any
     _writable(group, path)
     if body.get("name") and body["name"] != group.name:
         group = rename(store, ctx, group.public_id, body["name"], config_path=path)
-    settings = {k for k in ("workspace_id", "models", "user_spend_limits") if k in body}
+    settings = {k for k in ("workspace_id", "models", "user_spend_limits", "user_rate_limits") if k in body}
     if settings:
         group = put_group(
             store,
@@ -382,6 +399,7 @@ def update_rbac_group(body: dict[str, Any], rbac_group_id: str) -> dict[str, Any
             org=(body["workspace_id"] or "") if "workspace_id" in body else None,
             models=(body["models"] or []) if "models" in body else None,
             caps=_cap_changes(body),
+            rates=body.get("user_rate_limits"),
             config_path=path,
         )
     return group_json(group, _workspaces(store))

@@ -137,6 +137,23 @@ def revoke_keys(store: Store, ctx: AdminContext, ref: str) -> tuple[PersonInfo, 
     return person, revoked
 
 
+def set_rate_limits(store: Store, ctx: AdminContext, ref: str, changes: Mapping[str, int | None]) -> PersonInfo:
+    """The person's own ``rpm``/``tpm`` (all their keys together; None: none of their own), what
+    isn't in ``changes`` kept; an audit row ``user.update`` when something changed."""
+    person = find_person(store, ref)
+    rpm = changes.get("rpm", person.rpm)
+    tpm = changes.get("tpm", person.tpm)
+    if (rpm, tpm) == (person.rpm, person.tpm):
+        return person
+    before_json = snapshot(store, person)
+    try:
+        _, after = people(store).set_rate_limits(person.public_id, rpm=rpm, tpm=tpm)
+    except StoreError as exc:
+        raise AdminInvalidRequestError(str(exc)) from None
+    record_change(store, ctx, "user.update", "user", after.public_id, before_json, snapshot(store, after))
+    return after
+
+
 def remove(store: Store, ctx: AdminContext, ref: str) -> PersonInfo:
     """The Admin API's remove: a person can't be deleted (the ledger and the audit trail name
     them), so they are disabled and every live key of theirs is revoked (``user.delete``)."""
@@ -174,6 +191,10 @@ def user_json(person: PersonInfo, names: _Names) -> dict[str, Any]:
         "rbac_group_ids": [names.groups[g] for g in person.group_ids if g in names.groups],
         "workspace_id": names.workspaces.get(person.org_id) if person.org_id is not None else None,
         "models": list(person.models),
+        "rpm": person.rpm,
+        "tpm": person.tpm,
+        "group_rpm": person.group_rpm,
+        "group_tpm": person.group_tpm,
     }
 
 
@@ -200,6 +221,10 @@ class UserSchema(Schema):
     rbac_group_ids = fields.List(fields.Str(), metadata={"description": "Extension: the mapped groups"})
     workspace_id = fields.Str(allow_none=True, metadata={"description": "Extension: who pays for them"})
     models = fields.List(fields.Str(), metadata={"description": "Extension: model patterns ([]: every model)"})
+    rpm = fields.Int(allow_none=True, metadata={"description": "Extension: requests per minute, all their keys"})
+    tpm = fields.Int(allow_none=True, metadata={"description": "Extension: tokens per minute, all their keys"})
+    group_rpm = fields.Int(allow_none=True, metadata={"description": "Extension: the lowest of their groups'"})
+    group_tpm = fields.Int(allow_none=True, metadata={"description": "Extension: the lowest of their groups'"})
 
 
 class UserPageSchema(Schema):
@@ -225,6 +250,8 @@ class UserUpdateSchema(_Strict):
     role = fields.Str(validate=validate.OneOf(ROLES), metadata={"description": "Only user is accepted"})
     status = fields.Str(validate=validate.OneOf(STATUSES), metadata={"description": "Extension"})
     revoke_keys = fields.Bool(load_default=False, metadata={"description": "Extension: with status disabled"})
+    rpm = fields.Int(allow_none=True, validate=validate.Range(min=1), metadata={"description": "Extension"})
+    tpm = fields.Int(allow_none=True, validate=validate.Range(min=1), metadata={"description": "Extension"})
 
 
 class DisableSchema(_Strict):
@@ -300,7 +327,8 @@ def retrieve_user(user_id: str) -> dict[str, Any]:
 def update_user(body: Mapping[str, Any], user_id: str) -> dict[str, Any]:
     """Update a person: ``role`` must stay ``user`` (their IdP groups decide what they may do);
     ``status`` (an extension) disables (with ``revoke_keys``, their live keys revoked too) or
-    enables them."""
+    enables them; ``rpm``/``tpm`` (extensions; null: none) cap their requests and tokens per
+    minute, all their keys together."""
     ctx = admin_context(write=True)
     store = _store()
     if body.get("role") not in (None, ROLE):
@@ -315,6 +343,9 @@ def update_user(body: Mapping[str, Any], user_id: str) -> dict[str, Any]:
         person = set_disabled(
             store, ctx, person.public_id, body["status"] == "disabled", revoke_keys=body["revoke_keys"]
         )
+    rates = {k: body[k] for k in ("rpm", "tpm") if k in body}
+    if rates:
+        person = set_rate_limits(store, ctx, person.public_id, rates)
     return user_json(person, _Names(store))
 
 

@@ -192,6 +192,17 @@ class AuthContext:
     group_ids: tuple[int, ...] = ()
     user_model_patterns: tuple[str, ...] = ()
 
+    @property
+    def rate_id(self) -> str:
+        """Whose requests and tokens per minute are counted: the key's, or for a person's key
+        the person's (all their keys together)."""
+        return str(self.key_id) if self.user_id is None else f"u{self.user_id}"
+
+    @property
+    def rate_subject(self) -> str:
+        """Who a rate limit's refusal names: ``key key_…`` or ``user user_…``."""
+        return f"key {self.key_public_id}" if self.user_id is None else f"user {self.user_public_id}"
+
     def allows(self, model_id: str, aliases: Sequence[str] = ()) -> bool:
         """Whether the key may use the model: one of the key's glob patterns (``*``, ``?``,
         ``[…]``, any letter case) matches the canonical id or one of the aliases, and so does
@@ -710,7 +721,7 @@ class Accounts:
     def _context(self, row: Sequence[Any], now_micros: int) -> AuthContext:
         (key_id, public_id, models, spend_limit, rpm, tpm, expires_at, revoked_at, blocked_at) = row[:9]
         org_id, org_name, suspended, org_models, org_rpm, org_tpm = row[9:15]
-        user_id, user_disabled_at, user_models, group_ids, user_public_id = row[15:]
+        user_id, user_disabled_at, user_models, group_ids, user_public_id = row[15:20]
         if revoked_at is not None:
             raise AuthenticationError("This API key has been revoked.")
         if expires_at is not None and expires_at <= now_micros:
@@ -732,8 +743,10 @@ class Accounts:
                 org_name=org_name,
                 model_patterns=_split_patterns(models),
                 spend_limit_micros=spend_limit,
-                rpm=_lower(rpm, org_rpm),
-                tpm=_lower(tpm, org_tpm),
+                # a person's keys share one budget: the lowest of the key's, the organisation's,
+                # the person's own and their groups' caps, counted for the person (``rate_id``)
+                rpm=_lower(_lower(rpm, org_rpm), _lower(row[20], row[22])),
+                tpm=_lower(_lower(tpm, org_tpm), _lower(row[21], row[23])),
                 org_model_patterns=_split_patterns(org_models) if org_models else (),
                 user_id=user_id,
                 user_public_id=user_public_id,

@@ -46,7 +46,8 @@ from ezat_compat.store.db import SQLITE_BUSY_TIMEOUT_S, write_engine
 # models those allow): one row, one indexed lookup per table.
 _AUTH_COLUMNS = (
     "k.id, k.public_id, k.models, k.spend_limit_micros, k.rpm, k.tpm, k.expires_at, k.revoked_at, k.blocked_at, "
-    "o.id, o.name, o.suspended, o.models, o.rpm, o.tpm, k.user_id, u.disabled_at, u.models, u.group_ids, u.public_id"
+    "o.id, o.name, o.suspended, o.models, o.rpm, o.tpm, k.user_id, u.disabled_at, u.models, u.group_ids, u.public_id, "
+    "u.rpm, u.tpm, u.group_rpm, u.group_tpm"
 )
 _AUTH_JOINS = "JOIN orgs o ON o.id = k.org_id LEFT JOIN users u ON u.id = k.user_id"
 AUTH_SQL = f"SELECT {_AUTH_COLUMNS} FROM api_keys k {_AUTH_JOINS} WHERE k.key_hash = :key_hash"

@@ -40,7 +40,15 @@ from sqlalchemy.exc import IntegrityError
 
 from ezat_compat.domain import GroupSettings, IdentitySettings
 from ezat_compat.errors import AuthenticationError, PermissionDeniedError
-from ezat_compat.store.accounts import Accounts, KeyInfo, StoreError, _clean_patterns, _split_patterns, iso
+from ezat_compat.store.accounts import (
+    Accounts,
+    KeyInfo,
+    StoreError,
+    _check_positive,
+    _clean_patterns,
+    _split_patterns,
+    iso,
+)
 from ezat_compat.store.db import write_engine
 from ezat_compat.store.spend import SCOPE_USER, SpendLimits, insert_limit
 from ezat_compat.store.tables import api_keys, console_sessions, idp_groups, orgs, users
@@ -92,6 +100,8 @@ class GroupInfo:
     source: str
     created_at: datetime
     updated_at: datetime
+    rpm: int | None = None  # each member's requests per minute at most (all their keys together)
+    tpm: int | None = None  # and tokens per minute
 
     def cap(self, period: str) -> int | None:
         return {"daily": self.daily_micros, "weekly": self.weekly_micros, "monthly": self.monthly_micros}[period]
@@ -112,6 +122,10 @@ class PersonInfo:
     created_at: datetime
     last_sign_in_at: datetime | None
     disabled_at: datetime | None
+    rpm: int | None = None  # their own caps, all their keys together (set by an admin)
+    tpm: int | None = None
+    group_rpm: int | None = None  # the lowest of their mapped groups'
+    group_tpm: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The object of ``users list --json``."""
@@ -126,6 +140,10 @@ class PersonInfo:
             "created_at": iso(self.created_at),
             "last_sign_in_at": iso(self.last_sign_in_at),
             "disabled_at": iso(self.disabled_at),
+            "rpm": self.rpm,
+            "tpm": self.tpm,
+            "group_rpm": self.group_rpm,
+            "group_tpm": self.group_tpm,
         }
 
 
@@ -146,6 +164,8 @@ def _group(row: Any) -> GroupInfo:
         daily_micros=row.daily_micros,
         weekly_micros=row.weekly_micros,
         monthly_micros=row.monthly_micros,
+        rpm=row.rpm,
+        tpm=row.tpm,
         source=row.source,
         created_at=row.created_at,
         updated_at=row.updated_at,
@@ -167,6 +187,10 @@ def _person(row: Any) -> PersonInfo:
         created_at=row.created_at,
         last_sign_in_at=row.last_sign_in_at,
         disabled_at=row.disabled_at,
+        rpm=row.rpm,
+        tpm=row.tpm,
+        group_rpm=row.group_rpm,
+        group_tpm=row.group_tpm,
     )
 
 
@@ -186,6 +210,23 @@ class _Mapping:
     org_id: int | None
     models: str
     caps: dict[str, int]  # period -> the smallest cap of the person's groups
+    rpm: int | None  # the lowest of the person's groups' rate caps
+    tpm: int | None
+
+    def values(self) -> dict[str, Any]:
+        """The ``users`` columns the mapping sets."""
+        return {
+            "group_ids": ",".join(map(str, self.group_ids)),
+            "org_id": self.org_id,
+            "models": self.models,
+            "group_rpm": self.rpm,
+            "group_tpm": self.tpm,
+        }
+
+
+def _lowest(values: Iterable[int | None]) -> int | None:
+    present = [v for v in values if v is not None]
+    return min(present) if present else None
 
 
 def _map(groups: Sequence[GroupInfo], default_org_id: int | None) -> _Mapping:
@@ -200,7 +241,8 @@ def _map(groups: Sequence[GroupInfo], default_org_id: int | None) -> _Mapping:
         values = [c for g in groups if (c := g.cap(period)) is not None]
         if values:
             caps[period] = min(values)
-    return _Mapping(tuple(g.id for g in groups), org_id, models, caps)
+    rpm, tpm = _lowest(g.rpm for g in groups), _lowest(g.tpm for g in groups)
+    return _Mapping(tuple(g.id for g in groups), org_id, models, caps, rpm, tpm)
 
 
 class People:
@@ -245,6 +287,8 @@ class People:
         daily_micros: int | None = None,
         weekly_micros: int | None = None,
         monthly_micros: int | None = None,
+        rpm: int | None = None,
+        tpm: int | None = None,
         source: str = SOURCE_API,
         now: datetime | None = None,
     ) -> tuple[GroupInfo | None, GroupInfo]:
@@ -255,6 +299,8 @@ class People:
         for label, value in (("daily", daily_micros), ("weekly", weekly_micros), ("monthly", monthly_micros)):
             if value is not None and value < 0:
                 raise StoreError(f"{label}: must not be negative")
+        _check_positive("rpm", rpm)
+        _check_positive("tpm", tpm)
         patterns = _clean_patterns(models)
         now = now or datetime.now(UTC)
         values = {
@@ -262,6 +308,8 @@ class People:
             "daily_micros": daily_micros,
             "weekly_micros": weekly_micros,
             "monthly_micros": monthly_micros,
+            "rpm": rpm,
+            "tpm": tpm,
             "source": source,
             "updated_at": now,
         }
@@ -331,6 +379,8 @@ class People:
                 daily_micros=g.daily_micros,
                 weekly_micros=g.weekly_micros,
                 monthly_micros=g.monthly_micros,
+                rpm=g.rpm,
+                tpm=g.tpm,
                 source=SOURCE_CONFIG,
                 now=now,
             )
@@ -355,11 +405,7 @@ class People:
             if group_name not in names:
                 continue
             mapping = self._mapping(conn, names)
-            conn.execute(
-                update(users)
-                .where(users.c.id == row.id)
-                .values(group_ids=",".join(map(str, mapping.group_ids)), org_id=mapping.org_id, models=mapping.models)
-            )
+            conn.execute(update(users).where(users.c.id == row.id).values(**mapping.values()))
 
     def sign_in(
         self, claims: Mapping[str, Any], identity: IdentitySettings, *, now: datetime | None = None
@@ -380,9 +426,7 @@ class People:
                 "email": email,
                 "name": name,
                 "idp_groups": "\n".join(names),
-                "group_ids": ",".join(map(str, mapping.group_ids)),
-                "org_id": mapping.org_id,
-                "models": mapping.models,
+                **mapping.values(),
                 "last_sign_in_at": now,
             }
             row = conn.execute(select(users.c.id, users.c.disabled_at).where(users.c.subject == subject)).first()
@@ -470,6 +514,17 @@ class People:
                     .where(api_keys.c.user_id == before.id, api_keys.c.revoked_at.is_(None))
                     .values(revoked_at=now)
                 )
+        return before, self.get(before.public_id)
+
+    def set_rate_limits(self, ref: str, *, rpm: int | None, tpm: int | None) -> tuple[PersonInfo, PersonInfo]:
+        """The person's own requests and tokens per minute, all their keys together (None: no
+        cap of their own; their groups' and organisation's still apply). Returns (before,
+        after); applies at their next request."""
+        _check_positive("rpm", rpm)
+        _check_positive("tpm", tpm)
+        before = self.get(ref)
+        with self._writer.begin() as conn:
+            conn.execute(update(users).where(users.c.id == before.id).values(rpm=rpm, tpm=tpm))
         return before, self.get(before.public_id)
 
     def revoke_keys(self, ref: str, *, now: datetime | None = None) -> int:

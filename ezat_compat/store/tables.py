@@ -491,6 +491,12 @@ users = Table(
     Column("created_at", UtcMicros, nullable=False),
     Column("last_sign_in_at", UtcMicros, nullable=True),
     Column("disabled_at", UtcMicros, nullable=True),
+    # Requests and tokens per minute across all the person's keys: their own caps (set by an
+    # admin; NULL none) and the lowest of their mapped groups' (kept with ``group_ids``).
+    Column("rpm", Integer, nullable=True),
+    Column("tpm", Integer, nullable=True),
+    Column("group_rpm", Integer, nullable=True),
+    Column("group_tpm", Integer, nullable=True),
 )
 
 # A group of the IdP the gateway knows (``[identity.groups]`` or the admin API's rbac_groups):
@@ -510,6 +516,8 @@ idp_groups = Table(
     Column("daily_micros", BigInteger, nullable=True),
     Column("weekly_micros", BigInteger, nullable=True),
     Column("monthly_micros", BigInteger, nullable=True),
+    Column("rpm", Integer, nullable=True),  # each member's requests per minute at most (NULL: no cap)
+    Column("tpm", Integer, nullable=True),  # and tokens per minute
     Column("source", String(16), nullable=False),
     Column("created_at", UtcMicros, nullable=False),
     Column("updated_at", UtcMicros, nullable=False),

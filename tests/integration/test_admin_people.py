@@ -383,3 +383,31 @@ def test_usage_and_cost_grouped_by_user_and_rbac_group(
         )
     )
     assert {r.rbac_group_id: r.requests for r in day.results} == {ml.public_id: 2, sellers.public_id: 1, None: 1}
+
+
+def test_rate_limits_of_a_person_and_of_a_groups_members(
+    admin: anthropic.Anthropic, world: dict[str, PersonInfo], store: Store
+) -> None:
+    assert store.people is not None
+    ada = world["ada"]
+    changed = admin.organization.users.update(ada.public_id, role="user", extra_body={"rpm": 30, "tpm": 50000})
+    assert (changed.model_extra or {})["rpm"] == 30 and (changed.model_extra or {})["tpm"] == 50000
+    assert (store.people.get(ada.public_id).rpm, store.people.get(ada.public_id).tpm) == (30, 50000)
+    [row] = _audit(store, "user.update")
+    assert row.before["rpm"] is None and row.after["rpm"] == 30
+    cleared = admin.organization.users.update(ada.public_id, role="user", extra_body={"tpm": None})
+    assert (cleared.model_extra or {})["tpm"] is None and (cleared.model_extra or {})["rpm"] == 30
+    with pytest.raises(anthropic.BadRequestError):
+        admin.organization.users.update(ada.public_id, role="user", extra_body={"rpm": 0})
+    # a group's: each member's cap, the lowest of their groups' (and read at authentication)
+    group = admin.organization.rbac_groups.update(
+        store.people.get_group("ml-team").public_id, extra_body={"user_rate_limits": {"rpm": 12}}
+    )
+    assert (group.model_extra or {})["user_rate_limits"] == {"rpm": 12, "tpm": None}
+    bob = store.people.get(world["bob"].public_id)
+    assert (bob.group_rpm, bob.group_tpm) == (12, None)
+    _, secret = store.people.mint_key(bob, hours=1)
+    assert store.accounts.authenticate(secret, datetime.now(UTC)).rpm == 12
+    ada_key = store.people.mint_key(store.people.get(ada.public_id), hours=1)[1]
+    assert store.accounts.authenticate(ada_key, datetime.now(UTC)).rpm == 12  # lower than her own 30
+    assert store.accounts.authenticate(ada_key, datetime.now(UTC)).rate_id == f"u{ada.id}"

@@ -163,3 +163,19 @@ def test_mistakes_are_one_line_errors(config: Path, args: tuple[str, ...], words
     done = cli(config, *args)
     assert done.returncode == 1, done.stdout
     assert words in done.stderr and len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+
+
+def test_rate_limits_of_a_person_and_a_group_from_the_command_line(config: Path, store: Store) -> None:
+    assert store.people is not None
+    ok(config, "groups", "set", "ml-team", "--org", "research", "--rpm", "20")
+    assert store.people.get_group("ml-team").rpm == 20
+    ok(config, "groups", "set", "ml-team", "--tpm", "9000")  # what isn't given stays
+    assert (store.people.get_group("ml-team").rpm, store.people.get_group("ml-team").tpm) == (20, 9000)
+    person = store.people.sign_in({"sub": "s-eve", "email": "eve@example.com", "groups": ["ml-team"]}, IDENTITY)
+    assert (person.group_rpm, person.group_tpm) == (20, 9000)
+    ok(config, "users", "set-rate-limits", "eve@example.com", "--rpm", "5")
+    assert store.people.get("eve@example.com").rpm == 5
+    ok(config, "users", "set-rate-limits", "eve@example.com", "--rpm", "none")
+    assert store.people.get("eve@example.com").rpm is None
+    refused = cli(config, "users", "set-rate-limits", "eve@example.com", "--rpm", "0")
+    assert refused.returncode == 1 and "--rpm" in refused.stderr

@@ -61,6 +61,10 @@ daily_usd = {DAILY_USD}
 [identity.groups.interns]
 org = "eng"
 models = ["claude-haiku-*"]
+
+[identity.groups.metered]
+org = "eng"
+rpm = 4
 """
 
 
@@ -160,7 +164,8 @@ def post(url: str, key: str, body: dict[str, Any], path: str = CHAT) -> requests
 def test_the_files_groups_are_in_the_database_with_their_organisation(stack: Stack) -> None:
     with stack.engine.connect() as conn:
         rows = {r.name: r for r in conn.execute(select(idp_groups))}
-    assert set(rows) == {"developers", "interns"}
+    assert set(rows) == {"developers", "interns", "metered"}
+    assert rows["metered"].rpm == 4 and rows["metered"].tpm is None
     assert {r.source for r in rows.values()} == {"config"}
     assert rows["developers"].daily_micros == usd_to_micros(DAILY_USD)
     assert rows["interns"].models == "claude-haiku-*"
@@ -300,3 +305,24 @@ def test_a_group_losing_a_model_applies_at_the_members_next_request(stack: Stack
         assert post(url, heidi_key, chat(SONNET)).status_code == 403
         assert post(url, heidi_key, chat(HAIKU, 16)).status_code == 200
     people.delete_group("testers")
+
+
+def test_a_persons_keys_share_their_rate_limit_and_a_teammate_has_their_own(stack: Stack) -> None:
+    ivan, first_key = stack.person("ivan", "metered")
+    _, second_key = stack.people.mint_key(ivan, hours=1, client="laptop")  # a second sign-in
+    judy, judy_key = stack.person("judy", "metered")
+    urls = cycle(stack.urls())
+    statuses = [post(next(urls), key, chat(HAIKU, 16)).status_code for key in [first_key, second_key] * 3]
+    assert statuses.count(200) == 4 and statuses.count(429) == 2, statuses  # 4 a minute, both keys together
+    refused = post(next(urls), second_key, chat(HAIKU, 16))
+    assert refused.status_code == 429
+    message = refused.json()["error"]["message"]
+    assert f"user {ivan.public_id} may send 4 requests per minute" in message, message
+    assert post(next(urls), judy_key, chat(HAIKU, 16)).status_code == 200  # her own budget
+    # her own cap, lower than her group's, applies from her next request (a new cap counts from
+    # its own zero, as a key's does)
+    stack.people.set_rate_limits(judy.public_id, rpm=1, tpm=None)
+    assert post(next(urls), judy_key, chat(HAIKU, 16)).status_code == 200
+    refused = post(next(urls), judy_key, chat(HAIKU, 16))
+    assert refused.status_code == 429, refused.text
+    assert f"user {judy.public_id} may send 1 requests per minute" in refused.json()["error"]["message"]

@@ -39,6 +39,10 @@ def upgrade() -> None:
         sa.Column("created_at", sa.BigInteger(), nullable=False),
         sa.Column("last_sign_in_at", sa.BigInteger(), nullable=True),
         sa.Column("disabled_at", sa.BigInteger(), nullable=True),
+        sa.Column("rpm", sa.Integer(), nullable=True),
+        sa.Column("tpm", sa.Integer(), nullable=True),
+        sa.Column("group_rpm", sa.Integer(), nullable=True),
+        sa.Column("group_tpm", sa.Integer(), nullable=True),
     )
     op.create_table(
         "idp_groups",
@@ -50,6 +54,8 @@ def upgrade() -> None:
         sa.Column("daily_micros", sa.BigInteger(), nullable=True),
         sa.Column("weekly_micros", sa.BigInteger(), nullable=True),
         sa.Column("monthly_micros", sa.BigInteger(), nullable=True),
+        sa.Column("rpm", sa.Integer(), nullable=True),
+        sa.Column("tpm", sa.Integer(), nullable=True),
         sa.Column("source", sa.String(16), nullable=False),
         sa.Column("created_at", sa.BigInteger(), nullable=False),
         sa.Column("updated_at", sa.BigInteger(), nullable=False),
