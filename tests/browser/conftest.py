@@ -37,7 +37,10 @@ CLIENT_SECRET = "loopback-client-secret"  # the gateway reads it from EZAT_OIDC_
 REPORTS = pytest.StashKey[dict[str, pytest.TestReport]]()
 
 
-@pytest.fixture(scope="session")
+# Module-scoped: Playwright's sync API keeps an event loop running in the process while its driver
+# lives, so a later test of another module on the same worker could not start one of its own
+# (``asyncio.run``: "cannot be called from a running event loop").
+@pytest.fixture(scope="module")
 def playwright_driver() -> Iterator[Playwright]:
     require_browser()
     from playwright.sync_api import sync_playwright
@@ -46,7 +49,7 @@ def playwright_driver() -> Iterator[Playwright]:
         yield driver
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(playwright_driver: Playwright) -> Iterator[Browser]:
     chromium = playwright_driver.chromium.launch(executable_path=require_browser(), args=CHROMIUM_ARGS, headless=True)
     yield chromium
