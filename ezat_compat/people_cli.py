@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 
 from ezat_compat.cli import table
 from ezat_compat.config import resolve_config_path
-from ezat_compat.store.accounts import StoreError
 
 if TYPE_CHECKING:
     from ezat_compat.store.people import PersonInfo
@@ -119,6 +118,7 @@ def cmd_users(args: argparse.Namespace, store: Store) -> int:
 
 def _rates(args: argparse.Namespace) -> dict[str, int | None]:
     """The ``--rpm``/``--tpm`` given (``none``: no cap), as the services take them."""
+    from ezat_compat.store.accounts import StoreError  # the parser alone imports no database code
     rates: dict[str, int | None] = {}
     for rate in ("rpm", "tpm"):
         text = getattr(args, rate)
@@ -137,6 +137,7 @@ def _rates(args: argparse.Namespace) -> dict[str, int | None]:
 def _cap(text: str | None) -> tuple[bool, int | None]:
     """(given, micro-USD or None) of a ``--<period>-usd`` value."""
     from ezat_compat.pricing import usd_to_micros
+    from ezat_compat.store.accounts import StoreError
 
     if text is None:
         return False, None
