@@ -18,12 +18,10 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from itertools import cycle
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
-import redis
 import requests
-from sqlalchemy import Engine, create_engine, make_url, select, text
+from sqlalchemy import Engine, create_engine, select
 
 from ezat_compat.config import load_config
 from ezat_compat.domain import IdentitySettings
@@ -35,6 +33,7 @@ from ezat_compat.store.tables import idp_groups, ledger, spend_counters, spend_l
 from tests.integration.conftest import standard_models
 from tests.integration.harness import Sim
 from tests.support.spend_limits import TabledGateway
+from tests.support.stacks import flushed_redis, postgres_schema
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -104,28 +103,8 @@ def stack(request: pytest.FixtureRequest, sim: Sim, tmp_path_factory: pytest.Tem
     redis_url = ""
     with ExitStack() as cleanup:
         if kind.startswith("postgresql"):
-            base = request.getfixturevalue("postgres_url")
-            schema = f"ezat_people_{uuid.uuid4().hex[:12]}"
-            admin = create_engine(base)
-            cleanup.callback(admin.dispose)
-            with admin.begin() as conn:
-                conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-
-            def drop_schema() -> None:
-                with admin.begin() as conn:
-                    conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-
-            cleanup.callback(drop_schema)
-            database_url = (
-                make_url(base)
-                .update_query_dict({"options": f"-csearch_path={schema}"})
-                .render_as_string(hide_password=False)
-            )
-            redis_url = urlsplit(request.getfixturevalue("redis_url"))._replace(path=f"/{REDIS_DB}").geturl()
-            client = redis.Redis.from_url(redis_url)
-            cleanup.callback(client.close)
-            cleanup.callback(client.flushdb)
-            client.flushdb()
+            database_url = postgres_schema(cleanup, request.getfixturevalue("postgres_url"), "ezat_people")
+            redis_url = flushed_redis(cleanup, request.getfixturevalue("redis_url"), REDIS_DB)
         nodes = []
         for n in range(2 if redis_url else 1):
             node = TabledGateway(

@@ -12,7 +12,6 @@ import json
 import re
 import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -20,13 +19,11 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from itertools import cycle
 from typing import Any
-from urllib.parse import urlsplit
 
 import anthropic
 import pytest
-import redis
 import requests
-from sqlalchemy import Engine, create_engine, make_url, select, text
+from sqlalchemy import Engine, create_engine, select
 
 from ezat_compat.alerts import verify
 from ezat_compat.catalog import Catalog
@@ -43,6 +40,7 @@ from ezat_compat.wire.openai import load_chat_request
 from tests.integration.conftest import standard_models
 from tests.integration.harness import Sim
 from tests.support.spend_limits import HookReceiver, TabledGateway
+from tests.support.stacks import flushed_redis, postgres_schema
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -114,28 +112,8 @@ def stack(request: pytest.FixtureRequest, sim: Sim, tmp_path_factory: pytest.Tem
         hook = HookReceiver().start()
         cleanup.callback(hook.stop)
         if kind.startswith("postgresql"):
-            base = request.getfixturevalue("postgres_url")
-            schema = f"ezat_spend_{uuid.uuid4().hex[:12]}"
-            admin = create_engine(base)
-            cleanup.callback(admin.dispose)
-            with admin.begin() as conn:
-                conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-
-            def drop_schema() -> None:
-                with admin.begin() as conn:
-                    conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-
-            cleanup.callback(drop_schema)
-            database_url = (
-                make_url(base)
-                .update_query_dict({"options": f"-csearch_path={schema}"})
-                .render_as_string(hide_password=False)
-            )
-            redis_url = urlsplit(request.getfixturevalue("redis_url"))._replace(path=f"/{REDIS_DB}").geturl()
-            client = redis.Redis.from_url(redis_url)
-            cleanup.callback(client.close)
-            cleanup.callback(client.flushdb)
-            client.flushdb()
+            database_url = postgres_schema(cleanup, request.getfixturevalue("postgres_url"), "ezat_spend")
+            redis_url = flushed_redis(cleanup, request.getfixturevalue("redis_url"), REDIS_DB)
         nodes = []
         for n in range(2 if redis_url else 1):
             node = TabledGateway(
