@@ -281,21 +281,28 @@ def effective_rows(
                 if own is not None
                 else spend.key_spend(member.key_id, window.start, window.end)
             )
-            rows.append(
-                {
-                    "actor": {"type": "scoped_api_key_actor", "scoped_api_key_id": api_key_id(member.public_id)},
-                    "scope": {"type": "api_key", "api_key_id": api_key_id(member.public_id)},
-                    "source": scope_json(chosen),
-                    "spend_limit_id": chosen.public_id,
-                    "period": period,
-                    "amount": None if chosen.amount_micros is None else cents(chosen.amount_micros),
-                    "currency": CURRENCY,
-                    "period_to_date_spend": fractional_cents(spent),
-                    "period_start": rfc3339(window.start),
-                    "resets_at": rfc3339(window.end),
-                }
-            )
+            actor = {"type": "scoped_api_key_actor", "scoped_api_key_id": api_key_id(member.public_id)}
+            scope = {"type": "api_key", "api_key_id": api_key_id(member.public_id)}
+            rows.append(_summary(actor, scope, chosen, period, spent, window))
     return rows
+
+
+def _summary(
+    actor: dict[str, Any], scope: dict[str, Any], chosen: SpendLimitInfo, period: str, spent: int, window: PeriodSpend
+) -> dict[str, Any]:
+    """One ``SpendSummary`` row: who, the limit that binds them in ``period``, what they spent."""
+    return {
+        "actor": actor,
+        "scope": scope,
+        "source": scope_json(chosen),
+        "spend_limit_id": chosen.public_id,
+        "period": period,
+        "amount": None if chosen.amount_micros is None else cents(chosen.amount_micros),
+        "currency": CURRENCY,
+        "period_to_date_spend": fractional_cents(spent),
+        "period_start": rfc3339(window.start),
+        "resets_at": rfc3339(window.end),
+    }
 
 
 def _owns(limit: SpendLimitInfo, user_id: int, group_ids: Sequence[int]) -> bool:
@@ -338,26 +345,14 @@ def effective_people_rows(
                 if own is not None
                 else keys_spend(store.engine, people_keys(store.engine, [person.id]), window.start, window.end)
             )
-            rows.append(
-                {
-                    "actor": {
-                        "type": "user_actor",
-                        "user_id": person.public_id,
-                        "email_address": person.email or None,
-                        "name": person.name or None,
-                        "deleted": False,
-                    },
-                    "scope": {"type": "user", "user_id": person.public_id},
-                    "source": scope_json(chosen),
-                    "spend_limit_id": chosen.public_id,
-                    "period": period,
-                    "amount": None if chosen.amount_micros is None else cents(chosen.amount_micros),
-                    "currency": CURRENCY,
-                    "period_to_date_spend": fractional_cents(spent),
-                    "period_start": rfc3339(window.start),
-                    "resets_at": rfc3339(window.end),
-                }
-            )
+            actor = {
+                "type": "user_actor",
+                "user_id": person.public_id,
+                "email_address": person.email or None,
+                "name": person.name or None,
+                "deleted": False,
+            }
+            rows.append(_summary(actor, {"type": "user", "user_id": person.public_id}, chosen, period, spent, window))
     return rows
 
 
