@@ -119,6 +119,7 @@ def cmd_users(args: argparse.Namespace, store: Store) -> int:
 def _rates(args: argparse.Namespace) -> dict[str, int | None]:
     """The ``--rpm``/``--tpm`` given (``none``: no cap), as the services take them."""
     from ezat_compat.store.accounts import StoreError  # the parser alone imports no database code
+
     rates: dict[str, int | None] = {}
     for rate in ("rpm", "tpm"):
         text = getattr(args, rate)

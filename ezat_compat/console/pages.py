@@ -14,7 +14,7 @@
     GET  /console/limits                             spend limits and how close each is to its cap
     POST /console/limits                             [scope, scope_id, amount_usd, period, thresholds]
     POST /console/limits/<id>/delete
-    GET  /console/usage                              filters org, key, model, status, from, to; chart and rows
+    GET  /console/usage                              filters org, key, person, group, model, status, from, to
     GET  /console/usage.csv                          the same rows as CSV, streamed
     GET  /console/people                             people who signed in, and the IdP groups' mappings
     POST /console/people/<user id>/disable           [revoke_keys]; /enable, /revoke-keys
@@ -706,13 +706,17 @@ def people() -> str:
     assert store.people is not None and store.rollup is not None
     everyone = store.people.list_people()
     groups = store.people.list_groups()
+    now = _now()
+    spend = queries.month_spend_by_person(store.rollup, store.engine, now)
     return render_template(
         "console/people.html",
         who=who,
         people=everyone,
         groups=groups,
         group_names={g.id: g.name for g in groups},
-        spend=queries.month_spend_by_person(store.rollup, store.engine, _now()),
+        spend=spend,
+        group_spend=queries.month_spend_by_group([g.id for g in groups], {p.id: p.group_ids for p in everyone}, spend),
+        month_from=queries.month_start(now).date().isoformat(),
         can_change=who.changes(None),
         config_path=getattr(_config(), "path", "") or "",
     )
@@ -755,11 +759,54 @@ def revoke_person_keys(user_id: str) -> BaseResponse:
 # ---------------------------------------------------------------- usage
 
 
+_USAGE_FIELDS = ("org", "key", "person", "group", "model", "status", "from", "to", "metric")
+
+
+def _visible_keys(who: Person, key_orgs: dict[int, int], owner_org_id: int | None) -> tuple[int, ...]:
+    """The keys of ``key_orgs`` (key row id -> organisation's) that ``who`` sees; 403 when they
+    see none of them and not the organisation of their person or group either (as for a key
+    outside their organisations)."""
+    visible = _visible(who)
+    if visible is None:
+        return tuple(sorted(key_orgs))
+    seen = tuple(sorted(k for k, org_id in key_orgs.items() if org_id in visible))
+    if not seen:
+        require_view(owner_org_id)
+    return seen
+
+
+def _person_keys(who: Person, ref: str) -> tuple[int, ...]:
+    """The keys of the person ``ref`` (``user_…`` id or email) that ``who`` sees; 404 if none."""
+    people = _store().people
+    try:
+        if people is None:
+            raise StoreError("no people")
+        found = people.get(ref)
+    except StoreError:
+        abort(404, f"There is no person {ref!r}.")
+    return _visible_keys(who, queries.people_key_orgs(_store().engine, [found.id]), found.org_id)
+
+
+def _group_keys(who: Person, ref: str) -> tuple[int, ...]:
+    """The keys of the current members of the mapped group ``ref`` (``group_…`` id or name) that
+    ``who`` sees; 404 if there is no such group."""
+    store = _store()
+    try:
+        if store.people is None:
+            raise StoreError("no groups")
+        found = store.people.get_group(ref)
+    except StoreError:
+        abort(404, f"There is no group {ref!r}.")
+    members = queries.group_members(store.engine, found.id)
+    return _visible_keys(who, queries.people_key_orgs(store.engine, members), found.org_id)
+
+
 def _usage_filter(who: Person) -> tuple[queries.UsageFilter, dict[str, str]]:
-    """The usage page's filter from the query (403 for an organisation or key the person doesn't
-    see; ``FilterError`` for a value that can't be read), and the form's values as given."""
+    """The usage page's filter from the query (403 for an organisation, key, person or group the
+    person doesn't see; ``FilterError`` for a value that can't be read), and the form's values as
+    given."""
     args = request.args
-    given = {name: args.get(name, "").strip() for name in ("org", "key", "model", "status", "from", "to", "metric")}
+    given = {name: args.get(name, "").strip() for name in _USAGE_FIELDS}
     start, end = queries.parse_range(given["from"], given["to"], _now())
     org_ids = _visible(who)
     if given["org"]:
@@ -773,11 +820,16 @@ def _usage_filter(who: Person) -> tuple[queries.UsageFilter, dict[str, str]]:
             abort(404, f"There is no key {given['key']!r}.")
         require_view(found[1])
         key_id = found[0]
+    key_ids = _person_keys(who, given["person"]) if given["person"] else None
+    if given["group"]:
+        of_group = _group_keys(who, given["group"])
+        key_ids = of_group if key_ids is None else tuple(k for k in key_ids if k in set(of_group))
     flt = queries.UsageFilter(
         start=start,
         end=end,
         org_ids=org_ids,
         key_id=key_id,
+        key_ids=key_ids,
         model=given["model"] or None,
         status=queries.parse_status(given["status"]),
         metric=queries.parse_metric(given["metric"]),
@@ -807,8 +859,11 @@ def _usage_page(who: Person, flt: queries.UsageFilter | None, given: dict[str, s
     filter_keys = _keys_seen(shown)
     models = [m.id for m in config.models] if config is not None else []
     query = {k: v for k, v in given.items() if v}
+    people = _store().people if who.sees(None) else None  # organisation admins type the person in
     return render_template(
         "console/usage.html",
+        filter_people=people.list_people() if people is not None else None,
+        filter_groups=people.list_groups() if people is not None else None,
         who=who,
         flt=flt,
         given=given,

@@ -11,6 +11,8 @@ Reading stays fast on a ledger of millions of rows (bench/console.py):
   ``limit`` rows of an index (``ix_ledger_created``, whose status also answers the count of failed
   requests, or the organisation's or key's own), never an ``OFFSET``; the CSV export reads the
   same way in batches, so memory stays flat;
+- a person's or a group's usage is their keys' (a key is one person's for life): the rollup and
+  the ledger are filtered by those key ids (``IN``, through ``ix_ledger_key_created``);
 - the organisations' and keys' names of a page are looked up by id afterwards (two small reads on
   the same connection), so that no join can make the database read the ledger in another order.
 
@@ -36,7 +38,7 @@ from ezat_compat.store.accounts import api_key_id
 from ezat_compat.store.admin import AuditEntry
 from ezat_compat.store.rollup import DAY, HOUR, Rollup, Slice, Total
 from ezat_compat.store.spend import SCOPE_GATEWAY, PeriodSpend, SpendLimitInfo, SpendLimits
-from ezat_compat.store.tables import api_keys, audit_log, from_epoch_micros, ledger, orgs, to_epoch_micros
+from ezat_compat.store.tables import api_keys, audit_log, from_epoch_micros, ledger, orgs, to_epoch_micros, users
 
 if TYPE_CHECKING:
     from ezat_compat.domain import Model
@@ -210,6 +212,24 @@ def key_row_id(engine: Engine, public_id: str) -> tuple[int, int] | None:
     return None if row is None else (int(row.id), int(row.org_id))
 
 
+def people_key_orgs(engine: Engine, user_ids: Iterable[int]) -> dict[int, int]:
+    """Key row id -> its organisation's, for every key of these people (revoked ones too: they
+    spent)."""
+    wanted = sorted(set(user_ids))
+    if not wanted:
+        return {}
+    query = select(api_keys.c.id, api_keys.c.org_id).where(api_keys.c.user_id.in_(wanted))
+    with engine.connect() as conn:
+        return {int(r.id): int(r.org_id) for r in conn.execute(query)}
+
+
+def group_members(engine: Engine, group_id: int) -> list[int]:
+    """The row ids of the people now in the mapped group ``group_id`` (``users.group_ids``)."""
+    with engine.connect() as conn:
+        rows = conn.execute(select(users.c.id, users.c.group_ids)).all()
+    return [int(r.id) for r in rows if str(group_id) in str(r.group_ids or "").split(",")]
+
+
 # ---------------------------------------------------------------- the overview
 
 
@@ -307,6 +327,20 @@ def month_spend_by_person(rollup: Rollup, engine: Engine, now: datetime) -> dict
     return spend_since(engine, month_start(now))
 
 
+def month_spend_by_group(
+    groups: Iterable[int], members: Mapping[int, Iterable[int]], spend: Mapping[int, int]
+) -> dict[int, int]:
+    """This month's spend (micro-USD) of each group of ``groups``: the sum of its current members'
+    (``members``: person row id -> their mapped groups' row ids; ``spend``: what
+    ``month_spend_by_person`` read)."""
+    found = dict.fromkeys(groups, 0)
+    for user_id, group_ids in members.items():
+        for group_id in set(group_ids):
+            if group_id in found:
+                found[group_id] += spend.get(user_id, 0)
+    return found
+
+
 def failed_requests(engine: Engine, start: datetime, end: datetime, org_ids: tuple[int, ...] | None) -> tuple[int, int]:
     """How many ledger rows from ``start`` to ``end`` have a 4xx and a 5xx status (read through
     ``ix_ledger_created``, or the organisation's index)."""
@@ -326,9 +360,10 @@ def failed_requests(engine: Engine, start: datetime, end: datetime, org_ids: tup
 
 @dataclass(frozen=True, slots=True)
 class UsageFilter:
-    """The usage page's filter, resolved: organisations' and a key's row ids (None: any), a
-    canonical model, a status (``ok``: 2xx, ``error``: anything else, or a code), the range
-    ``[start, end)`` (whole UTC days), and the chart's metric."""
+    """The usage page's filter, resolved: organisations' and a key's row ids (None: any), the
+    keys of a person or a group (``key_ids``: None for any, empty for none), a canonical model, a
+    status (``ok``: 2xx, ``error``: anything else, or a code), the range ``[start, end)`` (whole
+    UTC days), and the chart's metric."""
 
     start: datetime
     end: datetime
@@ -337,6 +372,17 @@ class UsageFilter:
     model: str | None = None
     status: str | None = None
     metric: str = "spend"
+    key_ids: tuple[int, ...] | None = None
+
+    @property
+    def keys(self) -> tuple[int, ...] | None:
+        """The key row ids the filter keeps (the key's, within the person's or group's when both
+        are given), sorted; None for any key."""
+        if self.key_ids is None:
+            return None if self.key_id is None else (self.key_id,)
+        if self.key_id is not None:
+            return (self.key_id,) if self.key_id in self.key_ids else ()
+        return tuple(sorted(set(self.key_ids)))
 
     @property
     def width(self) -> str:
@@ -394,14 +440,21 @@ def _status_condition(status: str) -> Any:
 
 def _ledger_conditions(flt: UsageFilter) -> list[Any]:
     conditions: list[Any] = [ledger.c.created_at >= flt.start, ledger.c.created_at < flt.end]
-    if flt.org_ids is not None and len(flt.org_ids) == 1:
+    keys = flt.keys
+    if flt.org_ids is not None and keys is not None:
+        # Keys narrow more than organisations: read the keys' index, keep the organisations' rows.
+        conditions.append((ledger.c.org_id + 0).in_(flt.org_ids))
+    elif flt.org_ids is not None and len(flt.org_ids) == 1:
         conditions.append(ledger.c.org_id == flt.org_ids[0])  # read through the organisation's index
     elif flt.org_ids is not None:
         # Several organisations: read by time (ix_ledger_created) and keep theirs, rather than merge
         # their indexes' rows into one order (a sort of every row in the range).
         conditions.append((ledger.c.org_id + 0).in_(flt.org_ids))
-    if flt.key_id is not None:
-        conditions.append(ledger.c.key_id == flt.key_id)
+    if keys is not None and len(keys) == 1:
+        conditions.append(ledger.c.key_id == keys[0])
+    elif keys is not None:
+        # A person's or a group's keys: each key's rows through ix_ledger_key_created.
+        conditions.append(ledger.c.key_id.in_(keys))
     if flt.model is not None:
         conditions.append(ledger.c.canonical_model == flt.model)
     if flt.status is not None:
@@ -512,6 +565,8 @@ def usage_page(
 ) -> tuple[list[UsageRow], str | None]:
     """A page of the filtered ledger rows, newest first, after the cursor ``after``; and the
     cursor of the next page (None on the last)."""
+    if flt.keys == ():
+        return [], None
     with engine.connect() as conn:
         raw = conn.execute(_rows_query(flt, after, limit + 1)).all()
         rows = _named(conn, raw[:limit])
@@ -522,6 +577,8 @@ def usage_batches(engine: Engine, flt: UsageFilter, batch: int = CSV_BATCH) -> I
     """Every filtered ledger row, newest first, in batches of ``batch`` (each its own read, so a
     long export holds no transaction open)."""
     after: tuple[int, int] | None = None
+    if flt.keys == ():
+        return
     while True:
         with engine.connect() as conn:
             raw = conn.execute(_rows_query(flt, after, batch)).all()
@@ -607,7 +664,7 @@ def usage_summary(rollup: Rollup, flt: UsageFilter) -> UsageSummary:
             flt.end,
             group=("model",),
             org_ids=flt.org_ids,
-            key_ids=None if flt.key_id is None else (flt.key_id,),
+            key_ids=flt.keys,
             models=None if flt.model is None else (flt.model,),
         )
     )

@@ -161,6 +161,87 @@ def test_a_viewer_reads_and_an_organisation_admin_is_refused(world: World) -> No
     assert lead.post(f"/console/people/{world.ada}/revoke-keys", data={"csrf_token": csrf}).status_code == 403
 
 
+# ---------------------------------------------------------------- usage by person and by group
+
+
+def _carl(world: World) -> str:
+    """Carl, of another organisation (through the group ``ops``), with a request of $1.25."""
+    assert world.store.people is not None
+    service.create_org(world.store, service.cli_context(), "elsewhere", 100 * USD)
+    world.store.people.put_group("ops", org="elsewhere")
+    carl = world.store.people.sign_in({"sub": "s-carl", "email": "carl@example.com", "groups": ["ops"]}, IDENTITY)
+    _, secret = world.store.people.mint_key(carl, hours=1)
+    now = datetime.now(UTC)
+    world.store.ledger.settle(
+        "r-carl", entry(world.store.accounts.authenticate(secret, now), 1_250_000, created_at=now)
+    )
+    return carl.public_id
+
+
+def _usage_rows(page: str) -> str:
+    return page[page.index('id="usage-rows"') :]
+
+
+def test_usage_by_person_and_by_group(world: World) -> None:
+    carl = _carl(world)
+    client, _ = _client(world, "viewer")
+    everyone = _text(client.get("/console/usage"))
+    assert re.search(r'id="usage-requests">2<', everyone) and 'id="f-person"' in everyone
+
+    for ref in (world.ada, "ada@example.com"):
+        answer = client.get(f"/console/usage?person={ref}")
+        assert answer.status_code == 200, _text(answer)[:500]
+        page = _text(answer)
+        assert re.search(r'id="usage-requests">1<', page) and re.search(r'id="usage-spend">\$2\.50<', page)
+        assert "ada@example.com" in _usage_rows(page) and "carl@example.com" not in _usage_rows(page)
+    by_carl = _text(client.get(f"/console/usage?person={carl}"))
+    assert re.search(r'id="usage-spend">\$1\.25<', by_carl) and "ada@example.com" not in _usage_rows(by_carl)
+    nobody = _text(client.get(f"/console/usage?person={world.bob}"))  # no key: nothing
+    assert re.search(r'id="usage-requests">0<', nobody) and "No requests match" in nobody
+    assert client.get("/console/usage?person=user_nobody").status_code == 404
+
+    by_group = _text(client.get("/console/usage?group=ml-team"))
+    assert re.search(r'id="usage-requests">1<', by_group) and re.search(r'id="usage-spend">\$2\.50<', by_group)
+    assert "ada@example.com" in _usage_rows(by_group) and "carl@example.com" not in _usage_rows(by_group)
+    assert re.search(r'id="usage-requests">0<', _text(client.get(f"/console/usage?group=ml-team&person={carl}")))
+    assert client.get("/console/usage?group=nothing-mapped").status_code == 404
+    csv_text = _text(client.get("/console/usage.csv?group=ops"))
+    assert len(csv_text.strip().splitlines()) == 2 and "carl@example.com" in csv_text
+
+    # An organisation's admin (of research) sees Ada's requests, not Carl's: 403, as for a key of
+    # another organisation.
+    lead, _ = _client(world, "org_admin")
+    theirs = _text(lead.get("/console/usage?person=ada@example.com"))
+    assert re.search(r'id="usage-requests">1<', theirs) and "ada@example.com" in _usage_rows(theirs)
+    for path in (f"/console/usage?person={carl}", "/console/usage?group=ops", f"/console/usage.csv?person={carl}"):
+        refused = lead.get(path)
+        assert refused.status_code == 403 and "carl@example.com" not in _text(refused), path
+
+
+def test_the_people_page_shows_each_groups_spend_and_links_to_usage(world: World) -> None:
+    carl = _carl(world)
+    assert world.store.people is not None
+    erin = world.store.people.sign_in({"sub": "s-erin", "email": "erin@example.com", "groups": ["ml-team"]}, IDENTITY)
+    _, secret = world.store.people.mint_key(erin, hours=1)
+    now = datetime.now(UTC)
+    world.store.ledger.settle("r-erin", entry(world.store.accounts.authenticate(secret, now), 500_000, created_at=now))
+    client, _ = _client(world, "admin")
+    page = _text(client.get("/console/people"))
+    groups = page[page.index('id="group-rows"') :]
+    rows = {
+        name: re.search(rf'<th scope="row">{name}<.*?</tr>', groups, re.S).group(0)  # type: ignore[union-attr]
+        for name in ("ml-team", "ops", "platform")
+    }
+    assert ">$3.00<" in rows["ml-team"] and ">$1.25<" in rows["ops"] and ">$0<" in rows["platform"]
+    ops = world.store.people.get_group("ops").public_id
+    assert f"/console/usage?group={ops}&amp;from=" in rows["ops"]
+    assert f"/console/usage?person={carl}&amp;from=" in page
+    link = re.search(rf'href="(/console/usage\?group={ops}[^"]*)"', rows["ops"])
+    assert link is not None
+    linked = _text(client.get(link.group(1).replace("&amp;", "&")))
+    assert re.search(r'id="usage-spend">\$1\.25<', linked)
+
+
 # ---------------------------------------------------------------- the sign-in records the person
 
 
