@@ -153,6 +153,16 @@ def _session(row: Row[Any]) -> UserSession:
     )
 
 
+def _waiting(code: str, now: datetime | None) -> tuple[Any, ...]:
+    """The authorization of user code ``code`` while it waits for the person (not decided, not
+    expired at ``now``)."""
+    return (
+        device_grants.c.user_code == code,
+        device_grants.c.state == PENDING,
+        device_grants.c.expires_at > (now or datetime.now(UTC)),
+    )
+
+
 class DeviceStore:
     """Device authorizations and command-line sessions in the database behind ``engine``.
     Thread-safe; one per process (``store.Store.device``)."""
@@ -207,16 +217,9 @@ class DeviceStore:
         code = normal_user_code(user_code)
         if code is None:
             return None
-        now = now or datetime.now(UTC)
         with self._engine.connect() as conn:
             row = conn.execute(
-                select(device_grants)
-                .where(
-                    device_grants.c.user_code == code,
-                    device_grants.c.state == PENDING,
-                    device_grants.c.expires_at > now,
-                )
-                .order_by(device_grants.c.created_at.desc())
+                select(device_grants).where(*_waiting(code, now)).order_by(device_grants.c.created_at.desc())
             ).first()
         return None if row is None else _grant(row)
 
@@ -224,17 +227,8 @@ class DeviceStore:
         code = normal_user_code(user_code)
         if code is None:
             return False
-        now = now or datetime.now(UTC)
         with self._writer.begin() as conn:
-            result = conn.execute(
-                update(device_grants)
-                .where(
-                    device_grants.c.user_code == code,
-                    device_grants.c.state == PENDING,
-                    device_grants.c.expires_at > now,
-                )
-                .values(**values)
-            )
+            result = conn.execute(update(device_grants).where(*_waiting(code, now)).values(**values))
         return bool(result.rowcount)
 
     def approve(self, user_code: str, *, user_id: int, idp_refresh: str | None, now: datetime | None = None) -> bool:
