@@ -259,6 +259,7 @@ class SpendLimits:
         self._clock = clock
         self._snapshot: _Snapshot | None = None
         self._next_refresh = 0.0
+        self._force_retry_at = 0.0  # a failed read for a new person: the next one not before this
         self._refreshing = threading.Lock()
         self._bounds: dict[str, tuple[int, int]] = {}  # period -> its current (start, end), epoch micros
         self._prime()
@@ -283,12 +284,13 @@ class SpendLimits:
         limit of the gateway, the organisation, the key, the person and each of their groups, in
         lock order. No statement unless the snapshot is due (at most once a second)."""
         snapshot = self._snapshot
-        if snapshot is None or self._clock() >= self._next_refresh:
-            snapshot = self._current()
-        if user_id is not None and user_id > snapshot.newest_user:
-            # A person newer than the snapshot (signed in a moment ago, with the caps their groups
-            # give them): read it again now, so their first requests are capped too.
-            snapshot = self._current(force_after=user_id)
+        # A person newer than the snapshot (signed in a moment ago, with the caps their groups give
+        # them): read it again now, so their first requests are capped too (after a failed read,
+        # not before the next refresh is due).
+        newer = user_id is not None and (snapshot is None or user_id > snapshot.newest_user)
+        due = self._clock() >= self._next_refresh
+        if snapshot is None or due or (newer and self._clock() >= self._force_retry_at):
+            snapshot = self._current(force_after=user_id if newer else None)
         if snapshot.empty:
             return ()
         caps = snapshot.gateway + snapshot.by_org.get(org_id, ()) + snapshot.by_key.get(key_id, ())
@@ -335,6 +337,7 @@ class SpendLimits:
                             raise DatabaseUnavailableError() from exc
                         raise
                     log.warning("could not reload the spend limits (the last ones read still apply): %s", exc)
+                    self._force_retry_at = self._clock() + REFRESH_S
                 self._next_refresh = self._clock() + REFRESH_S
             return self._snapshot
         finally:
