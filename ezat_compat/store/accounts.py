@@ -186,7 +186,7 @@ class AuthContext:
     tpm: int | None
     org_model_patterns: tuple[str, ...] = ()  # the organisation's model access (empty: every model)
     # A person's key (store/people.py): the person's row id, their mapped groups' ids and what
-    # those groups let them use (empty: every model; ``NO_MODEL``: none).
+    # those groups let them use (empty: every model).
     user_id: int | None = None
     user_public_id: str = ""  # "user_…"
     group_ids: tuple[int, ...] = ()

@@ -51,13 +51,12 @@ from ezat_compat.store.accounts import (
 )
 from ezat_compat.store.db import write_engine
 from ezat_compat.store.spend import SCOPE_USER, SpendLimits, insert_limit
-from ezat_compat.store.tables import api_keys, console_sessions, idp_groups, orgs, users
+from ezat_compat.store.tables import api_keys, console_sessions, idp_groups, orgs, spend_limits, users
 
 log = logging.getLogger("ezat_compat")
 
 USER_ID_PREFIX = "user_"
 GROUP_ID_PREFIX = "group_"
-NO_MODEL = "-"  # ``users.models`` of a person whose groups allow nothing (never written today)
 BEARER_KEY_NAME = "IdP tokens"  # the name of a person's IdP-token key
 SOURCE_CONFIG = "config"
 SOURCE_API = "api"
@@ -183,7 +182,7 @@ def _person(row: Any) -> PersonInfo:
         group_ids=tuple(int(g) for g in row.group_ids.split(",") if g),
         org_id=row.org_id,
         org=row.org_name or "",
-        models=() if row.models in ("", NO_MODEL) else _split_patterns(row.models),
+        models=_split_patterns(row.models),
         created_at=row.created_at,
         last_sign_in_at=row.last_sign_in_at,
         disabled_at=row.disabled_at,
@@ -462,7 +461,14 @@ class People:
         after their first sign-in)."""
         if not caps:
             return
-        have = {s.period for s in self._spend.list_limits([SCOPE_USER]) if s.scope_id == person.id}
+        with self._engine.connect() as conn:
+            have = set(
+                conn.execute(
+                    select(spend_limits.c.period).where(
+                        spend_limits.c.scope_type == SCOPE_USER, spend_limits.c.scope_id == person.id
+                    )
+                ).scalars()
+            )
         for period, amount in caps.items():
             if period not in have:
                 with contextlib.suppress(StoreError):  # made meanwhile by another sign-in
