@@ -33,6 +33,7 @@ from typing import Any
 
 import requests
 from authlib.common.security import generate_token
+from authlib.integrations.base_client import OAuthError
 from authlib.integrations.requests_client import OAuth2Session
 from authlib.oidc.core import CodeIDToken
 from joserfc import jwt
@@ -211,8 +212,14 @@ class OidcClient:
                 )
         except requests.RequestException as exc:
             raise IdentityProviderError(f"the token endpoint: {type(exc).__name__}: {exc}") from None
-        except Exception as exc:  # Authlib's OAuthError and its kin: the IdP refused the token
-            raise InvalidSignInError(f"the IdP refused the refresh token: {exc}") from None
+        except OAuthError as exc:
+            # Only invalid_grant says the sign-in is over (RFC 6749 section 5.2); any other refusal
+            # (temporarily_unavailable, a 429…) is the IdP failing for now: try again later.
+            if exc.error == "invalid_grant":
+                raise InvalidSignInError(f"the IdP refused the refresh token: {exc}") from None
+            raise IdentityProviderError(f"the token endpoint refused the refresh: {exc}") from None
+        except Exception as exc:  # an answer Authlib can't read: the IdP failing, not a verdict
+            raise IdentityProviderError(f"the token endpoint: {type(exc).__name__}: {exc}") from None
         access_token = str(token.get("access_token") or "")
         id_token = token.get("id_token")
         if isinstance(id_token, str) and id_token:
