@@ -214,11 +214,12 @@ class Credentials:
         if self._keyring is not None:
             try:
                 self._keyring.set_password(KEYRING_SERVICE, credential.gateway, json.dumps(fields))
+            except Exception:  # a keyring that refuses (locked, no session): the file
+                pass
+            else:  # the file names the keyring only; its own failure must not put the secrets in it
                 entries[credential.gateway] = {"store": "keyring"}
                 self._write(entries)
                 return
-            except Exception:  # a keyring that refuses (locked, no session): the file
-                pass
         entries[credential.gateway] = {"store": "file", **fields}
         self._write(entries)
 

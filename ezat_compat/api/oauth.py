@@ -529,8 +529,9 @@ def _refused(session: grants.UserSession, person: PersonInfo | None, reason: str
     if key is not None:
         with contextlib.suppress(StoreError):
             oauth.store.accounts.revoke_key(key, now=_now())
+    who = person or oauth.people.get_by_id(session.user_id)  # the audit names their IdP subject
     _audit(
-        _actor(person, str(session.user_id)),
+        _actor(who) if who is not None else "system",
         "session.refused",
         "user_session",
         session.public_id,

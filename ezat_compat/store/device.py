@@ -24,7 +24,6 @@ drops the grants expired.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import secrets
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from typing import Any
 
 from sqlalchemy import Engine, Row, delete, insert, or_, select, update
 
+from ezat_compat.store.accounts import hash_key
 from ezat_compat.store.db import write_engine
 from ezat_compat.store.tables import api_keys, device_grants, user_sessions
 
@@ -57,9 +57,7 @@ INVALID_GRANT = "invalid_grant"  # unknown, or its tokens already issued (RFC 67
 GRANTED = "approved"
 
 
-def secret_hash(secret: str) -> str:
-    """SHA-256 hex of a device code or a refresh token, as stored."""
-    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+secret_hash = hash_key  # a device code's or a refresh token's SHA-256 hex, as a key's is stored
 
 
 def normal_user_code(text: str) -> str | None:
