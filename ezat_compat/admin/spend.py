@@ -324,6 +324,7 @@ def effective_people_rows(
     current = spend.current(limits, now)
     rows = []
     for person in persons:
+        keys: Sequence[int] | None = None  # the person's keys, read once when a period needs the ledger
         for period in periods:
             applying = [
                 limit
@@ -340,11 +341,12 @@ def effective_people_rows(
             chosen = _binding(applying, current)
             own = next((limit for limit in applying if limit.scope_type == SCOPE_USER), None)
             window = current[chosen.id]
-            spent = (
-                current[own.id].spent_micros
-                if own is not None
-                else keys_spend(store.engine, people_keys(store.engine, [person.id]), window.start, window.end)
-            )
+            if own is not None:
+                spent = current[own.id].spent_micros
+            else:
+                if keys is None:
+                    keys = people_keys(store.engine, [person.id])
+                spent = keys_spend(store.engine, keys, window.start, window.end)
             actor = {
                 "type": "user_actor",
                 "user_id": person.public_id,

@@ -43,7 +43,7 @@ import os
 import time
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from flask import Blueprint, Response, abort, current_app, g, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response as BaseResponse
@@ -703,7 +703,8 @@ def people() -> str:
     no one: people cross organisations)."""
     who = require_view(None)
     store = _store()
-    assert store.people is not None and store.rollup is not None
+    if store.people is None or store.rollup is None:
+        abort(404)
     everyone = store.people.list_people()
     groups = store.people.list_groups()
     now = _now()
@@ -713,7 +714,7 @@ def people() -> str:
         who=who,
         people=everyone,
         groups=groups,
-        group_names={g.id: g.name for g in groups},
+        mapped_names={g.name for g in groups},
         spend=spend,
         group_spend=queries.month_spend_by_group([g.id for g in groups], {p.id: p.group_ids for p in everyone}, spend),
         month_from=queries.month_start(now).date().isoformat(),
@@ -725,7 +726,6 @@ def people() -> str:
 def _person_change(user_id: str, change: str) -> BaseResponse:
     from ezat_compat.admin import users as user_service
 
-    require_view(None)
     ctx = require_change(None)
     try:
         if change == "revoke-keys":
@@ -775,6 +775,13 @@ def _visible_keys(who: Person, key_orgs: dict[int, int], owner_org_id: int | Non
     return seen
 
 
+def _unknown(who: Person, message: str) -> NoReturn:
+    """A person or group that isn't there: 404 for whoever sees every organisation; for an
+    organisation's admin the 403 of one outside their organisations, so that trying emails or
+    group names tells them nothing of who exists elsewhere."""
+    abort(404 if who.sees(None) else 403, message if who.sees(None) else None)
+
+
 def _person_keys(who: Person, ref: str) -> tuple[int, ...]:
     """The keys of the person ``ref`` (``user_…`` id or email) that ``who`` sees; 404 if none."""
     people = _store().people
@@ -783,7 +790,7 @@ def _person_keys(who: Person, ref: str) -> tuple[int, ...]:
             raise StoreError("no people")
         found = people.get(ref)
     except StoreError:
-        abort(404, f"There is no person {ref!r}.")
+        _unknown(who, f"There is no person {ref!r}.")
     return _visible_keys(who, queries.people_key_orgs(_store().engine, [found.id]), found.org_id)
 
 
@@ -796,7 +803,7 @@ def _group_keys(who: Person, ref: str) -> tuple[int, ...]:
             raise StoreError("no groups")
         found = store.people.get_group(ref)
     except StoreError:
-        abort(404, f"There is no group {ref!r}.")
+        _unknown(who, f"There is no group {ref!r}.")
     members = queries.group_members(store.engine, found.id)
     return _visible_keys(who, queries.people_key_orgs(store.engine, members), found.org_id)
 
@@ -823,7 +830,8 @@ def _usage_filter(who: Person) -> tuple[queries.UsageFilter, dict[str, str]]:
     key_ids = _person_keys(who, given["person"]) if given["person"] else None
     if given["group"]:
         of_group = _group_keys(who, given["group"])
-        key_ids = of_group if key_ids is None else tuple(k for k in key_ids if k in set(of_group))
+        in_group = set(of_group)
+        key_ids = of_group if key_ids is None else tuple(k for k in key_ids if k in in_group)
     flt = queries.UsageFilter(
         start=start,
         end=end,
