@@ -5,7 +5,11 @@ Builds the app as ``create_app`` does (SQLite in a temporary folder, the upstrea
 prints, for a JSON chat completion and a streamed one:
 
 - hand-offs: how often the innermost ``ezat_compat`` module on the stack changes;
-- back to a module already visited in that request, and the modules re-entered most;
+- back to a module already visited in that request, and the modules re-entered most (a call
+  and its return, then another call into the same module: the walk of a layered design);
+- re-entered for one step: a call into a module that is still on the stack below its caller
+  (A calls B, which calls back into A: a callback, a hook or a lambda of A run by B), with
+  each such chain named; the natural walk has none;
 - how often the process id is read (``server.procid.pid`` / ``os.getpid``);
 - how often the usage is parsed (``usage_from_anthropic``).
 
@@ -71,6 +75,7 @@ class Walk:
         self.stack: list[str | None] = []
         self.hand_offs: list[tuple[str | None, str]] = []
         self.calls: Counter[str] = Counter()
+        self.callbacks: Counter[str] = Counter()  # "A > B > A:function", for each call back into A
 
     def __call__(self, frame: FrameType, event: str, arg: Any) -> None:
         if event == "call":
@@ -80,6 +85,8 @@ class Walk:
             if name.startswith(PACKAGE):
                 if name != outer:
                     self.hand_offs.append((outer, name))
+                    if name in self.stack:
+                        self.callbacks[self._chain(name, frame.f_code.co_name)] += 1
                 self.stack.append(name)
             else:
                 self.stack.append(outer)
@@ -88,6 +95,16 @@ class Walk:
                 self.stack.pop()
         elif event == "c_call":
             self.calls[f"c.{getattr(arg, '__name__', '?')}"] += 1
+
+    def _chain(self, module: str, function: str) -> str:
+        """The modules from ``module``'s innermost frame on the stack up to the call back into it."""
+        start = len(self.stack) - 1 - self.stack[::-1].index(module)
+        chain = [module]
+        for name in self.stack[start + 1 :]:
+            if name is not None and name != chain[-1]:
+                chain.append(name)
+        short = [part.removeprefix(PACKAGE + ".") for part in chain]
+        return " > ".join(short) + f" > {short[0]}:{function}"
 
     def figures(self) -> dict[str, Any]:
         seen: set[str] = set()
@@ -105,6 +122,8 @@ class Walk:
             "back_to_visited": back,
             "modules": len(seen),
             "re_entered": dict(reentered.most_common(8)),
+            "re_entered_for_one_step": sum(self.callbacks.values()),
+            "call_backs": dict(self.callbacks),
             "pid_reads": self.calls[f"{PACKAGE}.procid.pid"] + self.calls["c.getpid"],
             "usage_parses": sum(n for k, n in self.calls.items() if k.endswith(".usage_from_anthropic")),
         }

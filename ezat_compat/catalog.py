@@ -13,10 +13,11 @@ for its default, ``claude-opus-4-8`` in 2.1.197) reach the operator's opus deplo
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
 
 from ezat_compat.domain import Model
+from ezat_compat.errors import ModelNotFoundError, PermissionDeniedError
 
 WILDCARD = "*"
 
@@ -103,3 +104,42 @@ class Catalog:
 
     def public_catalog(self) -> dict[str, Any]:
         return {"object": "list", "data": [self.public_entry(m) for m in self.models]}
+
+
+class Caller(Protocol):
+    """Who asks (``store.accounts.AuthContext``): may they use a model?"""
+
+    def allows(self, model_id: str, aliases: Sequence[str] = ()) -> bool: ...
+
+
+class Named(Protocol):
+    """Where the names a client sent are recorded (``server.logs.RequestRecord``)."""
+
+    model: str | None
+    canonical_model: str | None
+
+
+class ModelAccess:
+    """The catalog as one caller sees it: the ``resolve`` a dialect's parse is given. Called
+    with the client's model name, it records the name and the canonical id on ``record``, and
+    returns the model; 404 ``ModelNotFoundError`` if no model has that name, 403
+    ``PermissionDeniedError`` if the caller may not use it."""
+
+    __slots__ = ("_caller", "_catalog", "_record")
+
+    def __init__(self, catalog: Catalog, caller: Caller, record: Named | None = None) -> None:
+        self._catalog = catalog
+        self._caller = caller
+        self._record = record
+
+    def __call__(self, name: Any) -> Model:
+        model = self._catalog.resolve(name) if isinstance(name, str) else None
+        record = self._record
+        if record is not None:
+            record.model = name if isinstance(name, str) else None
+            record.canonical_model = model.id if model is not None else None
+        if model is None:
+            raise ModelNotFoundError(str(name))
+        if not self._caller.allows(model.id, model.aliases):
+            raise PermissionDeniedError(f"This key may not use the model `{name}`.", param="model")
+        return model

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from ezat_compat.catalog import Catalog
+from ezat_compat.catalog import Catalog, ModelAccess
 from ezat_compat.cooldowns import Cooldowns
 from ezat_compat.cooperative import tools
 from ezat_compat.dialects import Dialect, Headers, KeptThinking, Parsed, ReplyIds
@@ -34,8 +34,6 @@ from ezat_compat.errors import (
     AuthenticationError,
     GatewayError,
     InvalidRequestError,
-    ModelNotFoundError,
-    PermissionDeniedError,
     UpstreamAuthError,
     UpstreamError,
     UpstreamStatusError,
@@ -233,7 +231,7 @@ class Gateway:
         except BodyError as exc:
             path = dialect.body_path(exc.path) if exc.path else None
             raise InvalidRequestError(f"{path}: {exc.message}" if path else exc.message, param=path) from None
-        parsed = dialect.parse(body, request.headers, lambda name: self.resolve(auth, name, record))
+        parsed = dialect.parse(body, request.headers, ModelAccess(self.catalog, auth, record))
         counted = False
         if parsed.prepare is not None:  # the organisation's own state (a stored conversation):
             self.limits.count_request(auth)  # loaded only for a key within its rpm
@@ -260,18 +258,6 @@ class Gateway:
         if bearers is not None and not secret.startswith(KEY_PREFIX) and bearers.takes(secret):
             return bearers.authenticate(secret, datetime.now(UTC))
         return self.accounts.authenticate(secret, datetime.now(UTC))
-
-    def resolve(self, auth: AuthContext, name: Any, record: RequestRecord | None = None) -> Model:
-        """The model named by the client; 404 if unknown, 403 if the key may not use it."""
-        model = self.catalog.resolve(name) if isinstance(name, str) else None
-        if record is not None:
-            record.model = name if isinstance(name, str) else None
-            record.canonical_model = model.id if model is not None else None
-        if model is None:
-            raise ModelNotFoundError(str(name))
-        if not auth.allows(model.id, model.aliases):
-            raise PermissionDeniedError(f"This key may not use the model `{name}`.", param="model")
-        return model
 
     def admit(
         self,

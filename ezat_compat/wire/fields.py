@@ -13,7 +13,7 @@ import numbers
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from marshmallow import EXCLUDE, Schema, ValidationError, fields
+from marshmallow import EXCLUDE, Schema, ValidationError, fields, validates_schema
 
 from ezat_compat.cooperative import tools
 
@@ -38,6 +38,21 @@ def refuse(message: str, allowed: Callable[[Any], bool] = lambda value: False) -
     def check(value: Any) -> None:
         if not allowed(value):
             raise ValidationError(message)
+
+    return check
+
+
+def refused_when_sent(*rules: tuple[tuple[str, ...], str, str]) -> Callable[..., None]:
+    """A schema's whole-body check refusing members whatever their value (null means "not
+    sent"): each rule is ``(names, field, message)``; the first rule with one of its ``names``
+    in the body refuses it with ``message`` under ``field``. Made here, with the fields, so that
+    loading a schema runs no code of the schema's own module."""
+
+    @validates_schema
+    def check(self: Schema, data: Mapping[str, Any], **_: Any) -> None:
+        for names, field_name, message in rules:
+            if any(data.get(name) is not None for name in names):
+                raise ValidationError([message], field_name=field_name)
 
     return check
 

@@ -26,6 +26,7 @@ from ezat_compat.wire.fields import (
     StrOrList,
     Tagged,
     refuse,
+    refused_when_sent,
 )
 from ezat_compat.wire.loading import ByKeys, load_request
 
@@ -235,15 +236,11 @@ class ChatCompletionRequestSchema(Loose):
     functions = Raw(allow_none=True)
     function_call = Raw(allow_none=True)
 
-    @validates_schema
-    def _refused_objects(self, data: dict[str, Any], **_: Any) -> None:
-        # Refused whatever their value (null means "not sent").
-        if data.get("audio") is not None:
-            raise ValidationError([MODALITIES_MESSAGE], field_name="modalities")
-        if data.get("web_search_options") is not None:
-            raise ValidationError([WEB_SEARCH_MESSAGE], field_name="web_search_options")
-        if data.get("functions") is not None or data.get("function_call") is not None:
-            raise ValidationError([FUNCTIONS_MESSAGE], field_name="functions")
+    _refused_objects = refused_when_sent(
+        (("audio",), "modalities", MODALITIES_MESSAGE),
+        (("web_search_options",), "web_search_options", WEB_SEARCH_MESSAGE),
+        (("functions", "function_call"), "functions", FUNCTIONS_MESSAGE),
+    )
 
 
 CHAT_COMPLETION_REQUEST = ByKeys(ChatCompletionRequestSchema)

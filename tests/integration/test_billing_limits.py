@@ -305,7 +305,7 @@ def assert_retry_after(resp: requests.Response) -> int:
 # ---------------------------------------------------------------- 402: balance and spend limit under load
 
 
-WORDS = "[[sim:delay=0.3,words=2000]] Write a long essay."
+WORDS = "[[sim:delay=1,words=2000]] Write a long essay."
 MAX_TOKENS = 1000
 
 
