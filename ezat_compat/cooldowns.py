@@ -39,11 +39,12 @@ import math
 import threading
 import time
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
+from ezat_compat.redis_pool import bounded_client
+
+if TYPE_CHECKING:
+    import redis
 
 log = logging.getLogger(__name__)
 
@@ -308,6 +309,9 @@ class RedisCooldowns:
     def __init__(
         self, client: redis.Redis, policy: Policy, *, prefix: str = "ezat:cd:", healthy_cache_s: float = 1.0
     ) -> None:
+        from redis import RedisError  # here: a gateway without Redis never imports it
+
+        self._errors = RedisError
         self._redis = client
         self._policy = policy
         self._prefix = prefix
@@ -335,7 +339,7 @@ class RedisCooldowns:
             verdict, refused_until = self._acquire(
                 keys=[self.key(name), self._index], args=[repr(now), name, p.probe_timeout_s, p.forget_s]
             )
-        except redis.RedisError as exc:
+        except self._errors as exc:
             self._fail_open(name, now, exc)
             return True
         if verdict == _COOLING:  # nothing ends a cooldown early: refuse locally until it ends
@@ -358,7 +362,7 @@ class RedisCooldowns:
             return
         try:
             self._success(keys=[self.key(name), self._index], args=[name])
-        except redis.RedisError as exc:
+        except self._errors as exc:
             self._warn("success of %s not recorded", name, exc)
             return
         self._dirty.discard(name)
@@ -384,7 +388,7 @@ class RedisCooldowns:
                     _MAX_DOUBLINGS,
                 ],
             )
-        except redis.RedisError as exc:
+        except self._errors as exc:
             self._warn("failure of %s not recorded", name, exc)
             return None
         if until is None:
@@ -400,7 +404,7 @@ class RedisCooldowns:
             for name in names:
                 pipe.hmget(self.key(name), "u", "p", "x")
             states = pipe.execute()
-        except redis.RedisError as exc:
+        except self._errors as exc:
             self._warn("cooling deployments unknown%s", "", exc)
             return []
         out: list[str] = []
@@ -444,23 +448,12 @@ def make_cooldowns(
     """``RedisCooldowns`` when ``redis_url`` is set (shared by every worker and node), else
     ``LocalCooldowns``. Takes ``Gateway.cooldown_failures``, ``cooldown_s``, ``max_cooldown_s``.
 
-    Connects lazily (nothing happens until the first call), so it is safe to build before
-    gunicorn forks. Every wait is bounded: one-second socket timeouts, one immediate retry
-    (redis-py's default is ten, with backoff: seconds per call while Redis is down), a pool of
-    at most 64 connections per process that waits at most a second for a free one.
+    The Redis client is ``redis_pool.bounded_client``'s: lazy, every wait bounded.
     """
     policy = Policy.make(
         failures=failures, cooldown_s=cooldown_s, max_cooldown_s=max_cooldown_s, probe_timeout_s=probe_timeout_s
     )
     if not redis_url:
         return LocalCooldowns(policy)
-    pool = redis.BlockingConnectionPool.from_url(
-        redis_url,
-        max_connections=64,
-        timeout=1.0,
-        socket_timeout=1.0,
-        socket_connect_timeout=1.0,
-        retry=Retry(NoBackoff(), 1),
-    )
-    client = redis.Redis(connection_pool=pool)
+    client = bounded_client(redis_url)
     return RedisCooldowns(client, policy, prefix=prefix, healthy_cache_s=healthy_cache_s)

@@ -12,28 +12,16 @@ and passes ``ctx`` to ``admin.service`` (its ``actor`` names the key in the audi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from flask import current_app, g, request
 
 from ezat_compat.admin.errors import AdminAuthenticationError, AdminPermissionError
+from ezat_compat.admin.service import AdminContext
 from ezat_compat.store.accounts import KEY_PREFIX
 from ezat_compat.store.admin import ADMIN_KEY_PREFIX, AdminKeyInfo, AdminStore
 
 _BEARER = "bearer "
-
-
-@dataclass(frozen=True, slots=True)
-class AdminContext:
-    """Who makes a change and from where: ``actor`` is an admin key's id (``adminkey_…``) or
-    ``cli:<unix user>``; ``address`` the client's address ("" on the command line);
-    ``request_id`` the request's ("" on the command line)."""
-
-    actor: str
-    read_only: bool
-    address: str
-    request_id: str
 
 
 def presented_key(headers: object) -> str:

@@ -19,10 +19,10 @@ import json
 import logging
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from ezat_compat.admin.auth import AdminContext
 from ezat_compat.admin.errors import AdminConflictError, AdminInvalidRequestError, AdminNotFoundError
 from ezat_compat.pricing import micros_to_usd
 from ezat_compat.store.accounts import KEY_PREFIX, KeyInfo, OrgInfo, StoreError, api_key_id, iso, key_public_id
@@ -43,6 +43,18 @@ KEY_STATUSES = ("active", "inactive", "archived")  # what api_keys.update may se
 
 
 # ---------------------------------------------------------------- who, and the trace
+
+
+@dataclass(frozen=True, slots=True)
+class AdminContext:
+    """Who makes a change and from where: ``actor`` is an admin key's id (``adminkey_…``) or
+    ``cli:<unix user>``; ``address`` the client's address ("" on the command line);
+    ``request_id`` the request's ("" on the command line)."""
+
+    actor: str
+    read_only: bool
+    address: str
+    request_id: str
 
 
 def cli_context() -> AdminContext:

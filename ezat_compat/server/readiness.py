@@ -23,20 +23,21 @@ the next admin command would delete the WAL the worker still writes into.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import redis
 from limits.errors import StorageError
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 from sqlalchemy import Engine, exc, make_url, text
 
 from ezat_compat.server.drain import draining
 from ezat_compat.server.logs import Outages, describe
 from ezat_compat.store.hotpath import HotPath
+
+if TYPE_CHECKING:
+    import redis
 
 DB_TIMEOUT_S = 2  # libpq's connect_timeout counts whole seconds, at least 2
 REDIS_TIMEOUT_S = 1.0
@@ -54,10 +55,16 @@ def outage_of(error: BaseException) -> str | None:
             return None
         if isinstance(seen, exc.OperationalError | exc.InterfaceError | exc.DisconnectionError | exc.TimeoutError):
             return "database"
-        if isinstance(seen, redis.ConnectionError | redis.TimeoutError | StorageError):
+        if isinstance(seen, StorageError) or _redis_unreachable(seen):
             return "redis"
         seen = seen.__cause__ or seen.__context__
     return None
+
+
+def _redis_unreachable(error: BaseException) -> bool:
+    """A redis-py connection error or timeout (none without redis-py loaded: no Redis used)."""
+    module = sys.modules.get("redis")
+    return module is not None and isinstance(error, module.ConnectionError | module.TimeoutError)
 
 
 def note_outage(readiness: Readiness, exc: BaseException) -> bool:
@@ -167,6 +174,10 @@ class Readiness:
 
     def _ping(self) -> None:
         if self._redis is None:
+            import redis
+            from redis.backoff import NoBackoff
+            from redis.retry import Retry
+
             self._redis = redis.Redis.from_url(
                 self.redis_url,
                 socket_timeout=REDIS_TIMEOUT_S,

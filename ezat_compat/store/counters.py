@@ -20,7 +20,6 @@ import time
 import weakref
 from collections.abc import Callable, Sequence
 
-import redis
 from limits.storage import RedisStorage, Storage
 
 from ezat_compat.datafiles import private_file
@@ -235,6 +234,8 @@ class Counters:
         elif isinstance(storage, RedisStorage):
             # ``limits`` types the connection as its protocol of the commands it sends, which has no
             # ``close``; what ``RedisStorage`` builds from a ``redis://`` URL is a ``redis.Redis`` client.
+            import redis  # only with Redis configured: a gateway without it never imports it
+
             connection = storage.get_connection()
             if isinstance(connection, redis.Redis):
                 connection.close()

@@ -23,17 +23,22 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, Engine, create_engine, event, make_url, text
+from sqlalchemy import Connection, Engine, create_engine, event, inspect, make_url, text
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
 from ezat_compat.datafiles import FILE_MODE, private_file
+
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+# This release's migrations (``migrations/versions``), oldest first: what a database's stamp is
+# checked against without loading Alembic (a start, an admin command). Alembic is imported only
+# to migrate or print SQL; tests/integration/test_store.py holds this equal to its chain.
+REVISIONS: tuple[str, ...] = tuple(f"{n:04d}" for n in range(1, 14))
+VERSION_TABLE = "alembic_version"  # where Alembic stamps the revision (its default)
 
 SQLITE_BUSY_TIMEOUT_S = 10.0
 MIGRATE_BUSY_TIMEOUT_MS = 120_000
@@ -133,6 +138,8 @@ def is_sqlite(engine: Engine) -> bool:
 def alembic_config(connection: Connection | None = None) -> Config:
     """The Alembic configuration, built in code (no alembic.ini on disk). With ``connection``,
     the migration environment runs on it, inside its transaction."""
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR).replace("%", "%%"))
     if connection is not None:
@@ -175,6 +182,10 @@ def migrate(engine_or_url: Engine | str) -> None:
             state = _state_on(conn)
             if not state.known:
                 raise SchemaError(state.describe())
+            if state.up_to_date:
+                return
+            from alembic import command
+
             command.upgrade(alembic_config(conn), "head")
     finally:
         if isinstance(engine_or_url, str):
@@ -222,17 +233,11 @@ class SchemaState:
         return f"the database's schema is up to date (revision {revision})"
 
 
-def _script() -> ScriptDirectory:
-    return ScriptDirectory.from_config(alembic_config())
-
-
 def _state_on(conn: Connection) -> SchemaState:
-    script = _script()
-    head = script.get_current_head()
-    assert head is not None
-    current = tuple(sorted(MigrationContext.configure(conn).get_current_heads()))
-    known_revisions = {rev.revision for rev in script.walk_revisions()}
-    return SchemaState(current=current, head=head, known=all(rev in known_revisions for rev in current))
+    current: tuple[str, ...] = ()
+    if inspect(conn).has_table(VERSION_TABLE):
+        current = tuple(sorted(conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalars()))
+    return SchemaState(current=current, head=REVISIONS[-1], known=all(rev in REVISIONS for rev in current))
 
 
 def describe_url(url: str) -> str:
@@ -323,11 +328,13 @@ def prepare_database(url: str) -> None:
 def upgrade_sql(url: str, *, from_revision: str | None = None) -> str:
     """The SQL that brings a database at ``from_revision`` (None: an empty database) to the
     newest revision, in ``url``'s dialect (Alembic's offline mode), for a DBA to apply."""
+    from alembic import command
+
     config = alembic_config()
     buffer = io.StringIO()
     config.output_buffer = buffer
     config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
-    if from_revision is not None and from_revision not in {r.revision for r in _script().walk_revisions()}:
+    if from_revision is not None and from_revision not in REVISIONS:
         raise SchemaError(f"--from {from_revision!r}: not a revision of this release (see `ezat-compat db current`)")
     command.upgrade(config, f"{from_revision}:head" if from_revision else "head", sql=True)
     return buffer.getvalue()

@@ -27,17 +27,18 @@ import math
 import time
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 from sqlalchemy import Engine, delete, select, tuple_
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 
+from ezat_compat.redis_pool import bounded_client
 from ezat_compat.store.db import write_engine
 from ezat_compat.store.tables import thinking_stash
+
+if TYPE_CHECKING:
+    import redis
 
 log = logging.getLogger(__name__)
 
@@ -201,6 +202,9 @@ class RedisThinkingStash:
     (``"{ezat:th}:"``) so one ``MGET`` stays on one slot."""
 
     def __init__(self, client: redis.Redis, ttl_s: float, *, prefix: str = "ezat:th:") -> None:
+        from redis import RedisError  # here: a gateway without Redis never imports it
+
+        self._errors = RedisError
         self._redis = client
         self._ttl_s = ttl_s
         self._prefix = prefix
@@ -222,7 +226,7 @@ class RedisThinkingStash:
             for tool_id in dict.fromkeys(tool_ids):
                 pipe.set(self.key(org_id, tool_id), value, px=ttl_ms)
             pipe.execute()
-        except redis.RedisError as exc:
+        except self._errors as exc:
             self._warner.warn("put", exc)
 
     def get(self, org_id: int, tool_ids: Sequence[str], now: float) -> dict[str, Blocks]:
@@ -231,7 +235,7 @@ class RedisThinkingStash:
             return {}
         try:
             values = self._redis.mget([self.key(org_id, t) for t in ids])
-        except redis.RedisError as exc:
+        except self._errors as exc:
             self._warner.warn("get", exc)
             return {}
         found: dict[str, Blocks] = {}
@@ -259,17 +263,8 @@ def make_thinking_stash(engine: Engine, redis_url: str, ttl_s: float, *, prefix:
     """``RedisThinkingStash`` when ``redis_url`` is set, else ``DbThinkingStash`` on ``engine``
     (the gateway's engine, migrated). ``ttl_s`` is ``[gateway] thinking_ttl_s``.
 
-    Connects lazily. Every Redis wait is bounded: one-second socket timeouts, one immediate
-    retry, a pool of at most 64 connections per process that waits at most a second.
+    The Redis client is ``redis_pool.bounded_client``'s: lazy, every wait bounded.
     """
     if not redis_url:
         return DbThinkingStash(engine, ttl_s)
-    pool = redis.BlockingConnectionPool.from_url(
-        redis_url,
-        max_connections=64,
-        timeout=1.0,
-        socket_timeout=1.0,
-        socket_connect_timeout=1.0,
-        retry=Retry(NoBackoff(), 1),
-    )
-    return RedisThinkingStash(redis.Redis(connection_pool=pool), ttl_s, prefix=prefix)
+    return RedisThinkingStash(bounded_client(redis_url), ttl_s, prefix=prefix)

@@ -27,7 +27,7 @@ from ezat_compat.dialects.anthropic_messages import AnthropicMessages
 from ezat_compat.domain import Usage
 from ezat_compat.errors import AuthenticationError, InsufficientQuotaError, PermissionDeniedError
 from ezat_compat.store.accounts import Accounts, AuthContext, StoreError, hash_key
-from ezat_compat.store.db import alembic_config, locked_connection, make_engine, migrate
+from ezat_compat.store.db import REVISIONS, alembic_config, locked_connection, make_engine, migrate
 from ezat_compat.store.hotpath import DatabaseUnavailableError, HotPath, Rider, SQLiteHotPath, make_hot_path
 from ezat_compat.store.journal import Journal
 from ezat_compat.store.ledger import Ledger
@@ -97,6 +97,13 @@ def _schema_state(url: str) -> tuple[list[Any], list[str]]:
         return diffs, versions
     finally:
         eng.dispose()
+
+
+def test_the_revisions_read_without_alembic_are_its_chain() -> None:
+    """``store.db.REVISIONS`` (what a start or an admin command checks a stamp against, without
+    loading Alembic) is Alembic's chain of this release's migrations, oldest first."""
+    chain = [rev.revision for rev in ScriptDirectory.from_config(alembic_config()).walk_revisions()]
+    assert REVISIONS == tuple(reversed(chain)) and REVISIONS[-1] == HEAD
 
 
 def test_migrate_twice_is_idempotent_and_matches_the_tables(db_url: str) -> None:

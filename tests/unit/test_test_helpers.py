@@ -19,15 +19,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
-SKIPPED = {"node_modules"}  # folders skipped wherever they are
-SKIPPED_PATHS = {TESTS / "client" / ".node"}
+SKIPPED = {"node_modules", "__pycache__"}  # folders skipped wherever they are, and every hidden one:
+# the clients' installs the tests make (tests/client/.node, the LlamaIndex venv in tests/client/.llama)
 
 
 def python_files(root: Path = TESTS) -> Iterator[Path]:
     """The ``.py`` files under ``root``, without the skipped folders (never walked into)."""
     for folder, subfolders, files in os.walk(root):
         here = Path(folder)
-        subfolders[:] = sorted(name for name in subfolders if name not in SKIPPED and here / name not in SKIPPED_PATHS)
+        subfolders[:] = sorted(name for name in subfolders if name not in SKIPPED and not name.startswith("."))
         yield from (here / name for name in sorted(files) if name.endswith(".py"))
 
 
@@ -90,7 +90,7 @@ def test_no_module_of_the_tests_imports_a_test_module() -> None:
 def test_the_scan_sees_the_test_modules_and_skips_the_node_installs() -> None:
     scanned = {path.relative_to(ROOT).as_posix() for path in python_files()}
     assert "tests/unit/test_test_helpers.py" in scanned and "tests/support/browser.py" in scanned
-    assert not [p for p in scanned if "node_modules" in p.split("/") or p.startswith("tests/client/.node/")]
+    assert not [p for p in scanned if "node_modules" in p.split("/") or any(part.startswith(".") for part in p.split("/"))]
 
 
 def test_each_way_of_importing_a_test_module_is_caught() -> None:
