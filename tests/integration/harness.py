@@ -22,6 +22,7 @@ import requests
 
 from ezat_compat.translate.cache_scope import SCOPE_PREFIX
 from tests.conftest import free_port
+from tests.support.cli import run_in_process
 
 REPO = Path(__file__).resolve().parents[2]
 ADMIN_BIND_ENV = "EZAT_ADMIN_BIND"
@@ -226,6 +227,9 @@ class Gateway:
     server_settings: dict[str, Any] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     admin: bool = False  # serve the admin API on a listener of its own (``admin_url``)
+    # ``cli`` runs the command in the test's process (tests/support/cli.py, with ``env``) unless
+    # this is set: then as a program of its own, as an operator beside the gateway runs it.
+    cli_as_program: bool = False
     url: str = ""
     admin_url: str = ""
     proc: subprocess.Popen[bytes] | None = None
@@ -298,14 +302,17 @@ class Gateway:
 
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """Run ``ezat-compat --config <this config> ARGS`` and return the finished process."""
-        env = {**os.environ, **self.env}
-        result = subprocess.run(
-            [sys.executable, "-m", "ezat_compat.cli", "--config", str(self.config_path), *args],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=60,
-        )
+        argv = ["--config", str(self.config_path), *args]
+        if self.cli_as_program:
+            result = subprocess.run(
+                [sys.executable, "-m", "ezat_compat.cli", *argv],
+                capture_output=True,
+                text=True,
+                env={**os.environ, **self.env},
+                timeout=60,
+            )
+        else:
+            result = run_in_process(argv, self.env)
         if check and result.returncode != 0:
             raise AssertionError(f"ezat-compat {' '.join(args)} failed: {result.stderr}")
         return result

@@ -32,7 +32,7 @@ PROBES = 6  # new connections each: with two workers both get probed
 
 @pytest.fixture(params=[1, 2], ids=["one-worker", "two-workers"])
 def served(request: pytest.FixtureRequest, sim: Sim, tmp_path: Path) -> Iterator[Gateway]:
-    gateway = Gateway(root=tmp_path / "gw", models=standard_models(sim.url), workers=request.param)
+    gateway = Gateway(root=tmp_path / "gw", models=standard_models(sim.url), workers=request.param, cli_as_program=True)
     gateway.start()
     try:
         yield gateway
