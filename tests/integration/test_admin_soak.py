@@ -34,7 +34,9 @@ ADMIN_EVERY_S = 3.0
 
 @pytest.fixture(params=[1, 2], ids=["one-worker", "two-workers"])
 def behind_haproxy(request: pytest.FixtureRequest, sim: Sim, tmp_path: Path) -> Iterator[tuple[Gateway, Proxy]]:
-    gateway = Gateway(root=tmp_path / "gw", models=standard_models(sim.url), workers=request.param, cli_as_program=True).start()
+    gateway = Gateway(
+        root=tmp_path / "gw", models=standard_models(sim.url), workers=request.param, cli_as_program=True
+    ).start()
     try:
         proxy = start_proxy("haproxy", tmp_path, gateway.url, "/readyz")
         try:

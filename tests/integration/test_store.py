@@ -103,7 +103,7 @@ def test_the_revisions_read_without_alembic_are_its_chain() -> None:
     """``store.db.REVISIONS`` (what a start or an admin command checks a stamp against, without
     loading Alembic) is Alembic's chain of this release's migrations, oldest first."""
     chain = [rev.revision for rev in ScriptDirectory.from_config(alembic_config()).walk_revisions()]
-    assert REVISIONS == tuple(reversed(chain)) and REVISIONS[-1] == HEAD
+    assert tuple(reversed(chain)) == REVISIONS and REVISIONS[-1] == HEAD
 
 
 def test_migrate_twice_is_idempotent_and_matches_the_tables(db_url: str) -> None:

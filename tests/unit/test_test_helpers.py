@@ -90,7 +90,9 @@ def test_no_module_of_the_tests_imports_a_test_module() -> None:
 def test_the_scan_sees_the_test_modules_and_skips_the_node_installs() -> None:
     scanned = {path.relative_to(ROOT).as_posix() for path in python_files()}
     assert "tests/unit/test_test_helpers.py" in scanned and "tests/support/browser.py" in scanned
-    assert not [p for p in scanned if "node_modules" in p.split("/") or any(part.startswith(".") for part in p.split("/"))]
+    assert not [
+        p for p in scanned if "node_modules" in p.split("/") or any(part.startswith(".") for part in p.split("/"))
+    ]
 
 
 def test_each_way_of_importing_a_test_module_is_caught() -> None:
