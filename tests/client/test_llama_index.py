@@ -48,8 +48,9 @@ def llama_python() -> Path:
             made = subprocess.run([sys.executable, "-m", "venv", "--clear", str(CACHE / "venv")], capture_output=True)
             if made.returncode != 0:
                 _missing(f"could not make a venv for llama-index: {made.stderr.decode()[-300:]}")
+            # --no-compile: pip would byte-compile every module installed; the example imports a few.
             done = subprocess.run(
-                [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *PACKAGES],
+                [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile", *PACKAGES],
                 capture_output=True,
                 text=True,
                 timeout=600,
