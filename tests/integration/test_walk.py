@@ -1,7 +1,7 @@
 """The walk of one request (``bench/walk.py``): the app as ``create_app`` builds it, one chat
 completion traced with ``sys.setprofile``. No module is re-entered for one step (called back
-while it is still on the stack: a callback, a hook or a lambda of a module run by another), the
-usage of a JSON answer is parsed once, and the process id is read a few times, not once a step."""
+while it is still on the stack: a callback, a hook or a lambda of a module run by another), and
+the usage of a JSON answer is parsed once."""
 
 from __future__ import annotations
 
@@ -29,7 +29,6 @@ def walk() -> Any:
 def test_no_module_is_re_entered_for_one_step(walk: Any, stream: bool) -> None:
     figures = walk.walk(stream)
     assert figures["re_entered_for_one_step"] == 0, figures["call_backs"]
-    assert figures["pid_reads"] <= 5, figures
     if not stream:
         assert figures["usage_parses"] == 1, figures
 
