@@ -6,27 +6,21 @@ from __future__ import annotations
 
 import getpass
 import json
-import os
 import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from tests.integration.harness import ModelSpec
+from tests.support.cli import run_in_process
 
 pytestmark = pytest.mark.integration
 
 
 def cli(config: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ezat_compat.cli", "--config", str(config), *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, **(env or {})},
-    )
+    """The command's main, in this process (tests/integration/test_cli.py runs the program)."""
+    return run_in_process(["--config", str(config), *args], env)
 
 
 def ok(config: Path, *args: str) -> str:

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import getpass
 import json
-import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,7 @@ from ezat_compat.domain import IdentitySettings
 from ezat_compat.store.people import SOURCE_CONFIG
 from ezat_compat.store.store import Store, open_store
 from tests.integration.harness import ModelSpec
+from tests.support.cli import run_in_process
 
 pytestmark = pytest.mark.integration
 
@@ -28,13 +27,8 @@ IDENTITY = IdentitySettings(groups_claim="groups")
 
 
 def cli(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ezat_compat.cli", "--config", str(config), *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=dict(os.environ),
-    )
+    """The command's main, in this process (tests/integration/test_cli.py runs the program)."""
+    return run_in_process(["--config", str(config), *args])
 
 
 def ok(config: Path, *args: str) -> str:
