@@ -51,8 +51,9 @@ def refused_when_sent(*rules: tuple[tuple[str, ...], str, str]) -> Callable[...,
     @validates_schema
     def check(self: Schema, data: Mapping[str, Any], **_: Any) -> None:
         for names, field_name, message in rules:
-            if any(data.get(name) is not None for name in names):
-                raise ValidationError([message], field_name=field_name)
+            for name in names:
+                if data.get(name) is not None:
+                    raise ValidationError([message], field_name=field_name)
 
     return check
 

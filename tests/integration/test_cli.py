@@ -18,6 +18,7 @@ import requests
 
 from tests.conftest import free_port
 from tests.integration.harness import ModelSpec, Sim
+from tests.support.cli import run_in_process
 
 pytestmark = pytest.mark.integration
 
@@ -38,7 +39,7 @@ def config(tmp_path: Path) -> Path:
     path = tmp_path / "ezat.toml"
     spec = ModelSpec(deployments=[{"name": "d", "base_url": "http://127.0.0.1:9"}])
     path.write_text(f'[gateway]\ndatabase_url = "sqlite:///{tmp_path / "ezat.db"}"\n' + spec.toml())
-    assert cli(path, "db", "upgrade").returncode == 0  # admin commands never migrate
+    assert run_in_process(["--config", str(path), "db", "upgrade"]).returncode == 0  # admin commands never migrate
     return path
 
 
