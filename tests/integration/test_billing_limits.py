@@ -36,7 +36,7 @@ import openai
 import pytest
 import redis
 import requests
-from sqlalchemy import Engine, create_engine, make_url, select, text
+from sqlalchemy import Engine, create_engine, select
 
 from ezat_compat.app import embedded_limits_path
 from ezat_compat.catalog import Catalog
@@ -50,6 +50,7 @@ from ezat_compat.translate.request import openai_to_anthropic
 from ezat_compat.wire.openai import load_chat_request
 from tests.integration.conftest import standard_models
 from tests.integration.harness import Gateway, Sim
+from tests.support.stacks import postgres_schema
 
 pytestmark = pytest.mark.integration
 
@@ -133,12 +134,6 @@ class Stack:
             time.sleep(0.05)
 
 
-def _pg_schema_url(base: str, schema: str) -> str:
-    return (
-        make_url(base).update_query_dict({"options": f"-csearch_path={schema}"}).render_as_string(hide_password=False)
-    )
-
-
 @pytest.fixture(scope="module", params=STACKS)
 def stack(request: pytest.FixtureRequest, sim: Sim, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """The gateway of one stack. Its database and Redis URLs are pinned in the environment too
@@ -151,19 +146,7 @@ def stack(request: pytest.FixtureRequest, sim: Sim, tmp_path_factory: pytest.Tem
     redis_client: redis.Redis | None = None
     with ExitStack() as cleanup:
         if kind.startswith("postgresql"):
-            base = request.getfixturevalue("postgres_url")
-            schema = f"ezat_it_{uuid.uuid4().hex[:12]}"
-            admin = create_engine(base)
-            cleanup.callback(admin.dispose)
-            with admin.begin() as conn:
-                conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-
-            def drop_schema() -> None:
-                with admin.begin() as conn:
-                    conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-
-            cleanup.callback(drop_schema)
-            database_url = _pg_schema_url(base, schema)
+            database_url = postgres_schema(cleanup, request.getfixturevalue("postgres_url"), "ezat_it")
             counters = embedded_limits_path(database_url, str(root))
             for suffix in ("", "-wal", "-shm"):
                 cleanup.callback(Path(counters + suffix).unlink, missing_ok=True)

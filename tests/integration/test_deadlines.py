@@ -11,16 +11,15 @@ import json
 import resource
 import socket
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, suppress
 from pathlib import Path
 
 import pytest
 import requests
-from sqlalchemy import create_engine, make_url, text
 
 from tests.integration.harness import Gateway, ModelSpec, Sim
+from tests.support.stacks import postgres_schema
 
 pytestmark = pytest.mark.integration
 
@@ -38,19 +37,7 @@ STACKS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
 def _database_url(kind: str, request: pytest.FixtureRequest, root: Path, cleanup: ExitStack) -> str:
     if kind == "sqlite":
         return f"sqlite:///{(root / 'ezat.db').as_posix()}"
-    base = request.getfixturevalue("postgres_url")
-    schema = f"ezat_dl_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(base)
-    cleanup.callback(admin.dispose)
-    with admin.begin() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-
-    def drop() -> None:
-        with admin.begin() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-
-    cleanup.callback(drop)
-    return make_url(base).update_query_dict({"options": f"-csearch_path={schema}"}).render_as_string(False)
+    return postgres_schema(cleanup, request.getfixturevalue("postgres_url"), "ezat_dl")
 
 
 @pytest.fixture(scope="module", params=STACKS)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import itertools
 import json
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -24,11 +23,12 @@ from urllib.parse import urlsplit
 import openai
 import pytest
 import redis
-from sqlalchemy import Engine, create_engine, delete, func, make_url, select, text
+from sqlalchemy import Engine, create_engine, delete, func, select
 
 from ezat_compat.store.tables import thinking_stash
 from tests.integration.conftest import standard_models
 from tests.integration.harness import Gateway, Sim
+from tests.support.stacks import postgres_schema
 from tests.support.tool_loops import TOOLS
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -100,23 +100,7 @@ def stack(request: pytest.FixtureRequest, sim: Sim, tmp_path_factory: pytest.Tem
     redis_client: redis.Redis | None = None
     with ExitStack() as cleanup:
         if kind.startswith("postgresql"):
-            base = request.getfixturevalue("postgres_url")
-            schema = f"ezat_loops_{uuid.uuid4().hex[:12]}"
-            admin = create_engine(base)
-            cleanup.callback(admin.dispose)
-            with admin.begin() as conn:
-                conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-
-            def drop_schema() -> None:
-                with admin.begin() as conn:
-                    conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-
-            cleanup.callback(drop_schema)
-            database_url = (
-                make_url(base)
-                .update_query_dict({"options": f"-csearch_path={schema}"})
-                .render_as_string(hide_password=False)
-            )
+            database_url = postgres_schema(cleanup, request.getfixturevalue("postgres_url"), "ezat_loops")
         if kind.endswith("+redis"):
             redis_url = urlsplit(request.getfixturevalue("redis_url"))._replace(path=f"/{REDIS_DB}").geturl()
             redis_client = redis.Redis.from_url(redis_url)
