@@ -17,6 +17,11 @@ uses these, and gets plain-thread equivalents outside gevent (tests, tools):
 - ``bound(seconds, error)``: a wall-clock bound on a block of socket reads
   (``gevent.Timeout(seconds, error)``: ``error`` raised where the block waits; one timer, no
   system call); nothing outside gevent, where each read's own timeout bounds it;
+- ``own_turn()``: a context manager for one step heavier than a loop's turn should hold (a
+  stored page read from a huge input): one such step at a time in the process, each starting
+  on a turn of the event loop of its own, so timers due (another stream's keep-alive) run
+  between two of them however many arrive at once (greenlets woken together all run before the
+  loop looks at its timers again); nothing outside gevent;
 - ``off_loop(work)``: ``work()`` on one of the hub's real OS threads (gevent's threadpool),
   the calling greenlet waiting cooperatively: for CPU-heavy library calls that release the GIL
   (Pillow's decoders and resamplers), so the loop goes on meanwhile; called in place outside
@@ -32,7 +37,7 @@ import contextlib
 import math
 import os
 import select
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
@@ -149,6 +154,30 @@ class _GeventReadiness:
         self._io.close()
 
 
+def _no_turn() -> contextlib.AbstractContextManager[Any]:
+    """Outside gevent: threads are preempted anyway."""
+    return contextlib.nullcontext()
+
+
+class _OwnTurns:
+    """Under gevent: one step at a time (a gevent lock of the process), each after a pause, so it
+    starts on a turn of the loop that ran the timers due first (``own_turn``)."""
+
+    __slots__ = ("_lock", "_pause")
+
+    def __init__(self, pause: Callable[[], None]) -> None:
+        from gevent.lock import Semaphore
+
+        self._lock = Semaphore(1)
+        self._pause = pause
+
+    @contextlib.contextmanager
+    def __call__(self) -> Iterator[None]:
+        with self._lock:
+            self._pause()
+            yield
+
+
 def _in_place(work: Callable[[], Any]) -> Any:
     """Outside gevent: the caller's own thread does the work."""
     return work()
@@ -177,6 +206,7 @@ class Tools:
     pause: Callable[[], None]
     bound: Bound
     off_loop: Callable[[Callable[[], Any]], Any] = _in_place
+    own_turn: Callable[[], contextlib.AbstractContextManager[Any]] = _no_turn
 
 
 PLAIN = Tools(readiness=_PolledReadiness, pause=_no_pause, bound=_no_bound)
@@ -188,11 +218,13 @@ def _choose() -> Tools:
         from gevent import Timeout, monkey, sleep
 
         if monkey.is_module_patched("socket"):
+            pause = partial(sleep, PAUSE_S)
             return Tools(
                 readiness=_GeventReadiness,
-                pause=partial(sleep, PAUSE_S),
+                pause=pause,
                 bound=lambda seconds, error: Timeout(max(seconds, 0.001), error),
                 off_loop=_on_hub_threadpool,
+                own_turn=_OwnTurns(pause),
             )
     except ImportError:  # pragma: no cover - gevent is a dependency
         pass

@@ -398,19 +398,20 @@ class OpenAIResponses:
         if not 1 <= limit <= LIST_LIMIT_MAX:
             raise InvalidRequestError(f"limit: must be between 1 and {LIST_LIMIT_MAX}", param="limit")
         store = self.services.store
-        page = (
-            store.input_page(
-                org_id,
-                response_id,
-                self.services.clock(),
-                descending=order == "desc",
-                limit=limit,
-                after=args.get("after"),
-                before=args.get("before"),
+        with tools().own_turn():  # a page of a huge input: another stream's keep-alive between two
+            page = (
+                store.input_page(
+                    org_id,
+                    response_id,
+                    self.services.clock(),
+                    descending=order == "desc",
+                    limit=limit,
+                    after=args.get("after"),
+                    before=args.get("before"),
+                )
+                if store is not None
+                else None
             )
-            if store is not None
-            else None
-        )
         if page is None:
             raise not_found(response_id)
         data = [listed_input_item(item, response_id, n) for n, item in page.items]

@@ -529,9 +529,19 @@ def tokens_reserved(model: Model, body: dict[str, Any]) -> int:
     return input_tokens_upper_bound(translated, model.context_window) + int(translated["max_tokens"])
 
 
+def within_one_clock_minute(need_s: float = 30.0) -> None:
+    """Wait for the next clock minute unless ``need_s`` seconds are left of this one: the tpm
+    counters' windows are aligned to the clock (``limits.RateLimits._tpm_key``), so a test whose
+    requests must share one minute's counter starts early enough in a minute to end in it."""
+    left = 60.0 - time.time() % 60.0
+    if left < need_s:
+        time.sleep(left + 0.05)
+
+
 def test_tpm_refuses_the_next_request_once_the_tokens_are_used(stack: Stack) -> None:
     org = stack.org_name("tpm")
     key = stack.new_key(org, "--tpm", "3000")
+    within_one_clock_minute()
     model = load_config(stack.gateway.config_path).models[0]
     first = post(stack, key, chat("[[sim:words=200]] Tell me a story.", 250))
     assert first.status_code == 200, first.text
