@@ -55,9 +55,32 @@ SPLIT_BY_FIRST_PARAMETER = frozenset({"tests/integration/test_billing_limits.py"
 SPLIT_BY_TEST = frozenset({"tests/integration/test_cli.py"})
 
 
+# The unit files that check translations against the SDKs' own types (``tests/support/
+# anthropic_types.py``, ``sdk_types.py``): one unit, so one process imports the SDKs (~1.5 s of
+# CPU each time), not every process that gets one of them.
+SDK_TYPES_UNIT = "tests/unit[sdk-types]"
+WITH_SDK_TYPES = frozenset(
+    f"tests/unit/{name}.py"
+    for name in (
+        "test_completions",
+        "test_responses_request",
+        "test_responses_response",
+        "test_schema_budget",
+        "test_translate_request",
+        "test_translate_response",
+        "test_translate_schema",
+        "test_translate_stream",
+        "test_translate_thinking",
+    )
+)
+
+
 def work_unit(nodeid: str) -> str:
-    """The unit of work ``nodeid`` is scheduled in: its file, a stack of it, or itself."""
+    """The unit of work ``nodeid`` is scheduled in: its file, a stack of it, itself, or the SDK
+    types' unit."""
     path, _, rest = nodeid.partition("::")
+    if path in WITH_SDK_TYPES:
+        return SDK_TYPES_UNIT
     if path in SPLIT_BY_TEST:
         return nodeid
     if path in SPLIT_BY_FIRST_PARAMETER and "[" in rest:

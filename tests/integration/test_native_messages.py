@@ -116,7 +116,7 @@ class RawUpstream(BaseHTTPRequestHandler):
 @pytest.fixture(scope="module")
 def raw_upstream() -> Iterator[str]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), RawUpstream)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()

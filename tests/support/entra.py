@@ -116,7 +116,7 @@ class EntraEndpoint:
         server.socket = context.wrap_socket(server.socket, server_side=True)
         self._server = server
         self.url = f"https://127.0.0.1:{server.server_port}"
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         return self
 
     def stop(self) -> None:

@@ -13,6 +13,8 @@ import textwrap
 
 import pytest
 
+pytestmark = pytest.mark.integration
+
 SCRIPT = """
 from gevent import monkey; monkey.patch_all()
 import contextlib, time, gevent

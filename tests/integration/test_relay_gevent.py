@@ -13,6 +13,8 @@ import textwrap
 
 import pytest
 
+pytestmark = pytest.mark.integration
+
 PRELUDE = """
 from gevent import monkey; monkey.patch_all()
 import gc, socket, time, gevent

@@ -26,6 +26,8 @@ from ezat_compat.domain import Deployment
 from ezat_compat.errors import UpstreamStreamError, UpstreamTimeoutError
 from ezat_compat.upstream.client import UpstreamClient
 
+pytestmark = pytest.mark.integration
+
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 START = b'event: message_start\ndata: {"type":"message_start"}\n\n'
 STOP = b'event: message_stop\ndata: {"type":"message_stop"}\n\n'

@@ -34,6 +34,8 @@ from ezat_compat.errors import (
 from ezat_compat.upstream.bodies import encode_body, with_model
 from ezat_compat.upstream.client import UpstreamClient
 
+pytestmark = pytest.mark.integration
+
 Script = Callable[[socket.socket, bytes], None]
 
 
