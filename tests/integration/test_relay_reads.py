@@ -7,8 +7,6 @@ wakes for ``interrupt``, and gives the connection back when the body's end had a
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import socket
 import ssl
 import threading
@@ -17,14 +15,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from ezat_compat.domain import Deployment
 from ezat_compat.errors import UpstreamStreamError, UpstreamTimeoutError
 from ezat_compat.upstream.client import UpstreamClient
+from tests.support.tls import self_signed
 
 pytestmark = pytest.mark.integration
 
@@ -201,34 +196,11 @@ def test_events_held_by_the_buffered_reader_are_read_without_waiting(upstream: U
     up.clear()
 
 
-def _self_signed(folder: Path) -> tuple[Path, Path]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=1))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
-        .sign(key, hashes.SHA256())
-    )
-    cert_file, key_file = folder / "cert.pem", folder / "key.pem"
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    return cert_file, key_file
-
-
 def test_events_held_by_the_tls_layer_are_read_without_waiting(tmp_path: Path) -> None:
     """Over TLS a record of 12 KB of small chunks is more than the buffered reader takes at once
     (8 KB): the rest waits decrypted in the TLS layer, not on the socket. ``poll`` takes it all
     at once."""
-    cert_file, key_file = _self_signed(tmp_path)
+    cert_file, key_file = self_signed(tmp_path)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert_file, key_file)
     upstream = Upstream(context)

@@ -4,10 +4,8 @@ reuse, TLS). The exception map and the egress settings in process: test_upstream
 
 from __future__ import annotations
 
-import datetime
 import functools
 import gzip
-import ipaddress
 import socket
 import socketserver
 import ssl
@@ -17,10 +15,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from ezat_compat.domain import Deployment
 from ezat_compat.errors import (
@@ -33,6 +27,7 @@ from ezat_compat.errors import (
 )
 from ezat_compat.upstream.bodies import encode_body, with_model
 from ezat_compat.upstream.client import UpstreamClient
+from tests.support.tls import self_signed
 
 pytestmark = pytest.mark.integration
 
@@ -283,31 +278,8 @@ def test_the_path_of_the_deployment_url_prefixes_the_request(server: ScriptedSer
     assert server.requests[0].startswith(b"POST /anthropic/v1/messages HTTP/1.1\r\n")
 
 
-def _self_signed(folder: Path) -> tuple[Path, Path]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=1))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
-        .sign(key, hashes.SHA256())
-    )
-    cert_file, key_file = folder / "cert.pem", folder / "key.pem"
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    return cert_file, key_file
-
-
 def test_the_tls_connection_is_verified_and_kept_alive(server: ScriptedServer, tmp_path: Path) -> None:
-    cert_file, key_file = _self_signed(tmp_path)
+    cert_file, key_file = self_signed(tmp_path)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert_file, key_file)
     server.socket = context.wrap_socket(server.socket, server_side=True)

@@ -10,8 +10,6 @@ issues ``token`` for the known client's secret and answers ``invalid_client`` (4
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import json
 import ssl
 import threading
@@ -21,39 +19,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from tests.support.tls import self_signed
 
 TENANT = "00000000-0000-0000-0000-00000000e2a1"
 CLIENT_ID = "11111111-1111-1111-1111-11111111c11e"
 CLIENT_SECRET = "entra-test-secret"
-
-
-def self_signed(folder: Path) -> tuple[Path, Path]:
-    """A certificate for 127.0.0.1 (its own CA) and its key, written to ``folder``."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=2))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = folder / "entra-cert.pem", folder / "entra-key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    return cert_path, key_path
 
 
 @dataclass
@@ -69,7 +39,7 @@ class EntraEndpoint:
     _server: ThreadingHTTPServer | None = None
 
     def start(self) -> EntraEndpoint:
-        cert, key = self_signed(self.folder)
+        cert, key = self_signed(self.folder, "entra-")
         self.ca_file = str(cert)
         endpoint = self
 
