@@ -27,6 +27,9 @@ uses these, and gets plain-thread equivalents outside gevent (tests, tools):
   (Pillow's decoders and resamplers), so the loop goes on meanwhile; called in place outside
   gevent, where the caller is a thread already.
 
+``readable_now(sock)`` asks the OS, without waiting and without the event loop, whether a socket
+has something to read (bytes, its end, an error): one ``poll`` system call.
+
 ``tools()`` chooses once per process (a forked worker chooses again: gunicorn's gevent worker
 patches after the fork).
 """
@@ -63,6 +66,26 @@ class Readiness(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+_os_poll: Callable[[], Any] | None = None
+
+
+def readable_now(sock: Any) -> bool:
+    """Whether ``sock`` (or a file descriptor) has something to read this instant: the OS's own
+    ``poll`` with no wait, even under gevent's patches (gevent's ``poll`` and ``select`` are a
+    turn of the event loop: watchers, a timer, a switch to the hub and back; ``select`` also
+    refuses a descriptor past 1023, which a worker holding a thousand streams has). Raises
+    ``ValueError`` for a closed socket."""
+    global _os_poll
+    make = _os_poll
+    if make is None:
+        from gevent.monkey import get_original
+
+        make = _os_poll = get_original("select", "poll")
+    poller = make()
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 def _no_pause() -> None:

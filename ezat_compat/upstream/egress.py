@@ -26,9 +26,12 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import requests
-from requests.adapters import HTTPAdapter
+from requests.adapters import DEFAULT_POOLBLOCK, HTTPAdapter
 from requests.utils import get_environ_proxies
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
+from ezat_compat.cooperative import readable_now
 from ezat_compat.domain import Deployment
 
 CA_BUNDLE_VARIABLES = ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")  # requests' own order (sessions.py)
@@ -73,10 +76,49 @@ def trusting_session(extra_ca_files: Sequence[str] = ()) -> requests.Session:
     return session
 
 
+class _ReuseChecked:
+    """urllib3's check before a kept connection is used again (``is_connected``: anything to read
+    on an idle connection means the server closed or broke it), asked of the OS
+    (``cooperative.readable_now``): urllib3 asks with ``poll``, which under gevent's patches is
+    a turn of the event loop on every request that reuses a connection."""
+
+    sock: Any
+
+    @property
+    def is_connected(self) -> bool:
+        sock = self.sock
+        if sock is None:
+            return False
+        try:
+            return not readable_now(sock)
+        except (OSError, ValueError):  # closed meanwhile
+            return False
+
+
+class _CheckedHTTPConnection(_ReuseChecked, HTTPConnection):
+    pass
+
+
+class _CheckedHTTPSConnection(_ReuseChecked, HTTPSConnection):
+    pass
+
+
+class _CheckedHTTPPool(HTTPConnectionPool):
+    ConnectionCls = _CheckedHTTPConnection
+
+
+class _CheckedHTTPSPool(HTTPSConnectionPool):
+    ConnectionCls = _CheckedHTTPSConnection
+
+
+CHECKED_POOLS: dict[str, type] = {"http": _CheckedHTTPPool, "https": _CheckedHTTPSPool}
+
+
 class TLSAdapter(HTTPAdapter):
     """An ``HTTPAdapter`` whose https connections use one TLS context (the egress's CAs and
     client certificate), through requests' extension points for subclasses: a custom
-    ``SSLContext`` in the pool key (``build_connection_pool_key_attributes``), and
+    ``SSLContext`` in the pool key (``build_connection_pool_key_attributes``), connections
+    whose reuse check costs one system call (``init_poolmanager``), and
     ``cert_verify`` leaving the CAs to that context (requests' own would load certifi's bundle
     into it again at every new connection). ``context`` None: plain http only (an http origin
     needs none, and loading a CA bundle costs tens of milliseconds)."""
@@ -84,6 +126,14 @@ class TLSAdapter(HTTPAdapter):
     def __init__(self, context: ssl.SSLContext | None, *, pool_maxsize: int, pool_block: bool = True) -> None:
         self._context = context
         super().__init__(pool_connections=4, pool_maxsize=pool_maxsize, pool_block=pool_block, max_retries=0)
+
+    def init_poolmanager(
+        self, connections: int, maxsize: int, block: bool = DEFAULT_POOLBLOCK, **pool_kwargs: Any
+    ) -> None:
+        """requests' pool manager, its pools of connections checked by the OS before reuse
+        (``_ReuseChecked``); through a proxy, requests' own."""
+        super().init_poolmanager(connections, maxsize, block, **pool_kwargs)
+        self.poolmanager.pool_classes_by_scheme = dict(CHECKED_POOLS)
 
     def cert_verify(self, conn: Any, url: str, verify: bool | str, cert: Any) -> None:
         if self._context is None or not url.lower().startswith("https"):

@@ -142,6 +142,18 @@ def test_complete_sends_the_deployments_key_and_reuses_the_connection(
     assert server.requests[0].endswith(b'{"model":"claude-x","stream":false,"max_tokens":5}')
 
 
+def test_a_kept_connection_the_server_closed_is_not_used_again(server: ScriptedServer, client: UpstreamClient) -> None:
+    """Before reusing a kept connection the pool asks whether it has something to read (the
+    server's end): this one has, so the next call opens another (a reused closed connection
+    would fail the call: no retries)."""
+    server.close_after = True
+    server.scripts = [respond(200, b'{"ok":1}'), respond(200, b'{"ok":2}')]
+    assert client.complete(deployment(server.url), "/v1/messages", b"{}", timeout_s=5)[0] == b'{"ok":1}'
+    time.sleep(0.2)  # the server's end has reached us
+    assert client.complete(deployment(server.url), "/v1/messages", b"{}", timeout_s=5)[0] == b'{"ok":2}'
+    assert server.connections == 2
+
+
 @pytest.mark.parametrize(
     "status, failover",
     [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 
 from ezat_compat.api.common import still_connected
@@ -33,3 +34,16 @@ def test_a_socket_already_closed_counts_as_left() -> None:
     with theirs:
         ours.close()
         assert still_connected(ours) is False
+
+
+def test_a_client_on_a_descriptor_past_1023_is_still_there() -> None:
+    """A worker holding a thousand streams hands out descriptors past ``select``'s 1023: a JSON
+    reply served on one of them is no client that left (it was billed 499 when the peek used
+    ``select``, which refuses such a descriptor)."""
+    ours, theirs = socket.socketpair()
+    high = socket.socket(fileno=os.dup2(ours.fileno(), 1500))
+    with ours, theirs, high:
+        assert high.fileno() > 1023
+        assert still_connected(high) is True
+        theirs.close()
+        assert still_connected(high) is False
