@@ -21,12 +21,14 @@ from types import ModuleType
 from typing import Any
 
 from flask import Blueprint, Flask, Response, g, request, url_for
+from flask.sessions import SecureCookieSession, SecureCookieSessionInterface
+from flask.wrappers import Request
 from werkzeug.exceptions import BadRequest
 from werkzeug.routing import BuildError
 
 from ezat_compat.console import auth, security
 from ezat_compat.console.access import PERSON_KEY, Person, csrf_field
-from ezat_compat.console.errors import render_console_error
+from ezat_compat.console.errors import is_console_path, render_console_error
 from ezat_compat.console.proxy import ForwardedPrefix
 from ezat_compat.datafiles import data_folder
 from ezat_compat.domain import Config
@@ -68,10 +70,23 @@ def signed_in_person() -> Person | None:
     return found
 
 
+class _ConsoleCookie(SecureCookieSessionInterface):
+    """Flask's signed-cookie session, opened on the console's pages only: any other request (an
+    inference, the admin API) gets Flask's null session, without a serializer made for it or a
+    cookie looked for."""
+
+    def open_session(self, app: Flask, request: Request) -> SecureCookieSession | None:
+        if not is_console_path(request.path):
+            return None  # Flask makes its null session
+        return super().open_session(app, request)
+
+
 def _flash_messages(app: Flask, config: Config) -> None:
-    """Flask's flashed messages (a signed cookie of their own, ``ezat_console_flash``) for the
-    pages' "done" notes: the app's secret key is derived from the sealing key, the same on every
-    worker and node. Sessions are never kept in it (``store/console.py`` keeps them)."""
+    """Flask's flashed messages (a signed cookie of their own, ``ezat_console_flash``, read on the
+    console's pages only) for the pages' "done" notes: the app's secret key is derived from the
+    sealing key, the same on every worker and node. Sessions are never kept in it
+    (``store/console.py`` keeps them)."""
+    app.session_interface = _ConsoleCookie()
     if not app.secret_key:
         app.secret_key = load_sealer(data_folder(config)).derive(FLASH_KEY_PURPOSE)
     app.config.update(

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from flask import Flask
+from flask import request as flask_request
 from flask.testing import FlaskClient
 from markupsafe import escape
 
@@ -242,6 +243,21 @@ def test_the_session_cookie_is_secure_httponly_lax_on_the_consoles_path(app: Fla
     for flag in ("Secure", "HttpOnly", "SameSite=Lax", "Path=/gw/console"):
         assert flag in cookie.split("; "), (flag, cookie)
     assert "Expires" not in cookie and "Max-Age" not in cookie  # a session cookie of the browser
+
+
+@pytest.mark.parametrize(
+    ("path", "cookie_session"),
+    [("/console", True), ("/console/keys", True), ("/openai/v1/chat/completions", False), ("/v1/messages", False),
+     ("/admin/v1/organizations", False), ("/consoles", False)],
+)  # fmt: skip
+def test_flasks_cookie_session_is_opened_on_the_consoles_pages_only(
+    app: Flask, path: str, cookie_session: bool
+) -> None:
+    """The flashed messages' signed cookie is the console's: another request gets Flask's null
+    session (no serializer made, no cookie read), even when it brings the cookie."""
+    with app.test_request_context(path, headers={"Cookie": "ezat_console_flash=forged"}):
+        opened = app.session_interface.open_session(app, flask_request)
+    assert (opened is not None) is cookie_session
 
 
 def test_signing_out_takes_the_sessions_csrf_token(app: Flask, client: FlaskClient) -> None:
