@@ -237,6 +237,7 @@ class UpstreamStream:
         "_idle_s",
         "_interrupted",
         "_last_read",
+        "_more",
         "_new_decoder",
         "_open",
         "_pending",
@@ -285,6 +286,7 @@ class UpstreamStream:
         self._read_timeout: float | None = None
         self._empty = False  # the last look found nothing above the socket, and nothing was read since
         self._last_read = 0.0
+        self._more = False  # the decoder kept events of the first read, to give at the next poll
         self._since_pause = 0
 
     def poll(self, wait_s: float | None = None) -> list[Event]:
@@ -307,6 +309,10 @@ class UpstreamStream:
             return []
         if not self._started:
             return self._poll_first(wait_s)
+        if self._more:  # already read: given without a wait
+            kept = self._take(time.monotonic(), gather=True)
+            if kept:
+                return kept
         if wait_s is not None and wait_s <= 0:
             return []
         return self._take(None if wait_s is None else time.monotonic() + wait_s, gather=True)
@@ -405,6 +411,11 @@ class UpstreamStream:
     def _read(self, until: float | None, gather: bool, out: list[Event]) -> list[Event]:
         decoder, chunks = self._decoder, self._chunks
         assert decoder is not None and chunks is not None
+        if self._more:  # the rest of the first read, decoded now that its first event went on
+            self._more = False
+            out += decoder.feed(b"")
+            if out:
+                return out
         woke = False  # the socket was seen readable
         # Waiting for the first event until the deadline, nothing else can be done meanwhile (no
         # keep-alive is due, no cut can come before the stream is handed on): the reads wait
@@ -425,7 +436,11 @@ class UpstreamStream:
                     out += decoder.end()
                     return out
                 self._last_read = now = time.monotonic()
-                events = decoder.feed(data)
+                if gather:
+                    events = decoder.feed(data)
+                else:  # the first event: the rest of the read decoded at the next poll
+                    events = decoder.feed(data, 1)
+                    self._more = bool(events)
                 self._since_pause += len(events) or 1
                 if events:
                     out += events

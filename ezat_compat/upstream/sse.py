@@ -29,7 +29,7 @@ make the reader buffer without end (``EventTooLargeError``).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Protocol
+from typing import Any, Protocol
 
 from sseclient import SSEClient
 
@@ -48,9 +48,12 @@ class StreamDecoder(Protocol):
     """A provider's stream framing, fed as the body arrives (``SSEDecoder``, Bedrock's
     ``EventStreamDecoder``): ``feed`` gives the events its bytes complete, ``end`` those the
     body's end completes (an unterminated one is not one). A failure raises; the events of the
-    same bytes that came before it are given first, the failure at the next call."""
+    same bytes that came before it are given first, the failure at the next call. ``most``: give
+    at most that many events (0: all); the others the bytes complete are kept, not decoded yet,
+    and given first by the next call (``feed(b"")`` gives them): a stream's first event goes on
+    without waiting for the decoding of the rest of its read."""
 
-    def feed(self, chunk: bytes) -> list[Event]: ...
+    def feed(self, chunk: bytes, most: int = 0) -> list[Event]: ...
 
     def end(self) -> list[Event]: ...
 
@@ -99,9 +102,10 @@ class SSEDecoder:
     ``feed`` keeps the bytes after the last event end (at most ``max_event_bytes``) and hands
     sseclient-py the complete events before it, as one piece: one ``SSEClient`` for the stream,
     whose ``events()`` reads the piece handed to it (``_Piece``) and ends with it, holding
-    nothing (the piece ends where an event ends)."""
+    nothing (the piece ends where an event ends). A call cut short by ``most`` keeps that
+    ``events()`` (the piece's other events, not decoded yet) for the next call."""
 
-    __slots__ = ("_client", "_error", "_held", "_held_size", "_max_bytes", "_source")
+    __slots__ = ("_client", "_error", "_held", "_held_size", "_max_bytes", "_rest", "_source")
 
     def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
         self._max_bytes = max_event_bytes
@@ -109,18 +113,35 @@ class SSEDecoder:
         self._held_size = 0
         self._source = _Piece()
         self._client = SSEClient(self._source)
+        self._rest: Iterator[Any] | None = None  # sseclient-py's events of a piece cut short by ``most``
         self._error: BaseException | None = None
 
-    def feed(self, chunk: bytes) -> list[Event]:
+    def feed(self, chunk: bytes, most: int = 0) -> list[Event]:
+        if self._rest is not None:  # the events an earlier call kept come first
+            rest = self._decoded(self._rest, 0)
+            if self._error is not None or not chunk:  # a failure after them: at the next call
+                return rest
+            try:
+                more = self._fed(chunk, most)
+            except Exception as exc:
+                if not rest:
+                    raise
+                exc.__traceback__ = None
+                self._error = exc
+                return rest
+            return rest + more
         if self._error is not None:
             self._raise()
         if not chunk:
             return []
+        return self._fed(chunk, most)
+
+    def _fed(self, chunk: bytes, most: int) -> list[Event]:
         held = self._held
         if not held:
             end = event_end(chunk)
             if end == len(chunk):  # whole events, nothing left over: the common case
-                return self._parse(chunk)
+                return self._parse(chunk, most)
             if end < 0:
                 self._hold(chunk)
                 return []
@@ -136,7 +157,7 @@ class SSEDecoder:
             cut = self._held_size - len(tail) + end
             held.clear()
             self._held_size = 0
-        events = self._parse(data[:cut])
+        events = self._parse(data[:cut], most)
         if cut < len(data):
             try:
                 self._hold(data[cut:])
@@ -150,6 +171,8 @@ class SSEDecoder:
     def end(self) -> list[Event]:
         """The events the body's end completes (a ``\\r\\r`` at its very end); the rest held is
         an unterminated event, dropped (WHATWG)."""
+        if self._rest is not None:  # the events an earlier call kept come first
+            return self.feed(b"")
         if self._error is not None:
             self._raise()
         if not self._held:
@@ -166,22 +189,34 @@ class SSEDecoder:
         if self._held_size > self._max_bytes:
             raise EventTooLargeError(f"the upstream sent an event larger than {self._max_bytes} bytes")
 
-    def _parse(self, piece: bytes) -> list[Event]:
-        """sseclient-py's events of ``piece`` (whole events); a failure after some of them (bytes
-        that aren't UTF-8) is kept for the next call, so the events before it go on first."""
+    def _parse(self, piece: bytes, most: int = 0) -> list[Event]:
+        """sseclient-py's events of ``piece`` (whole events), at most ``most`` of them (0: all;
+        the others stay in ``_rest``, decoded when asked)."""
         source = self._source
         source.piece = piece
+        try:
+            events = self._client.events()  # reads the piece when first resumed
+            return self._decoded(events, most)
+        finally:
+            source.piece = b""
+
+    def _decoded(self, events: Iterator[Any], most: int) -> list[Event]:
+        """The (type, data) of sseclient-py's ``events``, up to ``most`` (0: all): the rest are
+        kept in ``_rest``; a failure after some of them (bytes that aren't UTF-8) is kept for the
+        next call, so the events before it go on first."""
+        self._rest = None
         out: list[Event] = []
         try:
-            for event in self._client.events():
+            for event in events:
                 out.append((event.event, event.data))
+                if len(out) == most:
+                    self._rest = events
+                    break
         except Exception as exc:
             if not out:
                 raise
             exc.__traceback__ = None  # kept: not with this frame, which holds the decoder
             self._error = exc
-        finally:
-            source.piece = b""
         return out
 
     def _raise(self) -> None:

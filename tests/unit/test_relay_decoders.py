@@ -124,3 +124,40 @@ def test_each_provider_makes_the_decoder_of_its_framing() -> None:
     assert isinstance(make_provider(BEDROCK).decoder(), EventStreamDecoder)
     anthropic = Deployment(name="a", base_url="http://a.test", upstream_model="m", api_key="k")
     assert isinstance(make_provider(anthropic).decoder(), SSEDecoder)
+
+
+# ---------------------------------------------------------------- a first event given alone
+
+
+@pytest.mark.parametrize("framing", ["sse", "bedrock"])
+def test_most_gives_the_first_event_and_keeps_the_rest_for_the_next_call(framing: str) -> None:
+    """``feed(data, 1)``: the stream's first event goes on before the rest of its read is
+    decoded; ``feed(b"")`` gives the rest, a further chunk's events come after them, and the
+    body's end gives what is still kept."""
+    expected = [(e["type"], json.dumps(e, separators=(",", ":"), ensure_ascii=False)) for e in EVENTS]
+    if framing == "sse":
+        frames = [f"event: {t}\ndata: {d}\n\n".encode() for t, d in expected]
+        new: type[SSEDecoder] | type[EventStreamDecoder] = SSEDecoder
+    else:
+        frames = [clouds.chunk_message(e) for e in EVENTS]
+        new = EventStreamDecoder
+    whole = b"".join(frames)
+    decoder = new()
+    assert decoder.feed(whole, 1) == expected[:1]
+    assert decoder.feed(b"") == expected[1:]
+    assert decoder.feed(b"") == [] and decoder.end() == []
+    decoder = new()
+    assert decoder.feed(b"".join(frames[:2]), 1) == expected[:1]
+    assert decoder.feed(frames[2]) == expected[1:]  # the kept one first, then the new chunk's
+    decoder = new()
+    assert decoder.feed(whole, 1) == expected[:1]
+    assert decoder.end() == expected[1:]
+
+
+def test_most_keeps_a_failure_after_the_kept_events_for_the_call_after_them() -> None:
+    decoder = SSEDecoder()
+    good = b'event: ping\ndata: {"type":"ping"}\n\n'
+    assert decoder.feed(good + good + b"event: x\ndata: \xff\n\n", 1) == [("ping", '{"type":"ping"}')]
+    assert decoder.feed(b"") == [("ping", '{"type":"ping"}')]  # the bytes that aren't UTF-8 come after
+    with pytest.raises(UnicodeDecodeError):
+        decoder.feed(b"")

@@ -290,7 +290,7 @@ class EventStreamDecoder:
         self._buffer = EventStreamBuffer()
         self._error: BaseException | None = None
 
-    def feed(self, chunk: bytes) -> list[Event]:
+    def feed(self, chunk: bytes, most: int = 0) -> list[Event]:
         error = self._error
         if error is not None:
             self._error = None
@@ -298,10 +298,12 @@ class EventStreamDecoder:
         self._buffer.add_data(chunk)
         out: list[Event] = []
         try:
-            for message in self._buffer:
+            for message in self._buffer:  # decodes a message at a time: the rest wait in the buffer
                 event = _event(message)
                 if event is not None:
                     out.append(event)
+                    if len(out) == most:
+                        break
         except Exception as exc:
             if not out:
                 raise
@@ -313,7 +315,9 @@ class EventStreamDecoder:
         error, self._error = self._error, None
         if error is not None:
             raise error
-        return []  # what botocore still holds is a message the body's end cut off
+        # The messages a call cut short by ``most`` kept; what botocore holds after them is a
+        # message the body's end cut off.
+        return self.feed(b"")
 
 
 def iter_event_stream(chunks: Iterable[bytes], *, before_read: Callable[[], None] | None = None) -> Iterator[Event]:
