@@ -309,13 +309,9 @@ class UpstreamStream:
             return []
         if not self._started:
             return self._poll_first(wait_s)
-        if self._more:  # already read: given without a wait
-            kept = self._take(time.monotonic(), gather=True)
-            if kept:
-                return kept
-        if wait_s is not None and wait_s <= 0:
+        if wait_s is not None and wait_s <= 0 and not self._more:  # events kept are already read
             return []
-        return self._take(None if wait_s is None else time.monotonic() + wait_s, gather=True)
+        return self._take(None if wait_s is None else time.monotonic() + max(wait_s, 0.0), gather=True)
 
     def _poll_first(self, wait_s: float | None) -> list[Event]:
         """Before the first event: the request sent (its head), then reads until an event, all
