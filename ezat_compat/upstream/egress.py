@@ -131,9 +131,18 @@ class TLSAdapter(HTTPAdapter):
         self, connections: int, maxsize: int, block: bool = DEFAULT_POOLBLOCK, **pool_kwargs: Any
     ) -> None:
         """requests' pool manager, its pools of connections checked by the OS before reuse
-        (``_ReuseChecked``); through a proxy, requests' own."""
+        (``_ReuseChecked``)."""
         super().init_poolmanager(connections, maxsize, block, **pool_kwargs)
-        self.poolmanager.pool_classes_by_scheme = dict(CHECKED_POOLS)
+        self.poolmanager.pool_classes_by_scheme = CHECKED_POOLS
+
+    def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:
+        """requests' manager for ``proxy``, its pools checked as ``init_poolmanager``'s (a SOCKS
+        proxy's pools are urllib3's SOCKS pools: left as they are)."""
+        made = proxy not in self.proxy_manager
+        manager = super().proxy_manager_for(proxy, **proxy_kwargs)
+        if made and not proxy.lower().startswith("socks"):
+            manager.pool_classes_by_scheme = CHECKED_POOLS
+        return manager
 
     def cert_verify(self, conn: Any, url: str, verify: bool | str, cert: Any) -> None:
         if self._context is None or not url.lower().startswith("https"):
