@@ -5,7 +5,9 @@ tests/support/, never in a test module."""
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import socket
 from pathlib import Path
 from typing import Any
@@ -32,7 +34,8 @@ REDIS_URL = os.environ.get("EZAT_TEST_REDIS_URL", f"redis://127.0.0.1:6379/{15 -
 
 
 SUITE_WORKERS = 5  # the whole suite: most of it waits on servers and subprocesses, so more than the cores
-UNIT = Path(__file__).parent / "unit"
+ROOT = Path(__file__).parent.parent
+UNIT = ROOT / "tests" / "unit"
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
@@ -55,31 +58,29 @@ SPLIT_BY_FIRST_PARAMETER = frozenset({"tests/integration/test_billing_limits.py"
 SPLIT_BY_TEST = frozenset({"tests/integration/test_cli.py"})
 
 
-# The unit files that check translations against the SDKs' own types (``tests/support/
-# anthropic_types.py``, ``sdk_types.py``): one unit, so one process imports the SDKs (~1.5 s of
-# CPU each time), not every process that gets one of them.
+# The unit files that check translations against the SDKs' own types (they import ``anthropic``
+# or ``openai``, or ``tests/support``'s modules that do): one unit, so one process imports the
+# SDKs (~1.5 s of CPU each time), not every process that gets one of them.
 SDK_TYPES_UNIT = "tests/unit[sdk-types]"
-WITH_SDK_TYPES = frozenset(
-    f"tests/unit/{name}.py"
-    for name in (
-        "test_completions",
-        "test_responses_request",
-        "test_responses_response",
-        "test_schema_budget",
-        "test_translate_request",
-        "test_translate_response",
-        "test_translate_schema",
-        "test_translate_stream",
-        "test_translate_thinking",
-    )
+_SDK_MODULES = r"(?:anthropic_types|sdk_types|translation)"
+_SDK_IMPORT = re.compile(
+    rf"^(?:(?:from|import) (?:anthropic|openai)\b"
+    rf"|from tests\.support(?:\.{_SDK_MODULES}\b| import .*\b{_SDK_MODULES}\b))",
+    re.M,
 )
+
+
+@functools.cache
+def _uses_sdk_types(path: str) -> bool:
+    file = ROOT / path
+    return path.startswith("tests/unit/") and file.is_file() and bool(_SDK_IMPORT.search(file.read_text("utf-8")))
 
 
 def work_unit(nodeid: str) -> str:
     """The unit of work ``nodeid`` is scheduled in: its file, a stack of it, itself, or the SDK
     types' unit."""
     path, _, rest = nodeid.partition("::")
-    if path in WITH_SDK_TYPES:
+    if _uses_sdk_types(path):
         return SDK_TYPES_UNIT
     if path in SPLIT_BY_TEST:
         return nodeid
