@@ -1,7 +1,7 @@
 """The stream relay's two figures: the added stream TTFB at c=1 against the card's least
 work, and the memory of idle streams on one worker.
 
-    python bench/relay.py [--rounds N] [--seconds S] [--streams N] [--skip-idle] [--skip-ttfb]
+    python bench/relay.py [--rounds N] [--seconds S] [--streams N] [--skip-idle] [--skip-ttfb] [--json]
                           [--references] [--baseline PATH [--cpu-rounds N]]
 
 Starts the simulator, our gateway (one worker, ``keepalive_s = 1``), and the floor plus the
@@ -11,6 +11,7 @@ card's least per-request work (``mandated_app.py``, as ``bench/mandated.py`` sta
   simulator, the least work and ours, in that order then mirrored on the next round, so a drift
   of the shared machine falls on all alike. A round's figure is (ours − direct) / (least work −
   direct) on the p50 TTFB of its runs; the result is the median of the rounds (target ≤ 1.1×).
+  ``--json``: then the same rounds for a JSON answer (its p50 latency at c=1, the same target).
   ``--baseline PATH``: another checkout's gateway (the code before a change) runs in the same
   rounds as "before"; with ``--cpu-rounds``, CPU per stream (and per long stream) at c=32,
   ours over before, in paired rounds as ``bench/run.py`` pairs.
@@ -59,33 +60,40 @@ TTFB_TARGET = 1.1
 RSS_TARGET_KB = 48.0
 
 
-def _ttfb(ep: Endpoint, seconds: float, sim_pid: int) -> dict[str, Any]:
-    args = ["--url", ep.url, "--body-file", str(ep.body_sse), "--mode", "sse", "--concurrency", "1"]
-    args += ["--expect", ep.expect_sse]
+def _c1_args(ep: Endpoint, mode: str) -> list[str]:
+    body, expect = (ep.body_sse, ep.expect_sse) if mode == "sse" else (ep.body_json, ep.expect_json)
+    args = ["--url", ep.url, "--body-file", str(body), "--mode", mode, "--concurrency", "1", "--expect", expect]
     for header in ep.headers:
         args += ["--header", header]
-    plan = replace(QUICK, duration_s=seconds)
-    return _timed(ep, args, "sse", plan, sim_pid)
+    return args
 
 
-def ttfb_rounds(targets: dict[str, Endpoint], rounds: int, seconds: float, sim_pid: int) -> dict[str, Any]:
-    """Rounds of c=1 streams of direct, mandated and ours (and the baseline tree's, "before")
-    in mirrored order (module docstring)."""
+def _ttfb(ep: Endpoint, seconds: float, sim_pid: int, mode: str = "sse") -> dict[str, Any]:
+    """One c=1 run: a stream's time to first byte (``mode`` "sse"), or a JSON answer's latency
+    ("json", under the same names)."""
+    run = _timed(ep, _c1_args(ep, mode), mode, replace(QUICK, duration_s=seconds), sim_pid)
+    if mode == "json":
+        run["ttfb_p50_ms"], run["ttfb_p99_ms"] = run["p50_ms"], run["p99_ms"]
+    return run
+
+
+def ttfb_rounds(
+    targets: dict[str, Endpoint], rounds: int, seconds: float, sim_pid: int, mode: str = "sse"
+) -> dict[str, Any]:
+    """Rounds of c=1 streams (or JSON answers: ``mode`` "json") of direct, mandated and ours
+    (and the baseline tree's, "before") in mirrored order (module docstring)."""
     names = tuple(name for name in ("direct", "mandated", "before", "ours") if name in targets)
     for name in names:  # warm each once (connections, caches, the JIT-less interpreter's first paths)
-        args = ["--url", targets[name].url, "--body-file", str(targets[name].body_sse), "--mode", "sse"]
-        args += ["--concurrency", "1", "--expect", targets[name].expect_sse, "--duration", "0.5"]
-        for header in targets[name].headers:
-            args += ["--header", header]
-        loadgen(args, timeout_s=60)
+        loadgen([*_c1_args(targets[name], mode), "--duration", "0.5"], timeout_s=60)
     out = []
     for i in range(rounds):
         order = names if i % 2 == 0 else tuple(reversed(names))
-        runs = {name: _ttfb(targets[name], seconds, sim_pid) for name in order}
+        runs = {name: _ttfb(targets[name], seconds, sim_pid, mode) for name in order}
         p50 = {name: runs[name]["ttfb_p50_ms"] for name in names}
         added_ours, added_mandated = p50["ours"] - p50["direct"], p50["mandated"] - p50["direct"]
         out.append(
             {
+                "mode": mode,
                 "ttfb_p50_ms": p50,
                 "ttfb_p99_ms": {name: runs[name]["ttfb_p99_ms"] for name in names},
                 "cpu_ms_per_request": {name: runs[name]["cpu_ms_per_request"] for name in names},
@@ -196,6 +204,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-idle", action="store_true")
     parser.add_argument("--skip-ttfb", action="store_true")
     parser.add_argument(
+        "--json", action="store_true", help="also the JSON answer's added latency at c=1, in rounds of its own"
+    )
+    parser.add_argument(
         "--references", action="store_true", help="also the floor's and the least work's idle streams, for reference"
     )
     parser.add_argument(
@@ -247,6 +258,8 @@ def main(argv: list[str] | None = None) -> int:
                     pid=base.proc.pid,
                 )  # fmt: skip
             results["ttfb"] = ttfb_rounds(targets, args.rounds, args.seconds, sim.pid)
+            if args.json:
+                results["json"] = ttfb_rounds(targets, args.rounds, args.seconds, sim.pid, "json")
             fleet.stop(mandated)
             if args.baseline and args.cpu_rounds:
                 plan = replace(QUICK, paired_rounds=args.cpu_rounds, paired_s=args.seconds)
@@ -269,12 +282,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report(results: dict[str, Any]) -> str:
-    lines = []
-    ttfb = results.get("ttfb")
-    if ttfb:
+    lines: list[str] = []
+    for key, what in (("ttfb", "stream TTFB"), ("json", "JSON answer's latency (p50)")):
+        ttfb = results.get(key)
+        if not ttfb:
+            continue
         ratios = [r["ratio"] for r in ttfb["rounds"] if r["ratio"] is not None]
         lines.append(
-            f"added stream TTFB at c=1, ours / the card's least work: {ttfb['ratio']:.2f}× (target ≤ {TTFB_TARGET}×; "
+            f"added {what} at c=1, ours / the card's least work: {ttfb['ratio']:.2f}× (target ≤ {TTFB_TARGET}×; "
             f"+{ttfb['added_ours_ms']:.2f} ms against +{ttfb['added_mandated_ms']:.2f}, medians; "
             f"rounds {min(ratios):.2f}–{max(ratios):.2f}×; errors {ttfb['errors']})"
         )
