@@ -1,7 +1,7 @@
 """The stream relay's two figures: the added stream TTFB at c=1 against the card's least
 work, and the memory of idle streams on one worker.
 
-    python bench/relay.py [--rounds N] [--seconds S] [--streams N] [--skip-idle] [--skip-ttfb] [--json]
+    python bench/relay.py [--rounds N] [--seconds S] [--streams N] [--skip-idle] [--skip-ttfb] [--json] [--unlimited]
                           [--references] [--baseline PATH [--cpu-rounds N]]
 
 Starts the simulator, our gateway (one worker, ``keepalive_s = 1``), and the floor plus the
@@ -12,6 +12,8 @@ card's least per-request work (``mandated_app.py``, as ``bench/mandated.py`` sta
   of the shared machine falls on all alike. A round's figure is (ours − direct) / (least work −
   direct) on the p50 TTFB of its runs; the result is the median of the rounds (target ≤ 1.1×).
   ``--json``: then the same rounds for a JSON answer (its p50 latency at c=1, the same target).
+  ``--unlimited``: ours with a second key of the same gateway, without rpm and tpm, in the same
+  rounds: like for like with the least work, which has no rate limits (the bench's key has them).
   ``--baseline PATH``: another checkout's gateway (the code before a change) runs in the same
   rounds as "before"; with ``--cpu-rounds``, CPU per stream (and per long stream) at c=32,
   ours over before, in paired rounds as ``bench/run.py`` pairs.
@@ -82,7 +84,7 @@ def ttfb_rounds(
 ) -> dict[str, Any]:
     """Rounds of c=1 streams (or JSON answers: ``mode`` "json") of direct, mandated and ours
     (and the baseline tree's, "before") in mirrored order (module docstring)."""
-    names = tuple(name for name in ("direct", "mandated", "before", "ours") if name in targets)
+    names = tuple(name for name in ("direct", "mandated", "before", "unlimited", "ours") if name in targets)
     for name in names:  # warm each once (connections, caches, the JIT-less interpreter's first paths)
         loadgen([*_c1_args(targets[name], mode), "--duration", "0.5"], timeout_s=60)
     out = []
@@ -104,10 +106,11 @@ def ttfb_rounds(
                 "ratio": added_ours / added_mandated if added_mandated > 0 else None,
             }
         )
-        if "before" in p50:
-            added_before = p50["before"] - p50["direct"]
-            out[-1]["added_before_ms"] = added_before
-            out[-1]["before_ratio"] = added_before / added_mandated if added_mandated > 0 else None
+        for other in ("before", "unlimited"):
+            if other in p50:
+                added = p50[other] - p50["direct"]
+                out[-1][f"added_{other}_ms"] = added
+                out[-1][f"{other}_ratio"] = added / added_mandated if added_mandated > 0 else None
         print(f"relay: round {i + 1}/{rounds}: {out[-1]['ratio']}", file=sys.stderr, flush=True)
     ratios = [r["ratio"] for r in out if r["ratio"] is not None]
     result = {
@@ -117,10 +120,11 @@ def ttfb_rounds(
         "added_mandated_ms": statistics.median(r["added_mandated_ms"] for r in out),
         "errors": sum(r["errors"] for r in out),
     }
-    before = [r["before_ratio"] for r in out if r.get("before_ratio") is not None]
-    if before:
-        result["before_ratio"] = statistics.median(before)
-        result["added_before_ms"] = statistics.median(r["added_before_ms"] for r in out)
+    for other in ("before", "unlimited"):
+        ratios = [r[f"{other}_ratio"] for r in out if r.get(f"{other}_ratio") is not None]
+        if ratios:
+            result[f"{other}_ratio"] = statistics.median(ratios)
+            result[f"added_{other}_ms"] = statistics.median(r[f"added_{other}_ms"] for r in out)
     return result
 
 
@@ -204,6 +208,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-idle", action="store_true")
     parser.add_argument("--skip-ttfb", action="store_true")
     parser.add_argument(
+        "--unlimited",
+        action="store_true",
+        help="also ours with a key without rpm and tpm, in the same rounds (the least work has no rate limits)",
+    )
+    parser.add_argument(
         "--json", action="store_true", help="also the JSON answer's added latency at c=1, in rounds of its own"
     )
     parser.add_argument(
@@ -251,6 +260,10 @@ def main(argv: list[str] | None = None) -> int:
                     "message_stop", sim.pid,
                 ),
             }  # fmt: skip
+            if args.unlimited:
+                targets["unlimited"] = replace(
+                    targets["ours"], name="unlimited", headers=[f"authorization: Bearer {gw.unlimited_key()}"]
+                )
             if args.baseline:
                 base = start_baseline(fleet, sim_url, args.baseline.resolve())
                 targets["before"] = replace(
@@ -297,9 +310,15 @@ def report(results: dict[str, Any]) -> str:
             lines.append(
                 f"  the baseline tree's ('before'): {ttfb['before_ratio']:.2f}× (+{ttfb['added_before_ms']:.2f} ms)"
             )
+        if "unlimited_ratio" in ttfb:
+            lines.append(
+                f"  ours with a key without rpm and tpm (as the least work, which has no rate limits): "
+                f"{ttfb['unlimited_ratio']:.2f}× (+{ttfb['added_unlimited_ms']:.2f} ms)"
+            )
         for r in ttfb["rounds"]:
             p50 = r["ttfb_p50_ms"]
             before = f"  before {p50['before']:.2f}" if "before" in p50 else ""
+            before += f"  unlimited {p50['unlimited']:.2f}" if "unlimited" in p50 else ""
             lines.append(
                 f"  direct {p50['direct']:.2f}  mandated {p50['mandated']:.2f}{before}  ours {p50['ours']:.2f} ms  "
                 f"-> {r['ratio']:.2f}×  (others' CPU {r['foreign_cpu_pct']:.0f} %)"

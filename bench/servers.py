@@ -286,6 +286,11 @@ class Gateway:
             .splitlines()[-1]
         )
 
+    def unlimited_key(self) -> str:
+        """Another key of the bench org (``new_key`` made it), without rpm and tpm: the work of
+        the card's least work, which has no rate limits."""
+        return self.cli("keys", "create", "--org", "bench", "--name", "bench-unlimited").strip().splitlines()[-1]
+
     def worker_pids(self) -> list[int]:
         return procstats.children(self.proc.pid)
 
