@@ -171,8 +171,9 @@ class SSEDecoder:
     def end(self) -> list[Event]:
         """The events the body's end completes (a ``\\r\\r`` at its very end); the rest held is
         an unterminated event, dropped (WHATWG)."""
-        if self._rest is not None:  # the events an earlier call kept come first
-            return self.feed(b"")
+        if self._rest is not None:  # the events an earlier call kept come first, then the end's
+            kept = self.feed(b"")
+            return kept if self._error is not None else kept + self.end()  # a failure: at the next call
         if self._error is not None:
             self._raise()
         if not self._held:

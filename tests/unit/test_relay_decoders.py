@@ -161,3 +161,17 @@ def test_most_keeps_a_failure_after_the_kept_events_for_the_call_after_them() ->
     assert decoder.feed(b"") == [("ping", '{"type":"ping"}')]  # the bytes that aren't UTF-8 come after
     with pytest.raises(UnicodeDecodeError):
         decoder.feed(b"")
+
+
+def test_the_end_gives_the_kept_events_then_those_the_end_completes() -> None:
+    """A body that ends right after a call cut short by ``most``: the kept events, then the one
+    the end completes (a ``\\r\\r`` at the very end), then a failure of the kept bytes at the call
+    after them."""
+    decoder = SSEDecoder()
+    assert decoder.feed(b"data: a\n\ndata: b\n\ndata: c\r\r", 1) == [("message", "a")]
+    assert decoder.end() == [("message", "b"), ("message", "c")]
+    decoder = SSEDecoder()
+    assert decoder.feed(b"data: a\n\ndata: b\n\ndata: \xff\n\n", 1) == [("message", "a")]
+    assert decoder.end() == [("message", "b")]
+    with pytest.raises(UnicodeDecodeError):
+        decoder.end()
