@@ -20,6 +20,7 @@ from ezat_compat.domain import Deployment
 from ezat_compat.errors import UpstreamStreamError, UpstreamTimeoutError
 from ezat_compat.upstream.client import UpstreamClient
 from tests.support.tls import self_signed
+from tests.support.wire import read_message
 
 pytestmark = pytest.mark.integration
 
@@ -75,18 +76,8 @@ class Upstream:
             if self.context is not None:
                 conn = self.context.wrap_socket(conn, server_side=True)
             buffer = b""
-            while True:
-                while b"\r\n\r\n" not in buffer:
-                    data = conn.recv(65536)
-                    if not data:
-                        return
-                    buffer += data
-                head, _, buffer = buffer.partition(b"\r\n\r\n")
-                lines = head.lower().split(b"\r\n")
-                length = next((int(line.split(b":")[1]) for line in lines if line.startswith(b"content-length:")), 0)
-                while len(buffer) < length:
-                    buffer += conn.recv(65536)
-                buffer = buffer[length:]
+            while (message := read_message(conn, buffer)) is not None:
+                buffer = message[2]
                 self.scripts.pop(0)(conn, self.go)
         except OSError:
             return

@@ -28,6 +28,7 @@ from ezat_compat.errors import (
 from ezat_compat.upstream.bodies import encode_body, with_model
 from ezat_compat.upstream.client import UpstreamClient
 from tests.support.tls import self_signed
+from tests.support.wire import read_message
 
 pytestmark = pytest.mark.integration
 
@@ -40,24 +41,8 @@ class _Handler(socketserver.BaseRequestHandler):
         server.connections += 1
         sock: socket.socket = self.request
         buffer = b""
-        while True:
-            while b"\r\n\r\n" not in buffer:
-                data = sock.recv(65536)
-                if not data:
-                    return
-                buffer += data
-            head, _, buffer = buffer.partition(b"\r\n\r\n")
-            length = next(
-                (
-                    int(line.split(b":")[1])
-                    for line in head.split(b"\r\n")
-                    if line.lower().startswith(b"content-length:")
-                ),
-                0,
-            )
-            while len(buffer) < length:
-                buffer += sock.recv(65536)
-            body, buffer = buffer[:length], buffer[length:]
+        while (message := read_message(sock, buffer)) is not None:
+            head, body, buffer = message
             server.requests.append(head + b"\r\n\r\n" + body)
             script = server.scripts.pop(0)
             try:
