@@ -8,6 +8,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,16 +16,13 @@ from sqlalchemy import Engine, create_engine, func, make_url, select, text
 
 from ezat_compat.domain import Usage
 from ezat_compat.store.accounts import Accounts, AuthContext
-from ezat_compat.store.db import make_engine, migrate
+from ezat_compat.store.db import make_engine
 from ezat_compat.store.hotpath import DatabaseUnavailableError, HotPath, Rider, make_hot_path
 from ezat_compat.store.ledger import Ledger, LedgerEntry
+from tests.support.migrated import migrate_like_the_template, migrated_sqlite, with_schema
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
-
-
-def _with_schema(url: str, schema: str) -> str:
-    return make_url(url).update_query_dict({"options": f"-csearch_path={schema}"}).render_as_string(hide_password=False)
 
 
 @pytest.fixture(params=BACKENDS)
@@ -39,7 +37,7 @@ def db_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
     try:
         with admin.begin() as conn:
             conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-        yield _with_schema(base, schema)
+        yield with_schema(base, schema)
         with admin.begin() as conn:
             conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
     finally:
@@ -47,9 +45,16 @@ def db_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
 
 
 @pytest.fixture
-def engine(db_url: str) -> Iterator[Engine]:
+def engine(request: pytest.FixtureRequest, db_url: str) -> Iterator[Engine]:
+    """An engine on ``db_url`` holding this release's schema, as ``migrate`` leaves it
+    (tests/support/migrated.py: the same schema, without running the migrations for each test)."""
+    url = make_url(db_url)
+    if url.get_backend_name() == "sqlite":
+        assert url.database
+        migrated_sqlite(Path(url.database))
     eng = make_engine(db_url)
-    migrate(eng)
+    if url.get_backend_name() == "postgresql":
+        migrate_like_the_template(eng, request.getfixturevalue("postgres_url"))
     yield eng
     eng.dispose()
 

@@ -25,9 +25,9 @@ from ezat_compat.console.proxy import ForwardedPrefix
 from ezat_compat.console.security import CLOCK, COOKIE_NAME, CSP, alive
 from ezat_compat.domain import Config, ConsoleSettings, IdentitySettings
 from ezat_compat.store.console import ConsoleSession
-from ezat_compat.store.db import make_engine, migrate
 from ezat_compat.store.store import Store
 from tests.support.console import signed_in
+from tests.support.migrated import migrated_sqlite
 
 NOW = datetime(2027, 3, 1, 12, 0, tzinfo=UTC)
 MODELS = [
@@ -187,7 +187,7 @@ def test_the_proxys_prefix_scheme_and_host(peer: str, path: str, headers: dict[s
 
 def _config(tmp_path: Path, **sections: Any) -> Config:
     data = {
-        "gateway": {"database_url": f"sqlite:///{tmp_path / 'ezat.db'}"},
+        "gateway": {"database_url": migrated_sqlite(tmp_path / "ezat.db")},
         "admin": {"bind": "", "on_main_listener": True},
         "models": MODELS,
         **sections,
@@ -195,16 +195,9 @@ def _config(tmp_path: Path, **sections: Any) -> Config:
     return parse_config(data, path=str(tmp_path / "ezat.toml"), environ={})
 
 
-def _app(config: Config) -> Flask:
-    engine = make_engine(config.gateway.database_url)
-    migrate(engine)
-    engine.dispose()
-    return create_app(config)
-
-
 @pytest.fixture
 def app(tmp_path: Path) -> Iterator[Flask]:
-    app = _app(_config(tmp_path, console={"secure_cookies": True}))
+    app = create_app(_config(tmp_path, console={"secure_cookies": True}))
     app.extensions[CLOCK] = lambda: NOW
     yield app
     app.extensions["ezat_store"].close()
@@ -285,7 +278,7 @@ def test_errors_on_console_paths_are_html_pages(client: FlaskClient, path: str, 
 
 def test_an_unreachable_idp_is_a_502_page(tmp_path: Path) -> None:
     config = _config(tmp_path, identity={"issuer": "http://127.0.0.1:9", "client_id": "gw"})
-    app = _app(config)
+    app = create_app(config)
     try:
         page = app.test_client().get("/console/auth/login")
         assert page.status_code == 502 and "try again in a moment" in page.text
@@ -302,7 +295,7 @@ class _Socket:
 
 
 def test_the_console_is_served_on_the_admin_listener_only(tmp_path: Path) -> None:
-    app = _app(_config(tmp_path, admin={"bind": "127.0.0.1:8081"}))
+    app = create_app(_config(tmp_path, admin={"bind": "127.0.0.1:8081"}))
     try:
         client = app.test_client()
         main = client.get("/console/sign-in", environ_overrides={"gunicorn.socket": _Socket(8080)})
@@ -380,7 +373,7 @@ def test_a_bad_identity_or_console_table_is_named(
 
 
 def test_a_bug_in_a_console_view_is_a_500_page_that_quotes_the_request_id(tmp_path: Path) -> None:
-    app = _app(_config(tmp_path))
+    app = create_app(_config(tmp_path))
 
     def boom() -> str:
         raise RuntimeError("secret internals")

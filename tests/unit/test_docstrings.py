@@ -11,6 +11,8 @@ Every ``.py`` and ``.md`` file of the package, the tests, the benchmark and the 
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import re
 from pathlib import Path
 
@@ -20,23 +22,30 @@ ROOT = Path(__file__).resolve().parents[2]
 SCANNED = ("ezat_compat", "tests", "bench", "docs")
 TOP_LEVEL = ("README.md",)
 
-# Each pattern is written so that this file doesn't match it (character classes and escapes).
+# Each pattern is written so that this file doesn't match it (character classes and escapes), for
+# lowercased text, and starts with a literal: a word boundary before it is a lookbehind after its
+# first character (``i(?<!\wi)ssue`` is ``\bissue``), so that ``re`` skips ahead to the literal.
 FORBIDDEN = {
-    "an issue number": re.compile(r"\bissues?[ -]#?[0-9]|\bissues?:|(?<![\w/])#[0-9]+\b(?![\w/])", re.IGNORECASE),
-    "a reference page's file name": re.compile(r"chat-completions[.]md|api-[r]eference(?:[.]txt)?\b", re.IGNORECASE),
-    "a note outside the repository": re.compile(r"\b(?:design|style)[.]md\b", re.IGNORECASE),
-    "a sibling folder": re.compile(r"[.][.]/+shared\b|\bshared[/]+spec\b|(?<![\w/.-])spe[c]/", re.IGNORECASE),
+    "an issue number": re.compile(r"i(?<!\wi)ssues?(?:[ -]#?[0-9]|:)|#(?<![\w/]#)[0-9]+\b(?![\w/])"),
+    "a reference page's file name": re.compile(r"chat-completions[.]md|api-[r]eference(?:[.]txt)?\b"),
+    "a note outside the repository": re.compile(r"d(?<!\wd)esign[.]md\b|s(?<!\ws)tyle[.]md\b"),
+    "a sibling folder": re.compile(r"[.][.]/+shared\b|s(?<!\ws)hared[/]+spec\b|s(?<![\w/.-]s)pe[c]/"),
 }
 
 
 def offences(text: str) -> list[tuple[int, str, str]]:
-    """(line number, what it points at, the line) for each line that breaks the rule."""
-    found = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        for what, pattern in FORBIDDEN.items():
-            if pattern.search(line):
-                found.append((number, what, line.strip()))
-    return found
+    """(line number, what it points at, the line) for each line that breaks the rule, in the
+    order of the lines, then of ``FORBIDDEN``. Each pattern runs once over the whole text,
+    lowercased (a line at a time, or ignoring case, is ten times the work); none spans two lines."""
+    lowered = text.lower()  # as many lines as the text (lowercase letters may be longer: counted apart)
+    starts = list(itertools.accumulate(map(len, lowered.splitlines(keepends=True)), initial=0))
+    hits = {
+        (bisect.bisect_right(starts, match.start()), order)
+        for order, pattern in enumerate(FORBIDDEN.values())
+        for match in pattern.finditer(lowered)
+    }
+    whats, lines = list(FORBIDDEN), text.splitlines()
+    return [(number, whats[order], lines[number - 1].strip()) for number, order in sorted(hits)]
 
 
 def _foreign(parts: tuple[str, ...]) -> bool:

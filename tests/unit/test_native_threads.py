@@ -32,8 +32,9 @@ from ezat_compat.errors import (
     ThreadUnsupportedError,
     render_anthropic,
 )
-from ezat_compat.store.db import make_engine, migrate
+from ezat_compat.store.db import make_engine
 from ezat_compat.store.threads import ThreadStore
+from tests.support.migrated import migrated_sqlite
 
 CATALOG = Catalog(
     parse_config(
@@ -65,8 +66,7 @@ def resolve(name: str) -> Any:
 
 @pytest.fixture
 def store(tmp_path: Path) -> ThreadStore:
-    engine = make_engine(f"sqlite:///{tmp_path / 'ezat.db'}")
-    migrate(engine)
+    engine = make_engine(migrated_sqlite(tmp_path / "ezat.db"))
     return ThreadStore(engine, 3600.0)
 
 
