@@ -17,6 +17,7 @@ import pytest
 # The helpers that test modules share assert as the tests do: their failures show the values too.
 pytest.register_assert_rewrite("tests.support")
 
+from tests.support.heap import freeze_what_is_loaded  # noqa: E402 - after the rewrite is registered
 from tests.support.property_budget import (  # noqa: E402 - after the rewrite is registered
     dev_profile_loaded,
     load_dev_profile_unless_thorough,
@@ -127,6 +128,12 @@ LONGEST_FIRST = (
     "tests/client/test_llama_index.py",
 )
 _RANK = {path: rank for rank, path in enumerate(LONGEST_FIRST)}
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What collection loaded (the package, its libraries, every test module) stays for the
+    process's life: frozen out of the cyclic collector's way (tests/support/heap.py)."""
+    freeze_what_is_loaded()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -18,6 +18,8 @@ import functools
 from types import SimpleNamespace
 from typing import Any
 
+from tests.support.heap import freeze_what_is_loaded
+
 LEGACY_SAMPLING = {"temperature", "top_p", "top_k"}
 
 
@@ -50,8 +52,10 @@ def _sdk() -> SimpleNamespace:
     from anthropic.types.user_message_param import UserMessageParam
     from pydantic import TypeAdapter
 
+    adapter = TypeAdapter(MessageCreateParamsNonStreaming)
+    freeze_what_is_loaded()  # the SDK's types and validators: for the process's life
     return SimpleNamespace(
-        adapter=TypeAdapter(MessageCreateParamsNonStreaming),
+        adapter=adapter,
         request=MessageCreateParamsNonStreaming,
         user=UserMessageParam,
         assistant=AssistantMessageParam,

@@ -9,6 +9,8 @@ import functools
 from types import SimpleNamespace
 from typing import Any
 
+from tests.support.heap import freeze_what_is_loaded
+
 
 @functools.cache
 def _openai() -> SimpleNamespace:
@@ -17,13 +19,15 @@ def _openai() -> SimpleNamespace:
     import openai.types.responses
     from pydantic import TypeAdapter
 
-    return SimpleNamespace(
+    types = SimpleNamespace(
         completion=openai.types.Completion,
         chat_completion=openai.types.chat.ChatCompletion,
         chat_chunk=openai.types.chat.ChatCompletionChunk,
         response=openai.types.responses.Response,
         response_events=TypeAdapter(openai.types.responses.ResponseStreamEvent),
     )
+    freeze_what_is_loaded()  # the SDK's types and validators: for the process's life
+    return types
 
 
 @functools.cache
@@ -31,7 +35,9 @@ def _anthropic_events() -> Any:
     from anthropic.types import RawMessageStreamEvent
     from pydantic import TypeAdapter
 
-    return TypeAdapter(RawMessageStreamEvent)
+    adapter = TypeAdapter(RawMessageStreamEvent)
+    freeze_what_is_loaded()  # the SDK's types and validators: for the process's life
+    return adapter
 
 
 def chat_completion(body: Any) -> Any:

@@ -311,10 +311,14 @@ def package_text() -> str:
 
 @cache
 def package_strings() -> frozenset[str]:
-    """The string literals of the package's code (docstrings left out)."""
+    """The string literals of the package's code (docstrings left out) in the modules whose text
+    names ``EZAT`` (only they can hold one of our variables' names: the others aren't parsed)."""
     found: set[str] = set()
     for path in _package_sources():
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        source = path.read_text(encoding="utf-8")
+        if "EZAT" not in source:
+            continue
+        tree = ast.parse(source)
         docstrings = {
             id(node.value)
             for node in ast.walk(tree)

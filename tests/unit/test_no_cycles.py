@@ -18,6 +18,7 @@ import pytest
 from ezat_compat.api.sse import relay
 from ezat_compat.pipeline import ClientRequest, Reply
 from ezat_compat.session import StreamSession
+from tests.support.heap import freeze_what_is_loaded
 from tests.support.pipeline import ANTHROPIC, END, MESSAGE, OPENAI, RESPONSES, START, TEXT, events, gateway
 
 BODIES = {
@@ -31,13 +32,11 @@ BODIES = {
 def heap_frozen() -> Iterator[None]:
     """What the process held before these tests (modules, the app, other tests' objects), frozen
     as the server freezes the loaded app before its first request (``server/serving.py``):
-    ``gc.collect()`` then scans what the requests made, not a heap of every test module."""
+    ``gc.collect()`` then scans what the requests made, not a heap of every test module. It stays
+    frozen after them, as what the process loaded is (tests/support/heap.py)."""
     gc.collect()
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
+    freeze_what_is_loaded()
+    yield
 
 
 @pytest.fixture

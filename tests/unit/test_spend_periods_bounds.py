@@ -3,7 +3,9 @@ ISO weeks and months in UTC and in other zones, month ends, leap years, daylight
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+import itertools
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta, tzinfo
 
 import pytest
 
@@ -11,6 +13,7 @@ from ezat_compat.periods import cents, cents_to_micros, fractional_cents, period
 from ezat_compat.store.accounts import StoreError
 from ezat_compat.store.hotpath import SpendHold, decode_holds, encode_holds
 from ezat_compat.store.spend import check_thresholds
+from tests.support.property_budget import dev_profile_loaded
 
 
 def utc(text: str) -> datetime:
@@ -119,17 +122,37 @@ def test_period_bounds(period: str, zone: str, at: str, start: str, end: str) ->
 @pytest.mark.parametrize("zone", ["UTC", "Europe/Paris", "America/New_York", "America/Santiago", "Australia/Lord_Howe"])
 @pytest.mark.parametrize("period", ["daily", "weekly", "monthly"])
 def test_periods_tile_time_without_gaps(period: str, zone: str) -> None:
-    """Every hour of two years falls in exactly one period, each period following the last."""
+    """Every hour of two years falls in exactly one period, each period following the last (between
+    two edits: every fifth hour, and every hour of the days around a change of the zone's offset)."""
     tz = time_zone(zone)
-    at = datetime(2026, 1, 1, tzinfo=UTC)
-    start, end = period_bounds(period, at, tz)
-    while at < datetime(2028, 1, 1, tzinfo=UTC):
+    first = datetime(2026, 1, 1, tzinfo=UTC)
+    start, end = period_bounds(period, first, tz)
+    for at in _hours_to_check(first, datetime(2028, 1, 1, tzinfo=UTC), tz):
         found = period_bounds(period, at, tz)
         if found != (start, end):
             assert found[0] == end, (at, found, end)  # the next one starts where the last ended
             start, end = found
         assert start <= at < end
-        at += timedelta(hours=1)
+
+
+def _hours_to_check(first: datetime, last: datetime, tz: tzinfo) -> Iterator[datetime]:
+    """Each hour from ``first`` to ``last`` under CI (or ``--hypothesis-profile=ci``). Between two
+    edits (the ``dev`` profile): every fifth hour, which reaches each hour of the day and each
+    period (none is shorter than 23 hours), and each hour of the three days around each change of
+    the zone's UTC offset (daylight saving time)."""
+    every = 5 if dev_profile_loaded() else 1
+    days = [first + timedelta(days=n) for n in range((last - first).days + 1)]
+    changes = {
+        day
+        for day, after in itertools.pairwise(days)
+        if day.astimezone(tz).utcoffset() != after.astimezone(tz).utcoffset()
+    }
+    near_a_change = {day + timedelta(days=n) for day in changes for n in (-1, 0, 1)}
+    at, hour = first, 0
+    while at < last:
+        if hour % every == 0 or at.replace(hour=0) in near_a_change:
+            yield at
+        at, hour = at + timedelta(hours=1), hour + 1
 
 
 def test_period_bounds_refuses_naive_times_and_unknown_periods() -> None:

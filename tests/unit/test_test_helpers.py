@@ -5,15 +5,18 @@ tests/support/, never in a test module: no module of the tests imports a test mo
 nor the same written relative to its package. A helper kept in a test module is hidden from
 whoever looks in tests/support/ for one, and importing it ties one test file to another's code.
 
-Every ``.py`` file under tests/ is parsed with ``ast`` (the Node.js clients' installs,
-``tests/client/.node`` and any ``node_modules``, are skipped); imports inside functions and under
-``TYPE_CHECKING`` count too. A failure names each offending ``file:line`` and the module imported.
+Every ``.py`` file under tests/ is read (the Node.js clients' installs, ``tests/client/.node`` and
+any ``node_modules``, are skipped), and parsed with ``ast`` when one of its import statements holds
+``test_`` (``may_import_a_test_module``: without one, none of its imports can name a test module);
+imports inside functions and under ``TYPE_CHECKING`` count too. A failure names each offending
+``file:line`` and the module imported.
 """
 
 from __future__ import annotations
 
 import ast
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +24,19 @@ ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
 SKIPPED = {"node_modules", "__pycache__"}  # folders skipped wherever they are, and every hidden one:
 # the clients' installs the tests make (tests/client/.node, the LlamaIndex venv in tests/client/.llama)
+
+
+# An import statement: ``import …`` or ``from … import …``, up to its end (a parenthesised list, or
+# the line and those its backslashes continue), at a line's start or after a semicolon.
+_IMPORT_STATEMENT = re.compile(
+    r"(?:^|;)[ \t]*(?:from[ \t]+[\w.]+[ \t]+)?import[ \t]*(?:\([^)]*\)|(?:\\\n|[^\n])*)", re.MULTILINE
+)
+
+
+def may_import_a_test_module(source: str) -> bool:
+    """Whether an import statement of ``source`` holds ``test_``: any import of a test module does
+    (its name, or the name it imports from its package), so a source without one imports none."""
+    return any("test_" in statement.group() for statement in _IMPORT_STATEMENT.finditer(source))
 
 
 def python_files(root: Path = TESTS) -> Iterator[Path]:
@@ -76,6 +92,8 @@ def offences() -> list[str]:
     for path in python_files():
         importer = module_name(path)
         source = path.read_text(encoding="utf-8")
+        if not may_import_a_test_module(source):
+            continue
         for line, module in imported_modules(source, importer, path.name == "__init__.py"):
             if is_test_module(module) and module != importer:
                 found.append(f"{path.relative_to(ROOT)}:{line} imports {module}")
@@ -106,8 +124,12 @@ def test_each_way_of_importing_a_test_module_is_caught() -> None:
         "from .test_console_browser import visit": "tests.browser.test_console_browser",
         "from ..integration.test_console_auth import Browser": "tests.integration.test_console_auth",
         "def f():\n    from tests.integration.test_console_auth import Browser": "tests.integration.test_console_auth",
+        "from tests.browser import (\n    visit,\n    test_console_browser,\n)": "tests.browser.test_console_browser",
+        "from tests.browser import \\\n    test_console_browser": "tests.browser.test_console_browser",
+        "x = 1; import tests.client.test_node_clients": "tests.client.test_node_clients",
     }
     for source, module in caught.items():
+        assert may_import_a_test_module(source), source
         names = [name for _, name in imported_modules(source, importer)]
         assert module in names and is_test_module(module), (source, names)
     allowed = (
@@ -118,6 +140,7 @@ def test_each_way_of_importing_a_test_module_is_caught() -> None:
         "from tests.support import limits",
         "import pytest",
     )
+    assert not may_import_a_test_module("import pytest\n\n\ndef test_x() -> None:\n    assert test_y\n")
     for source in allowed:
         names = [name for _, name in imported_modules(source, importer)]
         assert not [name for name in names if is_test_module(name)], (source, names)
