@@ -18,6 +18,7 @@ password masked; ``check_files`` names the first file that is missing or unreada
 
 from __future__ import annotations
 
+import http.client
 import os
 import ssl
 from collections.abc import Mapping, Sequence
@@ -95,12 +96,41 @@ class _ReuseChecked:
             return False
 
 
+# The buffer an upstream answer is read through (http.client's default: 8 KB). Every open stream
+# holds one, so an idle stream's memory is much of it: 4 KB hold 1,000 idle streams in 46.2 KB
+# each where 8 KB took 49.0 (6 KB: 47.8). A burst of a long answer takes more reads (about 5 % more
+# CPU per stream the simulator sends at once; an answer paced by the model takes one read an event
+# either way): bench/RESULTS.md, "The upstream answer's read buffer".
+ANSWER_READ_BUFFER = 4 * 1024
+
+
+class _AnswerSocket:
+    """A connection's socket as ``http.client.HTTPResponse`` takes it: all it asks of it is its
+    reader (``makefile("rb")``), made here with a buffer of ``ANSWER_READ_BUFFER`` bytes."""
+
+    __slots__ = ("_sock",)
+
+    def __init__(self, sock: Any) -> None:
+        self._sock = sock
+
+    def makefile(self, mode: str) -> Any:
+        return self._sock.makefile(mode, buffering=ANSWER_READ_BUFFER)
+
+
+class _Answer(http.client.HTTPResponse):
+    """http.client's answer, read through a buffer of ``ANSWER_READ_BUFFER`` bytes (the
+    connections' ``response_class``, which urllib3 instantiates with the connection's socket)."""
+
+    def __init__(self, sock: Any, debuglevel: int = 0, method: str | None = None, url: str | None = None) -> None:
+        super().__init__(_AnswerSocket(sock), debuglevel, method, url)  # type: ignore[arg-type]
+
+
 class _CheckedHTTPConnection(_ReuseChecked, HTTPConnection):
-    pass
+    response_class = _Answer
 
 
 class _CheckedHTTPSConnection(_ReuseChecked, HTTPSConnection):
-    pass
+    response_class = _Answer
 
 
 class _CheckedHTTPPool(HTTPConnectionPool):
@@ -118,7 +148,8 @@ class TLSAdapter(HTTPAdapter):
     """An ``HTTPAdapter`` whose https connections use one TLS context (the egress's CAs and
     client certificate), through requests' extension points for subclasses: a custom
     ``SSLContext`` in the pool key (``build_connection_pool_key_attributes``), connections
-    whose reuse check costs one system call (``init_poolmanager``), and
+    whose reuse check costs one system call and whose answers are read through a buffer of
+    ``ANSWER_READ_BUFFER`` bytes (``init_poolmanager``), and
     ``cert_verify`` leaving the CAs to that context (requests' own would load certifi's bundle
     into it again at every new connection). ``context`` None: plain http only (an http origin
     needs none, and loading a CA bundle costs tens of milliseconds)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime
 import json
 import logging
+import socket
 import ssl
 import time
 from pathlib import Path
@@ -37,7 +38,15 @@ from ezat_compat.failures import client_error
 from ezat_compat.pipeline import Call, Gateway
 from ezat_compat.server.metrics import Metrics
 from ezat_compat.upstream.client import UpstreamClient
-from ezat_compat.upstream.egress import check_files, describe, egress_of, masked
+from ezat_compat.upstream.egress import (
+    ANSWER_READ_BUFFER,
+    CHECKED_POOLS,
+    TLSAdapter,
+    check_files,
+    describe,
+    egress_of,
+    masked,
+)
 from tests.support.environment import without_proxy_variables
 from tests.support.pipeline import AUTH
 
@@ -446,3 +455,29 @@ def test_the_ca_setting_reaches_the_sessions_adapter(tmp_path: Path) -> None:
     )[1]["ssl_context"]
     assert "deployment-ca" in _subjects(context)
     upstream.clear()
+
+
+def test_an_upstream_answer_is_read_through_a_buffer_of_answer_read_buffer_bytes() -> None:
+    """One read of the socket takes at most ``ANSWER_READ_BUFFER`` bytes (http.client's 8 KB
+    by default): what the answer's reader holds after its head is what that read left."""
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        head = b"HTTP/1.1 200 OK\r\nContent-Length: 20000\r\n\r\n"
+        theirs.sendall(head + b"x" * 20000)
+        connection_class = CHECKED_POOLS["http"].ConnectionCls
+        answer = connection_class.response_class(ours, method="POST")
+        answer.begin()
+        assert answer.status == 200
+        assert 0 < len(answer.peek()) == ANSWER_READ_BUFFER - len(head)
+        assert answer.read() == b"x" * 20000
+        answer.close()
+
+
+def test_every_pool_of_the_upstream_adapter_reads_its_answers_through_that_buffer() -> None:
+    adapter = TLSAdapter(None, pool_maxsize=1)
+    for scheme in ("http", "https"):
+        pool_class = adapter.poolmanager.pool_classes_by_scheme[scheme]
+        assert pool_class is CHECKED_POOLS[scheme]
+        assert pool_class.ConnectionCls.response_class is CHECKED_POOLS["http"].ConnectionCls.response_class
+    proxied = adapter.proxy_manager_for("http://127.0.0.1:9")
+    assert proxied.pool_classes_by_scheme is CHECKED_POOLS
