@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import redis
-from sqlalchemy import Engine, create_engine, func, make_url, select, text
+from sqlalchemy import Engine, create_engine, func, select, text
 
 from ezat_compat.config import load_config
 from ezat_compat.store.db import make_engine, migrate
@@ -28,6 +28,7 @@ from ezat_compat.store.thinking import (
     make_thinking_stash,
 )
 from tests.conftest import free_port
+from tests.support.migrated import migrate_like_the_template, migrated_sqlite, with_schema
 
 NOW = 1_750_000_000.0
 TTL = 60.0
@@ -48,14 +49,9 @@ BLOCKS: list[dict[str, Any]] = [
 OTHER: list[dict[str, Any]] = [{"type": "thinking", "thinking": "Something else.", "signature": SIG[::-1]}]
 
 
-def _with_schema(url: str, schema: str) -> str:
-    return make_url(url).update_query_dict({"options": f"-csearch_path={schema}"}).render_as_string(hide_password=False)
-
-
 @pytest.fixture
 def sqlite_engine(tmp_path: Path) -> Iterator[Engine]:
-    eng = make_engine(f"sqlite:///{tmp_path / 'ezat.db'}")
-    migrate(eng)
+    eng = make_engine(migrated_sqlite(tmp_path / "ezat.db"))
     yield eng
     eng.dispose()
 
@@ -67,8 +63,8 @@ def pg_engine(postgres_url: str) -> Iterator[Engine]:
     try:
         with admin.begin() as conn:
             conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-        eng = make_engine(_with_schema(postgres_url, schema))
-        migrate(eng)
+        eng = make_engine(with_schema(postgres_url, schema))
+        migrate_like_the_template(eng, postgres_url)
         yield eng
         eng.dispose()
         with admin.begin() as conn:
