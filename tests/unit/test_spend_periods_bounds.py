@@ -3,7 +3,6 @@ ISO weeks and months in UTC and in other zones, month ends, leap years, daylight
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, tzinfo
 
@@ -142,17 +141,13 @@ def _hours_to_check(first: datetime, last: datetime, tz: tzinfo) -> Iterator[dat
     the zone's UTC offset (daylight saving time)."""
     every = 5 if dev_profile_loaded() else 1
     days = [first + timedelta(days=n) for n in range((last - first).days + 1)]
-    changes = {
-        day
-        for day, after in itertools.pairwise(days)
-        if day.astimezone(tz).utcoffset() != after.astimezone(tz).utcoffset()
-    }
-    near_a_change = {day + timedelta(days=n) for day in changes for n in (-1, 0, 1)}
-    at, hour = first, 0
-    while at < last:
-        if hour % every == 0 or at.replace(hour=0) in near_a_change:
-            yield at
-        at, hour = at + timedelta(hours=1), hour + 1
+    offsets = [day.astimezone(tz).utcoffset() for day in days]
+    changes = {n for n in range(len(days) - 1) if offsets[n] != offsets[n + 1]}
+    near_a_change = {n + step for n in changes for step in (-1, 0, 1)}
+    hours = [timedelta(hours=h) for h in range(24)]
+    for n, day in enumerate(days[:-1]):
+        checked = hours if n in near_a_change else hours[(-n * 24) % every :: every]
+        yield from (day + hour for hour in checked)
 
 
 def test_period_bounds_refuses_naive_times_and_unknown_periods() -> None:
