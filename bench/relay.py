@@ -121,9 +121,9 @@ def ttfb_rounds(
         "errors": sum(r["errors"] for r in out),
     }
     for other in ("before", "unlimited"):
-        ratios = [r[f"{other}_ratio"] for r in out if r.get(f"{other}_ratio") is not None]
-        if ratios:
-            result[f"{other}_ratio"] = statistics.median(ratios)
+        theirs = [r[f"{other}_ratio"] for r in out if r.get(f"{other}_ratio") is not None]
+        if theirs:
+            result[f"{other}_ratio"] = statistics.median(theirs)
             result[f"added_{other}_ms"] = statistics.median(r[f"added_{other}_ms"] for r in out)
     return result
 
