@@ -85,8 +85,7 @@ def migrate_like_the_template(engine: Engine, base_url: str) -> None:
     """Give ``engine``'s new PostgreSQL schema (first on its search path, empty) what ``migrate``
     gives it: the template's statements, in one transaction."""
     statements = _postgres_statements(base_url)
-    with engine.begin() as conn:
-        cursor = conn.connection.driver_connection.cursor()  # the statements as sent, parameters and all
+    with engine.begin() as conn, conn.connection.driver_connection.cursor() as cursor:  # the statements as sent
         for statement, parameters, batch in statements:
             if batch:
                 cursor.executemany(statement, parameters)
